@@ -1,0 +1,35 @@
+//===- Compile.h - Entry points of the compiler for the infer tool -*- C++ -*-===//
+//
+// What `infer import` and `infer compile` call. The interface has no MLIR types
+// so tools/infer can be built with INFER_ENABLE_COMPILER=OFF (then these
+// commands report that the compiler is not built).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_CODEGEN_COMPILE_H
+#define INFER_CODEGEN_COMPILE_H
+
+#include "runtime/support/Status.h"
+
+#include <cstdint>
+#include <string>
+
+namespace infer::compiler {
+
+struct CompileOptions {
+  std::string target = "cpu"; ///< "cpu" or "cuda"
+  int64_t blockSize = 16;
+};
+
+/// Imports the HF model directory and prints the model-level IR to `outPath`
+/// ("-" for stdout).
+Status importModel(const std::string &modelDir, const std::string &outPath);
+
+/// HF model directory -> artifact directory (manifest.json, program.mlir,
+/// plan.json, tokenizer files). Diagnostics become the Status message.
+Status compileModel(const std::string &modelDir, const std::string &outDir,
+                    const CompileOptions &options);
+
+} // namespace infer::compiler
+
+#endif // INFER_CODEGEN_COMPILE_H

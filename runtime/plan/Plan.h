@@ -1,0 +1,253 @@
+//===- Plan.h - The kernel plan: the seam between compiler and runtime -*- C++ -*-===//
+//
+// codegen/ lowers the final `infer` IR to a Plan and writes it as plan.json in
+// the artifact; the runtime reads it back and executes it. Nothing here needs
+// MLIR: the runtime is built and deployed without LLVM.
+//
+// A plan has, per rank, a table of values and an ordered list of steps:
+//
+//   values:  id  kind        dtype  shape       what
+//            0   input       i32    [T]         token_ids (batch contract)
+//            ...
+//            7   kv_cache    f32    -           the rank's KV pool (in place)
+//            8   param       bf16   [4096,384]  model.embed_tokens.weight
+//            9   activation  f32    [T,384]     %h0
+//   steps:   embedding(8, 0) -> 9 ; rms_norm(9, 10) -> 11 ; ...
+//
+// Shapes are fixed sizes or symbols bound per forward call: T (tokens in the
+// flat batch), B (sequences), S (rows that produce logits), M (max blocks per
+// sequence). Activations are dense row-major.
+//
+// Step ops of format version 1 (operands -> results; attributes):
+//   embedding        (table[V,H], ids[T]) -> [T,H]
+//   rms_norm         (x[T,H], w[H]) -> [T,H]; epsilon (double)
+//   linear           (x[T,K], w[N,K], bias[N]?) -> [T,N]      x * w^T (+ bias)
+//   rope             (x[T,heads*head_dim], positions[T]) -> same shape;
+//                    head_dim, rotary_dim, theta, scaling ("default" | "linear"
+//                    | "llama3"), factor, low_freq_factor, high_freq_factor,
+//                    original_max_position_embeddings. HF rotate_half style.
+//   kv_cache_write   (cache, k[T,kvh*d], v[T,kvh*d], slot_mapping[T]) -> ();
+//                    layer. Writes in place into the cache value.
+//   paged_attention  (q[T,h*d], cache, block_tables[B,M], context_lens[B],
+//                    query_start_loc[B+1]) -> [T,h*d]; layer, num_heads,
+//                    num_kv_heads, head_dim, scale (double), sliding_window
+//                    (0: none). Causal: query i of a sequence sits at position
+//                    context_len - num_new_tokens + i.
+//   silu, gelu_tanh  (x) -> same shape
+//   add, mul         (a, b) -> same shape
+//   gather_rows      (x[T,H], indices[S]) -> [S,H]
+//   logits           (x[S,H], w[V,H]) -> [S,V] f32
+//
+// KV cache layout "block_layer_kv_slot_head_dim": one pool per rank,
+//   [num_blocks][num_layers][2 (k, v)][block_size][num_kv_heads][head_dim]
+// so a block holds every layer's keys and values of block_size tokens, and
+// slot s lives in block s / block_size at offset s % block_size.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_PLAN_PLAN_H
+#define INFER_RUNTIME_PLAN_PLAN_H
+
+#include "runtime/support/Status.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace infer::plan {
+
+inline constexpr int kPlanFormatVersion = 1;
+
+enum class DType { kF32, kF16, kBF16, kI32, kI64 };
+
+/// "f32", "f16", "bf16", "i32", "i64".
+std::string_view dtypeName(DType dtype);
+std::optional<DType> parseDType(std::string_view name);
+/// Bytes per element.
+int64_t dtypeSize(DType dtype);
+
+/// A fixed size, or a symbol ("T", "B", "S", "M") bound per forward call.
+struct Dim {
+  int64_t size = 0;
+  std::string symbol;
+
+  bool isDynamic() const { return !symbol.empty(); }
+  static Dim fixed(int64_t size) { return Dim{size, ""}; }
+  static Dim dynamic(std::string symbol) { return Dim{0, std::move(symbol)}; }
+  bool operator==(const Dim &o) const {
+    return size == o.size && symbol == o.symbol;
+  }
+};
+
+using AttrValue = std::variant<int64_t, double, std::string,
+                               std::vector<int64_t>, std::vector<double>>;
+using AttrMap = std::map<std::string, AttrValue>;
+
+enum class ValueKind { kInput, kParam, kActivation, kKVCache };
+std::string_view valueKindName(ValueKind kind);
+
+/// A load-time transform applied to a parameter's source tensor, in order
+/// (slice for a tensor-parallel shard, concat for merged projections, ...).
+struct WeightTransform {
+  std::string kind;
+  AttrMap attrs;
+  bool operator==(const WeightTransform &o) const {
+    return kind == o.kind && attrs == o.attrs;
+  }
+};
+
+struct Value {
+  int id = 0;
+  ValueKind kind = ValueKind::kActivation;
+  /// Input: the batch-contract name ("token_ids", ...). Param: the tensor's
+  /// name in the checkpoint. Activation: the IR value's name, for people.
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<Dim> shape;
+  /// Params only: safetensors file (relative to the weights directory) and
+  /// tensor name inside it, and the transforms applied at load.
+  std::string sourceFile;
+  std::string sourceTensor;
+  std::vector<WeightTransform> transforms;
+
+  bool operator==(const Value &o) const;
+};
+
+struct Step {
+  std::string op;
+  std::vector<int> operands;
+  std::vector<int> results;
+  AttrMap attrs;
+
+  bool operator==(const Step &o) const {
+    return op == o.op && operands == o.operands && results == o.results &&
+           attrs == o.attrs;
+  }
+
+  /// Typed attribute access; an error names the step and attribute.
+  StatusOr<int64_t> getInt(const std::string &name) const;
+  StatusOr<double> getFloat(const std::string &name) const;
+  StatusOr<std::string> getString(const std::string &name) const;
+  int64_t getInt(const std::string &name, int64_t defaultValue) const;
+  double getFloat(const std::string &name, double defaultValue) const;
+  std::string getString(const std::string &name,
+                        const std::string &defaultValue) const;
+};
+
+struct KVCacheLayout {
+  std::string layout = "block_layer_kv_slot_head_dim";
+  int64_t numLayers = 0;
+  int64_t numKVHeads = 0;
+  int64_t headDim = 0;
+  int64_t blockSize = 16;
+  DType dtype = DType::kF32;
+
+  /// Elements of one block (all layers, keys and values).
+  int64_t blockElements() const {
+    return numLayers * 2 * blockSize * numKVHeads * headDim;
+  }
+  bool operator==(const KVCacheLayout &o) const {
+    return layout == o.layout && numLayers == o.numLayers &&
+           numKVHeads == o.numKVHeads && headDim == o.headDim &&
+           blockSize == o.blockSize && dtype == o.dtype;
+  }
+};
+
+struct RankPlan {
+  int rank = 0;
+  std::vector<Value> values;
+  std::vector<Step> steps;
+  /// Value ids of the function results (the logits).
+  std::vector<int> outputs;
+
+  bool operator==(const RankPlan &o) const {
+    return rank == o.rank && values == o.values && steps == o.steps &&
+           outputs == o.outputs;
+  }
+};
+
+struct Plan {
+  int formatVersion = kPlanFormatVersion;
+  int numRanks = 1;
+  KVCacheLayout kvCache;
+  std::vector<RankPlan> ranks;
+
+  bool operator==(const Plan &o) const {
+    return formatVersion == o.formatVersion && numRanks == o.numRanks &&
+           kvCache == o.kvCache && ranks == o.ranks;
+  }
+};
+
+std::string planToJson(const Plan &plan);
+/// Parses and validates (ids in range, operands defined, version known).
+StatusOr<Plan> parsePlanJson(std::string_view text);
+Status writePlanFile(const Plan &plan, const std::string &path);
+StatusOr<Plan> readPlanFile(const std::string &path);
+
+//===----------------------------------------------------------------------===//
+// manifest.json
+//===----------------------------------------------------------------------===//
+
+inline constexpr int kManifestFormatVersion = 1;
+
+struct ModelInfo {
+  std::string architecture;
+  int64_t vocabSize = 0;
+  int64_t hiddenSize = 0;
+  int64_t numLayers = 0;
+  int64_t numHeads = 0;
+  int64_t numKVHeads = 0;
+  int64_t headDim = 0;
+  int64_t maxPositionEmbeddings = 0;
+  std::optional<int64_t> bosTokenId;
+  std::vector<int64_t> eosTokenIds;
+  std::optional<int64_t> padTokenId;
+  bool operator==(const ModelInfo &o) const;
+};
+
+/// A source safetensors file the parameters reference, with a fingerprint of
+/// its header so a mismatched weights directory is caught at load.
+struct WeightFile {
+  std::string name;
+  uint64_t size = 0;
+  std::string headerFingerprint;
+  bool operator==(const WeightFile &o) const {
+    return name == o.name && size == o.size &&
+           headerFingerprint == o.headerFingerprint;
+  }
+};
+
+struct Manifest {
+  int formatVersion = kManifestFormatVersion;
+  std::string inferVersion;
+  ModelInfo model;
+  /// Options as given to `infer compile` ("target", "block_size", ...).
+  std::map<std::string, std::string> compileOptions;
+  std::vector<std::string> targets;
+  KVCacheLayout kvCache;
+  /// Directory the parameters are read from unless overridden at load.
+  std::string weightsDir;
+  std::vector<WeightFile> weightFiles;
+  std::string tokenizerFile;       ///< "tokenizer.json", or empty
+  std::string tokenizerConfigFile; ///< "tokenizer_config.json", or empty
+  std::string programFile = "program.mlir";
+  std::string planFile = "plan.json";
+
+  bool operator==(const Manifest &o) const;
+};
+
+std::string manifestToJson(const Manifest &manifest);
+StatusOr<Manifest> parseManifestJson(std::string_view text);
+Status writeManifestFile(const Manifest &manifest, const std::string &path);
+StatusOr<Manifest> readManifestFile(const std::string &path);
+
+/// 64-bit FNV-1a of bytes, as 16 hex digits (weight file fingerprints).
+std::string fingerprint(std::string_view bytes);
+
+} // namespace infer::plan
+
+#endif // INFER_RUNTIME_PLAN_PLAN_H
