@@ -1,0 +1,650 @@
+//===- HFConfig.cpp - Hugging Face config.json as a typed model config ----===//
+
+#include "frontend/HFConfig.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Location.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+using llvm::StringRef;
+using mlir::FailureOr;
+
+namespace infer::frontend {
+namespace {
+
+/// The text of a JSON file, so that diagnostics can point at a key's line.
+struct JsonFile {
+  std::string path;
+  std::string text;
+  mlir::MLIRContext *context = nullptr;
+
+  mlir::Location locAt(size_t offset) const {
+    unsigned line = 1, column = 1;
+    for (size_t i = 0; i < offset && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    return mlir::FileLineColLoc::get(context, path, line, column);
+  }
+
+  /// Offset of the first `"key"` followed by a colon at or after `from`.
+  std::optional<size_t> findKey(StringRef key, size_t from) const {
+    std::string quoted = "\"" + key.str() + "\"";
+    StringRef all(text);
+    for (size_t pos = all.find(quoted, from); pos != StringRef::npos;
+         pos = all.find(quoted, pos + 1)) {
+      StringRef rest = all.drop_front(pos + quoted.size()).ltrim();
+      if (rest.starts_with(":"))
+        return pos;
+    }
+    return std::nullopt;
+  }
+};
+
+std::string describeKind(const llvm::json::Value &value) {
+  switch (value.kind()) {
+  case llvm::json::Value::Null:
+    return "null";
+  case llvm::json::Value::Boolean:
+    return "a boolean";
+  case llvm::json::Value::Number:
+    return "a number";
+  case llvm::json::Value::String:
+    return "a string";
+  case llvm::json::Value::Array:
+    return "an array";
+  case llvm::json::Value::Object:
+    return "an object";
+  }
+  llvm_unreachable("unknown JSON kind");
+}
+
+/// Typed access to one JSON object of a config file. A missing required key
+/// or a value of the wrong type is an error naming the key (qualified by the
+/// enclosing object, "rope_parameters.factor") at the key's line.
+class ConfigReader {
+public:
+  ConfigReader(const JsonFile &file, const llvm::json::Object &object,
+               std::string prefix = "", size_t searchFrom = 0)
+      : file(file), object(object), prefix(std::move(prefix)),
+        searchFrom(searchFrom) {}
+
+  std::string qualified(StringRef key) const { return prefix + key.str(); }
+
+  mlir::Location loc(StringRef key) const {
+    if (std::optional<size_t> offset = file.findKey(key, searchFrom))
+      return file.locAt(*offset);
+    return file.locAt(searchFrom);
+  }
+
+  mlir::InFlightDiagnostic error(StringRef key) const {
+    return mlir::emitError(loc(key));
+  }
+
+  /// Present and not null.
+  bool has(StringRef key) const {
+    const llvm::json::Value *value = object.get(key);
+    return value && value->kind() != llvm::json::Value::Null;
+  }
+
+  const llvm::json::Value *get(StringRef key) const {
+    const llvm::json::Value *value = object.get(key);
+    if (value && value->kind() == llvm::json::Value::Null)
+      return nullptr;
+    return value;
+  }
+
+  FailureOr<int64_t> requireInt(StringRef key) const {
+    if (!has(key)) {
+      mlir::emitError(file.locAt(searchFrom))
+          << "'" << qualified(key) << "' is missing from "
+          << llvm::sys::path::filename(file.path);
+      return mlir::failure();
+    }
+    return asInt(key, *get(key));
+  }
+
+  FailureOr<int64_t> getInt(StringRef key, int64_t defaultValue) const {
+    if (!has(key))
+      return defaultValue;
+    return asInt(key, *get(key));
+  }
+
+  FailureOr<std::optional<int64_t>> getOptionalInt(StringRef key) const {
+    if (!has(key))
+      return std::optional<int64_t>();
+    FailureOr<int64_t> value = asInt(key, *get(key));
+    if (mlir::failed(value))
+      return mlir::failure();
+    return std::optional<int64_t>(*value);
+  }
+
+  FailureOr<double> requireNumber(StringRef key) const {
+    if (!has(key)) {
+      mlir::emitError(file.locAt(searchFrom))
+          << "'" << qualified(key) << "' is missing from "
+          << llvm::sys::path::filename(file.path);
+      return mlir::failure();
+    }
+    return asNumber(key, *get(key));
+  }
+
+  FailureOr<double> getNumber(StringRef key, double defaultValue) const {
+    if (!has(key))
+      return defaultValue;
+    return asNumber(key, *get(key));
+  }
+
+  FailureOr<bool> getBool(StringRef key, bool defaultValue) const {
+    if (!has(key))
+      return defaultValue;
+    if (std::optional<bool> value = get(key)->getAsBoolean())
+      return *value;
+    return typeError(key, "a boolean");
+  }
+
+  FailureOr<std::optional<std::string>> getOptionalString(StringRef key) const {
+    if (!has(key))
+      return std::optional<std::string>();
+    if (std::optional<StringRef> value = get(key)->getAsString())
+      return std::optional<std::string>(value->str());
+    return typeError(key, "a string");
+  }
+
+  /// An integer, a list of integers, or null/absent (empty).
+  FailureOr<std::vector<int64_t>> getIntOrIntList(StringRef key) const {
+    std::vector<int64_t> ids;
+    const llvm::json::Value *value = get(key);
+    if (!value)
+      return ids;
+    if (std::optional<int64_t> id = value->getAsInteger()) {
+      ids.push_back(*id);
+      return ids;
+    }
+    const llvm::json::Array *array = value->getAsArray();
+    if (!array)
+      return typeError(key, "an integer or a list of integers");
+    for (const llvm::json::Value &element : *array) {
+      std::optional<int64_t> id = element.getAsInteger();
+      if (!id)
+        return typeError(key, "an integer or a list of integers");
+      ids.push_back(*id);
+    }
+    return ids;
+  }
+
+  /// A nested object (null/absent: none).
+  FailureOr<std::optional<ConfigReader>> getObject(StringRef key) const {
+    const llvm::json::Value *value = get(key);
+    if (!value)
+      return std::optional<ConfigReader>();
+    const llvm::json::Object *nested = value->getAsObject();
+    if (!nested)
+      return typeError(key, "an object");
+    size_t offset = file.findKey(key, searchFrom).value_or(searchFrom);
+    return std::optional<ConfigReader>(
+        ConfigReader(file, *nested, qualified(key) + ".", offset));
+  }
+
+  const JsonFile &getFile() const { return file; }
+
+private:
+  FailureOr<int64_t> asInt(StringRef key,
+                           const llvm::json::Value &value) const {
+    if (std::optional<int64_t> integer = value.getAsInteger())
+      return *integer;
+    return typeError(key, "an integer");
+  }
+
+  FailureOr<double> asNumber(StringRef key,
+                             const llvm::json::Value &value) const {
+    if (std::optional<double> number = value.getAsNumber())
+      return *number;
+    return typeError(key, "a number");
+  }
+
+  mlir::LogicalResult typeError(StringRef key, StringRef expected) const {
+    return error(key) << "'" << qualified(key) << "' in "
+                      << llvm::sys::path::filename(file.path) << " must be "
+                      << expected << ", not " << describeKind(*get(key));
+  }
+
+  const JsonFile &file;
+  const llvm::json::Object &object;
+  std::string prefix;
+  size_t searchFrom;
+};
+
+/// Reads and parses a JSON file whose top level must be an object.
+struct ParsedJson {
+  JsonFile file;
+  llvm::json::Value root = nullptr;
+};
+
+std::optional<ParsedJson> readJsonObject(StringRef path,
+                                         mlir::MLIRContext &context) {
+  ParsedJson parsed;
+  parsed.file.path = path.str();
+  parsed.file.context = &context;
+  mlir::Location fileLoc = mlir::FileLineColLoc::get(&context, path, 1, 1);
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+      llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buffer) {
+    mlir::emitError(fileLoc)
+        << "cannot read " << path << ": " << buffer.getError().message();
+    return std::nullopt;
+  }
+  parsed.file.text = (*buffer)->getBuffer().str();
+  llvm::Expected<llvm::json::Value> value = llvm::json::parse(parsed.file.text);
+  if (!value) {
+    mlir::emitError(fileLoc)
+        << llvm::sys::path::filename(path)
+        << " is not valid JSON: " << llvm::toString(value.takeError());
+    return std::nullopt;
+  }
+  if (!value->getAsObject()) {
+    mlir::emitError(fileLoc)
+        << llvm::sys::path::filename(path) << " must hold a JSON object, not "
+        << describeKind(*value);
+    return std::nullopt;
+  }
+  parsed.root = std::move(*value);
+  return parsed;
+}
+
+mlir::LogicalResult parseArchitecture(const ConfigReader &config,
+                                      ModelConfig &model) {
+  const llvm::json::Value *value = config.get("architectures");
+  if (!value) {
+    mlir::emitError(config.loc("architectures"))
+        << "'architectures' is missing from config.json (supported: "
+        << supportedArchitectureList() << ")";
+    return mlir::failure();
+  }
+  const llvm::json::Array *list = value->getAsArray();
+  std::optional<StringRef> name;
+  if (list && !list->empty())
+    name = (*list)[0].getAsString();
+  if (!name)
+    return config.error("architectures")
+           << "'architectures' in config.json must be a non-empty list of "
+              "strings";
+  model.architecture = lookupArchitecture(*name);
+  if (!model.architecture)
+    return config.error("architectures")
+           << "unsupported architecture '" << *name
+           << "' (supported: " << supportedArchitectureList() << ")";
+  return mlir::success();
+}
+
+FailureOr<RopeKind> parseRopeKind(const ConfigReader &reader, StringRef key,
+                                  StringRef name) {
+  if (name == "default")
+    return RopeKind::kDefault;
+  if (name == "linear")
+    return RopeKind::kLinear;
+  if (name == "llama3")
+    return RopeKind::kLlama3;
+  return reader.error(key) << "rope type '" << name << "' ('"
+                           << reader.qualified(key)
+                           << "') is not supported (supported: default, "
+                              "linear, llama3)";
+}
+
+/// Reads the scaling parameters of `kind` from `params`, which is
+/// `rope_parameters` (transformers 5.x) or `rope_scaling` (older).
+mlir::LogicalResult parseRopeScaling(const ConfigReader &params,
+                                     RopeConfig &rope) {
+  if (rope.kind == RopeKind::kDefault)
+    return mlir::success();
+  FailureOr<double> factor = params.requireNumber("factor");
+  if (mlir::failed(factor))
+    return mlir::failure();
+  if (*factor <= 0)
+    return params.error("factor") << "'" << params.qualified("factor")
+                                  << "' must be positive, got " << *factor;
+  rope.factor = *factor;
+  if (rope.kind != RopeKind::kLlama3)
+    return mlir::success();
+  FailureOr<double> low = params.requireNumber("low_freq_factor");
+  FailureOr<double> high = params.requireNumber("high_freq_factor");
+  FailureOr<int64_t> original =
+      params.requireInt("original_max_position_embeddings");
+  if (mlir::failed(low) || mlir::failed(high) || mlir::failed(original))
+    return mlir::failure();
+  if (*high <= *low)
+    return params.error("high_freq_factor")
+           << "'" << params.qualified("high_freq_factor")
+           << "' must exceed 'low_freq_factor' for llama3 rope scaling";
+  if (*original <= 0)
+    return params.error("original_max_position_embeddings")
+           << "'" << params.qualified("original_max_position_embeddings")
+           << "' must be positive";
+  rope.lowFreqFactor = *low;
+  rope.highFreqFactor = *high;
+  rope.originalMaxPositionEmbeddings = *original;
+  return mlir::success();
+}
+
+mlir::LogicalResult parseRope(const ConfigReader &config, RopeConfig &rope) {
+  FailureOr<std::optional<ConfigReader>> parameters =
+      config.getObject("rope_parameters");
+  if (mlir::failed(parameters))
+    return mlir::failure();
+
+  // transformers 5.x: everything under `rope_parameters`.
+  if (*parameters) {
+    const ConfigReader &params = **parameters;
+    FailureOr<double> theta = params.getNumber("rope_theta", rope.theta);
+    if (mlir::failed(theta))
+      return mlir::failure();
+    rope.theta = *theta;
+    StringRef typeKey = params.has("rope_type") ? "rope_type" : "type";
+    FailureOr<std::optional<std::string>> type =
+        params.getOptionalString(typeKey);
+    if (mlir::failed(type))
+      return mlir::failure();
+    FailureOr<RopeKind> kind =
+        parseRopeKind(params, typeKey, type->value_or("default"));
+    if (mlir::failed(kind))
+      return mlir::failure();
+    rope.kind = *kind;
+    if (mlir::failed(parseRopeScaling(params, rope)))
+      return mlir::failure();
+  } else {
+    // Older configs: `rope_theta` at the top, `rope_scaling` (or null).
+    FailureOr<double> theta = config.getNumber("rope_theta", rope.theta);
+    if (mlir::failed(theta))
+      return mlir::failure();
+    rope.theta = *theta;
+    FailureOr<std::optional<ConfigReader>> scaling =
+        config.getObject("rope_scaling");
+    if (mlir::failed(scaling))
+      return mlir::failure();
+    if (*scaling) {
+      const ConfigReader &params = **scaling;
+      StringRef typeKey = params.has("rope_type") ? "rope_type" : "type";
+      FailureOr<std::optional<std::string>> type =
+          params.getOptionalString(typeKey);
+      if (mlir::failed(type))
+        return mlir::failure();
+      if (!*type)
+        return config.error("rope_scaling")
+               << "'rope_scaling' in config.json needs 'rope_type' or 'type'";
+      FailureOr<RopeKind> kind = parseRopeKind(params, typeKey, **type);
+      if (mlir::failed(kind))
+        return mlir::failure();
+      rope.kind = *kind;
+      if (mlir::failed(parseRopeScaling(params, rope)))
+        return mlir::failure();
+    }
+  }
+  if (rope.theta <= 0)
+    return config.error("rope_theta")
+           << "rope theta must be positive, got " << rope.theta;
+  return mlir::success();
+}
+
+mlir::LogicalResult parseActivation(const ConfigReader &config,
+                                    Activation &activation) {
+  FailureOr<std::optional<std::string>> name =
+      config.getOptionalString("hidden_act");
+  if (mlir::failed(name))
+    return mlir::failure();
+  StringRef act = name->value_or("silu");
+  if (act == "silu" || act == "swish")
+    activation = Activation::kSilu;
+  else if (act == "gelu")
+    activation = Activation::kGeluExact;
+  else if (act == "gelu_pytorch_tanh" || act == "gelu_new")
+    activation = Activation::kGeluTanh;
+  else
+    return config.error("hidden_act")
+           << "unsupported 'hidden_act' '" << act
+           << "' (supported: silu, swish, gelu, gelu_pytorch_tanh, gelu_new)";
+  return mlir::success();
+}
+
+mlir::LogicalResult parseBiases(const ConfigReader &config,
+                                ModelConfig &model) {
+  const Architecture &arch = *model.architecture;
+  model.qkvBias = arch.alwaysQKVBias;
+  if (!arch.configurableBias)
+    return mlir::success();
+  FailureOr<bool> attentionBias = config.getBool("attention_bias", false);
+  FailureOr<bool> mlpBias = config.getBool("mlp_bias", false);
+  if (mlir::failed(attentionBias) || mlir::failed(mlpBias))
+    return mlir::failure();
+  model.qkvBias = model.qkvBias || *attentionBias;
+  model.outputBias = *attentionBias;
+  model.mlpBias = *mlpBias;
+  return mlir::success();
+}
+
+FailureOr<int64_t> parseWindow(const ConfigReader &config) {
+  FailureOr<std::optional<int64_t>> window =
+      config.getOptionalInt("sliding_window");
+  if (mlir::failed(window))
+    return mlir::failure();
+  if (window->value_or(0) < 0)
+    return config.error("sliding_window")
+           << "'sliding_window' must not be negative, got " << **window;
+  return window->value_or(0);
+}
+
+/// Per-layer windows, like HF: Mistral applies `sliding_window` everywhere;
+/// Qwen2 only when `use_sliding_window`, to the layers `layer_types` marks
+/// "sliding_attention" (derived as layers >= `max_window_layers` when absent).
+mlir::LogicalResult parseSlidingWindows(const ConfigReader &config,
+                                        ModelConfig &model) {
+  model.slidingWindows.assign(model.numLayers, 0);
+  switch (model.architecture->slidingWindow) {
+  case SlidingWindowRule::kNone:
+    return mlir::success();
+  case SlidingWindowRule::kAllLayers: {
+    FailureOr<int64_t> window = parseWindow(config);
+    if (mlir::failed(window))
+      return mlir::failure();
+    model.slidingWindows.assign(model.numLayers, *window);
+    return mlir::success();
+  }
+  case SlidingWindowRule::kQwen2:
+    break;
+  }
+
+  FailureOr<bool> enabled = config.getBool("use_sliding_window", false);
+  FailureOr<int64_t> window = parseWindow(config);
+  if (mlir::failed(enabled) || mlir::failed(window))
+    return mlir::failure();
+  if (!*enabled || *window == 0)
+    return mlir::success();
+
+  if (const llvm::json::Value *types = config.get("layer_types")) {
+    const llvm::json::Array *list = types->getAsArray();
+    if (!list || static_cast<int64_t>(list->size()) != model.numLayers)
+      return config.error("layer_types")
+             << "'layer_types' must be a list of " << model.numLayers
+             << " strings (one per layer)";
+    for (auto [layer, type] : llvm::enumerate(*list)) {
+      std::optional<StringRef> name = type.getAsString();
+      if (!name || (*name != "sliding_attention" && *name != "full_attention"))
+        return config.error("layer_types")
+               << "'layer_types' entries must be \"sliding_attention\" or "
+                  "\"full_attention\" (layer "
+               << layer << ")";
+      if (*name == "sliding_attention")
+        model.slidingWindows[layer] = *window;
+    }
+    return mlir::success();
+  }
+
+  FailureOr<int64_t> maxWindowLayers =
+      config.getInt("max_window_layers", model.numLayers);
+  if (mlir::failed(maxWindowLayers))
+    return mlir::failure();
+  for (int64_t layer = *maxWindowLayers; layer < model.numLayers; ++layer)
+    model.slidingWindows[layer] = *window;
+  return mlir::success();
+}
+
+mlir::LogicalResult checkDimensions(const ConfigReader &config,
+                                    ModelConfig &model) {
+  struct Positive {
+    StringRef key;
+    int64_t value;
+  };
+  for (const Positive &dim :
+       {Positive{"vocab_size", model.vocabSize},
+        Positive{"hidden_size", model.hiddenSize},
+        Positive{"intermediate_size", model.intermediateSize},
+        Positive{"num_hidden_layers", model.numLayers},
+        Positive{"num_attention_heads", model.numHeads},
+        Positive{"num_key_value_heads", model.numKVHeads},
+        Positive{"max_position_embeddings", model.maxPositionEmbeddings}}) {
+    if (dim.value <= 0)
+      return config.error(dim.key)
+             << "'" << dim.key << "' must be positive, got " << dim.value;
+  }
+  if (model.numHeads % model.numKVHeads != 0)
+    return config.error("num_key_value_heads")
+           << "'num_attention_heads' (" << model.numHeads
+           << ") must be a multiple of 'num_key_value_heads' ("
+           << model.numKVHeads << ")";
+  if (model.headDim <= 0 || model.headDim % 2 != 0)
+    return config.error("head_dim")
+           << "head_dim must be positive and even (rotary embedding), got "
+           << model.headDim;
+  if (model.rmsNormEps <= 0)
+    return config.error("rms_norm_eps")
+           << "'rms_norm_eps' must be positive, got " << model.rmsNormEps;
+  return mlir::success();
+}
+
+/// Token ids: config.json first, generation_config.json fills in and adds
+/// eos ids (HF generate() stops on the union).
+mlir::LogicalResult parseTokenIds(const ConfigReader &config,
+                                  const ConfigReader *generation,
+                                  ModelConfig &model) {
+  FailureOr<std::optional<int64_t>> bos = config.getOptionalInt("bos_token_id");
+  FailureOr<std::optional<int64_t>> pad = config.getOptionalInt("pad_token_id");
+  FailureOr<std::vector<int64_t>> eos = config.getIntOrIntList("eos_token_id");
+  if (mlir::failed(bos) || mlir::failed(pad) || mlir::failed(eos))
+    return mlir::failure();
+  model.bosTokenId = *bos;
+  model.padTokenId = *pad;
+  model.eosTokenIds = *eos;
+  if (!generation)
+    return mlir::success();
+
+  FailureOr<std::optional<int64_t>> genBos =
+      generation->getOptionalInt("bos_token_id");
+  FailureOr<std::optional<int64_t>> genPad =
+      generation->getOptionalInt("pad_token_id");
+  FailureOr<std::vector<int64_t>> genEos =
+      generation->getIntOrIntList("eos_token_id");
+  if (mlir::failed(genBos) || mlir::failed(genPad) || mlir::failed(genEos))
+    return mlir::failure();
+  if (!model.bosTokenId)
+    model.bosTokenId = *genBos;
+  if (!model.padTokenId)
+    model.padTokenId = *genPad;
+  for (int64_t id : *genEos)
+    if (!llvm::is_contained(model.eosTokenIds, id))
+      model.eosTokenIds.push_back(id);
+  return mlir::success();
+}
+
+} // namespace
+
+std::optional<ModelConfig> parseModelConfig(StringRef modelDir,
+                                            mlir::MLIRContext &context) {
+  llvm::SmallString<256> configPath(modelDir);
+  llvm::sys::path::append(configPath, "config.json");
+  std::optional<ParsedJson> parsed = readJsonObject(configPath, context);
+  if (!parsed)
+    return std::nullopt;
+  ConfigReader config(parsed->file, *parsed->root.getAsObject());
+
+  ModelConfig model;
+  if (mlir::failed(parseArchitecture(config, model)))
+    return std::nullopt;
+
+  FailureOr<int64_t> vocab = config.requireInt("vocab_size");
+  FailureOr<int64_t> hidden = config.requireInt("hidden_size");
+  FailureOr<int64_t> intermediate = config.requireInt("intermediate_size");
+  FailureOr<int64_t> layers = config.requireInt("num_hidden_layers");
+  FailureOr<int64_t> heads = config.requireInt("num_attention_heads");
+  FailureOr<int64_t> maxPositions =
+      config.requireInt("max_position_embeddings");
+  if (mlir::failed(vocab) || mlir::failed(hidden) ||
+      mlir::failed(intermediate) || mlir::failed(layers) ||
+      mlir::failed(heads) || mlir::failed(maxPositions))
+    return std::nullopt;
+  model.vocabSize = *vocab;
+  model.hiddenSize = *hidden;
+  model.intermediateSize = *intermediate;
+  model.numLayers = *layers;
+  model.numHeads = *heads;
+  model.maxPositionEmbeddings = *maxPositions;
+  if (model.numHeads <= 0) {
+    config.error("num_attention_heads")
+        << "'num_attention_heads' must be positive, got " << model.numHeads;
+    return std::nullopt;
+  }
+
+  FailureOr<int64_t> kvHeads =
+      config.getInt("num_key_value_heads", model.numHeads);
+  FailureOr<std::optional<int64_t>> headDim = config.getOptionalInt("head_dim");
+  FailureOr<double> eps = config.getNumber("rms_norm_eps", 1e-6);
+  FailureOr<bool> tied = config.getBool("tie_word_embeddings", false);
+  if (mlir::failed(kvHeads) || mlir::failed(headDim) || mlir::failed(eps) ||
+      mlir::failed(tied))
+    return std::nullopt;
+  model.numKVHeads = *kvHeads;
+  model.rmsNormEps = *eps;
+  model.tieWordEmbeddings = *tied;
+  if (*headDim) {
+    model.headDim = **headDim;
+  } else if (model.hiddenSize % model.numHeads != 0) {
+    config.error("hidden_size")
+        << "'hidden_size' (" << model.hiddenSize
+        << ") is not a multiple of 'num_attention_heads' (" << model.numHeads
+        << ") and config.json has no 'head_dim'";
+    return std::nullopt;
+  } else {
+    model.headDim = model.hiddenSize / model.numHeads;
+  }
+
+  if (mlir::failed(checkDimensions(config, model)) ||
+      mlir::failed(parseActivation(config, model.hiddenAct)) ||
+      mlir::failed(parseBiases(config, model)) ||
+      mlir::failed(parseSlidingWindows(config, model)) ||
+      mlir::failed(parseRope(config, model.rope)))
+    return std::nullopt;
+
+  llvm::SmallString<256> generationPath(modelDir);
+  llvm::sys::path::append(generationPath, "generation_config.json");
+  std::optional<ParsedJson> generation;
+  std::optional<ConfigReader> generationReader;
+  if (llvm::sys::fs::exists(generationPath)) {
+    generation = readJsonObject(generationPath, context);
+    if (!generation)
+      return std::nullopt;
+    generationReader.emplace(generation->file, *generation->root.getAsObject());
+  }
+  if (mlir::failed(parseTokenIds(
+          config, generationReader ? &*generationReader : nullptr, model)))
+    return std::nullopt;
+  return model;
+}
+
+} // namespace infer::frontend
