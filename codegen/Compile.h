@@ -1,4 +1,4 @@
-//===- Compile.h - Entry points of the compiler for the infer tool -*- C++ -*-===//
+//===- Compile.h - Entry points of the compiler for `infer` -----*- C++ -*-===//
 //
 // What `infer import` and `infer compile` call. The interface has no MLIR types
 // so tools/infer can be built with INFER_ENABLE_COMPILER=OFF (then these

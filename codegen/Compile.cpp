@@ -1,0 +1,182 @@
+//===- Compile.cpp - Entry points of the compiler for the infer tool ------===//
+
+#include "codegen/Compile.h"
+
+#include "codegen/Artifact.h"
+#include "codegen/PlanLowering.h"
+#include "frontend/ImportHF.h"
+#include "passes/Passes.h"
+#include "runtime/safetensors/Safetensors.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+namespace infer::compiler {
+namespace {
+
+/// `file:line:col`, `file` for a whole-file location, the name of a NameLoc,
+/// or the first known part of a fused location.
+std::string formatLocation(mlir::Location loc) {
+  if (auto file = mlir::dyn_cast<mlir::FileLineColLoc>(loc)) {
+    std::string text = file.getFilename().str();
+    if (file.getLine() != 0)
+      text += ":" + std::to_string(file.getLine()) + ":" +
+              std::to_string(file.getColumn());
+    return text;
+  }
+  if (auto name = mlir::dyn_cast<mlir::NameLoc>(loc))
+    return name.getName().str();
+  if (auto fused = mlir::dyn_cast<mlir::FusedLoc>(loc)) {
+    for (mlir::Location part : fused.getLocations()) {
+      std::string text = formatLocation(part);
+      if (!text.empty())
+        return text;
+    }
+  }
+  if (auto callSite = mlir::dyn_cast<mlir::CallSiteLoc>(loc))
+    return formatLocation(callSite.getCallee());
+  return "";
+}
+
+const char *severityName(mlir::DiagnosticSeverity severity) {
+  switch (severity) {
+  case mlir::DiagnosticSeverity::Error:
+    return "error";
+  case mlir::DiagnosticSeverity::Warning:
+    return "warning";
+  case mlir::DiagnosticSeverity::Note:
+    return "note";
+  case mlir::DiagnosticSeverity::Remark:
+    return "remark";
+  }
+  llvm_unreachable("unknown severity");
+}
+
+/// Collects the diagnostics of a compilation as `loc: error: message` lines,
+/// notes included, for a Status message.
+class DiagnosticCollector {
+public:
+  explicit DiagnosticCollector(mlir::MLIRContext &context)
+      : handler(&context, [this](mlir::Diagnostic &diag) {
+          append(diag);
+          for (mlir::Diagnostic &note : diag.getNotes())
+            append(note);
+          return mlir::success();
+        }) {}
+
+  Status failure(StatusCode code, const std::string &fallback) const {
+    return Status(code, text.empty() ? fallback : text);
+  }
+
+private:
+  void append(mlir::Diagnostic &diag) {
+    if (!text.empty())
+      text += "\n";
+    std::string where = formatLocation(diag.getLocation());
+    if (!where.empty())
+      text += where + ": ";
+    text += severityName(diag.getSeverity());
+    text += ": " + diag.str();
+  }
+
+  std::string text;
+  mlir::ScopedDiagnosticHandler handler;
+};
+
+std::string absolutePath(const std::string &path) {
+  llvm::SmallString<256> real;
+  if (!llvm::sys::fs::real_path(path, real))
+    return std::string(real);
+  llvm::SmallString<256> absolute(path);
+  llvm::sys::fs::make_absolute(absolute);
+  return std::string(absolute);
+}
+
+Status checkOptions(const CompileOptions &options) {
+  if (options.target == "cuda")
+    return unimplemented("target 'cuda' is not yet supported by the "
+                         "compiler (supported: cpu)");
+  if (options.target != "cpu")
+    return invalidArgument("unknown target '" + options.target +
+                           "' (supported: cpu, cuda)");
+  if (options.blockSize <= 0)
+    return invalidArgument("block size must be positive, got " +
+                           std::to_string(options.blockSize));
+  return Status::ok();
+}
+
+} // namespace
+
+Status importModel(const std::string &modelDir, const std::string &outPath) {
+  mlir::MLIRContext context;
+  DiagnosticCollector diagnostics(context);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      frontend::importHFModel(modelDir, context);
+  if (!module)
+    return diagnostics
+        .failure(StatusCode::kInvalidArgument, "cannot import " + modelDir)
+        .withContext("importing " + modelDir);
+
+  std::string error;
+  std::unique_ptr<llvm::ToolOutputFile> output =
+      mlir::openOutputFile(outPath, &error);
+  if (!output)
+    return invalidArgument(error);
+  module->print(output->os());
+  output->os().flush();
+  if (output->os().has_error())
+    return dataLoss("error writing " + outPath);
+  output->keep();
+  return Status::ok();
+}
+
+Status compileModel(const std::string &modelDir, const std::string &outDir,
+                    const CompileOptions &options) {
+  INFER_RETURN_IF_ERROR(checkOptions(options));
+  std::string weightsDir = absolutePath(modelDir);
+
+  mlir::MLIRContext context;
+  context.disableMultithreading();
+  DiagnosticCollector diagnostics(context);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      frontend::importHFModel(weightsDir, context);
+  if (!module)
+    return diagnostics
+        .failure(StatusCode::kInvalidArgument, "cannot import " + modelDir)
+        .withContext("importing " + modelDir);
+
+  mlir::PassManager pm(&context);
+  mlir::infer::DeployPipelineOptions pipelineOptions;
+  pipelineOptions.blockSize = options.blockSize;
+  mlir::infer::buildDeployPipeline(pm, pipelineOptions);
+  if (mlir::failed(pm.run(*module)) || mlir::failed(mlir::verify(*module)))
+    return diagnostics
+        .failure(StatusCode::kInternal, "infer-deploy-pipeline failed")
+        .withContext("compiling " + modelDir);
+
+  StatusOr<TensorFileMap> tensorFiles =
+      safetensors::listModelTensors(weightsDir);
+  if (!tensorFiles.isOk())
+    return tensorFiles.status();
+  mlir::FailureOr<plan::Plan> plan = lowerToPlan(*module, *tensorFiles);
+  if (mlir::failed(plan))
+    return diagnostics.failure(StatusCode::kInternal, "cannot lower to a plan")
+        .withContext("lowering " + modelDir + " to a plan");
+
+  ArtifactContents contents;
+  contents.modelDir = weightsDir;
+  contents.options = options;
+  contents.program = *module;
+  contents.plan = &*plan;
+  contents.tensorFiles = &*tensorFiles;
+  return writeArtifact(outDir, contents)
+      .withContext("writing artifact " + outDir);
+}
+
+} // namespace infer::compiler

@@ -1,0 +1,376 @@
+//===- PlanLowering.cpp - Final infer IR -> kernel plan -------------------===//
+//
+// Values and their plan shapes:
+//
+//   func argument {infer.input = "token_ids"}  -> input     [T]
+//   func argument {infer.input = "kv_cache"}   -> kv_cache  (no shape)
+//   infer.weight "model.norm.weight"           -> param     [384]
+//   any other op result                        -> activation, e.g. [T, 384]
+//
+// Dynamic dimensions get the symbol of the batch-contract input they come
+// from (T tokens, B sequences, S logits rows, M blocks per sequence), traced
+// through each op's shape rule. kv_cache_write updates the cache in place, so
+// its result is the cache value itself and the step has no results.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/PlanLowering.h"
+
+#include "ir/InferAttrs.h"
+#include "ir/InferDialect.h"
+#include "ir/InferOps.h"
+#include "ir/InferTypes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using llvm::StringRef;
+using mlir::FailureOr;
+
+namespace infer::compiler {
+namespace {
+
+/// Symbolic shapes of the batch-contract inputs. query_start_loc has B + 1
+/// entries; the plan format only names B, and the runtime binds inputs from
+/// the batch, not from these shapes.
+std::optional<std::vector<plan::Dim>> inputShape(StringRef name) {
+  auto sym = [](const char *symbol) { return plan::Dim::dynamic(symbol); };
+  return llvm::StringSwitch<std::optional<std::vector<plan::Dim>>>(name)
+      .Cases("token_ids", "positions", "slot_mapping",
+             std::vector<plan::Dim>{sym("T")})
+      .Cases("query_start_loc", "context_lens",
+             std::vector<plan::Dim>{sym("B")})
+      .Case("block_tables", std::vector<plan::Dim>{sym("B"), sym("M")})
+      .Case("logits_indices", std::vector<plan::Dim>{sym("S")})
+      .Default(std::nullopt);
+}
+
+/// The step ops of plan format 1 that map one-to-one from infer ops.
+double asDouble(const llvm::APFloat &value) {
+  bool losesInfo = false;
+  llvm::APFloat copy = value;
+  copy.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven,
+               &losesInfo);
+  return copy.convertToDouble();
+}
+
+bool isDirectStep(StringRef name) {
+  return llvm::StringSwitch<bool>(name)
+      .Cases("embedding", "rms_norm", "linear", "rope", "paged_attention", true)
+      .Cases("silu", "add", "mul", "gather_rows", "logits", true)
+      .Default(false);
+}
+
+class PlanLowering {
+public:
+  PlanLowering(mlir::func::FuncOp func, const TensorFileMap &tensorFiles)
+      : func(func), tensorFiles(tensorFiles), asmState(func) {}
+
+  FailureOr<plan::Plan> lower();
+
+private:
+  FailureOr<plan::DType> dtypeOf(mlir::Operation *at, mlir::Type type);
+  int addValue(plan::Value value);
+  mlir::LogicalResult lowerArgument(mlir::BlockArgument arg);
+  mlir::LogicalResult lowerWeight(mlir::infer::WeightOp op);
+  mlir::LogicalResult lowerStep(mlir::Operation *op, StringRef stepName);
+  mlir::LogicalResult lowerCacheWrite(mlir::infer::KVCacheWriteOp op);
+  FailureOr<std::vector<plan::Dim>> resultShape(mlir::Operation *op,
+                                                mlir::RankedTensorType type);
+  mlir::LogicalResult lowerAttributes(mlir::Operation *op, plan::Step &step);
+  const std::vector<plan::Dim> &shapeOf(mlir::Value value) {
+    return rank.values[ids.lookup(value)].shape;
+  }
+
+  mlir::func::FuncOp func;
+  const TensorFileMap &tensorFiles;
+  mlir::AsmState asmState;
+  plan::Plan result;
+  plan::RankPlan rank;
+  llvm::DenseMap<mlir::Value, int> ids;
+  std::map<std::string, int> paramIds;
+};
+
+FailureOr<plan::DType> PlanLowering::dtypeOf(mlir::Operation *at,
+                                             mlir::Type type) {
+  if (type.isF32())
+    return plan::DType::kF32;
+  if (type.isF16())
+    return plan::DType::kF16;
+  if (type.isBF16())
+    return plan::DType::kBF16;
+  if (type.isSignlessInteger(32))
+    return plan::DType::kI32;
+  if (type.isSignlessInteger(64))
+    return plan::DType::kI64;
+  return at->emitError() << "element type " << type
+                         << " has no plan dtype (f32, f16, bf16, i32, i64)";
+}
+
+int PlanLowering::addValue(plan::Value value) {
+  value.id = static_cast<int>(rank.values.size());
+  rank.values.push_back(std::move(value));
+  return rank.values.back().id;
+}
+
+mlir::LogicalResult PlanLowering::lowerArgument(mlir::BlockArgument arg) {
+  auto name = func.getArgAttrOfType<mlir::StringAttr>(
+      arg.getArgNumber(), mlir::infer::InferDialect::kInputAttrName);
+  if (!name)
+    return func.emitError()
+           << "argument #" << arg.getArgNumber() << " has no '"
+           << mlir::infer::InferDialect::kInputAttrName << "' attribute";
+  plan::Value value;
+  value.name = name.getValue().str();
+
+  if (auto cache = mlir::dyn_cast<mlir::infer::KVCacheType>(arg.getType())) {
+    FailureOr<plan::DType> dtype = dtypeOf(func, cache.getElementType());
+    if (mlir::failed(dtype))
+      return mlir::failure();
+    value.kind = plan::ValueKind::kKVCache;
+    value.dtype = *dtype;
+    result.kvCache.numLayers = cache.getNumLayers();
+    result.kvCache.numKVHeads = cache.getNumKVHeads();
+    result.kvCache.headDim = cache.getHeadDim();
+    result.kvCache.blockSize = cache.getBlockSize();
+    result.kvCache.dtype = *dtype;
+    ids[arg] = addValue(std::move(value));
+    return mlir::success();
+  }
+
+  auto type = mlir::dyn_cast<mlir::RankedTensorType>(arg.getType());
+  std::optional<std::vector<plan::Dim>> shape = inputShape(value.name);
+  if (!type || !shape || type.getRank() != static_cast<int64_t>(shape->size()))
+    return func.emitError()
+           << "argument #" << arg.getArgNumber() << " ('" << value.name
+           << "') is not a batch-contract input of the plan "
+              "format";
+  FailureOr<plan::DType> dtype = dtypeOf(func, type.getElementType());
+  if (mlir::failed(dtype))
+    return mlir::failure();
+  value.kind = plan::ValueKind::kInput;
+  value.dtype = *dtype;
+  value.shape = *shape;
+  ids[arg] = addValue(std::move(value));
+  return mlir::success();
+}
+
+mlir::LogicalResult PlanLowering::lowerWeight(mlir::infer::WeightOp op) {
+  std::string name = op.getName().str();
+  auto found = paramIds.find(name);
+  if (found != paramIds.end()) {
+    ids[op.getResult()] = found->second;
+    return mlir::success();
+  }
+  auto file = tensorFiles.find(name);
+  if (file == tensorFiles.end())
+    return op.emitError() << "tensor '" << name
+                          << "' is not in the model's safetensors files";
+  auto type = mlir::cast<mlir::RankedTensorType>(op.getType());
+  FailureOr<plan::DType> dtype = dtypeOf(op, type.getElementType());
+  if (mlir::failed(dtype))
+    return mlir::failure();
+  plan::Value value;
+  value.kind = plan::ValueKind::kParam;
+  value.name = name;
+  value.dtype = *dtype;
+  for (int64_t size : type.getShape())
+    value.shape.push_back(plan::Dim::fixed(size));
+  value.sourceFile = file->second;
+  value.sourceTensor = name;
+  int id = addValue(std::move(value));
+  paramIds[name] = id;
+  ids[op.getResult()] = id;
+  return mlir::success();
+}
+
+FailureOr<std::vector<plan::Dim>>
+PlanLowering::resultShape(mlir::Operation *op, mlir::RankedTensorType type) {
+  auto operandShape = [&](unsigned index) {
+    return shapeOf(op->getOperand(index));
+  };
+  auto dim = [](const std::vector<plan::Dim> &shape, size_t index) {
+    return index < shape.size() ? shape[index] : plan::Dim::fixed(0);
+  };
+  // Each op's rule for where its result dimensions come from.
+  std::vector<plan::Dim> derived =
+      llvm::TypeSwitch<mlir::Operation *, std::vector<plan::Dim>>(op)
+          .Case<mlir::infer::EmbeddingOp>([&](auto) {
+            return std::vector<plan::Dim>{dim(operandShape(1), 0),
+                                          dim(operandShape(0), 1)};
+          })
+          .Case<mlir::infer::GatherRowsOp>([&](auto) {
+            return std::vector<plan::Dim>{dim(operandShape(1), 0),
+                                          dim(operandShape(0), 1)};
+          })
+          .Case<mlir::infer::LinearOp, mlir::infer::LogitsOp>([&](auto) {
+            return std::vector<plan::Dim>{dim(operandShape(0), 0),
+                                          dim(operandShape(1), 0)};
+          })
+          .Default([&](mlir::Operation *) { return operandShape(0); });
+
+  if (derived.size() != static_cast<size_t>(type.getRank()))
+    return op->emitError() << "cannot derive the plan shape of result type "
+                           << type;
+  std::vector<plan::Dim> shape;
+  for (auto [index, size] : llvm::enumerate(type.getShape())) {
+    if (!mlir::ShapedType::isDynamic(size)) {
+      shape.push_back(plan::Dim::fixed(size));
+      continue;
+    }
+    if (!derived[index].isDynamic())
+      return op->emitError() << "dynamic dimension #" << index
+                             << " of the result is not traceable to a "
+                                "batch-contract input";
+    shape.push_back(derived[index]);
+  }
+  return shape;
+}
+
+/// Copies op attributes into step attributes; `#infer.rope` is flattened to
+/// theta / scaling / factor / low_freq_factor / high_freq_factor /
+/// original_max_position_embeddings.
+mlir::LogicalResult PlanLowering::lowerAttributes(mlir::Operation *op,
+                                                  plan::Step &step) {
+  for (mlir::NamedAttribute named : op->getAttrDictionary()) {
+    std::string name = named.getName().str();
+    mlir::Attribute attr = named.getValue();
+    if (mlir::isa<mlir::infer::GeluOp>(op) && name == "approximate")
+      continue;
+    if (auto integer = mlir::dyn_cast<mlir::IntegerAttr>(attr)) {
+      step.attrs[name] = integer.getValue().getSExtValue();
+    } else if (auto real = mlir::dyn_cast<mlir::FloatAttr>(attr)) {
+      step.attrs[name] = real.getValueAsDouble();
+    } else if (auto text = mlir::dyn_cast<mlir::StringAttr>(attr)) {
+      step.attrs[name] = text.getValue().str();
+    } else if (auto rope = mlir::dyn_cast<mlir::infer::RopeAttr>(attr)) {
+      step.attrs["theta"] = asDouble(rope.getTheta());
+      step.attrs["scaling"] =
+          mlir::infer::stringifyRopeScalingKind(rope.getKind()).str();
+      step.attrs["factor"] = asDouble(rope.getFactor());
+      step.attrs["low_freq_factor"] = asDouble(rope.getLowFreqFactor());
+      step.attrs["high_freq_factor"] = asDouble(rope.getHighFreqFactor());
+      step.attrs["original_max_position_embeddings"] =
+          rope.getOriginalMaxPositionEmbeddings();
+    } else {
+      return op->emitError() << "attribute '" << name
+                             << "' has no plan representation: " << attr;
+    }
+  }
+  return mlir::success();
+}
+
+mlir::LogicalResult PlanLowering::lowerStep(mlir::Operation *op,
+                                            StringRef stepName) {
+  plan::Step step;
+  step.op = stepName.str();
+  for (mlir::Value operand : op->getOperands())
+    step.operands.push_back(ids.lookup(operand));
+  if (mlir::failed(lowerAttributes(op, step)))
+    return mlir::failure();
+  for (mlir::Value res : op->getResults()) {
+    auto type = mlir::dyn_cast<mlir::RankedTensorType>(res.getType());
+    if (!type)
+      return op->emitError()
+             << "result type " << res.getType() << " is not a ranked tensor";
+    FailureOr<std::vector<plan::Dim>> shape = resultShape(op, type);
+    FailureOr<plan::DType> dtype = dtypeOf(op, type.getElementType());
+    if (mlir::failed(shape) || mlir::failed(dtype))
+      return mlir::failure();
+    plan::Value value;
+    value.kind = plan::ValueKind::kActivation;
+    llvm::raw_string_ostream os(value.name);
+    res.printAsOperand(os, asmState);
+    os.flush();
+    value.dtype = *dtype;
+    value.shape = std::move(*shape);
+    int id = addValue(std::move(value));
+    ids[res] = id;
+    step.results.push_back(id);
+  }
+  rank.steps.push_back(std::move(step));
+  return mlir::success();
+}
+
+mlir::LogicalResult
+PlanLowering::lowerCacheWrite(mlir::infer::KVCacheWriteOp op) {
+  plan::Step step;
+  step.op = "kv_cache_write";
+  for (mlir::Value operand : op->getOperands())
+    step.operands.push_back(ids.lookup(operand));
+  if (mlir::failed(lowerAttributes(op, step)))
+    return mlir::failure();
+  ids[op.getResult()] = ids.lookup(op.getCache());
+  rank.steps.push_back(std::move(step));
+  return mlir::success();
+}
+
+FailureOr<plan::Plan> PlanLowering::lower() {
+  if (!func.getBody().hasOneBlock())
+    return func.emitError() << "@forward must have a single block";
+  for (mlir::BlockArgument arg : func.getArguments())
+    if (mlir::failed(lowerArgument(arg)))
+      return mlir::failure();
+
+  for (mlir::Operation &op : func.getBody().front()) {
+    for (mlir::Value operand : op.getOperands())
+      if (!ids.count(operand))
+        return op.emitError() << "operand is not a plan value";
+    StringRef name = op.getName().stripDialect();
+    mlir::LogicalResult lowered =
+        llvm::TypeSwitch<mlir::Operation *, mlir::LogicalResult>(&op)
+            .Case<mlir::infer::WeightOp>(
+                [&](auto weight) { return lowerWeight(weight); })
+            .Case<mlir::infer::KVCacheWriteOp>(
+                [&](auto write) { return lowerCacheWrite(write); })
+            .Case<mlir::infer::AttentionOp>([&](auto attention) {
+              return attention.emitError()
+                     << "logical attention has no plan step: run "
+                        "infer-page-kv-cache first";
+            })
+            .Case<mlir::infer::GeluOp>([&](auto gelu) -> mlir::LogicalResult {
+              if (gelu.getApproximate() != "tanh")
+                return gelu.emitError()
+                       << "plan format " << plan::kPlanFormatVersion
+                       << " has only gelu_tanh; approximate = \""
+                       << gelu.getApproximate() << "\" is not supported";
+              return lowerStep(gelu, "gelu_tanh");
+            })
+            .Case<mlir::func::ReturnOp>([&](auto ret) {
+              for (mlir::Value operand : ret.getOperands())
+                rank.outputs.push_back(ids.lookup(operand));
+              return mlir::success();
+            })
+            .Default([&](mlir::Operation *other) -> mlir::LogicalResult {
+              if (other->getDialect() &&
+                  mlir::isa<mlir::infer::InferDialect>(other->getDialect()) &&
+                  isDirectStep(name))
+                return lowerStep(other, name);
+              return other->emitError() << "'" << other->getName()
+                                        << "' has no step in plan format "
+                                        << plan::kPlanFormatVersion;
+            });
+    if (mlir::failed(lowered))
+      return mlir::failure();
+  }
+  result.ranks.push_back(std::move(rank));
+  return std::move(result);
+}
+
+} // namespace
+
+FailureOr<plan::Plan> lowerToPlan(mlir::ModuleOp module,
+                                  const TensorFileMap &tensorFiles) {
+  auto func = module.lookupSymbol<mlir::func::FuncOp>("forward");
+  if (!func)
+    return module.emitError() << "the module has no func.func @forward";
+  return PlanLowering(func, tensorFiles).lower();
+}
+
+} // namespace infer::compiler

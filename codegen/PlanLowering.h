@@ -1,0 +1,34 @@
+//===- PlanLowering.h - Final infer IR -> kernel plan -----------*- C++ -*-===//
+//
+// Lowers the paged, deployable form of a model (the output of
+// `infer-deploy-pipeline`) to the runtime's plan format: one plan value per
+// SSA value, one step per op, in program order.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_CODEGEN_PLANLOWERING_H
+#define INFER_CODEGEN_PLANLOWERING_H
+
+#include "runtime/plan/Plan.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LogicalResult.h"
+
+#include <map>
+#include <string>
+
+namespace infer::compiler {
+
+/// Checkpoint tensor name -> safetensors file holding it (relative to the
+/// weights directory), as `safetensors::listModelTensors` returns it.
+using TensorFileMap = std::map<std::string, std::string>;
+
+/// Lowers `@forward` of `module` to a single-rank plan. Emits a diagnostic on
+/// the offending op and fails on anything the plan format cannot express
+/// (notably `infer.attention`: the paging pass has not run).
+mlir::FailureOr<plan::Plan> lowerToPlan(mlir::ModuleOp module,
+                                        const TensorFileMap &tensorFiles);
+
+} // namespace infer::compiler
+
+#endif // INFER_CODEGEN_PLANLOWERING_H
