@@ -1,0 +1,57 @@
+//===- InferAttrs.cpp - infer dialect attributes ----------------*- C++ -*-===//
+//
+// Implements the attributes and enumerations of the infer dialect.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ir/InferAttrs.h"
+
+#include "ir/InferDialect.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::infer;
+
+#include "ir/InferEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "ir/InferAttrs.cpp.inc"
+
+void InferDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "ir/InferAttrs.cpp.inc"
+      >();
+}
+
+LogicalResult
+RopeAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                 APFloat thetaValue, RopeScalingKind kind, APFloat factorValue,
+                 APFloat lowFreqFactorValue, APFloat highFreqFactorValue,
+                 int64_t originalMaxPositionEmbeddings) {
+  double theta = thetaValue.convertToDouble();
+  double factor = factorValue.convertToDouble();
+  double lowFreqFactor = lowFreqFactorValue.convertToDouble();
+  double highFreqFactor = highFreqFactorValue.convertToDouble();
+  if (!(theta > 0))
+    return emitError() << "rope theta must be positive, got " << theta;
+  if (kind == RopeScalingKind::Default)
+    return success();
+  if (!(factor > 0))
+    return emitError() << "'" << stringifyRopeScalingKind(kind)
+                       << "' rope scaling needs a positive factor, got "
+                       << factor;
+  if (kind == RopeScalingKind::Linear)
+    return success();
+  if (!(highFreqFactor > lowFreqFactor))
+    return emitError() << "'llama3' rope scaling needs high_freq_factor ("
+                       << highFreqFactor << ") > low_freq_factor ("
+                       << lowFreqFactor << ")";
+  if (originalMaxPositionEmbeddings <= 0)
+    return emitError() << "'llama3' rope scaling needs a positive "
+                          "original_max_position_embeddings, got "
+                       << originalMaxPositionEmbeddings;
+  return success();
+}

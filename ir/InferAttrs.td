@@ -1,0 +1,86 @@
+//===- InferAttrs.td - infer dialect attributes ------------*- tablegen -*-===//
+//
+// Attributes of the infer dialect.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_IR_INFERATTRS_TD
+#define INFER_IR_INFERATTRS_TD
+
+include "ir/InferBase.td"
+include "ir/InferEnums.td"
+include "mlir/IR/AttrTypeBase.td"
+
+class Infer_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Infer_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+/// A double-precision parameter printed and parsed as an MLIR float literal;
+/// it may be omitted from the assembly when `defaultValue` is set.
+class Infer_F64Parameter<string desc, string defaultF64 = "">
+    : APFloatParameter<desc> {
+  let parser = [{ [&]() -> ::mlir::FailureOr<::llvm::APFloat> {
+    ::llvm::APFloat value(0.0);
+    if (::mlir::failed(
+            $_parser.parseFloat(::llvm::APFloat::IEEEdouble(), value)))
+      return ::mlir::failure();
+    return value;
+  }() }];
+  let defaultValue = !if(!empty(defaultF64), "",
+                         "::llvm::APFloat(" # defaultF64 # ")");
+}
+
+//===----------------------------------------------------------------------===//
+// Rotary position embedding
+//===----------------------------------------------------------------------===//
+
+def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
+  let summary = "Rotary position embedding parameters";
+  let description = [{
+    Parameters of rotary position embedding (RoPE) as Hugging Face
+    configurations give them: `rope_theta` and the `rope_scaling` block.
+    `factor`, `low_freq_factor`, `high_freq_factor` and
+    `original_max_position_embeddings` default to 1.0, 1.0, 4.0 and 0 and are
+    omitted from the printed form when they hold their defaults.
+
+    `theta` must be positive. `linear` scaling needs a positive `factor`;
+    `llama3` scaling also needs `high_freq_factor > low_freq_factor` and a
+    positive `original_max_position_embeddings`.
+
+    ```mlir
+    #infer.rope<theta = 1.0e+04, kind = default>
+    #infer.rope<theta = 5.0e+05, kind = llama3, factor = 8.0,
+                low_freq_factor = 1.0, high_freq_factor = 4.0,
+                original_max_position_embeddings = 8192>
+    ```
+  }];
+
+  let parameters = (ins
+    Infer_F64Parameter<"base of the inverse frequencies">:$theta,
+    EnumParameter<Infer_RopeScalingKind>:$kind,
+    Infer_F64Parameter<"scaling factor", "1.0">:$factor,
+    Infer_F64Parameter<"llama3 low-frequency factor", "1.0">:$low_freq_factor,
+    Infer_F64Parameter<"llama3 high-frequency factor", "4.0">:$high_freq_factor,
+    DefaultValuedParameter<"int64_t", "0",
+        "context length the model was trained with (llama3)">
+        :$original_max_position_embeddings
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+
+  let builders = [
+    AttrBuilder<(ins "double":$theta, "RopeScalingKind":$kind,
+                     CArg<"double", "1.0">:$factor,
+                     CArg<"double", "1.0">:$lowFreqFactor,
+                     CArg<"double", "4.0">:$highFreqFactor,
+                     CArg<"int64_t", "0">:$originalMaxPositionEmbeddings), [{
+      return $_get($_ctxt, ::llvm::APFloat(theta), kind, ::llvm::APFloat(factor),
+                   ::llvm::APFloat(lowFreqFactor),
+                   ::llvm::APFloat(highFreqFactor),
+                   originalMaxPositionEmbeddings);
+    }]>
+  ];
+}
+
+#endif // INFER_IR_INFERATTRS_TD

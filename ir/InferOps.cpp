@@ -1,0 +1,279 @@
+//===- InferOps.cpp - infer dialect operations ------------------*- C++ -*-===//
+//
+// Implements the verifiers of the infer dialect's operations.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ir/InferOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::infer;
+
+#define GET_OP_CLASSES
+#include "ir/InferOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Shape helpers
+//===----------------------------------------------------------------------===//
+
+/// Two sizes are compatible when they can describe the same runtime size.
+static bool isCompatibleDim(int64_t lhs, int64_t rhs) {
+  return ShapedType::isDynamic(lhs) || ShapedType::isDynamic(rhs) || lhs == rhs;
+}
+
+/// Formats a shape as `[?, 384]`.
+static std::string formatShape(ArrayRef<int64_t> shape) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "[";
+  llvm::interleaveComma(shape, os, [&](int64_t size) {
+    if (ShapedType::isDynamic(size))
+      os << "?";
+    else
+      os << size;
+  });
+  os << "]";
+  return text;
+}
+
+static int64_t featureDim(Value value) {
+  return cast<RankedTensorType>(value.getType()).getShape().back();
+}
+
+/// Checks that a `[rows, columns]` result has the expected shape; `how`
+/// says where the expected sizes come from.
+static LogicalResult
+verifyResultShape(Operation *op, ArrayRef<int64_t> expected, StringRef how) {
+  auto resultType = cast<RankedTensorType>(op->getResult(0).getType());
+  ArrayRef<int64_t> actual = resultType.getShape();
+  if (actual.size() == expected.size() &&
+      llvm::all_of(llvm::zip_equal(actual, expected), [](auto sizes) {
+        return isCompatibleDim(std::get<0>(sizes), std::get<1>(sizes));
+      }))
+    return success();
+  return op->emitOpError() << "expects result shape " << formatShape(expected)
+                           << " (" << how << "), got " << resultType;
+}
+
+/// Checks that a `[N, K]` projection weight matches `[T, K]` input features.
+static LogicalResult verifyProjectionWeight(Operation *op, Value input,
+                                            Value weight) {
+  int64_t features = featureDim(input);
+  if (isCompatibleDim(featureDim(weight), features))
+    return success();
+  return op->emitOpError() << "expects weight of shape [N, " << features
+                           << "] to match the input features, got "
+                           << weight.getType();
+}
+
+static LogicalResult verifySameType(Operation *op, Type actual, Type expected,
+                                    StringRef what) {
+  if (actual == expected)
+    return success();
+  return op->emitOpError() << "expects result type to match " << what
+                           << " type " << expected << ", got " << actual;
+}
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+LogicalResult WeightOp::verify() {
+  if (getName().empty())
+    return emitOpError() << "expects a non-empty checkpoint tensor name";
+  RankedTensorType type = getResult().getType();
+  if (!type.hasStaticShape())
+    return emitOpError() << "expects a statically shaped result, got " << type;
+  if (!isa<FloatType>(type.getElementType()))
+    return emitOpError() << "expects a float element type, got "
+                         << type.getElementType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding and projections
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  return verifyResultShape(
+      *this, {getIds().getType().getDimSize(0), featureDim(getTable())},
+      "ids rows, table columns");
+}
+
+LogicalResult GatherRowsOp::verify() {
+  return verifyResultShape(
+      *this, {getIndices().getType().getDimSize(0), featureDim(getInput())},
+      "indices rows, input columns");
+}
+
+LogicalResult LinearOp::verify() {
+  if (failed(verifyProjectionWeight(*this, getInput(), getWeight())))
+    return failure();
+  int64_t outFeatures = getWeight().getType().getDimSize(0);
+  if (Value bias = getBias();
+      bias && !isCompatibleDim(featureDim(bias), outFeatures))
+    return emitOpError() << "expects bias of shape [" << outFeatures
+                         << "] to match the weight rows, got "
+                         << bias.getType();
+  return verifyResultShape(*this,
+                           {getInput().getType().getDimSize(0), outFeatures},
+                           "input rows, weight rows");
+}
+
+LogicalResult LogitsOp::verify() {
+  if (failed(verifyProjectionWeight(*this, getInput(), getWeight())))
+    return failure();
+  return verifyResultShape(
+      *this,
+      {getInput().getType().getDimSize(0), getWeight().getType().getDimSize(0)},
+      "input rows, vocabulary size");
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization and positions
+//===----------------------------------------------------------------------===//
+
+LogicalResult RMSNormOp::verify() {
+  int64_t features = featureDim(getInput());
+  if (!isCompatibleDim(featureDim(getWeight()), features))
+    return emitOpError() << "expects weight of shape [" << features
+                         << "] to match the input features, got "
+                         << getWeight().getType();
+  if (!(getEpsilon().convertToDouble() > 0))
+    return emitOpError() << "expects a positive epsilon, got "
+                         << getEpsilon().convertToDouble();
+  if (getResult().getType().getShape() != getInput().getType().getShape())
+    return emitOpError() << "expects result shape to match input shape "
+                         << formatShape(getInput().getType().getShape())
+                         << ", got " << getResult().getType();
+  return success();
+}
+
+LogicalResult RopeOp::verify() {
+  int64_t headDim = getHeadDimAttr().getInt();
+  if (headDim <= 0)
+    return emitOpError() << "expects a positive head_dim, got " << headDim;
+  int64_t features = featureDim(getInput());
+  if (!ShapedType::isDynamic(features) && features % headDim != 0)
+    return emitOpError() << "expects input features (" << features
+                         << ") to be a multiple of head_dim (" << headDim
+                         << ")";
+  int64_t rotaryDim = getRotaryDimAttr().getInt();
+  if (rotaryDim <= 0 || rotaryDim > headDim || rotaryDim % 2 != 0)
+    return emitOpError() << "expects an even rotary_dim in (0, head_dim = "
+                         << headDim << "], got " << rotaryDim;
+  return verifySameType(*this, getResult().getType(), getInput().getType(),
+                        "input");
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+LogicalResult GeluOp::verify() {
+  if (getApproximate() != "none" && getApproximate() != "tanh")
+    return emitOpError() << "expects approximate to be \"none\" or \"tanh\", "
+                            "got \""
+                         << getApproximate() << "\"";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+/// Checks what logical and paged attention share: head counts, query width,
+/// scale, window, layer and result type.
+template <typename AttentionOpT>
+static LogicalResult verifyAttentionCommon(AttentionOpT op) {
+  // I64Attr getters are unsigned; read the attributes as signed to diagnose
+  // negative values.
+  int64_t numHeads = op.getNumHeadsAttr().getInt();
+  int64_t numKVHeads = op.getNumKvHeadsAttr().getInt();
+  int64_t headDim = op.getHeadDimAttr().getInt();
+  if (numHeads <= 0 || numKVHeads <= 0 || headDim <= 0)
+    return op.emitOpError()
+           << "expects positive num_heads, num_kv_heads and head_dim, got "
+           << numHeads << ", " << numKVHeads << ", " << headDim;
+  if (numHeads % numKVHeads != 0)
+    return op.emitOpError()
+           << "expects num_heads (" << numHeads
+           << ") to be a multiple of num_kv_heads (" << numKVHeads << ")";
+  int64_t queryFeatures = featureDim(op.getQuery());
+  if (!isCompatibleDim(queryFeatures, numHeads * headDim))
+    return op.emitOpError()
+           << "expects query features (" << queryFeatures
+           << ") to equal num_heads * head_dim (" << numHeads * headDim << ")";
+  if (!(op.getScale().convertToDouble() > 0))
+    return op.emitOpError() << "expects a positive scale, got "
+                            << op.getScale().convertToDouble();
+  int64_t slidingWindow = op.getSlidingWindowAttr().getInt();
+  if (slidingWindow < 0)
+    return op.emitOpError()
+           << "expects a non-negative sliding_window, got " << slidingWindow;
+  int64_t layer = op.getLayerAttr().getInt();
+  if (layer < 0)
+    return op.emitOpError() << "expects a non-negative layer, got " << layer;
+  return verifySameType(op, op.getResult().getType(), op.getQuery().getType(),
+                        "query");
+}
+
+/// Checks that keys or values hold `kvWidth` = num_kv_heads * head_dim
+/// features per token.
+static LogicalResult verifyKVFeatures(Operation *op, StringRef role,
+                                      Value keysOrValues, int64_t kvWidth) {
+  int64_t features = featureDim(keysOrValues);
+  if (isCompatibleDim(features, kvWidth))
+    return success();
+  return op->emitOpError() << "expects " << role << " features (" << features
+                           << ") to equal num_kv_heads * head_dim (" << kvWidth
+                           << ")";
+}
+
+LogicalResult AttentionOp::verify() {
+  if (failed(verifyAttentionCommon(*this)))
+    return failure();
+  int64_t kvWidth = getNumKvHeadsAttr().getInt() * getHeadDimAttr().getInt();
+  if (failed(verifyKVFeatures(*this, "key", getKey(), kvWidth)) ||
+      failed(verifyKVFeatures(*this, "value", getValue(), kvWidth)))
+    return failure();
+  return success();
+}
+
+LogicalResult KVCacheWriteOp::verify() {
+  KVCacheType cacheType = getCache().getType();
+  int64_t layer = getLayerAttr().getInt();
+  if (layer < 0 || layer >= cacheType.getNumLayers())
+    return emitOpError() << "expects layer in [0, num_layers = "
+                         << cacheType.getNumLayers() << "), got " << layer;
+  if (failed(
+          verifyKVFeatures(*this, "key", getKey(), cacheType.getKVWidth())) ||
+      failed(
+          verifyKVFeatures(*this, "value", getValue(), cacheType.getKVWidth())))
+    return failure();
+  return verifySameType(*this, getResult().getType(), cacheType, "cache");
+}
+
+LogicalResult PagedAttentionOp::verify() {
+  if (failed(verifyAttentionCommon(*this)))
+    return failure();
+  KVCacheType cacheType = getCache().getType();
+  int64_t numKVHeads = getNumKvHeadsAttr().getInt();
+  int64_t headDim = getHeadDimAttr().getInt();
+  if (numKVHeads != cacheType.getNumKVHeads() ||
+      headDim != cacheType.getHeadDim())
+    return emitOpError() << "expects num_kv_heads and head_dim (" << numKVHeads
+                         << ", " << headDim << ") to match the cache's ("
+                         << cacheType.getNumKVHeads() << ", "
+                         << cacheType.getHeadDim() << ")";
+  int64_t layer = getLayerAttr().getInt();
+  if (layer >= cacheType.getNumLayers())
+    return emitOpError() << "expects layer in [0, num_layers = "
+                         << cacheType.getNumLayers() << "), got " << layer;
+  return success();
+}

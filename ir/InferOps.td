@@ -1,0 +1,399 @@
+//===- InferOps.td - infer dialect operations --------------*- tablegen -*-===//
+//
+// Operations of the infer dialect.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_IR_INFEROPS_TD
+#define INFER_IR_INFEROPS_TD
+
+include "ir/InferAttrs.td"
+include "ir/InferBase.td"
+include "ir/InferTypes.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+/// Token-major activations `[tokens, features]`.
+def Infer_Activation : 2DTensorOf<[AnyFloat]>;
+/// A vector of token ids, positions, offsets or indices.
+def Infer_IndexVector : 1DTensorOf<[AnySignlessInteger]>;
+def Infer_FloatTensor : RankedTensorOf<[AnyFloat]>;
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+def Infer_WeightOp : Infer_Op<"weight", [Pure]> {
+  let summary = "A model parameter read from the checkpoint";
+  let description = [{
+    Names one tensor of the checkpoint (its safetensors name). The result has
+    a static shape and carries the checkpoint's float element type; the
+    runtime binds it to the loaded (and, after sharding or quantization,
+    transformed) parameter.
+
+    ```mlir
+    %w = infer.weight "model.embed_tokens.weight" : tensor<4096x384xbf16>
+    ```
+  }];
+
+  let arguments = (ins StrAttr:$name);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding and projections
+//===----------------------------------------------------------------------===//
+
+def Infer_EmbeddingOp : Infer_Op<"embedding", [Pure]> {
+  let summary = "Looks up token embeddings";
+  let description = [{
+    Gathers row `ids[i]` of `table` for every token `i` of the flat batch and
+    converts it to the activation element type.
+
+    ```mlir
+    %h = infer.embedding %table[%ids]
+        : tensor<4096x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
+    ```
+  }];
+
+  let arguments = (ins 2DTensorOf<[AnyFloat]>:$table, Infer_IndexVector:$ids);
+  let results = (outs Infer_Activation:$result);
+  let assemblyFormat = [{
+    $table `[` $ids `]` attr-dict `:` type($table) `,` type($ids) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Infer_GatherRowsOp : Infer_Op<"gather_rows", [Pure]> {
+  let summary = "Selects rows of an activation";
+  let description = [{
+    `result[i] = input[indices[i]]`. Selects the flat-batch positions that
+    produce logits (the last token of each sequence, or the k+1 positions of
+    a speculative verification).
+
+    ```mlir
+    %s = infer.gather_rows %x[%logits_indices]
+        : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+    ```
+  }];
+
+  let arguments = (ins Infer_Activation:$input, Infer_IndexVector:$indices);
+  let results = (outs Infer_Activation:$result);
+  let assemblyFormat = [{
+    $input `[` $indices `]` attr-dict `:` type($input) `,` type($indices) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Infer_LinearOp : Infer_Op<"linear", [Pure]> {
+  let summary = "Fully connected layer: y = x * w^T + b";
+  let description = [{
+    Multiplies `[T, K]` activations by the transpose of a `[N, K]` weight (the
+    PyTorch `nn.Linear` layout) and adds an optional `[N]` bias.
+
+    ```mlir
+    %y = infer.linear %x, %w
+        : tensor<?x384xf32>, tensor<128x384xbf16> -> tensor<?x128xf32>
+    %z = infer.linear %x, %w, %b
+        : tensor<?x384xf32>, tensor<128x384xbf16>, tensor<128xbf16>
+        -> tensor<?x128xf32>
+    ```
+  }];
+
+  let arguments = (ins
+    Infer_Activation:$input,
+    2DTensorOf<[AnyFloat]>:$weight,
+    Optional<1DTensorOf<[AnyFloat]>>:$bias
+  );
+  let results = (outs Infer_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,`
+    type($weight) (`,` type($bias)^)? `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Infer_LogitsOp : Infer_Op<"logits", [Pure]> {
+  let summary = "Final projection onto the vocabulary";
+  let description = [{
+    Projects `[S, H]` hidden states onto the `[V, H]` vocabulary weight (the
+    LM head, or the tied embedding table) and produces f32 logits `[S, V]`.
+
+    ```mlir
+    %l = infer.logits %x, %w
+        : tensor<?x384xf32>, tensor<4096x384xbf16> -> tensor<?x4096xf32>
+    ```
+  }];
+
+  let arguments = (ins Infer_Activation:$input, 2DTensorOf<[AnyFloat]>:$weight);
+  let results = (outs 2DTensorOf<[F32]>:$result);
+  let assemblyFormat = [{
+    $input `,` $weight attr-dict `:` type($input) `,` type($weight) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization and positions
+//===----------------------------------------------------------------------===//
+
+def Infer_RMSNormOp : Infer_Op<"rms_norm", [Pure]> {
+  let summary = "Root-mean-square layer normalization";
+  let description = [{
+    `y = x / sqrt(mean(x^2, last axis) + epsilon) * weight`, computed in the
+    activation element type.
+
+    ```mlir
+    %y = infer.rms_norm %x, %w {epsilon = 1.0e-05 : f64}
+        : tensor<?x384xf32>, tensor<384xbf16> -> tensor<?x384xf32>
+    ```
+  }];
+
+  let arguments = (ins
+    Infer_FloatTensor:$input,
+    1DTensorOf<[AnyFloat]>:$weight,
+    F64Attr:$epsilon
+  );
+  let results = (outs Infer_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight attr-dict `:` type($input) `,` type($weight) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Infer_RopeOp : Infer_Op<"rope", [Pure]> {
+  let summary = "Rotary position embedding";
+  let description = [{
+    Rotates the first `rotary_dim` features of every `head_dim`-wide head of
+    `input` by angles `positions[t] * inv_freq`, with the Hugging Face
+    `rotate_half` convention (the two halves of the rotary part are the real
+    and imaginary parts). `rope` gives the frequencies and their scaling.
+
+    ```mlir
+    %y = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64,
+                                    rope = #infer.rope<theta = 1.0e+04, kind = default>}
+        : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+    ```
+  }];
+
+  let arguments = (ins
+    Infer_Activation:$input,
+    Infer_IndexVector:$positions,
+    I64Attr:$head_dim,
+    I64Attr:$rotary_dim,
+    Infer_RopeAttr:$rope
+  );
+  let results = (outs Infer_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $positions attr-dict `:` type($input) `,` type($positions) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+def Infer_AddOp : Infer_Op<"add", [Pure, SameOperandsAndResultType]> {
+  let summary = "Elementwise addition";
+  let description = [{
+    ```mlir
+    %y = infer.add %a, %b : tensor<?x384xf32>
+    ```
+  }];
+
+  let arguments = (ins Infer_FloatTensor:$lhs, Infer_FloatTensor:$rhs);
+  let results = (outs Infer_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Infer_GeluOp : Infer_Op<"gelu", [Pure, SameOperandsAndResultType]> {
+  let summary = "Gaussian error linear unit";
+  let description = [{
+    `approximate` selects the exact erf form (`"none"`, the default) or the
+    tanh approximation (`"tanh"`), as in `torch.nn.functional.gelu`.
+
+    ```mlir
+    %y = infer.gelu %x {approximate = "tanh"} : tensor<?x1024xf32>
+    ```
+  }];
+
+  let arguments = (ins
+    Infer_FloatTensor:$input,
+    DefaultValuedStrAttr<StrAttr, "none">:$approximate
+  );
+  let results = (outs Infer_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Infer_MulOp : Infer_Op<"mul", [Pure, SameOperandsAndResultType]> {
+  let summary = "Elementwise multiplication";
+  let description = [{
+    ```mlir
+    %y = infer.mul %a, %b : tensor<?x1024xf32>
+    ```
+  }];
+
+  let arguments = (ins Infer_FloatTensor:$lhs, Infer_FloatTensor:$rhs);
+  let results = (outs Infer_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Infer_SiluOp : Infer_Op<"silu", [Pure, SameOperandsAndResultType]> {
+  let summary = "Sigmoid linear unit: x * sigmoid(x)";
+  let description = [{
+    ```mlir
+    %y = infer.silu %x : tensor<?x1024xf32>
+    ```
+  }];
+
+  let arguments = (ins Infer_FloatTensor:$input);
+  let results = (outs Infer_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+def Infer_AttentionOp : Infer_Op<"attention", [Pure]> {
+  let summary = "Logical causal multi-head attention";
+  let description = [{
+    Causal grouped-query attention over the flat batch: the tokens of
+    sequence `s` are rows `query_start_loc[s] .. query_start_loc[s+1]`, and
+    each attends to every token of its own sequence up to itself, including
+    those of earlier steps (the `infer-page-kv-cache` pass turns this into
+    explicit cache writes and paged attention). Query head `h` reads
+    key/value head `h / (num_heads / num_kv_heads)`.
+
+    `sliding_window = 0` means no window; otherwise a query at position `p`
+    sees keys at positions `> p - sliding_window` (Mistral semantics).
+    `layer` is the decoder layer, used to place the layer in the KV cache.
+
+    ```mlir
+    %o = infer.attention %q, %k, %v, %query_start_loc
+        {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64,
+         head_dim = 64 : i64, scale = 1.250000e-01 : f64,
+         sliding_window = 0 : i64}
+        : tensor<?x384xf32>, tensor<?x128xf32>, tensor<?x128xf32>,
+          tensor<?xi32> -> tensor<?x384xf32>
+    ```
+  }];
+
+  let arguments = (ins
+    Infer_Activation:$query,
+    Infer_Activation:$key,
+    Infer_Activation:$value,
+    Infer_IndexVector:$query_start_loc,
+    I64Attr:$layer,
+    I64Attr:$num_heads,
+    I64Attr:$num_kv_heads,
+    I64Attr:$head_dim,
+    F64Attr:$scale,
+    I64Attr:$sliding_window
+  );
+  let results = (outs Infer_Activation:$result);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $query_start_loc attr-dict `:`
+    type($query) `,` type($key) `,` type($value) `,` type($query_start_loc)
+    `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Infer_KVCacheWriteOp : Infer_Op<"kv_cache_write", [Pure]> {
+  let summary = "Stores the keys and values of new tokens in the KV cache";
+  let description = [{
+    Writes `key[t]` and `value[t]` of every token `t` of the flat batch into
+    slot `slot_mapping[t]` (`block * block_size + offset`) of layer `layer`
+    and returns the updated cache.
+
+    ```mlir
+    %c1 = infer.kv_cache_write %c0, %k, %v, %slot_mapping {layer = 0 : i64}
+        : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16,
+                          head_dim = 64, element_type = f32>,
+          tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64>
+        -> !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16,
+                           head_dim = 64, element_type = f32>
+    ```
+  }];
+
+  let arguments = (ins
+    Infer_KVCacheType:$cache,
+    Infer_Activation:$key,
+    Infer_Activation:$value,
+    Infer_IndexVector:$slot_mapping,
+    I64Attr:$layer
+  );
+  let results = (outs Infer_KVCacheType:$result);
+  let assemblyFormat = [{
+    $cache `,` $key `,` $value `,` $slot_mapping attr-dict `:`
+    qualified(type($cache)) `,` type($key) `,` type($value) `,`
+    type($slot_mapping) `->` qualified(type($result))
+  }];
+  let hasVerifier = 1;
+}
+
+def Infer_PagedAttentionOp : Infer_Op<"paged_attention", [Pure]> {
+  let summary = "Causal attention reading keys and values from the KV cache";
+  let description = [{
+    The attention of `infer.attention` with keys and values read from layer
+    `layer` of the paged cache: sequence `s` owns the blocks
+    `block_tables[s, 0 .. ceil(context_lens[s] / block_size))`, holding its
+    `context_lens[s]` tokens, and its queries (rows
+    `query_start_loc[s] .. query_start_loc[s+1]`) are the last of them.
+
+    ```
+      block_tables[s] = [7, 2, 9]      block_size = 4, context_lens[s] = 10
+      tokens 0-3 -> block 7, 4-7 -> block 2, 8-9 -> block 9 (slots 36, 37)
+    ```
+
+    ```mlir
+    %o = infer.paged_attention %q, %c1, %block_tables, %context_lens,
+                               %query_start_loc
+        {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64,
+         head_dim = 64 : i64, scale = 1.250000e-01 : f64,
+         sliding_window = 0 : i64}
+        : tensor<?x384xf32>,
+          !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16,
+                          head_dim = 64, element_type = f32>,
+          tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+    ```
+  }];
+
+  let arguments = (ins
+    Infer_Activation:$query,
+    Infer_KVCacheType:$cache,
+    2DTensorOf<[AnySignlessInteger]>:$block_tables,
+    Infer_IndexVector:$context_lens,
+    Infer_IndexVector:$query_start_loc,
+    I64Attr:$layer,
+    I64Attr:$num_heads,
+    I64Attr:$num_kv_heads,
+    I64Attr:$head_dim,
+    F64Attr:$scale,
+    I64Attr:$sliding_window
+  );
+  let results = (outs Infer_Activation:$result);
+  let assemblyFormat = [{
+    $query `,` $cache `,` $block_tables `,` $context_lens `,` $query_start_loc
+    attr-dict `:` type($query) `,` qualified(type($cache)) `,`
+    type($block_tables) `,`
+    type($context_lens) `,` type($query_start_loc) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+#endif // INFER_IR_INFEROPS_TD
