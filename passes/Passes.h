@@ -1,0 +1,43 @@
+//===- Passes.h - infer transformation passes -------------------*- C++ -*-===//
+//
+// Declares the passes of the infer compiler (generated from Passes.td) and
+// the pipelines built from them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_PASSES_PASSES_H
+#define INFER_PASSES_PASSES_H
+
+#include "ir/InferDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassOptions.h"
+
+namespace mlir::infer {
+
+#define GEN_PASS_DECL
+#include "passes/Passes.h.inc"
+
+/// Options of `infer-deploy-pipeline`.
+struct DeployPipelineOptions
+    : public PassPipelineOptions<DeployPipelineOptions> {
+  PassOptions::Option<int64_t> blockSize{
+      *this, "block-size",
+      llvm::cl::desc("Tokens per KV-cache block; a positive power of two"),
+      llvm::cl::init(16)};
+};
+
+/// Builds the pipeline that takes imported model IR to the form codegen
+/// lowers: paging of the KV cache, for now.
+void buildDeployPipeline(OpPassManager &pm,
+                         const DeployPipelineOptions &options);
+
+/// Registers `infer-deploy-pipeline` with the global pass registry.
+void registerInferPipelines();
+
+#define GEN_PASS_REGISTRATION
+#include "passes/Passes.h.inc"
+
+} // namespace mlir::infer
+
+#endif // INFER_PASSES_PASSES_H

@@ -1,0 +1,27 @@
+//===- Pipelines.cpp - infer pass pipelines ---------------------*- C++ -*-===//
+//
+// Builds and registers the pipelines that chain the infer passes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+using namespace mlir::infer;
+
+void mlir::infer::buildDeployPipeline(OpPassManager &pm,
+                                      const DeployPipelineOptions &options) {
+  PageKVCachePassOptions pageOptions;
+  pageOptions.blockSize = options.blockSize;
+  pm.addNestedPass<func::FuncOp>(createPageKVCachePass(pageOptions));
+}
+
+void mlir::infer::registerInferPipelines() {
+  PassPipelineRegistration<DeployPipelineOptions>(
+      "infer-deploy-pipeline",
+      "Runs the infer passes that prepare imported model IR for codegen",
+      buildDeployPipeline);
+}
