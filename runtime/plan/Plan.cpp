@@ -1,0 +1,864 @@
+//===- Plan.cpp - plan.json and manifest.json reading and writing ---------===//
+//
+// plan.json:
+//   {"format_version": 1, "num_ranks": 1,
+//    "kv_cache": {"layout": ..., "num_layers": 8, "num_kv_heads": 2,
+//                 "head_dim": 64, "block_size": 16, "dtype": "f32"},
+//    "ranks": [{"rank": 0,
+//               "values": [{"id": 0, "kind": "input", "name": "token_ids",
+//                           "dtype": "i32", "shape": ["T"]},
+//                          {"id": 8, "kind": "param", "name": ..., "dtype":
+//                           "bf16", "shape": [4096, 384], "source_file":
+//                           "model.safetensors", "source_tensor": ...,
+//                           "transforms": [{"kind": ..., "attrs": {...}}]}],
+//               "steps": [{"op": "embedding", "operands": [8, 0],
+//                          "results": [9], "attrs": {}}],
+//               "outputs": [42]}]}
+//
+// Attributes are JSON integers, floats, strings or homogeneous arrays of
+// integers or floats. An empty array reads back as an integer list.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/plan/Plan.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace infer::plan {
+
+using nlohmann::json;
+
+//===----------------------------------------------------------------------===//
+// Enums and small helpers
+//===----------------------------------------------------------------------===//
+
+std::string_view dtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::kF32:
+    return "f32";
+  case DType::kF16:
+    return "f16";
+  case DType::kBF16:
+    return "bf16";
+  case DType::kI32:
+    return "i32";
+  case DType::kI64:
+    return "i64";
+  }
+  return "?";
+}
+
+std::optional<DType> parseDType(std::string_view name) {
+  for (DType d :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64})
+    if (dtypeName(d) == name)
+      return d;
+  return std::nullopt;
+}
+
+int64_t dtypeSize(DType dtype) {
+  switch (dtype) {
+  case DType::kF32:
+  case DType::kI32:
+    return 4;
+  case DType::kF16:
+  case DType::kBF16:
+    return 2;
+  case DType::kI64:
+    return 8;
+  }
+  return 0;
+}
+
+std::string_view valueKindName(ValueKind kind) {
+  switch (kind) {
+  case ValueKind::kInput:
+    return "input";
+  case ValueKind::kParam:
+    return "param";
+  case ValueKind::kActivation:
+    return "activation";
+  case ValueKind::kKVCache:
+    return "kv_cache";
+  }
+  return "?";
+}
+
+static std::optional<ValueKind> parseValueKind(std::string_view name) {
+  for (ValueKind k : {ValueKind::kInput, ValueKind::kParam,
+                      ValueKind::kActivation, ValueKind::kKVCache})
+    if (valueKindName(k) == name)
+      return k;
+  return std::nullopt;
+}
+
+bool Value::operator==(const Value &o) const {
+  return id == o.id && kind == o.kind && name == o.name && dtype == o.dtype &&
+         shape == o.shape && sourceFile == o.sourceFile &&
+         sourceTensor == o.sourceTensor && transforms == o.transforms;
+}
+
+bool ModelInfo::operator==(const ModelInfo &o) const {
+  return architecture == o.architecture && vocabSize == o.vocabSize &&
+         hiddenSize == o.hiddenSize && numLayers == o.numLayers &&
+         numHeads == o.numHeads && numKVHeads == o.numKVHeads &&
+         headDim == o.headDim &&
+         maxPositionEmbeddings == o.maxPositionEmbeddings &&
+         bosTokenId == o.bosTokenId && eosTokenIds == o.eosTokenIds &&
+         padTokenId == o.padTokenId;
+}
+
+bool Manifest::operator==(const Manifest &o) const {
+  return formatVersion == o.formatVersion && inferVersion == o.inferVersion &&
+         model == o.model && compileOptions == o.compileOptions &&
+         targets == o.targets && kvCache == o.kvCache &&
+         weightsDir == o.weightsDir && weightFiles == o.weightFiles &&
+         tokenizerFile == o.tokenizerFile &&
+         tokenizerConfigFile == o.tokenizerConfigFile &&
+         programFile == o.programFile && planFile == o.planFile;
+}
+
+std::string fingerprint(std::string_view bytes) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (unsigned char c : bytes) {
+    hash ^= c;
+    hash *= 0x100000001b3ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx",
+                static_cast<unsigned long long>(hash));
+  return buf;
+}
+
+//===----------------------------------------------------------------------===//
+// Step attributes
+//===----------------------------------------------------------------------===//
+
+static Status attrError(const Step &step, const std::string &name,
+                        const std::string &what) {
+  return invalidArgument("step '" + step.op + "': attribute '" + name + "' " +
+                         what);
+}
+
+StatusOr<int64_t> Step::getInt(const std::string &name) const {
+  auto it = attrs.find(name);
+  if (it == attrs.end())
+    return attrError(*this, name, "is missing");
+  if (const auto *v = std::get_if<int64_t>(&it->second))
+    return *v;
+  return attrError(*this, name, "is not an integer");
+}
+
+StatusOr<double> Step::getFloat(const std::string &name) const {
+  auto it = attrs.find(name);
+  if (it == attrs.end())
+    return attrError(*this, name, "is missing");
+  if (const auto *v = std::get_if<double>(&it->second))
+    return *v;
+  // Integral values written without a fraction are accepted as floats.
+  if (const auto *v = std::get_if<int64_t>(&it->second))
+    return static_cast<double>(*v);
+  return attrError(*this, name, "is not a number");
+}
+
+StatusOr<std::string> Step::getString(const std::string &name) const {
+  auto it = attrs.find(name);
+  if (it == attrs.end())
+    return attrError(*this, name, "is missing");
+  if (const auto *v = std::get_if<std::string>(&it->second))
+    return *v;
+  return attrError(*this, name, "is not a string");
+}
+
+int64_t Step::getInt(const std::string &name, int64_t defaultValue) const {
+  auto it = attrs.find(name);
+  if (it == attrs.end())
+    return defaultValue;
+  if (const auto *v = std::get_if<int64_t>(&it->second))
+    return *v;
+  return defaultValue;
+}
+
+double Step::getFloat(const std::string &name, double defaultValue) const {
+  StatusOr<double> v = getFloat(name);
+  return v.isOk() ? *v : defaultValue;
+}
+
+std::string Step::getString(const std::string &name,
+                            const std::string &defaultValue) const {
+  StatusOr<std::string> v = getString(name);
+  return v.isOk() ? *v : defaultValue;
+}
+
+//===----------------------------------------------------------------------===//
+// JSON encoding
+//===----------------------------------------------------------------------===//
+
+static json attrToJson(const AttrValue &value) {
+  return std::visit([](const auto &v) { return json(v); }, value);
+}
+
+static json attrsToJson(const AttrMap &attrs) {
+  json j = json::object();
+  for (const auto &[name, value] : attrs)
+    j[name] = attrToJson(value);
+  return j;
+}
+
+static json dimsToJson(const std::vector<Dim> &shape) {
+  json j = json::array();
+  for (const Dim &d : shape) {
+    if (d.isDynamic())
+      j.push_back(d.symbol);
+    else
+      j.push_back(d.size);
+  }
+  return j;
+}
+
+static json kvCacheToJson(const KVCacheLayout &kv) {
+  return json{{"layout", kv.layout},
+              {"num_layers", kv.numLayers},
+              {"num_kv_heads", kv.numKVHeads},
+              {"head_dim", kv.headDim},
+              {"block_size", kv.blockSize},
+              {"dtype", std::string(dtypeName(kv.dtype))}};
+}
+
+static json valueToJson(const Value &v) {
+  json j{{"id", v.id},
+         {"kind", std::string(valueKindName(v.kind))},
+         {"name", v.name},
+         {"dtype", std::string(dtypeName(v.dtype))},
+         {"shape", dimsToJson(v.shape)}};
+  if (v.kind == ValueKind::kParam) {
+    j["source_file"] = v.sourceFile;
+    j["source_tensor"] = v.sourceTensor;
+    json transforms = json::array();
+    for (const WeightTransform &t : v.transforms)
+      transforms.push_back(
+          json{{"kind", t.kind}, {"attrs", attrsToJson(t.attrs)}});
+    j["transforms"] = transforms;
+  }
+  return j;
+}
+
+std::string planToJson(const Plan &plan) {
+  json ranks = json::array();
+  for (const RankPlan &rank : plan.ranks) {
+    json values = json::array();
+    for (const Value &v : rank.values)
+      values.push_back(valueToJson(v));
+    json steps = json::array();
+    for (const Step &s : rank.steps)
+      steps.push_back(json{{"op", s.op},
+                           {"operands", s.operands},
+                           {"results", s.results},
+                           {"attrs", attrsToJson(s.attrs)}});
+    ranks.push_back(json{{"rank", rank.rank},
+                         {"values", values},
+                         {"steps", steps},
+                         {"outputs", rank.outputs}});
+  }
+  json j{{"format_version", plan.formatVersion},
+         {"num_ranks", plan.numRanks},
+         {"kv_cache", kvCacheToJson(plan.kvCache)},
+         {"ranks", ranks}};
+  return j.dump(1) + "\n";
+}
+
+//===----------------------------------------------------------------------===//
+// JSON decoding
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Typed access to JSON members with errors that name the path
+/// ("ranks[0].values[3].dtype").
+class Reader {
+public:
+  Reader(const json &j, std::string path) : j_(j), path_(std::move(path)) {}
+
+  const std::string &path() const { return path_; }
+  const json &raw() const { return j_; }
+
+  Status expectObject() const {
+    if (!j_.is_object())
+      return error("", "must be an object");
+    return Status::ok();
+  }
+
+  bool has(const char *key) const { return j_.contains(key); }
+
+  Reader child(const char *key) const {
+    return Reader(j_.at(key), path_ + (path_.empty() ? "" : ".") + key);
+  }
+
+  StatusOr<Reader> member(const char *key) const {
+    if (!j_.is_object() || !j_.contains(key))
+      return error(key, "is missing");
+    return child(key);
+  }
+
+  StatusOr<int64_t> getInt(const char *key) const {
+    INFER_ASSIGN_OR_RETURN(Reader r, member(key));
+    if (!r.j_.is_number_integer())
+      return r.error("", "must be an integer");
+    return r.j_.get<int64_t>();
+  }
+
+  StatusOr<std::string> getString(const char *key) const {
+    INFER_ASSIGN_OR_RETURN(Reader r, member(key));
+    if (!r.j_.is_string())
+      return r.error("", "must be a string");
+    return r.j_.get<std::string>();
+  }
+
+  /// An optional string member; absent or null reads as `fallback`.
+  StatusOr<std::string> getString(const char *key,
+                                  const std::string &fallback) const {
+    if (!j_.contains(key) || j_.at(key).is_null())
+      return fallback;
+    return getString(key);
+  }
+
+  StatusOr<std::vector<int>> getIdList(const char *key) const {
+    INFER_ASSIGN_OR_RETURN(Reader r, member(key));
+    if (!r.j_.is_array())
+      return r.error("", "must be an array of value ids");
+    std::vector<int> ids;
+    for (const json &e : r.j_) {
+      if (!e.is_number_integer())
+        return r.error("", "must be an array of value ids");
+      ids.push_back(e.get<int>());
+    }
+    return ids;
+  }
+
+  StatusOr<std::vector<Reader>> getArray(const char *key) const {
+    INFER_ASSIGN_OR_RETURN(Reader r, member(key));
+    if (!r.j_.is_array())
+      return r.error("", "must be an array");
+    std::vector<Reader> items;
+    for (size_t i = 0; i < r.j_.size(); ++i)
+      items.emplace_back(r.j_[i], r.path_ + "[" + std::to_string(i) + "]");
+    return items;
+  }
+
+  Status error(const std::string &key, const std::string &what) const {
+    std::string where = path_;
+    if (!key.empty())
+      where += (where.empty() ? "" : ".") + key;
+    return invalidArgument(
+        (where.empty() ? std::string("document") : "'" + where + "'") + " " +
+        what);
+  }
+
+private:
+  const json &j_;
+  std::string path_;
+};
+
+} // namespace
+
+static StatusOr<DType> readDType(const Reader &r, const char *key) {
+  INFER_ASSIGN_OR_RETURN(std::string name, r.getString(key));
+  std::optional<DType> dtype = parseDType(name);
+  if (!dtype)
+    return r.error(key, "has unknown dtype '" + name +
+                            "' (expected f32, f16, bf16, i32 or i64)");
+  return *dtype;
+}
+
+static StatusOr<AttrValue> readAttr(const Reader &r) {
+  const json &j = r.raw();
+  if (j.is_number_integer())
+    return AttrValue(j.get<int64_t>());
+  if (j.is_number_float())
+    return AttrValue(j.get<double>());
+  if (j.is_string())
+    return AttrValue(j.get<std::string>());
+  if (j.is_array()) {
+    bool allInt = true, allNumber = true;
+    for (const json &e : j) {
+      allInt &= e.is_number_integer();
+      allNumber &= e.is_number();
+    }
+    if (allInt) {
+      std::vector<int64_t> v;
+      for (const json &e : j)
+        v.push_back(e.get<int64_t>());
+      return AttrValue(v);
+    }
+    if (allNumber) {
+      std::vector<double> v;
+      for (const json &e : j)
+        v.push_back(e.get<double>());
+      return AttrValue(v);
+    }
+  }
+  return r.error("", "must be a number, a string or an array of numbers");
+}
+
+static StatusOr<AttrMap> readAttrs(const Reader &parent, const char *key) {
+  AttrMap attrs;
+  if (!parent.has(key))
+    return attrs;
+  Reader r = parent.child(key);
+  INFER_RETURN_IF_ERROR(r.expectObject());
+  for (const auto &[name, value] : r.raw().items()) {
+    INFER_ASSIGN_OR_RETURN(AttrValue v,
+                           readAttr(Reader(value, r.path() + "." + name)));
+    attrs.emplace(name, std::move(v));
+  }
+  return attrs;
+}
+
+static StatusOr<std::vector<Dim>> readShape(const Reader &parent) {
+  INFER_ASSIGN_OR_RETURN(std::vector<Reader> dims, parent.getArray("shape"));
+  std::vector<Dim> shape;
+  for (const Reader &d : dims) {
+    const json &j = d.raw();
+    if (j.is_number_integer() && j.get<int64_t>() >= 0) {
+      shape.push_back(Dim::fixed(j.get<int64_t>()));
+    } else if (j.is_string()) {
+      // Symbols are names for people and for the backend's checks ("T",
+      // "B", "S", "M", or an expression such as "B+1"); any non-empty one is
+      // accepted so the compiler can name new dimensions.
+      std::string sym = j.get<std::string>();
+      if (sym.empty())
+        return d.error("", "is an empty dimension symbol");
+      shape.push_back(Dim::dynamic(sym));
+    } else {
+      return d.error("", "must be a size >= 0 or a symbol");
+    }
+  }
+  return shape;
+}
+
+static StatusOr<KVCacheLayout> readKVCache(const Reader &r) {
+  INFER_RETURN_IF_ERROR(r.expectObject());
+  KVCacheLayout kv;
+  INFER_ASSIGN_OR_RETURN(kv.layout, r.getString("layout"));
+  INFER_ASSIGN_OR_RETURN(kv.numLayers, r.getInt("num_layers"));
+  INFER_ASSIGN_OR_RETURN(kv.numKVHeads, r.getInt("num_kv_heads"));
+  INFER_ASSIGN_OR_RETURN(kv.headDim, r.getInt("head_dim"));
+  INFER_ASSIGN_OR_RETURN(kv.blockSize, r.getInt("block_size"));
+  INFER_ASSIGN_OR_RETURN(kv.dtype, readDType(r, "dtype"));
+  if (kv.layout != "block_layer_kv_slot_head_dim")
+    return r.error("layout", "is unknown: '" + kv.layout + "'");
+  if (kv.numLayers < 0 || kv.numKVHeads < 0 || kv.headDim < 0 ||
+      kv.blockSize <= 0)
+    return r.error("", "has a negative size or a block_size <= 0");
+  return kv;
+}
+
+static StatusOr<Value> readValue(const Reader &r) {
+  INFER_RETURN_IF_ERROR(r.expectObject());
+  Value v;
+  INFER_ASSIGN_OR_RETURN(int64_t id, r.getInt("id"));
+  v.id = static_cast<int>(id);
+  INFER_ASSIGN_OR_RETURN(std::string kind, r.getString("kind"));
+  std::optional<ValueKind> k = parseValueKind(kind);
+  if (!k)
+    return r.error("kind", "is unknown: '" + kind +
+                               "' (expected input, param, activation or "
+                               "kv_cache)");
+  v.kind = *k;
+  INFER_ASSIGN_OR_RETURN(v.name, r.getString("name", ""));
+  INFER_ASSIGN_OR_RETURN(v.dtype, readDType(r, "dtype"));
+  INFER_ASSIGN_OR_RETURN(v.shape, readShape(r));
+  if (v.kind == ValueKind::kParam) {
+    INFER_ASSIGN_OR_RETURN(v.sourceFile, r.getString("source_file"));
+    INFER_ASSIGN_OR_RETURN(v.sourceTensor, r.getString("source_tensor"));
+    if (v.sourceFile.empty() || v.sourceTensor.empty())
+      return r.error("", "is a param without a source file and tensor");
+    for (const Dim &d : v.shape)
+      if (d.isDynamic())
+        return r.error("shape", "of a param must be static");
+    if (r.has("transforms")) {
+      INFER_ASSIGN_OR_RETURN(std::vector<Reader> ts, r.getArray("transforms"));
+      for (const Reader &t : ts) {
+        INFER_RETURN_IF_ERROR(t.expectObject());
+        WeightTransform wt;
+        INFER_ASSIGN_OR_RETURN(wt.kind, t.getString("kind"));
+        INFER_ASSIGN_OR_RETURN(wt.attrs, readAttrs(t, "attrs"));
+        v.transforms.push_back(std::move(wt));
+      }
+    }
+  }
+  return v;
+}
+
+static StatusOr<Step> readStep(const Reader &r) {
+  INFER_RETURN_IF_ERROR(r.expectObject());
+  Step s;
+  INFER_ASSIGN_OR_RETURN(s.op, r.getString("op"));
+  INFER_ASSIGN_OR_RETURN(s.operands, r.getIdList("operands"));
+  if (r.has("results")) {
+    INFER_ASSIGN_OR_RETURN(s.results, r.getIdList("results"));
+  }
+  INFER_ASSIGN_OR_RETURN(s.attrs, readAttrs(r, "attrs"));
+  return s;
+}
+
+namespace {
+/// Operand and result counts of the format-1 ops.
+struct OpSignature {
+  const char *op;
+  int minOperands;
+  int maxOperands;
+  int numResults;
+};
+} // namespace
+
+static const OpSignature kOpSignatures[] = {
+    {"embedding", 2, 2, 1},
+    {"rms_norm", 2, 2, 1},
+    {"linear", 2, 3, 1},
+    {"rope", 2, 2, 1},
+    {"kv_cache_write", 4, 4, 0},
+    {"paged_attention", 5, 5, 1},
+    {"silu", 1, 1, 1},
+    {"gelu_tanh", 1, 1, 1},
+    {"add", 2, 2, 1},
+    {"mul", 2, 2, 1},
+    {"gather_rows", 2, 2, 1},
+    {"logits", 2, 2, 1},
+};
+
+static const OpSignature *findOp(const std::string &op) {
+  for (const OpSignature &sig : kOpSignatures)
+    if (op == sig.op)
+      return &sig;
+  return nullptr;
+}
+
+/// Checks the rank's SSA structure: value ids are unique and in range, every
+/// operand is defined before the step that uses it, results are activations
+/// defined once, and the ops and their arities are those of format 1.
+static Status validateRank(const RankPlan &rank, const std::string &where) {
+  const int n = static_cast<int>(rank.values.size());
+  std::vector<const Value *> byId(n, nullptr);
+  for (const Value &v : rank.values) {
+    if (v.id < 0 || v.id >= n)
+      return invalidArgument(where + ": value id " + std::to_string(v.id) +
+                             " out of range [0, " + std::to_string(n) + ")");
+    if (byId[v.id])
+      return invalidArgument(where + ": value id " + std::to_string(v.id) +
+                             " defined twice");
+    byId[v.id] = &v;
+  }
+  std::vector<bool> defined(n, false);
+  for (const Value &v : rank.values)
+    defined[v.id] = v.kind != ValueKind::kActivation;
+
+  auto valueName = [&](int id) {
+    return "value " + std::to_string(id) +
+           (byId[id]->name.empty() ? "" : " ('" + byId[id]->name + "')");
+  };
+  for (size_t i = 0; i < rank.steps.size(); ++i) {
+    const Step &s = rank.steps[i];
+    std::string at =
+        where + ": step " + std::to_string(i) + " ('" + s.op + "')";
+    const OpSignature *sig = findOp(s.op);
+    if (!sig)
+      return invalidArgument(at + ": unknown op");
+    int numOperands = static_cast<int>(s.operands.size());
+    if (numOperands < sig->minOperands || numOperands > sig->maxOperands)
+      return invalidArgument(at + ": expected " +
+                             std::to_string(sig->minOperands) +
+                             (sig->maxOperands != sig->minOperands
+                                  ? " or " + std::to_string(sig->maxOperands)
+                                  : std::string()) +
+                             " operands, got " + std::to_string(numOperands));
+    if (static_cast<int>(s.results.size()) != sig->numResults)
+      return invalidArgument(
+          at + ": expected " + std::to_string(sig->numResults) +
+          " results, got " + std::to_string(s.results.size()));
+    for (int id : s.operands) {
+      if (id < 0 || id >= n)
+        return invalidArgument(at + ": operand id " + std::to_string(id) +
+                               " out of range");
+      if (!defined[id])
+        return invalidArgument(at + ": operand " + valueName(id) +
+                               " used before it is defined");
+    }
+    for (int id : s.results) {
+      if (id < 0 || id >= n)
+        return invalidArgument(at + ": result id " + std::to_string(id) +
+                               " out of range");
+      if (byId[id]->kind != ValueKind::kActivation)
+        return invalidArgument(at + ": result " + valueName(id) +
+                               " is not an activation");
+      if (defined[id])
+        return invalidArgument(at + ": result " + valueName(id) +
+                               " defined twice");
+      defined[id] = true;
+    }
+  }
+  if (rank.outputs.empty())
+    return invalidArgument(where + ": no outputs");
+  for (int id : rank.outputs) {
+    if (id < 0 || id >= n)
+      return invalidArgument(where + ": output id " + std::to_string(id) +
+                             " out of range");
+    if (!defined[id])
+      return invalidArgument(where + ": output " + valueName(id) +
+                             " is never defined");
+  }
+  return Status::ok();
+}
+
+static StatusOr<json> parseJsonText(std::string_view text, const char *what) {
+  json j = json::parse(text.begin(), text.end(), nullptr,
+                       /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    return invalidArgument(std::string(what) + " is not valid JSON");
+  if (!j.is_object())
+    return invalidArgument(std::string(what) + " must be a JSON object");
+  return j;
+}
+
+StatusOr<Plan> parsePlanJson(std::string_view text) {
+  INFER_ASSIGN_OR_RETURN(json j, parseJsonText(text, "plan"));
+  Reader r(j, "");
+  Plan plan;
+  INFER_ASSIGN_OR_RETURN(int64_t version, r.getInt("format_version"));
+  if (version != kPlanFormatVersion)
+    return invalidArgument("plan format_version " + std::to_string(version) +
+                           " is not supported (this runtime reads version " +
+                           std::to_string(kPlanFormatVersion) + ")");
+  plan.formatVersion = static_cast<int>(version);
+  INFER_ASSIGN_OR_RETURN(int64_t numRanks, r.getInt("num_ranks"));
+  if (numRanks < 1)
+    return r.error("num_ranks", "must be >= 1");
+  plan.numRanks = static_cast<int>(numRanks);
+  INFER_ASSIGN_OR_RETURN(Reader kv, r.member("kv_cache"));
+  INFER_ASSIGN_OR_RETURN(plan.kvCache, readKVCache(kv));
+  INFER_ASSIGN_OR_RETURN(std::vector<Reader> ranks, r.getArray("ranks"));
+  if (static_cast<int64_t>(ranks.size()) != numRanks)
+    return invalidArgument("plan has " + std::to_string(ranks.size()) +
+                           " ranks but num_ranks is " +
+                           std::to_string(numRanks));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const Reader &rr = ranks[i];
+    INFER_RETURN_IF_ERROR(rr.expectObject());
+    RankPlan rank;
+    INFER_ASSIGN_OR_RETURN(int64_t rankId, rr.getInt("rank"));
+    if (rankId != static_cast<int64_t>(i))
+      return rr.error("rank", "must be " + std::to_string(i));
+    rank.rank = static_cast<int>(rankId);
+    INFER_ASSIGN_OR_RETURN(std::vector<Reader> values, rr.getArray("values"));
+    for (const Reader &vr : values) {
+      INFER_ASSIGN_OR_RETURN(Value v, readValue(vr));
+      rank.values.push_back(std::move(v));
+    }
+    INFER_ASSIGN_OR_RETURN(std::vector<Reader> steps, rr.getArray("steps"));
+    for (const Reader &sr : steps) {
+      INFER_ASSIGN_OR_RETURN(Step s, readStep(sr));
+      rank.steps.push_back(std::move(s));
+    }
+    INFER_ASSIGN_OR_RETURN(rank.outputs, rr.getIdList("outputs"));
+    INFER_RETURN_IF_ERROR(validateRank(rank, "rank " + std::to_string(i)));
+    plan.ranks.push_back(std::move(rank));
+  }
+  return plan;
+}
+
+//===----------------------------------------------------------------------===//
+// Files
+//===----------------------------------------------------------------------===//
+
+static Status writeText(const std::string &text, const std::string &path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out)
+    return notFound("cannot open '" + path + "' for writing");
+  out << text;
+  out.close();
+  if (!out)
+    return dataLoss("failed to write '" + path + "'");
+  return Status::ok();
+}
+
+static StatusOr<std::string> readText(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return notFound("cannot open '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Status writePlanFile(const Plan &plan, const std::string &path) {
+  return writeText(planToJson(plan), path);
+}
+
+StatusOr<Plan> readPlanFile(const std::string &path) {
+  INFER_ASSIGN_OR_RETURN(std::string text, readText(path));
+  StatusOr<Plan> plan = parsePlanJson(text);
+  if (!plan.isOk())
+    return plan.status().withContext(path);
+  return plan;
+}
+
+//===----------------------------------------------------------------------===//
+// manifest.json
+//===----------------------------------------------------------------------===//
+
+static json optionalInt(const std::optional<int64_t> &v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+std::string manifestToJson(const Manifest &m) {
+  const ModelInfo &mi = m.model;
+  json model{{"architecture", mi.architecture},
+             {"vocab_size", mi.vocabSize},
+             {"hidden_size", mi.hiddenSize},
+             {"num_layers", mi.numLayers},
+             {"num_heads", mi.numHeads},
+             {"num_kv_heads", mi.numKVHeads},
+             {"head_dim", mi.headDim},
+             {"max_position_embeddings", mi.maxPositionEmbeddings},
+             {"bos_token_id", optionalInt(mi.bosTokenId)},
+             {"eos_token_ids", mi.eosTokenIds},
+             {"pad_token_id", optionalInt(mi.padTokenId)}};
+  json files = json::array();
+  for (const WeightFile &f : m.weightFiles)
+    files.push_back(json{{"name", f.name},
+                         {"size", f.size},
+                         {"header_fingerprint", f.headerFingerprint}});
+  json j{{"format_version", m.formatVersion},
+         {"infer_version", m.inferVersion},
+         {"model", model},
+         {"compile_options", m.compileOptions},
+         {"targets", m.targets},
+         {"kv_cache", kvCacheToJson(m.kvCache)},
+         {"weights_dir", m.weightsDir},
+         {"weight_files", files},
+         {"tokenizer_file", m.tokenizerFile},
+         {"tokenizer_config_file", m.tokenizerConfigFile},
+         {"program_file", m.programFile},
+         {"plan_file", m.planFile}};
+  return j.dump(1) + "\n";
+}
+
+static StatusOr<std::optional<int64_t>> readOptionalInt(const Reader &r,
+                                                        const char *key) {
+  if (!r.has(key) || r.raw().at(key).is_null())
+    return std::optional<int64_t>();
+  INFER_ASSIGN_OR_RETURN(int64_t v, r.getInt(key));
+  return std::optional<int64_t>(v);
+}
+
+static StatusOr<std::vector<std::string>> readStringList(const Reader &r,
+                                                         const char *key) {
+  std::vector<std::string> out;
+  if (!r.has(key))
+    return out;
+  INFER_ASSIGN_OR_RETURN(std::vector<Reader> items, r.getArray(key));
+  for (const Reader &item : items) {
+    if (!item.raw().is_string())
+      return item.error("", "must be a string");
+    out.push_back(item.raw().get<std::string>());
+  }
+  return out;
+}
+
+static StatusOr<ModelInfo> readModelInfo(const Reader &r) {
+  INFER_RETURN_IF_ERROR(r.expectObject());
+  ModelInfo mi;
+  INFER_ASSIGN_OR_RETURN(mi.architecture, r.getString("architecture"));
+  INFER_ASSIGN_OR_RETURN(mi.vocabSize, r.getInt("vocab_size"));
+  INFER_ASSIGN_OR_RETURN(mi.hiddenSize, r.getInt("hidden_size"));
+  INFER_ASSIGN_OR_RETURN(mi.numLayers, r.getInt("num_layers"));
+  INFER_ASSIGN_OR_RETURN(mi.numHeads, r.getInt("num_heads"));
+  INFER_ASSIGN_OR_RETURN(mi.numKVHeads, r.getInt("num_kv_heads"));
+  INFER_ASSIGN_OR_RETURN(mi.headDim, r.getInt("head_dim"));
+  INFER_ASSIGN_OR_RETURN(mi.maxPositionEmbeddings,
+                         r.getInt("max_position_embeddings"));
+  INFER_ASSIGN_OR_RETURN(mi.bosTokenId, readOptionalInt(r, "bos_token_id"));
+  INFER_ASSIGN_OR_RETURN(mi.padTokenId, readOptionalInt(r, "pad_token_id"));
+  if (r.has("eos_token_ids")) {
+    INFER_ASSIGN_OR_RETURN(std::vector<Reader> ids,
+                           r.getArray("eos_token_ids"));
+    for (const Reader &id : ids) {
+      if (!id.raw().is_number_integer())
+        return id.error("", "must be an integer");
+      mi.eosTokenIds.push_back(id.raw().get<int64_t>());
+    }
+  }
+  return mi;
+}
+
+StatusOr<Manifest> parseManifestJson(std::string_view text) {
+  INFER_ASSIGN_OR_RETURN(json j, parseJsonText(text, "manifest"));
+  Reader r(j, "");
+  Manifest m;
+  INFER_ASSIGN_OR_RETURN(int64_t version, r.getInt("format_version"));
+  if (version != kManifestFormatVersion)
+    return invalidArgument("manifest format_version " +
+                           std::to_string(version) +
+                           " is not supported (this runtime reads version " +
+                           std::to_string(kManifestFormatVersion) + ")");
+  m.formatVersion = static_cast<int>(version);
+  INFER_ASSIGN_OR_RETURN(m.inferVersion, r.getString("infer_version", ""));
+  INFER_ASSIGN_OR_RETURN(Reader model, r.member("model"));
+  INFER_ASSIGN_OR_RETURN(m.model, readModelInfo(model));
+  if (r.has("compile_options")) {
+    Reader opts = r.child("compile_options");
+    INFER_RETURN_IF_ERROR(opts.expectObject());
+    for (const auto &[key, value] : opts.raw().items()) {
+      if (!value.is_string())
+        return opts.error(key, "must be a string");
+      m.compileOptions[key] = value.get<std::string>();
+    }
+  }
+  INFER_ASSIGN_OR_RETURN(m.targets, readStringList(r, "targets"));
+  INFER_ASSIGN_OR_RETURN(Reader kv, r.member("kv_cache"));
+  INFER_ASSIGN_OR_RETURN(m.kvCache, readKVCache(kv));
+  INFER_ASSIGN_OR_RETURN(m.weightsDir, r.getString("weights_dir", ""));
+  if (r.has("weight_files")) {
+    INFER_ASSIGN_OR_RETURN(std::vector<Reader> files,
+                           r.getArray("weight_files"));
+    for (const Reader &f : files) {
+      INFER_RETURN_IF_ERROR(f.expectObject());
+      WeightFile wf;
+      INFER_ASSIGN_OR_RETURN(wf.name, f.getString("name"));
+      INFER_ASSIGN_OR_RETURN(int64_t size, f.getInt("size"));
+      if (size < 0)
+        return f.error("size", "must be >= 0");
+      wf.size = static_cast<uint64_t>(size);
+      INFER_ASSIGN_OR_RETURN(wf.headerFingerprint,
+                             f.getString("header_fingerprint", ""));
+      m.weightFiles.push_back(std::move(wf));
+    }
+  }
+  INFER_ASSIGN_OR_RETURN(m.tokenizerFile, r.getString("tokenizer_file", ""));
+  INFER_ASSIGN_OR_RETURN(m.tokenizerConfigFile,
+                         r.getString("tokenizer_config_file", ""));
+  INFER_ASSIGN_OR_RETURN(m.programFile,
+                         r.getString("program_file", "program.mlir"));
+  INFER_ASSIGN_OR_RETURN(m.planFile, r.getString("plan_file", "plan.json"));
+  return m;
+}
+
+Status writeManifestFile(const Manifest &manifest, const std::string &path) {
+  return writeText(manifestToJson(manifest), path);
+}
+
+StatusOr<Manifest> readManifestFile(const std::string &path) {
+  INFER_ASSIGN_OR_RETURN(std::string text, readText(path));
+  StatusOr<Manifest> m = parseManifestJson(text);
+  if (!m.isOk())
+    return m.status().withContext(path);
+  return m;
+}
+
+} // namespace infer::plan
