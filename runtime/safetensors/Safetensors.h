@@ -1,4 +1,5 @@
-//===- Safetensors.h - Reader for the safetensors format ----------*- C++ -*-===//
+//===- Safetensors.h - Reader for the safetensors format ----------*- C++
+//-*-===//
 //
 // https://github.com/huggingface/safetensors: an 8-byte little-endian header
 // length N, N bytes of JSON ({"name": {"dtype", "shape", "data_offsets"}, ...,
@@ -17,17 +18,31 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace infer::safetensors {
 
-enum class DType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU8, kBool,
-                   kF8E4M3, kF8E5M2 };
+enum class DType {
+  kF64,
+  kF32,
+  kF16,
+  kBF16,
+  kI64,
+  kI32,
+  kI16,
+  kI8,
+  kU8,
+  kBool,
+  kF8E4M3,
+  kF8E5M2
+};
 
 /// The format's spelling: "F32", "BF16", "F8_E4M3", ...
 std::string_view dtypeName(DType dtype);
+std::optional<DType> parseDType(std::string_view name);
 int64_t dtypeSize(DType dtype);
 
 struct TensorInfo {
@@ -86,6 +101,20 @@ private:
 /// file name (relative to the directory).
 StatusOr<std::map<std::string, std::string>>
 listModelTensors(const std::string &modelDir);
+
+/// A tensor for writeFile: little-endian bytes of `dtype` in `shape`.
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::string_view bytes;
+};
+
+/// Writes a safetensors file (tensors laid out in the given order, header
+/// padded with spaces to a multiple of 8 bytes like the reference writer).
+Status writeFile(const std::string &path,
+                 const std::vector<TensorToWrite> &tensors,
+                 const std::map<std::string, std::string> &metadata = {});
 
 /// Little-endian raw half-precision conversions.
 float bf16ToF32(uint16_t bits);
