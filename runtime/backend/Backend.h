@@ -1,0 +1,82 @@
+//===- Backend.h - The interface every execution backend implements -*- C++
+//-*-===//
+//
+// A backend owns a rank's parameters and KV-cache pool and runs the plan's
+// forward function on one flat batch (DESIGN.md, "One batch contract"):
+//
+//   seq 0: 3 cached + 2 new     seq 1: 0 cached + 4 new (prefill)
+//   token_ids        [a3 a4 | b0 b1 b2 b3]          T = 6
+//   positions        [ 3  4 |  0  1  2  3]
+//   query_start_loc  [0, 2, 6]                      B + 1
+//   context_lens     [5, 4]                         cached + new
+//   block_tables     [[7, -], [2, -]]               B x M (block_size 16)
+//   slot_mapping     [7*16+3, 7*16+4, 2*16+0, ...]  T
+//   logits_indices   [1, 5]                         S rows of logits
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_BACKEND_BACKEND_H
+#define INFER_RUNTIME_BACKEND_BACKEND_H
+
+#include "runtime/support/Status.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace infer {
+
+/// The inputs of one forward call.
+struct Batch {
+  std::vector<int32_t> tokenIds;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> queryStartLoc;
+  std::vector<int32_t> contextLens;
+  /// Row-major [numSeqs, maxBlocksPerSeq].
+  std::vector<int32_t> blockTables;
+  int64_t maxBlocksPerSeq = 0;
+  std::vector<int64_t> slotMapping;
+  std::vector<int32_t> logitsIndices;
+
+  int64_t numTokens() const { return static_cast<int64_t>(tokenIds.size()); }
+  int64_t numSeqs() const { return static_cast<int64_t>(contextLens.size()); }
+
+  /// Checks sizes and index ranges against a pool of `numBlocks` blocks of
+  /// `blockSize` slots, so a backend never reads or writes out of bounds.
+  Status validate(int64_t numBlocks, int64_t blockSize) const;
+};
+
+/// Row-major fp32 logits [rows, vocab].
+struct Logits {
+  int64_t rows = 0;
+  int64_t vocab = 0;
+  std::vector<float> data;
+
+  const float *row(int64_t r) const { return data.data() + r * vocab; }
+};
+
+/// A parameter converted to fp32 on the host, shared between ranks or values
+/// that reference the same source tensor.
+struct HostTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+/// Plan value id -> parameter.
+using ParamTable = std::map<int, std::shared_ptr<const HostTensor>>;
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  /// Blocks in the KV-cache pool.
+  virtual int64_t numBlocks() const = 0;
+  /// Runs one forward call; writes the new tokens' keys and values into the
+  /// pool and returns the logits of the rows named by logits_indices.
+  virtual StatusOr<Logits> forward(const Batch &batch) = 0;
+};
+
+} // namespace infer
+
+#endif // INFER_RUNTIME_BACKEND_BACKEND_H

@@ -1,0 +1,537 @@
+//===- CpuBackend.cpp - The fp32 reference backend ------------------------===//
+
+#include "runtime/cpu/CpuBackend.h"
+#include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/ThreadPool.h"
+
+#include <cstring>
+
+namespace infer::cpu {
+
+namespace {
+
+using plan::Step;
+using plan::Value;
+using plan::ValueKind;
+
+enum class OpKind {
+  kEmbedding,
+  kRmsNorm,
+  kLinear,
+  kRope,
+  kKVCacheWrite,
+  kPagedAttention,
+  kSilu,
+  kGeluTanh,
+  kAdd,
+  kMul,
+  kGatherRows,
+  kLogits,
+};
+
+/// The batch-contract inputs a plan may bind by name.
+enum class InputKind {
+  kTokenIds,
+  kPositions,
+  kQueryStartLoc,
+  kContextLens,
+  kBlockTables,
+  kSlotMapping,
+  kLogitsIndices,
+};
+
+std::optional<InputKind> parseInputName(const std::string &name) {
+  static const std::pair<const char *, InputKind> kInputs[] = {
+      {"token_ids", InputKind::kTokenIds},
+      {"positions", InputKind::kPositions},
+      {"query_start_loc", InputKind::kQueryStartLoc},
+      {"context_lens", InputKind::kContextLens},
+      {"block_tables", InputKind::kBlockTables},
+      {"slot_mapping", InputKind::kSlotMapping},
+      {"logits_indices", InputKind::kLogitsIndices},
+  };
+  for (const auto &[n, kind] : kInputs)
+    if (name == n)
+      return kind;
+  return std::nullopt;
+}
+
+std::optional<OpKind> parseOp(const std::string &op) {
+  static const std::pair<const char *, OpKind> kOps[] = {
+      {"embedding", OpKind::kEmbedding},
+      {"rms_norm", OpKind::kRmsNorm},
+      {"linear", OpKind::kLinear},
+      {"rope", OpKind::kRope},
+      {"kv_cache_write", OpKind::kKVCacheWrite},
+      {"paged_attention", OpKind::kPagedAttention},
+      {"silu", OpKind::kSilu},
+      {"gelu_tanh", OpKind::kGeluTanh},
+      {"add", OpKind::kAdd},
+      {"mul", OpKind::kMul},
+      {"gather_rows", OpKind::kGatherRows},
+      {"logits", OpKind::kLogits},
+  };
+  for (const auto &[n, kind] : kOps)
+    if (op == n)
+      return kind;
+  return std::nullopt;
+}
+
+/// A step with its attributes checked and decoded once, at creation.
+struct PreparedStep {
+  OpKind op;
+  std::vector<int> operands;
+  int result = -1;
+  double epsilon = 0.0;
+  RopeConfig rope;
+  std::vector<float> ropeInvFreq;
+  AttentionParams attention;
+  int64_t layer = 0;
+  /// Activations whose last use is this step (freed after it).
+  std::vector<int> release;
+};
+
+/// A dense fp32 matrix, owned (activations) or borrowed (parameters).
+struct Matrix {
+  const float *data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> storage;
+
+  int64_t size() const { return rows * cols; }
+  float *allocate(int64_t r, int64_t c) {
+    rows = r;
+    cols = c;
+    storage.assign(static_cast<size_t>(r * c), 0.0f);
+    data = storage.data();
+    return storage.data();
+  }
+};
+
+class CpuBackend final : public Backend {
+public:
+  CpuBackend(const plan::KVCacheLayout &layout, int64_t numBlocks,
+             int numThreads)
+      : pool_(numThreads), numBlocks_(numBlocks) {
+    geometry_.numLayers = layout.numLayers;
+    geometry_.numKVHeads = layout.numKVHeads;
+    geometry_.headDim = layout.headDim;
+    geometry_.blockSize = layout.blockSize;
+    cache_.assign(static_cast<size_t>(numBlocks * geometry_.blockElements()),
+                  0.0f);
+  }
+
+  std::string_view name() const override { return "cpu"; }
+  int64_t numBlocks() const override { return numBlocks_; }
+  StatusOr<Logits> forward(const Batch &batch) override;
+
+  /// Copies the rank's values and steps (the caller's plan may go away).
+  Status prepare(const plan::RankPlan &plan, ParamTable params);
+
+private:
+  Status prepareStep(const Step &step, const std::string &where,
+                     PreparedStep &out) const;
+  Status runStep(const PreparedStep &step, const Batch &batch,
+                 std::vector<Matrix> &values);
+  StatusOr<const int32_t *> intInput(int id, const Batch &batch,
+                                     int64_t &length) const;
+
+  ThreadPool pool_;
+  CacheGeometry geometry_;
+  int64_t numBlocks_;
+  std::vector<float> cache_;
+  ParamTable params_;
+  plan::RankPlan rank_;
+  std::vector<const Value *> valueById_;
+  std::vector<std::optional<InputKind>> inputOf_;
+  std::vector<PreparedStep> steps_;
+  int output_ = -1;
+  int64_t vocab_ = 0;
+};
+
+Status CpuBackend::prepare(const plan::RankPlan &plan, ParamTable params) {
+  rank_ = plan;
+  const plan::RankPlan &rank = rank_;
+  params_ = std::move(params);
+  valueById_.assign(rank.values.size(), nullptr);
+  inputOf_.assign(rank.values.size(), std::nullopt);
+  for (const Value &v : rank.values) {
+    valueById_[v.id] = &v;
+    if (v.kind == ValueKind::kInput) {
+      inputOf_[v.id] = parseInputName(v.name);
+      if (!inputOf_[v.id])
+        return invalidArgument("cpu backend: unknown input '" + v.name + "'");
+    } else if (v.kind == ValueKind::kParam) {
+      auto it = params_.find(v.id);
+      if (it == params_.end() || !it->second)
+        return invalidArgument("cpu backend: no data for param '" + v.name +
+                               "'");
+      std::vector<int64_t> shape;
+      for (const plan::Dim &d : v.shape)
+        shape.push_back(d.size);
+      if (it->second->shape != shape)
+        return invalidArgument("cpu backend: param '" + v.name +
+                               "' data has a different shape than the plan");
+      if (shape.empty() || shape.size() > 2)
+        return invalidArgument("cpu backend: param '" + v.name +
+                               "' must be 1-D or 2-D");
+    }
+  }
+  if (rank.outputs.size() != 1)
+    return unimplemented("cpu backend: plans with " +
+                         std::to_string(rank.outputs.size()) +
+                         " outputs (expected the logits only)");
+  output_ = rank.outputs[0];
+
+  std::vector<int> lastUse(rank.values.size(), -1);
+  for (size_t i = 0; i < rank.steps.size(); ++i) {
+    PreparedStep prepared;
+    INFER_RETURN_IF_ERROR(prepareStep(rank.steps[i],
+                                      "step " + std::to_string(i) + " ('" +
+                                          rank.steps[i].op + "')",
+                                      prepared));
+    for (int id : prepared.operands)
+      lastUse[id] = static_cast<int>(i);
+    steps_.push_back(std::move(prepared));
+  }
+  for (size_t id = 0; id < lastUse.size(); ++id)
+    if (lastUse[id] >= 0 && valueById_[id]->kind == ValueKind::kActivation &&
+        static_cast<int>(id) != output_)
+      steps_[lastUse[id]].release.push_back(static_cast<int>(id));
+  return Status::ok();
+}
+
+Status CpuBackend::prepareStep(const Step &step, const std::string &where,
+                               PreparedStep &out) const {
+  std::optional<OpKind> op = parseOp(step.op);
+  if (!op)
+    return unimplemented("cpu backend: " + where + ": unknown op");
+  out.op = *op;
+  out.operands = step.operands;
+  out.result = step.results.empty() ? -1 : step.results[0];
+  auto kindOf = [&](int id) { return valueById_[id]->kind; };
+  auto expectKind = [&](size_t index, ValueKind kind) -> Status {
+    if (index >= step.operands.size() || kindOf(step.operands[index]) != kind)
+      return invalidArgument("cpu backend: " + where + ": operand " +
+                             std::to_string(index) + " must be a " +
+                             std::string(plan::valueKindName(kind)));
+    return Status::ok();
+  };
+  auto expectFloat = [&](size_t index) -> Status {
+    ValueKind k = kindOf(step.operands[index]);
+    if (k != ValueKind::kActivation && k != ValueKind::kParam)
+      return invalidArgument("cpu backend: " + where + ": operand " +
+                             std::to_string(index) +
+                             " must be an activation or a param");
+    return Status::ok();
+  };
+  auto withWhere = [&](const Status &s) {
+    return s.withContext("cpu backend: " + where);
+  };
+  for (size_t i = 0; i < step.operands.size(); ++i) {
+    bool intOperand = (out.op == OpKind::kEmbedding && i == 1) ||
+                      (out.op == OpKind::kRope && i == 1) ||
+                      (out.op == OpKind::kKVCacheWrite && i == 3) ||
+                      (out.op == OpKind::kPagedAttention && i >= 2) ||
+                      (out.op == OpKind::kGatherRows && i == 1);
+    bool cacheOperand = (out.op == OpKind::kKVCacheWrite && i == 0) ||
+                        (out.op == OpKind::kPagedAttention && i == 1);
+    if (intOperand)
+      INFER_RETURN_IF_ERROR(expectKind(i, ValueKind::kInput));
+    else if (cacheOperand)
+      INFER_RETURN_IF_ERROR(expectKind(i, ValueKind::kKVCache));
+    else
+      INFER_RETURN_IF_ERROR(expectFloat(i));
+  }
+
+  switch (out.op) {
+  case OpKind::kRmsNorm: {
+    StatusOr<double> eps = step.getFloat("epsilon");
+    if (!eps.isOk())
+      return withWhere(eps.status());
+    out.epsilon = *eps;
+    break;
+  }
+  case OpKind::kRope: {
+    RopeConfig &c = out.rope;
+    StatusOr<int64_t> headDim = step.getInt("head_dim");
+    if (!headDim.isOk())
+      return withWhere(headDim.status());
+    StatusOr<double> theta = step.getFloat("theta");
+    if (!theta.isOk())
+      return withWhere(theta.status());
+    c.headDim = *headDim;
+    c.theta = *theta;
+    c.rotaryDim = step.getInt("rotary_dim", c.headDim);
+    c.scaling = step.getString("scaling", "default");
+    c.factor = step.getFloat("factor", 1.0);
+    c.lowFreqFactor = step.getFloat("low_freq_factor", 1.0);
+    c.highFreqFactor = step.getFloat("high_freq_factor", 4.0);
+    c.originalMaxPositionEmbeddings =
+        step.getInt("original_max_position_embeddings", 0);
+    INFER_RETURN_IF_ERROR(withWhere(c.validate()));
+    out.ropeInvFreq = ropeInverseFrequencies(c);
+    break;
+  }
+  case OpKind::kKVCacheWrite:
+  case OpKind::kPagedAttention: {
+    StatusOr<int64_t> layer = step.getInt("layer");
+    if (!layer.isOk())
+      return withWhere(layer.status());
+    if (*layer < 0 || *layer >= geometry_.numLayers)
+      return invalidArgument("cpu backend: " + where + ": layer " +
+                             std::to_string(*layer) + " outside the cache's " +
+                             std::to_string(geometry_.numLayers) + " layers");
+    out.layer = *layer;
+    if (out.op == OpKind::kKVCacheWrite)
+      break;
+    AttentionParams &a = out.attention;
+    a.layer = *layer;
+    for (auto [name, field] :
+         {std::pair<const char *, int64_t *>{"num_heads", &a.numHeads},
+          {"num_kv_heads", &a.numKVHeads},
+          {"head_dim", &a.headDim}}) {
+      StatusOr<int64_t> v = step.getInt(name);
+      if (!v.isOk())
+        return withWhere(v.status());
+      *field = *v;
+    }
+    StatusOr<double> scale = step.getFloat("scale");
+    if (!scale.isOk())
+      return withWhere(scale.status());
+    a.scale = *scale;
+    a.slidingWindow = step.getInt("sliding_window", 0);
+    if (a.numKVHeads != geometry_.numKVHeads || a.headDim != geometry_.headDim)
+      return invalidArgument("cpu backend: " + where +
+                             ": num_kv_heads/head_dim differ from the cache's");
+    if (a.numHeads <= 0 || a.numHeads % a.numKVHeads != 0)
+      return invalidArgument("cpu backend: " + where +
+                             ": num_heads must be a multiple of num_kv_heads");
+    if (a.slidingWindow < 0)
+      return invalidArgument("cpu backend: " + where +
+                             ": sliding_window must be >= 0");
+    break;
+  }
+  default:
+    break;
+  }
+  return Status::ok();
+}
+
+StatusOr<const int32_t *> CpuBackend::intInput(int id, const Batch &batch,
+                                               int64_t &length) const {
+  switch (*inputOf_[id]) {
+  case InputKind::kTokenIds:
+    length = batch.numTokens();
+    return batch.tokenIds.data();
+  case InputKind::kPositions:
+    length = static_cast<int64_t>(batch.positions.size());
+    return batch.positions.data();
+  case InputKind::kQueryStartLoc:
+    length = static_cast<int64_t>(batch.queryStartLoc.size());
+    return batch.queryStartLoc.data();
+  case InputKind::kContextLens:
+    length = batch.numSeqs();
+    return batch.contextLens.data();
+  case InputKind::kBlockTables:
+    length = static_cast<int64_t>(batch.blockTables.size());
+    return batch.blockTables.data();
+  case InputKind::kLogitsIndices:
+    length = static_cast<int64_t>(batch.logitsIndices.size());
+    return batch.logitsIndices.data();
+  case InputKind::kSlotMapping:
+    break;
+  }
+  return invalidArgument("cpu backend: input '" + valueById_[id]->name +
+                         "' is not an i32 operand");
+}
+
+Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
+                           std::vector<Matrix> &values) {
+  auto in = [&](size_t i) -> const Matrix & { return values[s.operands[i]]; };
+  auto mismatch = [&](const std::string &what) {
+    return invalidArgument("cpu backend: " + what);
+  };
+  Matrix *result = s.result >= 0 ? &values[s.result] : nullptr;
+  switch (s.op) {
+  case OpKind::kEmbedding: {
+    const Matrix &table = in(0);
+    int64_t t;
+    INFER_ASSIGN_OR_RETURN(const int32_t *ids,
+                           intInput(s.operands[1], batch, t));
+    float *y = result->allocate(t, table.cols);
+    for (int64_t i = 0; i < t; ++i) {
+      if (ids[i] < 0 || ids[i] >= table.rows)
+        return outOfRange("token id " + std::to_string(ids[i]) +
+                          " outside the vocabulary of " +
+                          std::to_string(table.rows));
+      std::memcpy(y + i * table.cols, table.data + ids[i] * table.cols,
+                  table.cols * sizeof(float));
+    }
+    return Status::ok();
+  }
+  case OpKind::kRmsNorm: {
+    const Matrix &x = in(0), &w = in(1);
+    if (w.size() != x.cols)
+      return mismatch("rms_norm weight size differs from the hidden size");
+    float *y = result->allocate(x.rows, x.cols);
+    rmsNorm(x.data, w.data, y, x.rows, x.cols, s.epsilon);
+    return Status::ok();
+  }
+  case OpKind::kLinear:
+  case OpKind::kLogits: {
+    const Matrix &x = in(0), &w = in(1);
+    if (w.cols != x.cols)
+      return mismatch("linear weight [" + std::to_string(w.rows) + "," +
+                      std::to_string(w.cols) + "] does not match input width " +
+                      std::to_string(x.cols));
+    const float *bias = nullptr;
+    if (s.operands.size() == 3) {
+      if (in(2).size() != w.rows)
+        return mismatch("linear bias size differs from the output width");
+      bias = in(2).data;
+    }
+    float *y = result->allocate(x.rows, w.rows);
+    linear(x.data, x.rows, x.cols, w.data, w.rows, bias, y, pool_);
+    return Status::ok();
+  }
+  case OpKind::kRope: {
+    const Matrix &x = in(0);
+    int64_t t;
+    INFER_ASSIGN_OR_RETURN(const int32_t *positions,
+                           intInput(s.operands[1], batch, t));
+    if (t != x.rows || x.cols % s.rope.headDim != 0)
+      return mismatch("rope input does not match positions or head_dim");
+    float *y = result->allocate(x.rows, x.cols);
+    std::memcpy(y, x.data, x.size() * sizeof(float));
+    applyRope(y, x.rows, x.cols / s.rope.headDim, positions, s.rope,
+              s.ropeInvFreq);
+    return Status::ok();
+  }
+  case OpKind::kKVCacheWrite: {
+    const Matrix &k = in(1), &v = in(2);
+    if (inputOf_[s.operands[3]] != InputKind::kSlotMapping)
+      return mismatch("kv_cache_write needs slot_mapping as operand 3");
+    if (k.cols != geometry_.slotElements() || v.cols != k.cols ||
+        k.rows != batch.numTokens() || v.rows != k.rows)
+      return mismatch("kv_cache_write keys/values do not match the cache");
+    kvCacheWrite(cache_.data(), geometry_, s.layer, k.data, v.data,
+                 batch.slotMapping.data(), k.rows);
+    return Status::ok();
+  }
+  case OpKind::kPagedAttention: {
+    const Matrix &q = in(0);
+    const AttentionParams &a = s.attention;
+    if (inputOf_[s.operands[2]] != InputKind::kBlockTables ||
+        inputOf_[s.operands[3]] != InputKind::kContextLens ||
+        inputOf_[s.operands[4]] != InputKind::kQueryStartLoc)
+      return mismatch("paged_attention needs block_tables, context_lens and "
+                      "query_start_loc as operands 2-4");
+    if (q.cols != a.numHeads * a.headDim || q.rows != batch.numTokens())
+      return mismatch(
+          "paged_attention query does not match num_heads*head_dim");
+    float *y = result->allocate(q.rows, q.cols);
+    pagedAttention(q.data, cache_.data(), geometry_, a,
+                   batch.blockTables.data(), batch.maxBlocksPerSeq,
+                   batch.contextLens.data(), batch.queryStartLoc.data(),
+                   batch.numSeqs(), y, pool_);
+    return Status::ok();
+  }
+  case OpKind::kSilu:
+  case OpKind::kGeluTanh: {
+    const Matrix &x = in(0);
+    float *y = result->allocate(x.rows, x.cols);
+    if (s.op == OpKind::kSilu)
+      silu(x.data, y, x.size());
+    else
+      geluTanh(x.data, y, x.size());
+    return Status::ok();
+  }
+  case OpKind::kAdd:
+  case OpKind::kMul: {
+    const Matrix &a = in(0), &b = in(1);
+    if (a.rows != b.rows || a.cols != b.cols)
+      return mismatch(std::string(s.op == OpKind::kAdd ? "add" : "mul") +
+                      " operands have different shapes");
+    float *y = result->allocate(a.rows, a.cols);
+    const int64_t n = a.size();
+    if (s.op == OpKind::kAdd)
+      for (int64_t i = 0; i < n; ++i)
+        y[i] = a.data[i] + b.data[i];
+    else
+      for (int64_t i = 0; i < n; ++i)
+        y[i] = a.data[i] * b.data[i];
+    return Status::ok();
+  }
+  case OpKind::kGatherRows: {
+    const Matrix &x = in(0);
+    int64_t count;
+    INFER_ASSIGN_OR_RETURN(const int32_t *indices,
+                           intInput(s.operands[1], batch, count));
+    float *y = result->allocate(count, x.cols);
+    for (int64_t i = 0; i < count; ++i) {
+      if (indices[i] < 0 || indices[i] >= x.rows)
+        return outOfRange("gather_rows index " + std::to_string(indices[i]) +
+                          " outside " + std::to_string(x.rows) + " rows");
+      std::memcpy(y + i * x.cols, x.data + indices[i] * x.cols,
+                  x.cols * sizeof(float));
+    }
+    return Status::ok();
+  }
+  }
+  return internalError("cpu backend: unhandled op");
+}
+
+StatusOr<Logits> CpuBackend::forward(const Batch &batch) {
+  INFER_RETURN_IF_ERROR(batch.validate(numBlocks_, geometry_.blockSize));
+  std::vector<Matrix> values(valueById_.size());
+  for (const auto &[id, tensor] : params_) {
+    if (id < 0 || id >= static_cast<int>(values.size()))
+      continue;
+    Matrix &m = values[id];
+    m.data = tensor->data.data();
+    m.rows = tensor->shape.size() == 2 ? tensor->shape[0] : 1;
+    m.cols = tensor->shape.back();
+  }
+  for (const PreparedStep &step : steps_) {
+    INFER_RETURN_IF_ERROR(runStep(step, batch, values));
+    for (int id : step.release)
+      values[id] = Matrix();
+  }
+  Matrix &out = values[output_];
+  if (!out.data)
+    return internalError("cpu backend: the plan output was not computed");
+  Logits logits;
+  logits.rows = out.rows;
+  logits.vocab = out.cols;
+  logits.data = std::move(out.storage);
+  return logits;
+}
+
+} // namespace
+
+StatusOr<std::unique_ptr<Backend>>
+createCpuBackend(const plan::Plan &plan, int rank, ParamTable params,
+                 const CpuBackendOptions &options) {
+  if (rank < 0 || rank >= static_cast<int>(plan.ranks.size()))
+    return invalidArgument("cpu backend: rank " + std::to_string(rank) +
+                           " not in the plan");
+  const plan::KVCacheLayout &layout = plan.kvCache;
+  if (layout.layout != "block_layer_kv_slot_head_dim")
+    return unimplemented("cpu backend: KV-cache layout '" + layout.layout +
+                         "'");
+  if (layout.dtype != plan::DType::kF32)
+    return unimplemented("cpu backend: KV cache of dtype " +
+                         std::string(plan::dtypeName(layout.dtype)) +
+                         " (only f32)");
+  if (options.numBlocks < 0)
+    return invalidArgument("cpu backend: negative number of KV blocks");
+  int threads = options.numThreads > 0 ? options.numThreads
+                                       : ThreadPool::defaultNumThreads();
+  auto backend =
+      std::make_unique<CpuBackend>(layout, options.numBlocks, threads);
+  INFER_RETURN_IF_ERROR(backend->prepare(plan.ranks[rank], std::move(params)));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+} // namespace infer::cpu

@@ -1,0 +1,36 @@
+//===- CpuBackend.h - The fp32 reference backend ------------------*- C++
+//-*-===//
+//
+// Interprets one rank of a plan step by step in fp32 on the host. It is the
+// reference every other backend is checked against, and what CI runs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_CPU_CPUBACKEND_H
+#define INFER_RUNTIME_CPU_CPUBACKEND_H
+
+#include "runtime/backend/Backend.h"
+#include "runtime/plan/Plan.h"
+
+#include <memory>
+
+namespace infer::cpu {
+
+struct CpuBackendOptions {
+  /// Blocks in the KV-cache pool (each holds every layer of block_size
+  /// tokens, plan::KVCacheLayout::blockElements() floats).
+  int64_t numBlocks = 0;
+  /// Worker threads including the caller; 0 = the hardware's.
+  int numThreads = 0;
+};
+
+/// Checks the plan's rank against what this backend implements (ops,
+/// attributes, parameter shapes, an f32 cache) and allocates the pool.
+/// `params` holds every param value of the rank, converted to fp32.
+StatusOr<std::unique_ptr<Backend>>
+createCpuBackend(const plan::Plan &plan, int rank, ParamTable params,
+                 const CpuBackendOptions &options);
+
+} // namespace infer::cpu
+
+#endif // INFER_RUNTIME_CPU_CPUBACKEND_H

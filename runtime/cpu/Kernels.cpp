@@ -1,0 +1,289 @@
+//===- Kernels.cpp - fp32 reference kernels of the CPU backend ------------===//
+
+#include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/ThreadPool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace infer::cpu {
+
+//===----------------------------------------------------------------------===//
+// Matrix products
+//===----------------------------------------------------------------------===//
+
+namespace {
+constexpr int kLanes = 8;
+
+/// Dot products of `Rows` rows of x with one row of w, eight partial sums per
+/// row so the compiler can vectorise without reassociating a single sum.
+template <int Rows>
+inline void dotRows(const float *const *x, const float *w, int64_t k,
+                    float *out) {
+  float acc[Rows][kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= k; i += kLanes)
+    for (int r = 0; r < Rows; ++r)
+      for (int l = 0; l < kLanes; ++l)
+        acc[r][l] += x[r][i + l] * w[i + l];
+  for (int r = 0; r < Rows; ++r) {
+    float tail = 0.0f;
+    for (int64_t j = i; j < k; ++j)
+      tail += x[r][j] * w[j];
+    out[r] = ((acc[r][0] + acc[r][4]) + (acc[r][1] + acc[r][5])) +
+             ((acc[r][2] + acc[r][6]) + (acc[r][3] + acc[r][7])) + tail;
+  }
+}
+
+inline float dot(const float *a, const float *b, int64_t k) {
+  float out;
+  const float *rows[1] = {a};
+  dotRows<1>(rows, b, k, &out);
+  return out;
+}
+} // namespace
+
+void linear(const float *x, int64_t t, int64_t k, const float *w, int64_t n,
+            const float *bias, float *y, ThreadPool &pool) {
+  // Columns of y (rows of w) are split across threads; within a thread a
+  // tile of w rows stays in cache while every group of 4 x rows passes by.
+  constexpr int64_t kRowGroup = 4;
+  constexpr int64_t kWeightTile = 64;
+  const int64_t minChunk =
+      std::max<int64_t>(8, 65536 / std::max<int64_t>(1, k * t));
+  pool.parallelFor(n, minChunk, [&](int64_t nBegin, int64_t nEnd) {
+    for (int64_t n0 = nBegin; n0 < nEnd; n0 += kWeightTile) {
+      const int64_t n1 = std::min(nEnd, n0 + kWeightTile);
+      for (int64_t t0 = 0; t0 < t; t0 += kRowGroup) {
+        const int64_t rows = std::min(kRowGroup, t - t0);
+        const float *xr[kRowGroup];
+        for (int64_t r = 0; r < kRowGroup; ++r)
+          xr[r] = x + (t0 + std::min(r, rows - 1)) * k;
+        for (int64_t j = n0; j < n1; ++j) {
+          float out[kRowGroup];
+          if (rows == kRowGroup)
+            dotRows<kRowGroup>(xr, w + j * k, k, out);
+          else
+            for (int64_t r = 0; r < rows; ++r)
+              dotRows<1>(&xr[r], w + j * k, k, &out[r]);
+          const float b = bias ? bias[j] : 0.0f;
+          for (int64_t r = 0; r < rows; ++r)
+            y[(t0 + r) * n + j] = out[r] + b;
+        }
+      }
+    }
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise and normalisation
+//===----------------------------------------------------------------------===//
+
+void rmsNorm(const float *x, const float *w, float *y, int64_t rows, int64_t h,
+             double epsilon) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * h;
+    double sumSquares = 0.0;
+    for (int64_t i = 0; i < h; ++i)
+      sumSquares += static_cast<double>(xr[i]) * xr[i];
+    const float variance = static_cast<float>(sumSquares / h);
+    const float inv = static_cast<float>(
+        1.0 / std::sqrt(static_cast<double>(variance) + epsilon));
+    float *yr = y + r * h;
+    for (int64_t i = 0; i < h; ++i)
+      yr[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+void silu(const float *x, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] =
+        static_cast<float>(x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))));
+}
+
+void geluTanh(const float *x, float *y, int64_t n) {
+  const double c = std::sqrt(2.0 / M_PI);
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    y[i] = static_cast<float>(
+        0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v))));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Rotary embedding
+//===----------------------------------------------------------------------===//
+
+Status RopeConfig::validate() const {
+  if (headDim <= 0 || rotaryDim <= 0 || rotaryDim > headDim || rotaryDim % 2)
+    return invalidArgument("rope: rotary_dim " + std::to_string(rotaryDim) +
+                           " must be even and in (0, head_dim " +
+                           std::to_string(headDim) + "]");
+  if (!(theta > 0))
+    return invalidArgument("rope: theta must be > 0");
+  if (scaling == "default")
+    return Status::ok();
+  if (scaling == "linear") {
+    if (!(factor > 0))
+      return invalidArgument("rope: linear scaling needs factor > 0");
+    return Status::ok();
+  }
+  if (scaling == "llama3") {
+    if (!(factor > 0) || !(highFreqFactor > lowFreqFactor) ||
+        originalMaxPositionEmbeddings <= 0)
+      return invalidArgument("rope: llama3 scaling needs factor > 0, "
+                             "high_freq_factor > low_freq_factor and "
+                             "original_max_position_embeddings > 0");
+    return Status::ok();
+  }
+  return invalidArgument("rope: unknown scaling '" + scaling +
+                         "' (expected default, linear or llama3)");
+}
+
+std::vector<float> ropeInverseFrequencies(const RopeConfig &c) {
+  const int64_t half = c.rotaryDim / 2;
+  std::vector<float> inv(half);
+  // inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim)), in fp32.
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent =
+        static_cast<float>(2 * i) / static_cast<float>(c.rotaryDim);
+    const float power =
+        static_cast<float>(std::pow(c.theta, static_cast<double>(exponent)));
+    inv[i] = 1.0f / power;
+  }
+  if (c.scaling == "linear") {
+    for (float &f : inv)
+      f = f / static_cast<float>(c.factor);
+  } else if (c.scaling == "llama3") {
+    const float factor = static_cast<float>(c.factor);
+    const float low = static_cast<float>(c.lowFreqFactor);
+    const double oldContext =
+        static_cast<double>(c.originalMaxPositionEmbeddings);
+    const float lowFreqWavelen =
+        static_cast<float>(oldContext / c.lowFreqFactor);
+    const float highFreqWavelen =
+        static_cast<float>(oldContext / c.highFreqFactor);
+    for (float &f : inv) {
+      const float wavelen = static_cast<float>(2 * M_PI) / f;
+      float scaled = wavelen > lowFreqWavelen ? f / factor : f;
+      const bool medium =
+          !(wavelen < highFreqWavelen) && !(wavelen > lowFreqWavelen);
+      if (medium) {
+        const float smooth =
+            (static_cast<float>(oldContext) / wavelen - low) /
+            static_cast<float>(c.highFreqFactor - c.lowFreqFactor);
+        scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
+      }
+      f = scaled;
+    }
+  }
+  return inv;
+}
+
+void applyRope(float *x, int64_t t, int64_t heads, const int32_t *positions,
+               const RopeConfig &c, const std::vector<float> &invFreq) {
+  const int64_t half = c.rotaryDim / 2;
+  std::vector<float> cosines(half), sines(half);
+  for (int64_t i = 0; i < t; ++i) {
+    const float pos = static_cast<float>(positions[i]);
+    for (int64_t f = 0; f < half; ++f) {
+      const float angle = pos * invFreq[f];
+      cosines[f] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sines[f] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float *v = x + (i * heads + h) * c.headDim;
+      for (int64_t f = 0; f < half; ++f) {
+        const float x1 = v[f], x2 = v[f + half];
+        v[f] = x1 * cosines[f] - x2 * sines[f];
+        v[f + half] = x2 * cosines[f] + x1 * sines[f];
+      }
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// KV cache and attention
+//===----------------------------------------------------------------------===//
+
+void kvCacheWrite(float *pool, const CacheGeometry &g, int64_t layer,
+                  const float *k, const float *v, const int64_t *slots,
+                  int64_t t) {
+  const int64_t width = g.slotElements();
+  for (int64_t i = 0; i < t; ++i) {
+    if (slots[i] < 0)
+      continue;
+    std::memcpy(pool + g.offset(slots[i], layer, 0), k + i * width,
+                width * sizeof(float));
+    std::memcpy(pool + g.offset(slots[i], layer, 1), v + i * width,
+                width * sizeof(float));
+  }
+}
+
+void pagedAttention(const float *q, const float *cachePool,
+                    const CacheGeometry &g, const AttentionParams &p,
+                    const int32_t *blockTables, int64_t maxBlocksPerSeq,
+                    const int32_t *contextLens, const int32_t *queryStartLoc,
+                    int64_t numSeqs, float *out, ThreadPool &pool) {
+  const int64_t t = queryStartLoc[numSeqs];
+  const int64_t d = p.headDim;
+  const int64_t groupSize = p.numHeads / p.numKVHeads;
+  std::vector<int32_t> seqOfToken(t);
+  for (int64_t s = 0; s < numSeqs; ++s)
+    for (int64_t i = queryStartLoc[s]; i < queryStartLoc[s + 1]; ++i)
+      seqOfToken[i] = static_cast<int32_t>(s);
+
+  const int64_t items = t * p.numHeads;
+  pool.parallelFor(items, 4, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    std::vector<float> acc(d);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / p.numHeads, h = item % p.numHeads;
+      const int64_t s = seqOfToken[i];
+      const int64_t newTokens = queryStartLoc[s + 1] - queryStartLoc[s];
+      const int64_t position =
+          contextLens[s] - newTokens + (i - queryStartLoc[s]);
+      const int64_t first =
+          p.slidingWindow > 0
+              ? std::max<int64_t>(0, position - p.slidingWindow + 1)
+              : 0;
+      const int32_t *table = blockTables + s * maxBlocksPerSeq;
+      const int64_t kvHead = h / groupSize;
+      const float *qh = q + (i * p.numHeads + h) * d;
+      auto slotOf = [&](int64_t pos) {
+        return static_cast<int64_t>(table[pos / g.blockSize]) * g.blockSize +
+               pos % g.blockSize;
+      };
+      scores.resize(position - first + 1);
+      float maxScore = -std::numeric_limits<float>::infinity();
+      for (int64_t j = first; j <= position; ++j) {
+        const float *kj =
+            cachePool + g.offset(slotOf(j), p.layer, 0) + kvHead * d;
+        const float score = dot(qh, kj, d) * static_cast<float>(p.scale);
+        scores[j - first] = score;
+        maxScore = std::max(maxScore, score);
+      }
+      double sum = 0.0;
+      for (float &score : scores) {
+        score =
+            static_cast<float>(std::exp(static_cast<double>(score - maxScore)));
+        sum += score;
+      }
+      const float invSum = static_cast<float>(1.0 / sum);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = first; j <= position; ++j) {
+        const float *vj =
+            cachePool + g.offset(slotOf(j), p.layer, 1) + kvHead * d;
+        const float weight = scores[j - first] * invSum;
+        for (int64_t e = 0; e < d; ++e)
+          acc[e] += weight * vj[e];
+      }
+      std::memcpy(out + (i * p.numHeads + h) * d, acc.data(),
+                  d * sizeof(float));
+    }
+  });
+}
+
+} // namespace infer::cpu

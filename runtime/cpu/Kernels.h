@@ -1,0 +1,110 @@
+//===- Kernels.h - fp32 reference kernels of the CPU backend -----*- C++
+//-*-===//
+//
+// One function per plan op, on dense row-major fp32 buffers. They follow the
+// Hugging Face transformers fp32 computation closely (same rope frequency
+// arithmetic, fp32 products with wide accumulation) so that logits agree to
+// ~1e-6 relative.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_CPU_KERNELS_H
+#define INFER_RUNTIME_CPU_KERNELS_H
+
+#include "runtime/plan/Plan.h"
+#include "runtime/support/Status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace infer::cpu {
+
+class ThreadPool;
+
+/// y[T,N] = x[T,K] * w[N,K]^T (+ bias[N]).
+void linear(const float *x, int64_t t, int64_t k, const float *w, int64_t n,
+            const float *bias, float *y, ThreadPool &pool);
+
+/// y = x / sqrt(mean(x^2) + eps) * w, per row of h.
+void rmsNorm(const float *x, const float *w, float *y, int64_t rows, int64_t h,
+             double epsilon);
+
+void silu(const float *x, float *y, int64_t n);
+/// GELU with the tanh approximation (HF "gelu_pytorch_tanh").
+void geluTanh(const float *x, float *y, int64_t n);
+
+/// Rotary embedding parameters of a `rope` step.
+struct RopeConfig {
+  int64_t headDim = 0;
+  int64_t rotaryDim = 0;
+  double theta = 10000.0;
+  std::string scaling = "default"; ///< "default" | "linear" | "llama3"
+  double factor = 1.0;
+  double lowFreqFactor = 1.0;
+  double highFreqFactor = 4.0;
+  int64_t originalMaxPositionEmbeddings = 0;
+
+  Status validate() const;
+};
+
+/// The rotary_dim / 2 inverse frequencies, computed in fp32 like HF's
+/// _compute_default_rope_parameters, _compute_linear_scaling_rope_parameters
+/// and _compute_llama3_parameters.
+std::vector<float> ropeInverseFrequencies(const RopeConfig &config);
+
+/// Rotates each head of x[T, heads*headDim] in place (rotate_half style:
+/// dimension i pairs with i + rotaryDim/2; dimensions past rotaryDim pass).
+void applyRope(float *x, int64_t t, int64_t heads, const int32_t *positions,
+               const RopeConfig &config, const std::vector<float> &invFreq);
+
+/// Geometry of the paged KV pool (plan::KVCacheLayout, sizes only).
+///
+///   pool = [num_blocks][num_layers][2][block_size][kv_heads][head_dim]
+///          block b, layer l: keys at   ((b*L + l)*2 + 0) * bs*kvh*d
+///                            values at ((b*L + l)*2 + 1) * bs*kvh*d
+struct CacheGeometry {
+  int64_t numLayers = 0;
+  int64_t numKVHeads = 0;
+  int64_t headDim = 0;
+  int64_t blockSize = 0;
+
+  int64_t slotElements() const { return numKVHeads * headDim; }
+  int64_t blockElements() const {
+    return numLayers * 2 * blockSize * slotElements();
+  }
+  /// Offset of the keys (kv = 0) or values (kv = 1) of `slot` in `layer`.
+  int64_t offset(int64_t slot, int64_t layer, int kv) const {
+    const int64_t block = slot / blockSize, inBlock = slot % blockSize;
+    return ((block * numLayers + layer) * 2 + kv) * blockSize * slotElements() +
+           inBlock * slotElements();
+  }
+};
+
+/// Writes k and v rows [T, kvh*d] of `layer` to their slots; slot -1 skips.
+void kvCacheWrite(float *pool, const CacheGeometry &geometry, int64_t layer,
+                  const float *k, const float *v, const int64_t *slots,
+                  int64_t t);
+
+struct AttentionParams {
+  int64_t layer = 0;
+  int64_t numHeads = 0;
+  int64_t numKVHeads = 0;
+  int64_t headDim = 0;
+  double scale = 1.0;
+  /// 0: none; else a query at position p sees keys in (p - window, p].
+  int64_t slidingWindow = 0;
+};
+
+/// Causal attention of q[T, h*d] over the cached keys and values of each
+/// sequence; query i of sequence s sits at position
+/// context_lens[s] - new_tokens(s) + i. Writes out[T, h*d].
+void pagedAttention(const float *q, const float *cache,
+                    const CacheGeometry &geometry, const AttentionParams &p,
+                    const int32_t *blockTables, int64_t maxBlocksPerSeq,
+                    const int32_t *contextLens, const int32_t *queryStartLoc,
+                    int64_t numSeqs, float *out, ThreadPool &pool);
+
+} // namespace infer::cpu
+
+#endif // INFER_RUNTIME_CPU_KERNELS_H

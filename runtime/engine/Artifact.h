@@ -1,0 +1,54 @@
+//===- Artifact.h - Loading a compiled artifact directory ---------*- C++
+//-*-===//
+//
+//   artifact/ manifest.json   what was compiled, the KV-cache layout, the
+//             plan.json       weight files and their header fingerprints
+//             program.mlir    (for people)
+//             tokenizer.json  (copied from the model directory)
+//   weights/  the source safetensors files the plan's params name, found in
+//             manifest.weights_dir (relative paths are relative to the
+//             artifact) unless the caller overrides the directory.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_ENGINE_ARTIFACT_H
+#define INFER_RUNTIME_ENGINE_ARTIFACT_H
+
+#include "runtime/backend/Backend.h"
+#include "runtime/plan/Plan.h"
+
+#include <string>
+
+namespace infer {
+
+struct Artifact {
+  std::string dir;
+  plan::Manifest manifest;
+  plan::Plan plan;
+
+  /// Path of a file the manifest names, relative to the artifact ("" when
+  /// the manifest names none).
+  std::string path(const std::string &file) const;
+};
+
+/// Whether `dir` holds a manifest.json.
+bool isArtifactDir(const std::string &dir);
+
+/// Reads and validates manifest.json and the plan it names; checks that the
+/// plan's KV-cache layout is the manifest's.
+StatusOr<Artifact> loadArtifact(const std::string &dir);
+
+/// The directory weights are read from: `override` if set, else the
+/// manifest's weights_dir.
+std::string weightsDirOf(const Artifact &artifact, const std::string &override);
+
+/// Checks every weight file the manifest lists (size and header
+/// fingerprint), then reads the rank's params as fp32 (from f32, f16 or
+/// bf16), applying their transforms. Values naming the same source tensor
+/// share one buffer.
+StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
+                                const std::string &weightsDir);
+
+} // namespace infer
+
+#endif // INFER_RUNTIME_ENGINE_ARTIFACT_H
