@@ -1,0 +1,38 @@
+//===- LlamaPlan.h - Hand-built plans for llama-style test models -*- C++
+//-*-===//
+//
+// Builds, without the compiler, the plan the compiler is expected to produce
+// for a Llama / Mistral / Qwen2 model directory, so the runtime can be
+// checked against Hugging Face's logits on its own.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_TESTS_RUNTIME_SUPPORT_LLAMAPLAN_H
+#define INFER_TESTS_RUNTIME_SUPPORT_LLAMAPLAN_H
+
+#include "runtime/backend/Backend.h"
+#include "runtime/engine/Artifact.h"
+#include "runtime/engine/Generator.h"
+
+#include <memory>
+#include <string>
+
+namespace infer::testing {
+
+/// A plan + manifest for `modelDir` whose weights_dir is `modelDir`.
+StatusOr<Artifact> buildLlamaArtifact(const std::string &modelDir,
+                                      int64_t blockSize = 16);
+
+/// The artifact's params loaded and a CPU backend of `numBlocks` blocks.
+StatusOr<std::unique_ptr<Backend>> createTestBackend(const Artifact &artifact,
+                                                     int64_t numBlocks,
+                                                     int numThreads = 0);
+
+GenerationConfig generationConfigOf(const Artifact &artifact);
+
+/// max |a - b| / max |b| over equal-sized arrays.
+double maxRelativeError(const float *actual, const float *expected, int64_t n);
+
+} // namespace infer::testing
+
+#endif // INFER_TESTS_RUNTIME_SUPPORT_LLAMAPLAN_H
