@@ -58,8 +58,9 @@ const char *severityName(mlir::DiagnosticSeverity severity) {
   llvm_unreachable("unknown severity");
 }
 
-/// Collects the diagnostics of a compilation as `loc: error: message` lines,
-/// notes included, for a Status message.
+/// Collects the diagnostics of a compilation for a Status message, one per
+/// line: `loc: message` for errors (the caller reports the Status as an
+/// error), `loc: note: message` for notes and warnings.
 class DiagnosticCollector {
 public:
   explicit DiagnosticCollector(mlir::MLIRContext &context)
@@ -81,8 +82,9 @@ private:
     std::string where = formatLocation(diag.getLocation());
     if (!where.empty())
       text += where + ": ";
-    text += severityName(diag.getSeverity());
-    text += ": " + diag.str();
+    if (diag.getSeverity() != mlir::DiagnosticSeverity::Error)
+      text += std::string(severityName(diag.getSeverity())) + ": ";
+    text += diag.str();
   }
 
   std::string text;
@@ -119,9 +121,8 @@ Status importModel(const std::string &modelDir, const std::string &outPath) {
   mlir::OwningOpRef<mlir::ModuleOp> module =
       frontend::importHFModel(modelDir, context);
   if (!module)
-    return diagnostics
-        .failure(StatusCode::kInvalidArgument, "cannot import " + modelDir)
-        .withContext("importing " + modelDir);
+    return diagnostics.failure(StatusCode::kInvalidArgument,
+                               "cannot import " + modelDir);
 
   std::string error;
   std::unique_ptr<llvm::ToolOutputFile> output =
@@ -147,9 +148,8 @@ Status compileModel(const std::string &modelDir, const std::string &outDir,
   mlir::OwningOpRef<mlir::ModuleOp> module =
       frontend::importHFModel(weightsDir, context);
   if (!module)
-    return diagnostics
-        .failure(StatusCode::kInvalidArgument, "cannot import " + modelDir)
-        .withContext("importing " + modelDir);
+    return diagnostics.failure(StatusCode::kInvalidArgument,
+                               "cannot import " + modelDir);
 
   mlir::PassManager pm(&context);
   mlir::infer::DeployPipelineOptions pipelineOptions;
