@@ -1,0 +1,405 @@
+// RUN: infer-opt %s --split-input-file --verify-diagnostics
+
+// One case per diagnostic of the infer dialect's verifiers, in the order of
+// the dialect's files: dialect attributes, attributes, types, then ops as
+// InferOps.td groups them.
+
+//===----------------------------------------------------------------------===//
+// Dialect attributes
+//===----------------------------------------------------------------------===//
+
+// expected-error @+1 {{'infer.input' of argument 0 must be one of "token_ids", "positions", "query_start_loc", "context_lens", "block_tables", "slot_mapping", "logits_indices", "kv_cache", got "tokens"}}
+func.func @unknown_input(%ids: tensor<?xi32> {infer.input = "tokens"}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'infer.model' must be a dictionary attribute of a module}}
+func.func @model_not_on_module() attributes {infer.model = {num_layers = 2 : i64}} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'infer.model' must be a dictionary attribute of a module}}
+module attributes {infer.model = "llama"} {
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+func.func @rope_theta(%x: tensor<?x384xf32>, %positions: tensor<?xi32>) -> tensor<?x384xf32> {
+  // expected-error @+1 {{rope theta must be positive, got 0.000000e+00}}
+  %y = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 0.0, kind = default>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return %y : tensor<?x384xf32>
+}
+
+// -----
+
+func.func @rope_linear_factor(%x: tensor<?x384xf32>, %positions: tensor<?xi32>) -> tensor<?x384xf32> {
+  // expected-error @+1 {{'linear' rope scaling needs a positive factor, got 0.000000e+00}}
+  %y = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 1.0e+04, kind = linear, factor = 0.0>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return %y : tensor<?x384xf32>
+}
+
+// -----
+
+func.func @rope_llama3_factor(%x: tensor<?x384xf32>, %positions: tensor<?xi32>) -> tensor<?x384xf32> {
+  // expected-error @+1 {{'llama3' rope scaling needs a positive factor, got -1.000000e+00}}
+  %y = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 5.0e+05, kind = llama3, factor = -1.0, original_max_position_embeddings = 8192>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return %y : tensor<?x384xf32>
+}
+
+// -----
+
+func.func @rope_llama3_freq_factors(%x: tensor<?x384xf32>, %positions: tensor<?xi32>) -> tensor<?x384xf32> {
+  // expected-error @+1 {{'llama3' rope scaling needs high_freq_factor (1.000000e+00) > low_freq_factor (4.000000e+00)}}
+  %y = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 5.0e+05, kind = llama3, factor = 8.0, low_freq_factor = 4.0, high_freq_factor = 1.0, original_max_position_embeddings = 8192>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return %y : tensor<?x384xf32>
+}
+
+// -----
+
+func.func @rope_llama3_context(%x: tensor<?x384xf32>, %positions: tensor<?xi32>) -> tensor<?x384xf32> {
+  // expected-error @+1 {{'llama3' rope scaling needs a positive original_max_position_embeddings, got 0}}
+  %y = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 5.0e+05, kind = llama3, factor = 8.0>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return %y : tensor<?x384xf32>
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Types
+//===----------------------------------------------------------------------===//
+
+// expected-error @+1 {{kv_cache needs positive num_layers, num_kv_heads, block_size and head_dim, got 2, 2, 0, 64}}
+func.func @kv_cache_block_size(%c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 0, head_dim = 64, element_type = f32>) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{kv_cache element type must be a float type, got 'i8'}}
+func.func @kv_cache_element_type(%c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = i8>) {
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+func.func @weight_name() {
+  // expected-error @+1 {{'infer.weight' op expects a non-empty checkpoint tensor name}}
+  %w = infer.weight "" : tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @weight_dynamic() {
+  // expected-error @+1 {{'infer.weight' op expects a statically shaped result, got 'tensor<?x8xbf16>'}}
+  %w = infer.weight "w" : tensor<?x8xbf16>
+  return
+}
+
+// -----
+
+func.func @weight_element_type() {
+  // expected-error @+1 {{'infer.weight' op expects a float element type, got 'i8'}}
+  %w = infer.weight "w" : tensor<8x8xi8>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Embedding and projections
+//===----------------------------------------------------------------------===//
+
+func.func @embedding_result(%table: tensor<4096x384xbf16>, %ids: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.embedding' op expects result shape [?, 384] (ids rows, table columns), got 'tensor<?x128xf32>'}}
+  %h = infer.embedding %table[%ids] : tensor<4096x384xbf16>, tensor<?xi32> -> tensor<?x128xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_ids(%table: tensor<4096x384xbf16>, %ids: tensor<?xf32>) {
+  // expected-error @+1 {{'infer.embedding' op operand #1 must be 1D tensor of signless integer values, but got 'tensor<?xf32>'}}
+  %h = infer.embedding %table[%ids] : tensor<4096x384xbf16>, tensor<?xf32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @gather_rows_result(%x: tensor<?x384xf32>, %indices: tensor<4xi32>) {
+  // expected-error @+1 {{'infer.gather_rows' op expects result shape [4, 384] (indices rows, input columns), got 'tensor<5x384xf32>'}}
+  %s = infer.gather_rows %x[%indices] : tensor<?x384xf32>, tensor<4xi32> -> tensor<5x384xf32>
+  return
+}
+
+// -----
+
+func.func @linear_weight(%x: tensor<?x384xf32>, %w: tensor<128x256xbf16>) {
+  // expected-error @+1 {{'infer.linear' op expects weight of shape [N, 384] to match the input features, got 'tensor<128x256xbf16>'}}
+  %y = infer.linear %x, %w : tensor<?x384xf32>, tensor<128x256xbf16> -> tensor<?x128xf32>
+  return
+}
+
+// -----
+
+func.func @linear_bias(%x: tensor<?x384xf32>, %w: tensor<128x384xbf16>, %b: tensor<384xbf16>) {
+  // expected-error @+1 {{'infer.linear' op expects bias of shape [128] to match the weight rows, got 'tensor<384xbf16>'}}
+  %y = infer.linear %x, %w, %b : tensor<?x384xf32>, tensor<128x384xbf16>, tensor<384xbf16> -> tensor<?x128xf32>
+  return
+}
+
+// -----
+
+func.func @linear_result(%x: tensor<?x384xf32>, %w: tensor<128x384xbf16>) {
+  // expected-error @+1 {{'infer.linear' op expects result shape [?, 128] (input rows, weight rows), got 'tensor<?x384xf32>'}}
+  %y = infer.linear %x, %w : tensor<?x384xf32>, tensor<128x384xbf16> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @logits_weight(%x: tensor<?x384xf32>, %w: tensor<4096x256xbf16>) {
+  // expected-error @+1 {{'infer.logits' op expects weight of shape [N, 384] to match the input features, got 'tensor<4096x256xbf16>'}}
+  %l = infer.logits %x, %w : tensor<?x384xf32>, tensor<4096x256xbf16> -> tensor<?x4096xf32>
+  return
+}
+
+// -----
+
+func.func @logits_result(%x: tensor<?x384xf32>, %w: tensor<4096x384xbf16>) {
+  // expected-error @+1 {{'infer.logits' op expects result shape [?, 4096] (input rows, vocabulary size), got 'tensor<?x4000xf32>'}}
+  %l = infer.logits %x, %w : tensor<?x384xf32>, tensor<4096x384xbf16> -> tensor<?x4000xf32>
+  return
+}
+
+// -----
+
+func.func @logits_element_type(%x: tensor<?x384xf32>, %w: tensor<4096x384xbf16>) {
+  // expected-error @+1 {{'infer.logits' op result #0 must be 2D tensor of 32-bit float values, but got 'tensor<?x4096xbf16>'}}
+  %l = infer.logits %x, %w : tensor<?x384xf32>, tensor<4096x384xbf16> -> tensor<?x4096xbf16>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Normalization and positions
+//===----------------------------------------------------------------------===//
+
+func.func @rms_norm_weight(%x: tensor<?x384xf32>, %w: tensor<128xbf16>) {
+  // expected-error @+1 {{'infer.rms_norm' op expects weight of shape [384] to match the input features, got 'tensor<128xbf16>'}}
+  %y = infer.rms_norm %x, %w {epsilon = 1.0e-05 : f64} : tensor<?x384xf32>, tensor<128xbf16> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_epsilon(%x: tensor<?x384xf32>, %w: tensor<384xbf16>) {
+  // expected-error @+1 {{'infer.rms_norm' op expects a positive epsilon, got 0.000000e+00}}
+  %y = infer.rms_norm %x, %w {epsilon = 0.0 : f64} : tensor<?x384xf32>, tensor<384xbf16> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_result(%x: tensor<?x384xf32>, %w: tensor<384xbf16>) {
+  // expected-error @+1 {{'infer.rms_norm' op expects result shape to match input shape [?, 384], got 'tensor<4x384xf32>'}}
+  %y = infer.rms_norm %x, %w {epsilon = 1.0e-05 : f64} : tensor<?x384xf32>, tensor<384xbf16> -> tensor<4x384xf32>
+  return
+}
+
+// -----
+
+func.func @rope_head_dim(%x: tensor<?x384xf32>, %positions: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope' op expects a positive head_dim, got 0}}
+  %y = infer.rope %x, %positions {head_dim = 0 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @rope_features(%x: tensor<?x384xf32>, %positions: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope' op expects input features (384) to be a multiple of head_dim (100)}}
+  %y = infer.rope %x, %positions {head_dim = 100 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @rope_rotary_dim(%x: tensor<?x384xf32>, %positions: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope' op expects an even rotary_dim in (0, head_dim = 64], got 63}}
+  %y = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 63 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @rope_result(%x: tensor<?x384xf32>, %positions: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope' op expects result type to match input type 'tensor<?x384xf32>', got 'tensor<?x384xf16>'}}
+  %y = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf16>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+func.func @gelu_approximate(%x: tensor<?x384xf32>) {
+  // expected-error @+1 {{'infer.gelu' op expects approximate to be "none" or "tanh", got "erf"}}
+  %y = infer.gelu %x {approximate = "erf"} : tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @add_types(%a: tensor<?x384xf32>, %b: tensor<?x128xf32>) {
+  // expected-error @+1 {{'infer.add' op requires the same type for all operands and results}}
+  %y = "infer.add"(%a, %b) : (tensor<?x384xf32>, tensor<?x128xf32>) -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+func.func @attention_heads(%q: tensor<?x384xf32>, %k: tensor<?x128xf32>, %v: tensor<?x128xf32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.attention' op expects positive num_heads, num_kv_heads and head_dim, got 6, 0, 64}}
+  %o = infer.attention %q, %k, %v, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 0 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @attention_groups(%q: tensor<?x384xf32>, %k: tensor<?x256xf32>, %v: tensor<?x256xf32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.attention' op expects num_heads (6) to be a multiple of num_kv_heads (4)}}
+  %o = infer.attention %q, %k, %v, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 4 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @attention_query(%q: tensor<?x384xf32>, %k: tensor<?x64xf32>, %v: tensor<?x64xf32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.attention' op expects query features (384) to equal num_heads * head_dim (256)}}
+  %o = infer.attention %q, %k, %v, %qsl {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 2 : i64, head_dim = 32 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @attention_scale(%q: tensor<?x384xf32>, %k: tensor<?x128xf32>, %v: tensor<?x128xf32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.attention' op expects a positive scale, got -1.250000e-01}}
+  %o = infer.attention %q, %k, %v, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = -1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @attention_window(%q: tensor<?x384xf32>, %k: tensor<?x128xf32>, %v: tensor<?x128xf32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.attention' op expects a non-negative sliding_window, got -1}}
+  %o = infer.attention %q, %k, %v, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = -1 : i64} : tensor<?x384xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @attention_layer(%q: tensor<?x384xf32>, %k: tensor<?x128xf32>, %v: tensor<?x128xf32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.attention' op expects a non-negative layer, got -1}}
+  %o = infer.attention %q, %k, %v, %qsl {layer = -1 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @attention_result(%q: tensor<?x384xf32>, %k: tensor<?x128xf32>, %v: tensor<?x128xf32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.attention' op expects result type to match query type 'tensor<?x384xf32>', got 'tensor<4x384xf32>'}}
+  %o = infer.attention %q, %k, %v, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi32> -> tensor<4x384xf32>
+  return
+}
+
+// -----
+
+func.func @attention_key(%q: tensor<?x384xf32>, %k: tensor<?x64xf32>, %v: tensor<?x128xf32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.attention' op expects key features (64) to equal num_kv_heads * head_dim (128)}}
+  %o = infer.attention %q, %k, %v, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, tensor<?x64xf32>, tensor<?x128xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @attention_value(%q: tensor<?x384xf32>, %k: tensor<?x128xf32>, %v: tensor<?x64xf32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.attention' op expects value features (64) to equal num_kv_heads * head_dim (128)}}
+  %o = infer.attention %q, %k, %v, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, tensor<?x128xf32>, tensor<?x64xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @kv_cache_write_layer(%c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %k: tensor<?x128xf32>, %v: tensor<?x128xf32>, %slots: tensor<?xi64>) {
+  // expected-error @+1 {{'infer.kv_cache_write' op expects layer in [0, num_layers = 2), got 2}}
+  %c1 = infer.kv_cache_write %c, %k, %v, %slots {layer = 2 : i64} : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>
+  return
+}
+
+// -----
+
+func.func @kv_cache_write_key(%c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %k: tensor<?x256xf32>, %v: tensor<?x128xf32>, %slots: tensor<?xi64>) {
+  // expected-error @+1 {{'infer.kv_cache_write' op expects key features (256) to equal num_kv_heads * head_dim (128)}}
+  %c1 = infer.kv_cache_write %c, %k, %v, %slots {layer = 0 : i64} : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x256xf32>, tensor<?x128xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>
+  return
+}
+
+// -----
+
+func.func @kv_cache_write_value(%c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %k: tensor<?x128xf32>, %v: tensor<?x256xf32>, %slots: tensor<?xi64>) {
+  // expected-error @+1 {{'infer.kv_cache_write' op expects value features (256) to equal num_kv_heads * head_dim (128)}}
+  %c1 = infer.kv_cache_write %c, %k, %v, %slots {layer = 0 : i64} : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x128xf32>, tensor<?x256xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>
+  return
+}
+
+// -----
+
+func.func @kv_cache_write_result(%c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %k: tensor<?x128xf32>, %v: tensor<?x128xf32>, %slots: tensor<?xi64>) {
+  // expected-error @+1 {{'infer.kv_cache_write' op expects result type to match cache type '!infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>', got '!infer.kv_cache<num_layers = 3, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>'}}
+  %c1 = infer.kv_cache_write %c, %k, %v, %slots {layer = 0 : i64} : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 3, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_common(%q: tensor<?x384xf32>, %c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %tables: tensor<?x?xi32>, %lens: tensor<?xi32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.paged_attention' op expects a positive scale, got 0.000000e+00}}
+  %o = infer.paged_attention %q, %c, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 0.0 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_cache_shape(%q: tensor<?x384xf32>, %c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %tables: tensor<?x?xi32>, %lens: tensor<?xi32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.paged_attention' op expects num_kv_heads and head_dim (3, 64) to match the cache's (2, 64)}}
+  %o = infer.paged_attention %q, %c, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 3 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_layer(%q: tensor<?x384xf32>, %c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %tables: tensor<?x?xi32>, %lens: tensor<?xi32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.paged_attention' op expects layer in [0, num_layers = 2), got 2}}
+  %o = infer.paged_attention %q, %c, %tables, %lens, %qsl {layer = 2 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}

@@ -1,0 +1,152 @@
+// RUN: infer-opt %s | infer-opt | FileCheck %s
+// RUN: infer-opt %s --mlir-print-op-generic | infer-opt | FileCheck %s
+
+// Every op, type and attribute of the infer dialect survives printing and
+// parsing, in custom and generic form.
+
+// CHECK: module attributes {infer.model = {architecture = "LlamaForCausalLM"
+// CHECK-SAME: eos_token_ids = [2]
+module attributes {infer.model = {architecture = "LlamaForCausalLM",
+                                  vocab_size = 4096 : i64,
+                                  hidden_size = 384 : i64,
+                                  num_layers = 1 : i64, num_heads = 6 : i64,
+                                  num_kv_heads = 2 : i64, head_dim = 64 : i64,
+                                  max_position_embeddings = 2048 : i64,
+                                  bos_token_id = 1 : i64,
+                                  eos_token_ids = [2]}} {
+
+// CHECK-LABEL: func.func @contract
+// CHECK-SAME: {infer.input = "token_ids"}
+// CHECK-SAME: {infer.input = "positions"}
+// CHECK-SAME: {infer.input = "query_start_loc"}
+// CHECK-SAME: {infer.input = "context_lens"}
+// CHECK-SAME: {infer.input = "block_tables"}
+// CHECK-SAME: {infer.input = "slot_mapping"}
+// CHECK-SAME: {infer.input = "logits_indices"}
+// CHECK-SAME: !infer.kv_cache<num_layers = 8, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32> {infer.input = "kv_cache"}
+func.func @contract(%token_ids: tensor<?xi32> {infer.input = "token_ids"},
+                    %positions: tensor<?xi32> {infer.input = "positions"},
+                    %query_start_loc: tensor<?xi32> {infer.input = "query_start_loc"},
+                    %context_lens: tensor<?xi32> {infer.input = "context_lens"},
+                    %block_tables: tensor<?x?xi32> {infer.input = "block_tables"},
+                    %slot_mapping: tensor<?xi64> {infer.input = "slot_mapping"},
+                    %logits_indices: tensor<?xi32> {infer.input = "logits_indices"},
+                    %kv_cache: !infer.kv_cache<num_layers = 8, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32> {infer.input = "kv_cache"}) {
+  return
+}
+
+// CHECK-LABEL: func.func @weight
+func.func @weight() -> tensor<4096x384xbf16> {
+  // CHECK: %[[W:.+]] = infer.weight "model.embed_tokens.weight" : tensor<4096x384xbf16>
+  %w = infer.weight "model.embed_tokens.weight" : tensor<4096x384xbf16>
+  // CHECK: return %[[W]]
+  return %w : tensor<4096x384xbf16>
+}
+
+// CHECK-LABEL: func.func @embedding
+// CHECK-SAME: (%[[TABLE:.+]]: tensor<4096x384xbf16>, %[[IDS:.+]]: tensor<?xi32>)
+func.func @embedding(%table: tensor<4096x384xbf16>, %ids: tensor<?xi32>) -> tensor<?x384xf32> {
+  // CHECK: infer.embedding %[[TABLE]][%[[IDS]]] : tensor<4096x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
+  %h = infer.embedding %table[%ids] : tensor<4096x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
+  return %h : tensor<?x384xf32>
+}
+
+// CHECK-LABEL: func.func @gather_rows
+// CHECK-SAME: (%[[X:.+]]: tensor<?x384xf32>, %[[IDX:.+]]: tensor<?xi32>)
+func.func @gather_rows(%x: tensor<?x384xf32>, %logits_indices: tensor<?xi32>) -> tensor<?x384xf32> {
+  // CHECK: infer.gather_rows %[[X]][%[[IDX]]] : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  %s = infer.gather_rows %x[%logits_indices] : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return %s : tensor<?x384xf32>
+}
+
+// CHECK-LABEL: func.func @linear
+// CHECK-SAME: (%[[X:.+]]: tensor<?x384xf32>, %[[W:.+]]: tensor<128x384xbf16>, %[[B:.+]]: tensor<128xbf16>)
+func.func @linear(%x: tensor<?x384xf32>, %w: tensor<128x384xbf16>, %b: tensor<128xbf16>) -> (tensor<?x128xf32>, tensor<?x128xf32>) {
+  // CHECK: infer.linear %[[X]], %[[W]] : tensor<?x384xf32>, tensor<128x384xbf16> -> tensor<?x128xf32>
+  %y = infer.linear %x, %w : tensor<?x384xf32>, tensor<128x384xbf16> -> tensor<?x128xf32>
+  // CHECK: infer.linear %[[X]], %[[W]], %[[B]] : tensor<?x384xf32>, tensor<128x384xbf16>, tensor<128xbf16> -> tensor<?x128xf32>
+  %z = infer.linear %x, %w, %b : tensor<?x384xf32>, tensor<128x384xbf16>, tensor<128xbf16> -> tensor<?x128xf32>
+  return %y, %z : tensor<?x128xf32>, tensor<?x128xf32>
+}
+
+// CHECK-LABEL: func.func @logits
+// CHECK-SAME: (%[[X:.+]]: tensor<?x384xf32>, %[[W:.+]]: tensor<4096x384xbf16>)
+func.func @logits(%x: tensor<?x384xf32>, %w: tensor<4096x384xbf16>) -> tensor<?x4096xf32> {
+  // CHECK: infer.logits %[[X]], %[[W]] : tensor<?x384xf32>, tensor<4096x384xbf16> -> tensor<?x4096xf32>
+  %l = infer.logits %x, %w : tensor<?x384xf32>, tensor<4096x384xbf16> -> tensor<?x4096xf32>
+  return %l : tensor<?x4096xf32>
+}
+
+// CHECK-LABEL: func.func @rms_norm
+// CHECK-SAME: (%[[X:.+]]: tensor<?x384xf32>, %[[W:.+]]: tensor<384xbf16>)
+func.func @rms_norm(%x: tensor<?x384xf32>, %w: tensor<384xbf16>) -> tensor<?x384xf32> {
+  // CHECK: infer.rms_norm %[[X]], %[[W]] {epsilon = 1.000000e-05 : f64} : tensor<?x384xf32>, tensor<384xbf16> -> tensor<?x384xf32>
+  %y = infer.rms_norm %x, %w {epsilon = 1.0e-05 : f64} : tensor<?x384xf32>, tensor<384xbf16> -> tensor<?x384xf32>
+  return %y : tensor<?x384xf32>
+}
+
+// CHECK-LABEL: func.func @rope
+// CHECK-SAME: (%[[X:.+]]: tensor<?x384xf32>, %[[POS:.+]]: tensor<?xi32>)
+func.func @rope(%x: tensor<?x384xf32>, %positions: tensor<?xi32>) -> (tensor<?x384xf32>, tensor<?x384xf32>, tensor<?x384xf32>) {
+  // CHECK: infer.rope %[[X]], %[[POS]]
+  // CHECK-SAME: head_dim = 64 : i64
+  // CHECK-SAME: rope = #infer.rope<theta = 1.000000e+04, kind = default>
+  // CHECK-SAME: rotary_dim = 64 : i64
+  // CHECK-SAME: : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  %a = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  // CHECK: infer.rope %[[X]], %[[POS]]
+  // CHECK-SAME: rope = #infer.rope<theta = 1.000000e+04, kind = linear, factor = 2.000000e+00>
+  // CHECK-SAME: rotary_dim = 32 : i64
+  %b = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 32 : i64, rope = #infer.rope<theta = 1.0e+04, kind = linear, factor = 2.0>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  // Parameters holding their defaults (low_freq_factor = 1.0,
+  // high_freq_factor = 4.0) are not printed.
+  // CHECK: infer.rope %[[X]], %[[POS]]
+  // CHECK-SAME: rope = #infer.rope<theta = 5.000000e+05, kind = llama3, factor = 8.000000e+00, original_max_position_embeddings = 8192>
+  %c = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 5.0e+05, kind = llama3, factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0, original_max_position_embeddings = 8192>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return %a, %b, %c : tensor<?x384xf32>, tensor<?x384xf32>, tensor<?x384xf32>
+}
+
+// CHECK-LABEL: func.func @elementwise
+// CHECK-SAME: (%[[A:.+]]: tensor<?x1024xf32>, %[[B:.+]]: tensor<?x1024xf32>)
+func.func @elementwise(%a: tensor<?x1024xf32>, %b: tensor<?x1024xf32>) -> tensor<?x1024xf32> {
+  // CHECK: %[[ADD:.+]] = infer.add %[[A]], %[[B]] : tensor<?x1024xf32>
+  %0 = infer.add %a, %b : tensor<?x1024xf32>
+  // CHECK: %[[GELU_TANH:.+]] = infer.gelu %[[ADD]] {approximate = "tanh"} : tensor<?x1024xf32>
+  %1 = infer.gelu %0 {approximate = "tanh"} : tensor<?x1024xf32>
+  // CHECK: %[[GELU:.+]] = infer.gelu %[[GELU_TANH]] : tensor<?x1024xf32>
+  %2 = infer.gelu %1 : tensor<?x1024xf32>
+  // CHECK: %[[MUL:.+]] = infer.mul %[[GELU]], %[[B]] : tensor<?x1024xf32>
+  %3 = infer.mul %2, %b : tensor<?x1024xf32>
+  // CHECK: infer.silu %[[MUL]] : tensor<?x1024xf32>
+  %4 = infer.silu %3 : tensor<?x1024xf32>
+  return %4 : tensor<?x1024xf32>
+}
+
+// CHECK-LABEL: func.func @attention
+// CHECK-SAME: (%[[Q:[^:]+]]: tensor<?x384xf32>, %[[K:[^:]+]]: tensor<?x128xf32>, %[[V:[^:]+]]: tensor<?x128xf32>, %[[QSL:[^:]+]]: tensor<?xi32>)
+func.func @attention(%q: tensor<?x384xf32>, %k: tensor<?x128xf32>, %v: tensor<?x128xf32>, %query_start_loc: tensor<?xi32>) -> tensor<?x384xf32> {
+  // CHECK: infer.attention %[[Q]], %[[K]], %[[V]], %[[QSL]]
+  // CHECK-SAME: {head_dim = 64 : i64, layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, scale = 1.250000e-01 : f64, sliding_window = 4096 : i64}
+  // CHECK-SAME: : tensor<?x384xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  %o = infer.attention %q, %k, %v, %query_start_loc {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 4096 : i64} : tensor<?x384xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi32> -> tensor<?x384xf32>
+  return %o : tensor<?x384xf32>
+}
+
+// CHECK-LABEL: func.func @paged_attention
+// CHECK-SAME: (%[[Q:[^:]+]]: tensor<?x384xf32>, %[[K:[^:]+]]: tensor<?x128xf32>, %[[V:[^:]+]]: tensor<?x128xf32>, %[[QSL:[^:]+]]: tensor<?xi32>, %[[LENS:[^:]+]]: tensor<?xi32>, %[[TABLES:[^:]+]]: tensor<?x?xi32>, %[[SLOTS:[^:]+]]: tensor<?xi64>, %[[CACHE:[^:]+]]: !infer.kv_cache
+func.func @paged_attention(%q: tensor<?x384xf32>, %k: tensor<?x128xf32>, %v: tensor<?x128xf32>,
+                           %query_start_loc: tensor<?xi32>, %context_lens: tensor<?xi32>,
+                           %block_tables: tensor<?x?xi32>, %slot_mapping: tensor<?xi64>,
+                           %c0: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>) -> tensor<?x384xf32> {
+  // CHECK: %[[C1:.+]] = infer.kv_cache_write %[[CACHE]], %[[K]], %[[V]], %[[SLOTS]] {layer = 1 : i64}
+  // CHECK-SAME: : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64>
+  // CHECK-SAME: -> !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>
+  %c1 = infer.kv_cache_write %c0, %k, %v, %slot_mapping {layer = 1 : i64} : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>
+  // CHECK: infer.paged_attention %[[Q]], %[[C1]], %[[TABLES]], %[[LENS]], %[[QSL]]
+  // CHECK-SAME: {head_dim = 64 : i64, layer = 1 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64}
+  // CHECK-SAME: : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+  %o = infer.paged_attention %q, %c1, %block_tables, %context_lens, %query_start_loc {layer = 1 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+  return %o : tensor<?x384xf32>
+}
+
+}
