@@ -195,8 +195,6 @@ public:
         ConfigReader(file, *nested, qualified(key) + ".", offset));
   }
 
-  const JsonFile &getFile() const { return file; }
-
 private:
   FailureOr<int64_t> asInt(StringRef key,
                            const llvm::json::Value &value) const {

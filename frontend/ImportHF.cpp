@@ -34,6 +34,7 @@
 #include "llvm/Support/Path.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 
 using llvm::StringRef;
@@ -473,13 +474,9 @@ mlir::OwningOpRef<mlir::ModuleOp> ModelImporter::import() {
 
 } // namespace
 
-void loadImportDialects(mlir::MLIRContext &context) {
-  context.loadDialect<mlir::infer::InferDialect, mlir::func::FuncDialect>();
-}
-
 mlir::OwningOpRef<mlir::ModuleOp> importHFModel(StringRef modelDir,
                                                 mlir::MLIRContext &context) {
-  loadImportDialects(context);
+  context.loadDialect<mlir::infer::InferDialect, mlir::func::FuncDialect>();
   std::optional<ModelConfig> config = parseModelConfig(modelDir, context);
   if (!config)
     return nullptr;

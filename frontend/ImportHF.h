@@ -19,9 +19,6 @@
 
 namespace infer::frontend {
 
-/// Loads the dialects the imported module uses into `context`.
-void loadImportDialects(mlir::MLIRContext &context);
-
 /// Imports `modelDir`. On failure, returns null after emitting diagnostics on
 /// `context` (located in config.json where a key is at fault).
 mlir::OwningOpRef<mlir::ModuleOp> importHFModel(llvm::StringRef modelDir,

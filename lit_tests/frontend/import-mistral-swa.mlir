@@ -1,5 +1,9 @@
 // RUN: infer import %fixtures/rand/mistral-swa | FileCheck %s
 
+// `-o` writes the same IR to a file, and it parses back.
+// RUN: infer import %fixtures/rand/mistral-swa -o %t.mlir
+// RUN: infer-opt %t.mlir | FileCheck %s
+
 // Mistral's `sliding_window` applies to every layer.
 
 // CHECK:       architecture = "MistralForCausalLM"
