@@ -1,0 +1,105 @@
+//===- Model.cpp - Turning the tool's MODEL argument into a backend -------===//
+
+#include "tools/infer/Model.h"
+#include "runtime/cpu/CpuBackend.h"
+
+#ifdef INFER_HAS_COMPILER
+#include "codegen/Compile.h"
+#endif
+
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+namespace infer::tool {
+
+namespace fs = std::filesystem;
+
+StatusOr<std::unique_ptr<TempDir>> TempDir::create() {
+  std::error_code ec;
+  fs::path base = fs::temp_directory_path(ec);
+  if (ec)
+    base = "/tmp";
+  std::string pattern = (base / "infer-XXXXXX").string();
+  if (!::mkdtemp(pattern.data()))
+    return internalError("cannot create a temporary directory in " +
+                         base.string());
+  auto dir = std::unique_ptr<TempDir>(new TempDir());
+  dir->path_ = pattern;
+  return dir;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+StatusOr<LoadedModel> loadModel(const std::string &model) {
+  LoadedModel loaded;
+  std::error_code ec;
+  if (!fs::is_directory(model, ec))
+    return notFound("model '" + model + "' is not a directory");
+  std::string artifactDir = model;
+  if (!isArtifactDir(model)) {
+    if (!fs::exists(fs::path(model) / "config.json", ec))
+      return notFound(model +
+                      " is neither an artifact (manifest.json) nor a Hugging "
+                      "Face model directory (config.json)");
+#ifdef INFER_HAS_COMPILER
+    INFER_ASSIGN_OR_RETURN(loaded.tempDir, TempDir::create());
+    artifactDir = loaded.tempDir->path() + "/artifact";
+    compiler::CompileOptions options;
+    INFER_RETURN_IF_ERROR(compiler::compileModel(model, artifactDir, options)
+                              .withContext("compiling " + model));
+#else
+    return unimplemented(std::string(kNoCompilerMessage) +
+                         "; compile the model elsewhere and pass the "
+                         "artifact directory");
+#endif
+  }
+  INFER_ASSIGN_OR_RETURN(loaded.artifact, loadArtifact(artifactDir));
+  return loaded;
+}
+
+StatusOr<std::unique_ptr<Backend>>
+createBackend(const Artifact &artifact, const std::string &name,
+              const std::string &weightsDirOverride, int64_t numBlocks,
+              int numThreads) {
+  if (name == "cuda")
+    return unimplemented("CUDA backend not built");
+  if (name != "cpu")
+    return invalidArgument("unknown backend '" + name +
+                           "' (expected cpu or cuda)");
+  INFER_ASSIGN_OR_RETURN(
+      ParamTable params,
+      loadParams(artifact, 0, weightsDirOf(artifact, weightsDirOverride)));
+  cpu::CpuBackendOptions options;
+  options.numBlocks = numBlocks;
+  options.numThreads = numThreads;
+  return cpu::createCpuBackend(artifact.plan, 0, std::move(params), options);
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> loadTokenizer(const std::string &path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec))
+    return Tokenizer::fromFile(path);
+  if (isArtifactDir(path)) {
+    INFER_ASSIGN_OR_RETURN(plan::Manifest manifest,
+                           plan::readManifestFile(path + "/manifest.json"));
+    if (manifest.tokenizerFile.empty())
+      return notFound("artifact " + path + " has no tokenizer");
+    return Tokenizer::fromFile(path + "/" + manifest.tokenizerFile);
+  }
+  const std::string file = path + "/tokenizer.json";
+  if (!fs::exists(file, ec))
+    return notFound("no tokenizer.json in " + path);
+  return Tokenizer::fromFile(file);
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> loadTokenizer(const Artifact &artifact) {
+  if (artifact.manifest.tokenizerFile.empty())
+    return std::unique_ptr<Tokenizer>();
+  return Tokenizer::fromFile(artifact.path(artifact.manifest.tokenizerFile));
+}
+
+} // namespace infer::tool

@@ -1,0 +1,52 @@
+//===- Model.h - Turning the tool's MODEL argument into a backend -*- C++
+//-*-===//
+
+#ifndef INFER_TOOLS_INFER_MODEL_H
+#define INFER_TOOLS_INFER_MODEL_H
+
+#include "runtime/backend/Backend.h"
+#include "runtime/engine/Artifact.h"
+#include "runtime/tokenizer/Tokenizer.h"
+
+#include <memory>
+#include <string>
+
+namespace infer::tool {
+
+/// The message of every compiler command in a build without the compiler.
+inline constexpr const char *kNoCompilerMessage =
+    "infer was built without the compiler (INFER_ENABLE_COMPILER=OFF)";
+
+/// A directory removed (with its contents) when this goes away.
+class TempDir {
+public:
+  static StatusOr<std::unique_ptr<TempDir>> create();
+  ~TempDir();
+  const std::string &path() const { return path_; }
+
+private:
+  std::string path_;
+};
+
+/// An artifact ready to run: MODEL is an artifact directory (manifest.json)
+/// or a Hugging Face model directory compiled on the fly into `tempDir`.
+struct LoadedModel {
+  std::unique_ptr<TempDir> tempDir;
+  Artifact artifact;
+};
+StatusOr<LoadedModel> loadModel(const std::string &model);
+
+/// The backend `name` ("cpu" or "cuda") with `numBlocks` KV blocks.
+StatusOr<std::unique_ptr<Backend>>
+createBackend(const Artifact &artifact, const std::string &name,
+              const std::string &weightsDirOverride, int64_t numBlocks,
+              int numThreads);
+
+/// The tokenizer of an artifact, a model directory, or a tokenizer.json.
+StatusOr<std::unique_ptr<Tokenizer>> loadTokenizer(const std::string &path);
+/// The artifact's tokenizer, or null when it was compiled without one.
+StatusOr<std::unique_ptr<Tokenizer>> loadTokenizer(const Artifact &artifact);
+
+} // namespace infer::tool
+
+#endif // INFER_TOOLS_INFER_MODEL_H

@@ -1,0 +1,455 @@
+//===- infer.cpp - The infer command-line tool ----------------------------===//
+//
+// infer import | compile | generate | logits | tokenize | inspect. Every
+// failure is a message on stderr and exit status 1.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/engine/Generator.h"
+#include "runtime/safetensors/Safetensors.h"
+#include "tools/infer/Args.h"
+#include "tools/infer/Model.h"
+
+#ifdef INFER_HAS_COMPILER
+#include "codegen/Compile.h"
+#endif
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <sstream>
+
+namespace infer::tool {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char *kUsage = R"(usage: infer COMMAND [ARGS]
+
+commands:
+  import MODEL_DIR [-o FILE.mlir]      print the model-level IR of a Hugging Face model
+  compile MODEL_DIR -o ARTIFACT_DIR    compile a Hugging Face model into an artifact
+  generate MODEL --prompt TEXT ...     generate text (several prompts run as one batch)
+  logits MODEL --token-ids 1,2,3 -o OUT.safetensors
+                                       fp32 logits of every position
+  tokenize DIR --text TEXT             token ids of a text (or --decode IDS)
+  inspect ARTIFACT_DIR                 show an artifact's manifest and program
+
+`infer COMMAND --help` describes a command's options.
+)";
+
+struct Command {
+  const char *name;
+  const char *help;
+  std::vector<OptionSpec> options;
+  std::function<Status(const ParsedArgs &)> run;
+};
+
+/// Prints a JSON value on one line; invalid UTF-8 in text becomes U+FFFD.
+std::string dumpLine(const json &j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Status expectPositional(const ParsedArgs &args, size_t count,
+                        const char *what) {
+  if (args.positional.size() != count)
+    return invalidArgument(std::string("expected ") + what + " (see --help)");
+  return Status::ok();
+}
+
+StatusOr<int> threadsOption(const ParsedArgs &args) {
+  INFER_ASSIGN_OR_RETURN(int64_t threads, args.getInt("--threads", 0));
+  if (threads < 0 || threads > 1024)
+    return invalidArgument("--threads must be in [0, 1024]");
+  return static_cast<int>(threads);
+}
+
+//===----------------------------------------------------------------------===//
+// import, compile
+//===----------------------------------------------------------------------===//
+
+Status runImport(const ParsedArgs &args) {
+  INFER_RETURN_IF_ERROR(expectPositional(args, 1, "MODEL_DIR"));
+#ifdef INFER_HAS_COMPILER
+  return compiler::importModel(args.positional[0], args.get("-o", "-"));
+#else
+  return unimplemented(kNoCompilerMessage);
+#endif
+}
+
+Status runCompile(const ParsedArgs &args) {
+  INFER_RETURN_IF_ERROR(expectPositional(args, 1, "MODEL_DIR"));
+  if (!args.has("-o"))
+    return invalidArgument("compile needs -o ARTIFACT_DIR");
+  INFER_ASSIGN_OR_RETURN(int64_t blockSize, args.getInt("--block-size", 16));
+  if (blockSize <= 0)
+    return invalidArgument("--block-size must be > 0");
+  std::string target = args.get("--target", "cpu");
+  if (target != "cpu" && target != "cuda")
+    return invalidArgument("--target must be cpu or cuda");
+#ifdef INFER_HAS_COMPILER
+  compiler::CompileOptions options;
+  options.target = target;
+  options.blockSize = blockSize;
+  return compiler::compileModel(args.positional[0], *args.get("-o"), options);
+#else
+  return unimplemented(kNoCompilerMessage);
+#endif
+}
+
+//===----------------------------------------------------------------------===//
+// generate
+//===----------------------------------------------------------------------===//
+
+GenerationConfig generationConfig(const Artifact &artifact) {
+  GenerationConfig config;
+  config.blockSize = artifact.plan.kvCache.blockSize;
+  config.maxPositionEmbeddings = artifact.manifest.model.maxPositionEmbeddings;
+  for (int64_t id : artifact.manifest.model.eosTokenIds)
+    config.eosTokenIds.push_back(static_cast<int32_t>(id));
+  return config;
+}
+
+Status runGenerate(const ParsedArgs &args) {
+  INFER_RETURN_IF_ERROR(expectPositional(args, 1, "MODEL"));
+  SamplingParams sampling;
+  INFER_ASSIGN_OR_RETURN(sampling.maxNewTokens,
+                         args.getInt("--max-new-tokens", 32));
+  INFER_ASSIGN_OR_RETURN(sampling.temperature,
+                         args.getDouble("--temperature", 0.0));
+  INFER_ASSIGN_OR_RETURN(int64_t seed, args.getInt("--seed", 0));
+  sampling.seed = static_cast<uint64_t>(seed);
+  sampling.ignoreEos = args.has("--ignore-eos");
+  if (sampling.maxNewTokens < 0)
+    return invalidArgument("--max-new-tokens must be >= 0");
+  if (!(sampling.temperature >= 0))
+    return invalidArgument("--temperature must be >= 0");
+  INFER_ASSIGN_OR_RETURN(int threads, threadsOption(args));
+  const std::string backendName = args.get("--backend", "cpu");
+  if (backendName == "cuda")
+    return unimplemented("CUDA backend not built");
+
+  bool anyText = false;
+  for (const auto &[name, value] : args.options)
+    anyText |= name == "--prompt";
+  if (!args.has("--prompt") && !args.has("--token-ids"))
+    return invalidArgument(
+        "generate needs at least one --prompt or --token-ids");
+
+  INFER_ASSIGN_OR_RETURN(LoadedModel model, loadModel(args.positional[0]));
+  INFER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                         loadTokenizer(model.artifact));
+  if (anyText && !tokenizer)
+    return invalidArgument("the artifact has no tokenizer: use --token-ids");
+
+  std::vector<GenerationRequest> requests;
+  for (const auto &[name, value] : args.options) {
+    GenerationRequest request;
+    request.sampling = sampling;
+    // Each request gets its own stream: seed, seed + 1, ...
+    request.sampling.seed = sampling.seed + requests.size();
+    if (name == "--prompt") {
+      request.promptTokenIds = tokenizer->encode(value, true);
+    } else if (name == "--token-ids") {
+      INFER_ASSIGN_OR_RETURN(request.promptTokenIds, parseIdList(value));
+    } else {
+      continue;
+    }
+    requests.push_back(std::move(request));
+  }
+
+  const GenerationConfig config = generationConfig(model.artifact);
+  INFER_ASSIGN_OR_RETURN(
+      std::unique_ptr<Backend> backend,
+      createBackend(model.artifact, backendName, args.get("--weights", ""),
+                    blocksNeeded(requests, config), threads));
+  INFER_ASSIGN_OR_RETURN(std::vector<GenerationResult> results,
+                         generate(*backend, config, requests));
+
+  const bool asJson = args.has("--json");
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::vector<int32_t> &out = results[i].outputTokenIds;
+    std::string text = tokenizer ? tokenizer->decode(out, true) : "";
+    if (asJson) {
+      json line{{"prompt_token_ids", requests[i].promptTokenIds},
+                {"output_token_ids", out},
+                {"text", text},
+                {"finish_reason", results[i].finishReason == FinishReason::kStop
+                                      ? "stop"
+                                      : "length"}};
+      std::cout << dumpLine(line) << "\n";
+    } else if (tokenizer) {
+      std::cout << text << "\n";
+    } else {
+      for (size_t k = 0; k < out.size(); ++k)
+        std::cout << (k ? " " : "") << out[k];
+      std::cout << "\n";
+    }
+  }
+  std::cout.flush();
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// logits
+//===----------------------------------------------------------------------===//
+
+Status runLogits(const ParsedArgs &args) {
+  INFER_RETURN_IF_ERROR(expectPositional(args, 1, "MODEL"));
+  if (!args.has("--token-ids"))
+    return invalidArgument("logits needs --token-ids 1,2,3");
+  if (!args.has("-o"))
+    return invalidArgument("logits needs -o OUT.safetensors");
+  INFER_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                         parseIdList(*args.get("--token-ids")));
+  INFER_ASSIGN_OR_RETURN(int threads, threadsOption(args));
+  const std::string backendName = args.get("--backend", "cpu");
+  if (backendName == "cuda")
+    return unimplemented("CUDA backend not built");
+  INFER_ASSIGN_OR_RETURN(LoadedModel model, loadModel(args.positional[0]));
+  const GenerationConfig config = generationConfig(model.artifact);
+  const int64_t blocks =
+      (static_cast<int64_t>(tokens.size()) + config.blockSize - 1) /
+      config.blockSize;
+  INFER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                         createBackend(model.artifact, backendName,
+                                       args.get("--weights", ""), blocks,
+                                       threads));
+  INFER_ASSIGN_OR_RETURN(Logits logits, promptLogits(*backend, config, tokens));
+  safetensors::TensorToWrite tensor;
+  tensor.name = "logits";
+  tensor.dtype = safetensors::DType::kF32;
+  tensor.shape = {logits.rows, logits.vocab};
+  tensor.bytes =
+      std::string_view(reinterpret_cast<const char *>(logits.data.data()),
+                       logits.data.size() * sizeof(float));
+  return safetensors::writeFile(*args.get("-o"), {tensor});
+}
+
+//===----------------------------------------------------------------------===//
+// tokenize, inspect
+//===----------------------------------------------------------------------===//
+
+Status runTokenize(const ParsedArgs &args) {
+  INFER_RETURN_IF_ERROR(expectPositional(args, 1, "MODEL_OR_TOKENIZER_DIR"));
+  if (args.has("--text") == args.has("--decode"))
+    return invalidArgument("tokenize needs exactly one of --text or --decode");
+  INFER_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                         loadTokenizer(args.positional[0]));
+  if (args.has("--decode")) {
+    INFER_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                           parseIdList(*args.get("--decode")));
+    std::string text =
+        tokenizer->decode(ids, args.has("--skip-special-tokens"));
+    if (args.has("--json"))
+      std::cout << dumpLine(json{{"text", text}}) << "\n";
+    else
+      std::cout << text << "\n";
+    return Status::ok();
+  }
+  std::vector<int32_t> ids =
+      tokenizer->encode(*args.get("--text"), !args.has("--no-special-tokens"));
+  if (args.has("--json")) {
+    std::cout << dumpLine(json{{"ids", ids}}) << "\n";
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i)
+      std::cout << (i ? " " : "") << ids[i];
+    std::cout << "\n";
+  }
+  return Status::ok();
+}
+
+Status runInspect(const ParsedArgs &args) {
+  INFER_RETURN_IF_ERROR(expectPositional(args, 1, "ARTIFACT_DIR"));
+  INFER_ASSIGN_OR_RETURN(Artifact artifact, loadArtifact(args.positional[0]));
+  const plan::Manifest &m = artifact.manifest;
+  const plan::ModelInfo &mi = m.model;
+  std::ostringstream out;
+  out << "artifact: " << artifact.dir << "\n"
+      << "format: manifest v" << m.formatVersion << ", plan v"
+      << artifact.plan.formatVersion << ", infer " << m.inferVersion << "\n"
+      << "model: " << mi.architecture << ", vocab " << mi.vocabSize
+      << ", hidden " << mi.hiddenSize << ", " << mi.numLayers << " layers, "
+      << mi.numHeads << " heads / " << mi.numKVHeads << " kv heads, head_dim "
+      << mi.headDim << ", max positions " << mi.maxPositionEmbeddings << "\n"
+      << "tokens: bos "
+      << (mi.bosTokenId ? std::to_string(*mi.bosTokenId) : "-") << ", eos [";
+  for (size_t i = 0; i < mi.eosTokenIds.size(); ++i)
+    out << (i ? ", " : "") << mi.eosTokenIds[i];
+  out << "], pad " << (mi.padTokenId ? std::to_string(*mi.padTokenId) : "-")
+      << "\n";
+  out << "targets:";
+  for (const std::string &t : m.targets)
+    out << " " << t;
+  out << "\ncompile options:";
+  for (const auto &[k, v] : m.compileOptions)
+    out << " " << k << "=" << v;
+  const plan::KVCacheLayout &kv = m.kvCache;
+  out << "\nkv cache: " << kv.layout << ", " << kv.numLayers << " layers, "
+      << kv.numKVHeads << " kv heads, head_dim " << kv.headDim
+      << ", block_size " << kv.blockSize << ", " << plan::dtypeName(kv.dtype)
+      << " (" << kv.blockElements() * 4 << " bytes per block)\n";
+  out << "weights: " << (m.weightsDir.empty() ? "-" : m.weightsDir) << "\n";
+  for (const plan::WeightFile &f : m.weightFiles)
+    out << "  " << f.name << " (" << f.size << " bytes, header "
+        << f.headerFingerprint << ")\n";
+  out << "tokenizer: " << (m.tokenizerFile.empty() ? "-" : m.tokenizerFile)
+      << "\n";
+  for (const plan::RankPlan &rank : artifact.plan.ranks) {
+    std::map<std::string, int> ops;
+    int params = 0;
+    for (const plan::Step &s : rank.steps)
+      ++ops[s.op];
+    for (const plan::Value &v : rank.values)
+      params += v.kind == plan::ValueKind::kParam;
+    out << "plan rank " << rank.rank << ": " << rank.values.size()
+        << " values (" << params << " params), " << rank.steps.size()
+        << " steps:";
+    for (const auto &[op, count] : ops)
+      out << " " << op << " x" << count;
+    out << "\n";
+  }
+  std::cout << out.str();
+  const std::string program = artifact.path(m.programFile);
+  std::ifstream in(program);
+  if (!in)
+    return notFound("cannot read the program " + program);
+  std::cout << "\n// " << m.programFile << "\n" << in.rdbuf();
+  std::cout.flush();
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Dispatch
+//===----------------------------------------------------------------------===//
+
+std::vector<Command> commands() {
+  const OptionSpec output{"-o", true, "--output"};
+  const OptionSpec backend{"--backend"};
+  const OptionSpec weights{"--weights"};
+  const OptionSpec threads{"--threads"};
+  return {
+      {"import",
+       "usage: infer import MODEL_DIR [-o FILE.mlir]\n\n"
+       "Imports a Hugging Face model directory and prints the model-level\n"
+       "`infer` IR to FILE.mlir (default: stdout).\n",
+       {output},
+       runImport},
+      {"compile",
+       "usage: infer compile MODEL_DIR -o ARTIFACT_DIR [--target cpu|cuda]\n"
+       "                     [--block-size 16]\n\n"
+       "Compiles a Hugging Face model directory into an artifact directory.\n",
+       {output, {"--target"}, {"--block-size"}},
+       runCompile},
+      {"generate",
+       "usage: infer generate MODEL (--prompt TEXT | --token-ids 1,2,3)...\n"
+       "           [--max-new-tokens 32] [--temperature 0] [--seed 0]\n"
+       "           [--ignore-eos] [--backend cpu|cuda] [--json]\n"
+       "           [--weights DIR] [--threads N]\n\n"
+       "MODEL is an artifact directory or a Hugging Face model directory\n"
+       "(compiled on the fly). Every --prompt / --token-ids is one sequence;\n"
+       "all run in one batch. --prompt text is encoded with the special "
+       "tokens\n"
+       "of the tokenizer's post-processor (BOS). --temperature 0 (the "
+       "default)\n"
+       "is greedy; T > 0 samples softmax(logits / T) with seed S for the "
+       "first\n"
+       "sequence, S+1 for the second, ... --ignore-eos masks EOS ids so every\n"
+       "sequence produces --max-new-tokens tokens. Prints each sequence's "
+       "text\n"
+       "(token ids when the artifact has no tokenizer), or with --json one\n"
+       "line per sequence: {\"prompt_token_ids\", \"output_token_ids\",\n"
+       "\"text\", \"finish_reason\"}. --weights overrides the weights "
+       "directory.\n",
+       {{"--prompt"},
+        {"--token-ids"},
+        {"--max-new-tokens"},
+        {"--temperature"},
+        {"--seed"},
+        {"--ignore-eos", false},
+        {"--json", false},
+        backend,
+        weights,
+        threads},
+       runGenerate},
+      {"logits",
+       "usage: infer logits MODEL --token-ids 1,2,3 -o OUT.safetensors\n"
+       "           [--backend cpu|cuda] [--weights DIR] [--threads N]\n\n"
+       "Writes the fp32 logits of every position, tensor \"logits\" [T, "
+       "vocab].\n",
+       {{"--token-ids"}, output, backend, weights, threads},
+       runLogits},
+      {"tokenize",
+       "usage: infer tokenize MODEL_OR_TOKENIZER_DIR --text TEXT [--json]\n"
+       "                      [--no-special-tokens]\n"
+       "       infer tokenize MODEL_OR_TOKENIZER_DIR --decode 1,2,3 [--json]\n"
+       "                      [--skip-special-tokens]\n\n"
+       "Encodes TEXT with add_special_tokens=true (HF's default) and prints\n"
+       "the ids, or {\"ids\": [...]} with --json; --decode prints the text of\n"
+       "ids (special tokens kept unless --skip-special-tokens, like HF).\n",
+       {{"--text"},
+        {"--decode"},
+        {"--json", false},
+        {"--no-special-tokens", false},
+        {"--skip-special-tokens", false}},
+       runTokenize},
+      {"inspect",
+       "usage: infer inspect ARTIFACT_DIR\n\n"
+       "Prints the manifest summary, the plan's step counts and the program.\n",
+       {},
+       runInspect},
+  };
+}
+
+int runMain(int argc, char **argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" ||
+      args[0] == "help") {
+    std::cout << kUsage;
+    return args.empty() ? 1 : 0;
+  }
+  for (const Command &command : commands()) {
+    if (args[0] != command.name)
+      continue;
+    StatusOr<ParsedArgs> parsed =
+        parseArgs(std::vector<std::string>(args.begin() + 1, args.end()),
+                  command.options);
+    if (!parsed.isOk()) {
+      std::cerr << "infer " << command.name
+                << ": error: " << parsed.status().message() << "\n";
+      return 1;
+    }
+    if (parsed->help) {
+      std::cout << command.help;
+      return 0;
+    }
+    Status status = command.run(*parsed);
+    if (!status.isOk()) {
+      std::cerr << "infer " << command.name << ": error: " << status.message()
+                << "\n";
+      return 1;
+    }
+    return 0;
+  }
+  std::cerr << "infer: error: unknown command '" << args[0]
+            << "' (see infer --help)\n";
+  return 1;
+}
+
+} // namespace
+} // namespace infer::tool
+
+int main(int argc, char **argv) {
+  try {
+    return infer::tool::runMain(argc, argv);
+  } catch (const std::exception &e) {
+    std::cerr << "infer: internal error: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "infer: internal error\n";
+  }
+  return 1;
+}
