@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 namespace infer::testing {
@@ -267,7 +268,29 @@ StatusOr<Artifact> buildLlamaArtifact(const std::string &modelDir,
   std::ifstream tokenizer(modelDir + "/tokenizer.json");
   if (tokenizer)
     m.tokenizerFile = "tokenizer.json";
+  if (std::filesystem::exists(modelDir + "/tokenizer_config.json"))
+    m.tokenizerConfigFile = "tokenizer_config.json";
   return artifact;
+}
+
+Status writeTestArtifact(const Artifact &artifact, const std::string &dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return internalError("cannot create " + dir);
+  INFER_RETURN_IF_ERROR(
+      plan::writeManifestFile(artifact.manifest, dir + "/manifest.json"));
+  INFER_RETURN_IF_ERROR(plan::writePlanFile(artifact.plan, dir + "/plan.json"));
+  std::ofstream(dir + "/program.mlir") << "// hand-built test plan\n";
+  for (const char *file :
+       {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    const std::string from = artifact.dir + "/" + file;
+    if (std::filesystem::exists(from))
+      std::filesystem::copy_file(
+          from, dir + "/" + file,
+          std::filesystem::copy_options::overwrite_existing, ec);
+  }
+  return Status::ok();
 }
 
 StatusOr<std::unique_ptr<Backend>>

@@ -23,6 +23,10 @@ namespace infer::testing {
 StatusOr<Artifact> buildLlamaArtifact(const std::string &modelDir,
                                       int64_t blockSize = 16);
 
+/// Writes the artifact to `dir` like the compiler would: manifest.json,
+/// plan.json, a placeholder program.mlir, and the model's tokenizer files.
+Status writeTestArtifact(const Artifact &artifact, const std::string &dir);
+
 /// The artifact's params loaded and a CPU backend of `numBlocks` blocks.
 StatusOr<std::unique_ptr<Backend>> createTestBackend(const Artifact &artifact,
                                                      int64_t numBlocks,

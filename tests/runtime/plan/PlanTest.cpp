@@ -1,0 +1,221 @@
+//===- PlanTest.cpp - plan.json / manifest.json round trips and rejection -===//
+
+#include "runtime/plan/Plan.h"
+#include "tests/runtime/support/LlamaPlan.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <functional>
+
+namespace infer::plan {
+namespace {
+
+using nlohmann::json;
+
+/// embedding -> logits over two params, the smallest valid plan.
+Plan tinyPlan() {
+  Plan plan;
+  plan.kvCache.numLayers = 1;
+  plan.kvCache.numKVHeads = 1;
+  plan.kvCache.headDim = 4;
+  RankPlan rank;
+  auto value = [&](ValueKind kind, std::string name, DType dtype,
+                   std::vector<Dim> shape) {
+    Value v;
+    v.id = static_cast<int>(rank.values.size());
+    v.kind = kind;
+    v.name = std::move(name);
+    v.dtype = dtype;
+    v.shape = std::move(shape);
+    if (kind == ValueKind::kParam) {
+      v.sourceFile = "model.safetensors";
+      v.sourceTensor = v.name;
+    }
+    rank.values.push_back(v);
+  };
+  value(ValueKind::kInput, "token_ids", DType::kI32, {Dim::dynamic("T")});
+  value(ValueKind::kParam, "embed", DType::kBF16,
+        {Dim::fixed(8), Dim::fixed(4)});
+  value(ValueKind::kActivation, "%h", DType::kF32,
+        {Dim::dynamic("T"), Dim::fixed(4)});
+  value(ValueKind::kActivation, "%logits", DType::kF32,
+        {Dim::dynamic("S"), Dim::fixed(8)});
+  rank.values[1].transforms.push_back(WeightTransform{
+      "slice", {{"dim", int64_t(0)}, {"range", std::vector<int64_t>{0, 8}}}});
+  rank.steps.push_back(Step{"embedding", {1, 0}, {2}, {}});
+  rank.steps.push_back(Step{"logits",
+                            {2, 1},
+                            {3},
+                            {{"scale", 0.125},
+                             {"name", std::string("x")},
+                             {"list", std::vector<double>{0.5, 1e-30}}}});
+  rank.outputs = {3};
+  plan.ranks.push_back(rank);
+  return plan;
+}
+
+TEST(PlanJson, TinyPlanRoundTrips) {
+  Plan plan = tinyPlan();
+  StatusOr<Plan> parsed = parsePlanJson(planToJson(plan));
+  ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+  EXPECT_EQ(*parsed, plan);
+}
+
+TEST(PlanJson, LlamaPlanRoundTripsThroughFiles) {
+  const std::string model = std::string(INFER_FIXTURES_DIR) + "/rand/llama-gqa";
+  if (!std::filesystem::exists(model + "/config.json"))
+    GTEST_SKIP() << "fixture missing: " << model;
+  StatusOr<Artifact> artifact = testing::buildLlamaArtifact(model);
+  ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
+  const std::string dir = ::testing::TempDir();
+  ASSERT_TRUE(writePlanFile(artifact->plan, dir + "/plan.json").isOk());
+  ASSERT_TRUE(
+      writeManifestFile(artifact->manifest, dir + "/manifest.json").isOk());
+  StatusOr<Plan> plan = readPlanFile(dir + "/plan.json");
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  EXPECT_EQ(*plan, artifact->plan);
+  StatusOr<Manifest> manifest = readManifestFile(dir + "/manifest.json");
+  ASSERT_TRUE(manifest.isOk()) << manifest.status().message();
+  EXPECT_EQ(*manifest, artifact->manifest);
+}
+
+TEST(ManifestJson, RoundTripsOptionalFields) {
+  Manifest m;
+  m.inferVersion = "0.1";
+  m.model.architecture = "LlamaForCausalLM";
+  m.model.vocabSize = 10;
+  m.model.bosTokenId = 1;
+  m.model.eosTokenIds = {2, 7};
+  m.compileOptions = {{"target", "cpu"}, {"block_size", "16"}};
+  m.targets = {"cpu"};
+  m.weightsDir = "/models/x";
+  m.weightFiles = {{"model.safetensors", 1234, fingerprint("{}")}};
+  m.tokenizerFile = "tokenizer.json";
+  StatusOr<Manifest> parsed = parseManifestJson(manifestToJson(m));
+  ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+  EXPECT_EQ(*parsed, m);
+  EXPECT_FALSE(parsed->model.padTokenId.has_value());
+}
+
+TEST(ManifestJson, RejectsUnknownVersionAndBadJson) {
+  json j = json::parse(manifestToJson(Manifest()));
+  j["format_version"] = 99;
+  StatusOr<Manifest> bad = parseManifestJson(j.dump());
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("format_version 99"),
+            std::string::npos);
+  EXPECT_FALSE(parseManifestJson("{not json").isOk());
+  j = json::parse(manifestToJson(Manifest()));
+  j["kv_cache"]["dtype"] = "f8";
+  EXPECT_FALSE(parseManifestJson(j.dump()).isOk());
+}
+
+TEST(Fingerprint, IsFnv1a64) {
+  EXPECT_EQ(fingerprint(""), "cbf29ce484222325");
+  EXPECT_EQ(fingerprint("a"), "af63dc4c8601ec8c");
+}
+
+TEST(StepAttrs, TypedAccessNamesTheAttribute) {
+  Step s{"rope",
+         {},
+         {},
+         {{"theta", int64_t(10000)}, {"scaling", std::string("llama3")}}};
+  EXPECT_EQ(*s.getFloat("theta"), 10000.0);
+  EXPECT_EQ(*s.getString("scaling"), "llama3");
+  StatusOr<int64_t> missing = s.getInt("head_dim");
+  ASSERT_FALSE(missing.isOk());
+  EXPECT_NE(missing.status().message().find("head_dim"), std::string::npos);
+  EXPECT_FALSE(s.getInt("scaling").isOk());
+  EXPECT_EQ(s.getInt("head_dim", 64), 64);
+}
+
+/// Each case edits the JSON of the tiny plan and names a word the error
+/// must contain.
+struct InvalidCase {
+  const char *name;
+  std::function<void(json &)> edit;
+  const char *expected;
+};
+
+class InvalidPlan : public ::testing::TestWithParam<InvalidCase> {};
+
+TEST_P(InvalidPlan, IsRejectedWithAClearMessage) {
+  json j = json::parse(planToJson(tinyPlan()));
+  GetParam().edit(j);
+  StatusOr<Plan> parsed = parsePlanJson(j.dump());
+  ASSERT_FALSE(parsed.isOk()) << "accepted: " << j.dump();
+  EXPECT_NE(parsed.status().message().find(GetParam().expected),
+            std::string::npos)
+      << parsed.status().message();
+}
+
+json &values(json &j) { return j["ranks"][0]["values"]; }
+json &steps(json &j) { return j["ranks"][0]["steps"]; }
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, InvalidPlan,
+    ::testing::Values(
+        InvalidCase{"UnknownVersion", [](json &j) { j["format_version"] = 2; },
+                    "format_version 2"},
+        InvalidCase{"MissingRanks", [](json &j) { j.erase("ranks"); },
+                    "'ranks' is missing"},
+        InvalidCase{"RankCount", [](json &j) { j["num_ranks"] = 2; },
+                    "num_ranks is 2"},
+        InvalidCase{"UnknownDType",
+                    [](json &j) { values(j)[1]["dtype"] = "f8e4m3"; },
+                    "unknown dtype 'f8e4m3'"},
+        InvalidCase{"UnknownKind",
+                    [](json &j) { values(j)[1]["kind"] = "constant"; }, "kind"},
+        InvalidCase{"IdOutOfRange", [](json &j) { values(j)[3]["id"] = 9; },
+                    "out of range"},
+        InvalidCase{"DuplicateId", [](json &j) { values(j)[3]["id"] = 2; },
+                    "defined twice"},
+        InvalidCase{"OperandOutOfRange",
+                    [](json &j) { steps(j)[0]["operands"][0] = 17; },
+                    "operand id 17 out of range"},
+        InvalidCase{"UseBeforeDefinition",
+                    [](json &j) { std::swap(steps(j)[0], steps(j)[1]); },
+                    "used before it is defined"},
+        InvalidCase{"ResultDefinedTwice",
+                    [](json &j) { steps(j)[1]["results"][0] = 2; },
+                    "defined twice"},
+        InvalidCase{"ResultIsParam",
+                    [](json &j) { steps(j)[0]["results"][0] = 1; },
+                    "not an activation"},
+        InvalidCase{"UnknownOp", [](json &j) { steps(j)[0]["op"] = "softmax"; },
+                    "unknown op"},
+        InvalidCase{"WrongArity",
+                    [](json &j) { steps(j)[0]["operands"].push_back(0); },
+                    "expected 2 operands"},
+        InvalidCase{"OutputNeverDefined", [](json &j) { steps(j).erase(1); },
+                    "never defined"},
+        InvalidCase{"ParamWithoutSource",
+                    [](json &j) { values(j)[1]["source_tensor"] = ""; },
+                    "without a source"},
+        InvalidCase{"NegativeDim",
+                    [](json &j) { values(j)[1]["shape"][0] = -3; },
+                    "size >= 0"},
+        InvalidCase{"BadAttr",
+                    [](json &j) { steps(j)[1]["attrs"]["x"] = json::object(); },
+                    "attrs.x"},
+        InvalidCase{"NotJson", [](json &j) { j = "x"; }, "JSON object"}),
+    [](const auto &info) { return std::string(info.param.name); });
+
+TEST(PlanJson, RejectsTruncatedText) {
+  std::string text = planToJson(tinyPlan());
+  StatusOr<Plan> parsed = parsePlanJson(text.substr(0, text.size() / 2));
+  ASSERT_FALSE(parsed.isOk());
+  EXPECT_NE(parsed.status().message().find("not valid JSON"),
+            std::string::npos);
+}
+
+TEST(PlanFile, MissingFileIsNotFound) {
+  StatusOr<Plan> parsed = readPlanFile("/nonexistent/plan.json");
+  ASSERT_FALSE(parsed.isOk());
+  EXPECT_EQ(parsed.status().code(), StatusCode::kNotFound);
+}
+
+} // namespace
+} // namespace infer::plan
