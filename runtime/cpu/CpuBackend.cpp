@@ -244,6 +244,21 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
       INFER_RETURN_IF_ERROR(expectFloat(i));
   }
 
+  // Optional attributes are read with defaults below; one that is present
+  // with the wrong type is an error rather than silently the default.
+  for (const char *name :
+       {"rotary_dim", "original_max_position_embeddings", "sliding_window"})
+    if (step.attrs.count(name))
+      if (StatusOr<int64_t> v = step.getInt(name); !v.isOk())
+        return withWhere(v.status());
+  for (const char *name : {"factor", "low_freq_factor", "high_freq_factor"})
+    if (step.attrs.count(name))
+      if (StatusOr<double> v = step.getFloat(name); !v.isOk())
+        return withWhere(v.status());
+  if (step.attrs.count("scaling"))
+    if (StatusOr<std::string> v = step.getString("scaling"); !v.isOk())
+      return withWhere(v.status());
+
   switch (out.op) {
   case OpKind::kRmsNorm: {
     StatusOr<double> eps = step.getFloat("epsilon");

@@ -201,8 +201,7 @@ static Status parseTensorEntry(const std::string &path, const std::string &name,
   return Status::ok();
 }
 
-/// Validates the JSON header of a file of `fileSize` bytes whose first
-/// 8 + headerSize bytes are `prefix`.
+/// Validates `headerJson`, the header of a file of `fileSize` bytes.
 static StatusOr<Header> parseHeader(const std::string &path,
                                     std::string_view headerJson,
                                     uint64_t fileSize) {
@@ -272,11 +271,11 @@ StatusOr<Header> readHeader(const std::string &path) {
   uint8_t prefix[8];
   in.read(reinterpret_cast<char *>(prefix), 8);
   INFER_ASSIGN_OR_RETURN(uint64_t n, checkedHeaderSize(path, prefix, fileSize));
-  std::string json(n, '\0');
-  in.read(json.data(), static_cast<std::streamsize>(n));
+  std::string headerJson(n, '\0');
+  in.read(headerJson.data(), static_cast<std::streamsize>(n));
   if (!in)
     return dataLoss(path + ": failed to read the header");
-  return parseHeader(path, json, fileSize);
+  return parseHeader(path, headerJson, fileSize);
 }
 
 //===----------------------------------------------------------------------===//
@@ -307,8 +306,9 @@ StatusOr<std::unique_ptr<File>> File::open(const std::string &path) {
   file->size_ = size;
   INFER_ASSIGN_OR_RETURN(uint64_t n,
                          checkedHeaderSize(path, file->data_, size));
-  std::string_view json(reinterpret_cast<const char *>(file->data_ + 8), n);
-  INFER_ASSIGN_OR_RETURN(file->header_, parseHeader(path, json, size));
+  std::string_view headerJson(reinterpret_cast<const char *>(file->data_ + 8),
+                              n);
+  INFER_ASSIGN_OR_RETURN(file->header_, parseHeader(path, headerJson, size));
   return file;
 }
 

@@ -91,6 +91,10 @@ TEST_F(LlamaGqa, RejectsPlansItCannotRun) {
   expectCreateFails(plan, "'epsilon' is missing");
 
   plan = artifact_.plan;
+  findStep(plan, "paged_attention").attrs["sliding_window"] = 4.5;
+  expectCreateFails(plan, "'sliding_window' is not an integer");
+
+  plan = artifact_.plan;
   plan.kvCache.dtype = plan::DType::kF16;
   expectCreateFails(plan, "only f32");
 
