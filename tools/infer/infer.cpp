@@ -50,8 +50,10 @@ struct Command {
 };
 
 /// Prints a JSON value on one line; invalid UTF-8 in text becomes U+FFFD.
-std::string dumpLine(const json &j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+/// Keys stay in the order written.
+std::string dumpLine(const nlohmann::ordered_json &j) {
+  return j.dump(-1, ' ', false,
+                nlohmann::ordered_json::error_handler_t::replace);
 }
 
 Status expectPositional(const ParsedArgs &args, size_t count,
@@ -175,12 +177,12 @@ Status runGenerate(const ParsedArgs &args) {
     const std::vector<int32_t> &out = results[i].outputTokenIds;
     std::string text = tokenizer ? tokenizer->decode(out, true) : "";
     if (asJson) {
-      json line{{"prompt_token_ids", requests[i].promptTokenIds},
-                {"output_token_ids", out},
-                {"text", text},
-                {"finish_reason", results[i].finishReason == FinishReason::kStop
-                                      ? "stop"
-                                      : "length"}};
+      nlohmann::ordered_json line{
+          {"prompt_token_ids", requests[i].promptTokenIds},
+          {"output_token_ids", out},
+          {"text", text},
+          {"finish_reason",
+           results[i].finishReason == FinishReason::kStop ? "stop" : "length"}};
       std::cout << dumpLine(line) << "\n";
     } else if (tokenizer) {
       std::cout << text << "\n";
