@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace infer::testing {
 namespace {
@@ -37,7 +38,11 @@ std::string quote(const std::string &s) {
 }
 
 ToolRun runInfer(const std::vector<std::string> &args) {
-  const std::string errFile = ::testing::TempDir() + "/infer_cli_stderr.txt";
+  // ctest runs each test in its own process, several at once: one file each.
+  static int calls = 0;
+  const std::string errFile = ::testing::TempDir() + "/infer_cli_stderr." +
+                              std::to_string(::getpid()) + "." +
+                              std::to_string(calls++) + ".txt";
   std::string cmd = quote(INFER_TOOL_PATH);
   for (const std::string &a : args)
     cmd += " " + quote(a);
@@ -54,6 +59,7 @@ ToolRun runInfer(const std::vector<std::string> &args) {
   std::stringstream ss;
   ss << in.rdbuf();
   run.err = ss.str();
+  std::remove(errFile.c_str());
   return run;
 }
 
