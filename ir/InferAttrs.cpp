@@ -55,3 +55,14 @@ RopeAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
                        << originalMaxPositionEmbeddings;
   return success();
 }
+
+LogicalResult
+ShardAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                  int64_t dim, int64_t shards, int64_t replication) {
+  if (dim < 0)
+    return emitError() << "shard dim must be non-negative, got " << dim;
+  if (shards <= 0 || replication <= 0)
+    return emitError() << "shard shards and replication must be positive, got "
+                       << shards << " and " << replication;
+  return success();
+}

@@ -83,4 +83,52 @@ def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// Tensor parallelism
+//===----------------------------------------------------------------------===//
+
+def Infer_ShardAttr : Infer_Attr<"Shard", "shard"> {
+  let summary = "Which slice of a checkpoint tensor a rank holds";
+  let description = [{
+    Marks a parameter of a tensor-parallel (SPMD) program as a per-rank slice
+    of its checkpoint tensor, so that one checkpoint serves every degree of
+    parallelism: the tensor is cut along `dim` into `shards` equal slices and
+    rank `r` holds slice `r / replication`. The program runs on
+    `shards * replication` ranks; `replication > 1` gives consecutive ranks
+    the same slice (key/value heads when there are fewer of them than ranks).
+
+    ```
+      k_proj [2 heads * 16, 128], #infer.shard<dim = 0, shards = 2,
+                                               replication = 2>
+      rank 0, 1 -> rows  0..15 (head 0)    rank 2, 3 -> rows 16..31 (head 1)
+    ```
+
+    `dim` must be non-negative, `shards` and `replication` positive.
+
+    ```mlir
+    %w = infer.weight "model.layers.0.self_attn.q_proj.weight"
+        {shard = #infer.shard<dim = 0, shards = 2>} : tensor<64x128xf32>
+    %k = infer.weight "model.layers.0.self_attn.k_proj.weight"
+        {shard = #infer.shard<dim = 0, shards = 2, replication = 2>}
+        : tensor<16x128xf32>
+    ```
+  }];
+
+  let parameters = (ins
+    "int64_t":$dim,
+    "int64_t":$shards,
+    DefaultValuedParameter<"int64_t", "1",
+        "ranks that hold the same slice">:$replication
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+
+  let extraClassDeclaration = [{
+    /// Ranks of the program: shards * replication.
+    int64_t getNumRanks() const { return getShards() * getReplication(); }
+    /// The slice rank `rank` holds.
+    int64_t getShardOf(int64_t rank) const { return rank / getReplication(); }
+  }];
+}
+
 #endif // INFER_IR_INFERATTRS_TD

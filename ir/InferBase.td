@@ -22,11 +22,13 @@ def Infer_Dialect : Dialect {
 
     A forward function marks its batch-contract arguments with the
     `infer.input` argument attribute, and the module carries the model
-    configuration in the `infer.model` dictionary attribute:
+    configuration in the `infer.model` dictionary attribute. A
+    tensor-parallel program records its number of ranks in `infer.tp`:
 
     ```mlir
     module attributes {infer.model = {architecture = "LlamaForCausalLM",
-                                      num_layers = 2 : i64}} {
+                                      num_layers = 2 : i64},
+                       infer.tp = 2 : i64} {
       func.func @forward(%token_ids: tensor<?xi32> {infer.input = "token_ids"},
                          %positions: tensor<?xi32> {infer.input = "positions"})
           -> tensor<?x4096xf32>
@@ -45,6 +47,9 @@ def Infer_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kInputAttrName = "infer.input";
     /// Name of the module attribute that holds the model configuration.
     static constexpr ::llvm::StringLiteral kModelAttrName = "infer.model";
+    /// Name of the module attribute that holds the number of tensor-parallel
+    /// ranks of an SPMD program (absent: one rank).
+    static constexpr ::llvm::StringLiteral kTensorParallelAttrName = "infer.tp";
 
     void registerAttributes();
     void registerTypes();

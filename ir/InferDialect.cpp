@@ -54,6 +54,14 @@ LogicalResult InferDialect::verifyRegionArgAttribute(Operation *op,
 
 LogicalResult InferDialect::verifyOperationAttribute(Operation *op,
                                                      NamedAttribute attr) {
+  if (attr.getName() == kTensorParallelAttrName) {
+    auto ranks = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !ranks || ranks.getValue().getSExtValue() <= 0)
+      return op->emitError() << "'" << kTensorParallelAttrName
+                             << "' must be a positive integer attribute of a "
+                                "module";
+    return success();
+  }
   if (attr.getName() != kModelAttrName)
     return success();
   if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))

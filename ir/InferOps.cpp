@@ -92,6 +92,10 @@ LogicalResult WeightOp::verify() {
   if (!isa<FloatType>(type.getElementType()))
     return emitOpError() << "expects a float element type, got "
                          << type.getElementType();
+  if (std::optional<ShardAttr> shard = getShard();
+      shard && shard->getDim() >= type.getRank())
+    return emitOpError() << "expects shard dim " << shard->getDim()
+                         << " to be a dimension of " << type;
   return success();
 }
 
@@ -100,6 +104,9 @@ LogicalResult WeightOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult EmbeddingOp::verify() {
+  if (IntegerAttr shards = getVocabShardsAttr(); shards && shards.getInt() <= 0)
+    return emitOpError() << "expects a positive vocab_shards, got "
+                         << shards.getInt();
   return verifyResultShape(
       *this, {getIds().getType().getDimSize(0), featureDim(getTable())},
       "ids rows, table columns");
@@ -275,5 +282,37 @@ LogicalResult PagedAttentionOp::verify() {
   if (layer >= cacheType.getNumLayers())
     return emitOpError() << "expects layer in [0, num_layers = "
                          << cacheType.getNumLayers() << "), got " << layer;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllGatherOp::verify() {
+  auto inputType = cast<RankedTensorType>(getInput().getType());
+  auto resultType = cast<RankedTensorType>(getResult().getType());
+  int64_t dim = getDimAttr().getInt();
+  if (dim < 0 || dim >= inputType.getRank())
+    return emitOpError() << "expects dim in [0, " << inputType.getRank()
+                         << "), got " << dim;
+  if (resultType.getRank() != inputType.getRank() ||
+      resultType.getElementType() != inputType.getElementType())
+    return emitOpError() << "expects a result of the input's rank and "
+                            "element type, got "
+                         << resultType;
+  for (int64_t i = 0; i < inputType.getRank(); ++i) {
+    int64_t in = inputType.getDimSize(i), out = resultType.getDimSize(i);
+    if (ShapedType::isDynamic(in) || ShapedType::isDynamic(out))
+      continue;
+    if (i != dim && in != out)
+      return emitOpError() << "expects result dimension " << i
+                           << " to equal the input's (" << in << "), got "
+                           << out;
+    if (i == dim && (in == 0 || out % in != 0))
+      return emitOpError() << "expects result dimension " << dim
+                           << " to be a multiple of the input's (" << in
+                           << "), got " << out;
+  }
   return success();
 }

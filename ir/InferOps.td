@@ -35,12 +35,17 @@ def Infer_WeightOp : Infer_Op<"weight", [Pure]> {
     runtime binds it to the loaded (and, after sharding or quantization,
     transformed) parameter.
 
+    In a tensor-parallel program, `shard` says which slice of the checkpoint
+    tensor each rank holds; the result type is the slice's shape.
+
     ```mlir
     %w = infer.weight "model.embed_tokens.weight" : tensor<4096x384xbf16>
+    %q = infer.weight "model.layers.0.self_attn.q_proj.weight"
+        {shard = #infer.shard<dim = 0, shards = 2>} : tensor<192x384xbf16>
     ```
   }];
 
-  let arguments = (ins StrAttr:$name);
+  let arguments = (ins StrAttr:$name, OptionalAttr<Infer_ShardAttr>:$shard);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -56,13 +61,24 @@ def Infer_EmbeddingOp : Infer_Op<"embedding", [Pure]> {
     Gathers row `ids[i]` of `table` for every token `i` of the flat batch and
     converts it to the activation element type.
 
+    With `vocab_shards = N` the lookup is vocabulary-parallel: `table` is the
+    rank's slice of the vocabulary (rank `r` holds rows `r * V .. (r+1) * V`
+    of the full table of `N * V` rows) and ids outside the slice give zero
+    rows, so an `infer.all_reduce` over the ranks completes the lookup.
+
     ```mlir
     %h = infer.embedding %table[%ids]
         : tensor<4096x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
+    %p = infer.embedding %half[%ids] {vocab_shards = 2 : i64}
+        : tensor<2048x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
     ```
   }];
 
-  let arguments = (ins 2DTensorOf<[AnyFloat]>:$table, Infer_IndexVector:$ids);
+  let arguments = (ins
+    2DTensorOf<[AnyFloat]>:$table,
+    Infer_IndexVector:$ids,
+    OptionalAttr<I64Attr>:$vocab_shards
+  );
   let results = (outs Infer_Activation:$result);
   let assemblyFormat = [{
     $table `[` $ids `]` attr-dict `:` type($table) `,` type($ids) `->`
@@ -394,6 +410,52 @@ def Infer_PagedAttentionOp : Infer_Op<"paged_attention", [Pure]> {
     type($context_lens) `,` type($query_start_loc) `->` type($result)
   }];
   let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+def Infer_AllGatherOp : Infer_Op<"all_gather", [Pure]> {
+  let summary = "Concatenates every rank's tensor along a dimension";
+  let description = [{
+    Collective over the ranks of a tensor-parallel program: every rank
+    receives the concatenation, in rank order, of all ranks' `input` along
+    `dim`. The result is `input` with dimension `dim` multiplied by the
+    number of ranks; the other dimensions are unchanged. Gathers the
+    vocabulary-parallel logits.
+
+    ```mlir
+    %all = infer.all_gather %part {dim = 1 : i64}
+        : tensor<?x2048xf32> -> tensor<?x4096xf32>
+    ```
+  }];
+
+  let arguments = (ins Infer_FloatTensor:$input, I64Attr:$dim);
+  let results = (outs Infer_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Infer_AllReduceOp : Infer_Op<"all_reduce", [Pure,
+                                                SameOperandsAndResultType]> {
+  let summary = "Sums a tensor over the ranks";
+  let description = [{
+    Collective over the ranks of a tensor-parallel program: every rank
+    receives the elementwise sum of all ranks' `input`. Completes
+    row-parallel projections (each rank holds a partial sum) and
+    vocabulary-parallel embeddings.
+
+    ```mlir
+    %h = infer.all_reduce %partial : tensor<?x384xf32>
+    ```
+  }];
+
+  let arguments = (ins Infer_FloatTensor:$input);
+  let results = (outs Infer_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
 #endif // INFER_IR_INFEROPS_TD

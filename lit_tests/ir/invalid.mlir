@@ -28,6 +28,12 @@ module attributes {infer.model = "llama"} {
 
 // -----
 
+// expected-error @+1 {{'infer.tp' must be a positive integer attribute of a module}}
+module attributes {infer.tp = 0 : i64} {
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//
@@ -68,6 +74,22 @@ func.func @rope_llama3_context(%x: tensor<?x384xf32>, %positions: tensor<?xi32>)
   // expected-error @+1 {{'llama3' rope scaling needs a positive original_max_position_embeddings, got 0}}
   %y = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 5.0e+05, kind = llama3, factor = 8.0>} : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
   return %y : tensor<?x384xf32>
+}
+
+// -----
+
+func.func @shard_dim() {
+  // expected-error @+1 {{shard dim must be non-negative, got -1}}
+  %w = infer.weight "w" {shard = #infer.shard<dim = -1, shards = 2>} : tensor<8x8xbf16>
+  return
+}
+
+// -----
+
+func.func @shard_shards() {
+  // expected-error @+1 {{shard shards and replication must be positive, got 2 and 0}}
+  %w = infer.weight "w" {shard = #infer.shard<dim = 0, shards = 2, replication = 0>} : tensor<8x8xbf16>
+  return
 }
 
 // -----
@@ -118,9 +140,25 @@ func.func @weight_element_type() {
 
 // -----
 
+func.func @weight_shard_dim() {
+  // expected-error @+1 {{'infer.weight' op expects shard dim 2 to be a dimension of 'tensor<8x8xbf16>'}}
+  %w = infer.weight "w" {shard = #infer.shard<dim = 2, shards = 2>} : tensor<8x8xbf16>
+  return
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // Embedding and projections
 //===----------------------------------------------------------------------===//
+
+func.func @embedding_vocab_shards(%table: tensor<2048x384xbf16>, %ids: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.embedding' op expects a positive vocab_shards, got 0}}
+  %h = infer.embedding %table[%ids] {vocab_shards = 0 : i64} : tensor<2048x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
 
 func.func @embedding_result(%table: tensor<4096x384xbf16>, %ids: tensor<?xi32>) {
   // expected-error @+1 {{'infer.embedding' op expects result shape [?, 384] (ids rows, table columns), got 'tensor<?x128xf32>'}}
@@ -401,5 +439,41 @@ func.func @paged_attention_cache_shape(%q: tensor<?x384xf32>, %c: !infer.kv_cach
 func.func @paged_attention_layer(%q: tensor<?x384xf32>, %c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %tables: tensor<?x?xi32>, %lens: tensor<?xi32>, %qsl: tensor<?xi32>) {
   // expected-error @+1 {{'infer.paged_attention' op expects layer in [0, num_layers = 2), got 2}}
   %o = infer.paged_attention %q, %c, %tables, %lens, %qsl {layer = 2 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+func.func @all_gather_dim(%x: tensor<?x2048xf32>) {
+  // expected-error @+1 {{'infer.all_gather' op expects dim in [0, 2), got 2}}
+  %y = infer.all_gather %x {dim = 2 : i64} : tensor<?x2048xf32> -> tensor<?x4096xf32>
+  return
+}
+
+// -----
+
+func.func @all_gather_rank(%x: tensor<?x2048xf32>) {
+  // expected-error @+1 {{'infer.all_gather' op expects a result of the input's rank and element type, got 'tensor<?x4096xf16>'}}
+  %y = infer.all_gather %x {dim = 1 : i64} : tensor<?x2048xf32> -> tensor<?x4096xf16>
+  return
+}
+
+// -----
+
+func.func @all_gather_other_dim(%x: tensor<8x2048xf32>) {
+  // expected-error @+1 {{'infer.all_gather' op expects result dimension 0 to equal the input's (8), got 16}}
+  %y = infer.all_gather %x {dim = 1 : i64} : tensor<8x2048xf32> -> tensor<16x4096xf32>
+  return
+}
+
+// -----
+
+func.func @all_gather_multiple(%x: tensor<?x2048xf32>) {
+  // expected-error @+1 {{'infer.all_gather' op expects result dimension 1 to be a multiple of the input's (2048), got 3000}}
+  %y = infer.all_gather %x {dim = 1 : i64} : tensor<?x2048xf32> -> tensor<?x3000xf32>
   return
 }

@@ -6,6 +6,7 @@
 
 // CHECK: module attributes {infer.model = {architecture = "LlamaForCausalLM"
 // CHECK-SAME: eos_token_ids = [2]
+// CHECK-SAME: infer.tp = 2 : i64
 module attributes {infer.model = {architecture = "LlamaForCausalLM",
                                   vocab_size = 4096 : i64,
                                   hidden_size = 384 : i64,
@@ -13,7 +14,8 @@ module attributes {infer.model = {architecture = "LlamaForCausalLM",
                                   num_kv_heads = 2 : i64, head_dim = 64 : i64,
                                   max_position_embeddings = 2048 : i64,
                                   bos_token_id = 1 : i64,
-                                  eos_token_ids = [2]}} {
+                                  eos_token_ids = [2]},
+                   infer.tp = 2 : i64} {
 
 // CHECK-LABEL: func.func @contract
 // CHECK-SAME: {infer.input = "token_ids"}
@@ -43,11 +45,27 @@ func.func @weight() -> tensor<4096x384xbf16> {
   return %w : tensor<4096x384xbf16>
 }
 
+// CHECK-LABEL: func.func @weight_shard
+func.func @weight_shard() -> tensor<16x128xf32> {
+  // CHECK: infer.weight "model.layers.0.self_attn.q_proj.weight" {shard = #infer.shard<dim = 0, shards = 2>} : tensor<64x128xf32>
+  %q = infer.weight "model.layers.0.self_attn.q_proj.weight" {shard = #infer.shard<dim = 0, shards = 2>} : tensor<64x128xf32>
+  // CHECK: infer.weight "model.layers.0.self_attn.k_proj.weight" {shard = #infer.shard<dim = 0, shards = 2, replication = 2>} : tensor<16x128xf32>
+  %k = infer.weight "model.layers.0.self_attn.k_proj.weight" {shard = #infer.shard<dim = 0, shards = 2, replication = 2>} : tensor<16x128xf32>
+  return %k : tensor<16x128xf32>
+}
+
 // CHECK-LABEL: func.func @embedding
 // CHECK-SAME: (%[[TABLE:.+]]: tensor<4096x384xbf16>, %[[IDS:.+]]: tensor<?xi32>)
 func.func @embedding(%table: tensor<4096x384xbf16>, %ids: tensor<?xi32>) -> tensor<?x384xf32> {
   // CHECK: infer.embedding %[[TABLE]][%[[IDS]]] : tensor<4096x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
   %h = infer.embedding %table[%ids] : tensor<4096x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
+  return %h : tensor<?x384xf32>
+}
+
+// CHECK-LABEL: func.func @embedding_vocab_shards
+func.func @embedding_vocab_shards(%table: tensor<2048x384xbf16>, %ids: tensor<?xi32>) -> tensor<?x384xf32> {
+  // CHECK: infer.embedding %{{.+}}[%{{.+}}] {vocab_shards = 2 : i64} : tensor<2048x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
+  %h = infer.embedding %table[%ids] {vocab_shards = 2 : i64} : tensor<2048x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
   return %h : tensor<?x384xf32>
 }
 
@@ -147,6 +165,22 @@ func.func @paged_attention(%q: tensor<?x384xf32>, %k: tensor<?x128xf32>, %v: ten
   // CHECK-SAME: : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
   %o = infer.paged_attention %q, %c1, %block_tables, %context_lens, %query_start_loc {layer = 1 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
   return %o : tensor<?x384xf32>
+}
+
+// CHECK-LABEL: func.func @all_gather
+// CHECK-SAME: (%[[X:.+]]: tensor<?x2048xf32>)
+func.func @all_gather(%x: tensor<?x2048xf32>) -> tensor<?x4096xf32> {
+  // CHECK: infer.all_gather %[[X]] {dim = 1 : i64} : tensor<?x2048xf32> -> tensor<?x4096xf32>
+  %y = infer.all_gather %x {dim = 1 : i64} : tensor<?x2048xf32> -> tensor<?x4096xf32>
+  return %y : tensor<?x4096xf32>
+}
+
+// CHECK-LABEL: func.func @all_reduce
+// CHECK-SAME: (%[[X:.+]]: tensor<?x384xf32>)
+func.func @all_reduce(%x: tensor<?x384xf32>) -> tensor<?x384xf32> {
+  // CHECK: infer.all_reduce %[[X]] : tensor<?x384xf32>
+  %y = infer.all_reduce %x : tensor<?x384xf32>
+  return %y : tensor<?x384xf32>
 }
 
 }
