@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace infer {
@@ -75,6 +76,14 @@ public:
   /// Runs one forward call; writes the new tokens' keys and values into the
   /// pool and returns the logits of the rows named by logits_indices.
   virtual StatusOr<Logits> forward(const Batch &batch) = 0;
+  /// Copies whole blocks of the pool, every layer's keys and values, from
+  /// the first of each pair to the second (copy-on-write of a block that
+  /// forked sequences share).
+  virtual Status
+  copyBlocks(const std::vector<std::pair<int32_t, int32_t>> &copies) {
+    return unimplemented(std::string(name()) +
+                         " backend: copying KV-cache blocks");
+  }
 };
 
 } // namespace infer

@@ -4,6 +4,7 @@
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/ThreadPool.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace infer::cpu {
@@ -124,6 +125,18 @@ public:
   std::string_view name() const override { return "cpu"; }
   int64_t numBlocks() const override { return numBlocks_; }
   StatusOr<Logits> forward(const Batch &batch) override;
+  Status copyBlocks(
+      const std::vector<std::pair<int32_t, int32_t>> &copies) override {
+    const int64_t n = geometry_.blockElements();
+    for (const auto &[from, to] : copies) {
+      if (from < 0 || from >= numBlocks_ || to < 0 || to >= numBlocks_)
+        return invalidArgument("cpu backend: block copy " +
+                               std::to_string(from) + " -> " +
+                               std::to_string(to) + " outside the pool");
+      std::copy_n(cache_.begin() + from * n, n, cache_.begin() + to * n);
+    }
+    return Status::ok();
+  }
 
   /// Copies the rank's values and steps (the caller's plan may go away).
   Status prepare(const plan::RankPlan &plan, ParamTable params);

@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/engine/Generator.h"
+#include "runtime/engine/Engine.h"
 #include "runtime/safetensors/Safetensors.h"
 #include "tools/infer/Args.h"
 #include "tools/infer/Model.h"
@@ -16,11 +16,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 namespace infer::tool {
@@ -107,13 +109,20 @@ Status runCompile(const ParsedArgs &args) {
 // generate
 //===----------------------------------------------------------------------===//
 
-GenerationConfig generationConfig(const Artifact &artifact) {
-  GenerationConfig config;
-  config.blockSize = artifact.plan.kvCache.blockSize;
-  config.maxPositionEmbeddings = artifact.manifest.model.maxPositionEmbeddings;
-  for (int64_t id : artifact.manifest.model.eosTokenIds)
-    config.eosTokenIds.push_back(static_cast<int32_t>(id));
-  return config;
+/// KV blocks that let every request run to completion at the same time.
+int64_t blocksForAll(const std::vector<std::vector<int32_t>> &prompts,
+                     const SamplingParams &sampling,
+                     const EngineConfig &config) {
+  int64_t blocks = 0;
+  for (const std::vector<int32_t> &prompt : prompts) {
+    int64_t tokens =
+        static_cast<int64_t>(prompt.size()) + sampling.maxNewTokens;
+    if (config.maxModelLen > 0)
+      tokens = std::min(tokens, config.maxModelLen);
+    blocks += (std::max<int64_t>(tokens, 1) + config.blockSize - 1) /
+              config.blockSize;
+  }
+  return blocks;
 }
 
 Status runGenerate(const ParsedArgs &args) {
@@ -132,8 +141,6 @@ Status runGenerate(const ParsedArgs &args) {
     return invalidArgument("--temperature must be >= 0");
   INFER_ASSIGN_OR_RETURN(int threads, threadsOption(args));
   const std::string backendName = args.get("--backend", "cpu");
-  if (backendName == "cuda")
-    return unimplemented("CUDA backend not built");
 
   bool anyText = false;
   for (const auto &[name, value] : args.options)
@@ -148,41 +155,57 @@ Status runGenerate(const ParsedArgs &args) {
   if (anyText && !tokenizer)
     return invalidArgument("the artifact has no tokenizer: use --token-ids");
 
-  std::vector<GenerationRequest> requests;
+  std::vector<std::vector<int32_t>> prompts;
   for (const auto &[name, value] : args.options) {
-    GenerationRequest request;
-    request.sampling = sampling;
-    // Each request gets its own stream: seed, seed + 1, ...
-    request.sampling.seed = sampling.seed + requests.size();
     if (name == "--prompt") {
-      request.promptTokenIds = tokenizer->encode(value, true);
+      prompts.push_back(tokenizer->encode(value, true));
     } else if (name == "--token-ids") {
-      INFER_ASSIGN_OR_RETURN(request.promptTokenIds, parseIdList(value));
-    } else {
-      continue;
+      INFER_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parseIdList(value));
+      prompts.push_back(std::move(ids));
     }
-    requests.push_back(std::move(request));
   }
 
-  const GenerationConfig config = generationConfig(model.artifact);
+  // Every sequence runs at once, as one batch: the pool holds them all and
+  // the first step prefills every prompt.
+  EngineConfig config = engineConfigFor(model.artifact);
+  config.scheduler.maxNumSeqs = static_cast<int64_t>(prompts.size());
+  for (const std::vector<int32_t> &prompt : prompts)
+    config.scheduler.maxNumBatchedTokens += static_cast<int64_t>(prompt.size());
   INFER_ASSIGN_OR_RETURN(
       std::unique_ptr<Backend> backend,
       createBackend(model.artifact, backendName, args.get("--weights", ""),
-                    blocksNeeded(requests, config), threads));
-  INFER_ASSIGN_OR_RETURN(std::vector<GenerationResult> results,
-                         generate(*backend, config, requests));
+                    blocksForAll(prompts, sampling, config), threads));
+  Engine engine(*backend, config);
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams params = sampling;
+    // Each request gets its own stream: seed, seed + 1, ...
+    params.seed = sampling.seed + i;
+    StatusOr<RequestId> id = engine.addRequest(prompts[i], params);
+    if (!id.isOk())
+      return id.status().withContext("request " + std::to_string(i));
+    ids.push_back(*id);
+  }
+  std::map<RequestId, RequestOutput> results;
+  while (engine.hasUnfinished()) {
+    INFER_ASSIGN_OR_RETURN(std::vector<RequestOutput> outputs, engine.step());
+    for (RequestOutput &out : outputs)
+      if (out.finished)
+        results[out.id] = std::move(out);
+  }
 
   const bool asJson = args.has("--json");
-  for (size_t i = 0; i < results.size(); ++i) {
-    const std::vector<int32_t> &out = results[i].outputTokenIds;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const RequestOutput &result = results.at(ids[i]);
+    const std::vector<int32_t> &out = result.outputTokenIds;
     std::string text = tokenizer ? tokenizer->decode(out, true) : "";
     if (asJson) {
       nlohmann::ordered_json line{
-          {"prompt_token_ids", requests[i].promptTokenIds},
+          {"prompt_token_ids", prompts[i]},
           {"output_token_ids", out},
           {"text", text},
           {"finish_reason",
-           results[i].finishReason == FinishReason::kStop ? "stop" : "length"}};
+           result.finishReason == FinishReason::kStop ? "stop" : "length"}};
       std::cout << dumpLine(line) << "\n";
     } else if (tokenizer) {
       std::cout << text << "\n";
@@ -210,10 +233,8 @@ Status runLogits(const ParsedArgs &args) {
                          parseIdList(*args.get("--token-ids")));
   INFER_ASSIGN_OR_RETURN(int threads, threadsOption(args));
   const std::string backendName = args.get("--backend", "cpu");
-  if (backendName == "cuda")
-    return unimplemented("CUDA backend not built");
   INFER_ASSIGN_OR_RETURN(LoadedModel model, loadModel(args.positional[0]));
-  const GenerationConfig config = generationConfig(model.artifact);
+  const EngineConfig config = engineConfigFor(model.artifact);
   const int64_t blocks =
       (static_cast<int64_t>(tokens.size()) + config.blockSize - 1) /
       config.blockSize;
@@ -221,7 +242,8 @@ Status runLogits(const ParsedArgs &args) {
                          createBackend(model.artifact, backendName,
                                        args.get("--weights", ""), blocks,
                                        threads));
-  INFER_ASSIGN_OR_RETURN(Logits logits, promptLogits(*backend, config, tokens));
+  INFER_ASSIGN_OR_RETURN(Logits logits,
+                         promptLogits(*backend, config.blockSize, tokens));
   safetensors::TensorToWrite tensor;
   tensor.name = "logits";
   tensor.dtype = safetensors::DType::kF32;

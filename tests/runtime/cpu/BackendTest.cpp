@@ -1,7 +1,6 @@
-//===- BackendTest.cpp - CPU backend, loader and generator error paths ----===//
+//===- BackendTest.cpp - CPU backend and loader error paths ---------------===//
 
 #include "runtime/cpu/CpuBackend.h"
-#include "runtime/engine/BlockAllocator.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
 #include <gtest/gtest.h>
@@ -27,7 +26,6 @@ protected:
     StatusOr<ParamTable> p = loadParams(artifact_, 0, kModel);
     ASSERT_TRUE(p.isOk()) << p.status().message();
     params_ = std::move(p).value();
-    config_ = generationConfigOf(artifact_);
   }
 
   StatusOr<std::unique_ptr<Backend>> create(const plan::Plan &plan,
@@ -70,7 +68,6 @@ protected:
 
   Artifact artifact_;
   ParamTable params_;
-  GenerationConfig config_;
 };
 
 TEST_F(LlamaGqa, RejectsPlansItCannotRun) {
@@ -178,86 +175,6 @@ TEST_F(LlamaGqa, TiedAndSharedParamsAreLoadedOnce) {
   EXPECT_EQ(p->at(copy.id).get(), p->at(rank.steps.front().operands[0]).get());
 }
 
-TEST_F(LlamaGqa, GenerationErrorsAreStatuses) {
-  StatusOr<std::unique_ptr<Backend>> b = create(artifact_.plan, 1);
-  ASSERT_TRUE(b.isOk());
-  GenerationRequest r;
-  r.promptTokenIds.assign(17, 5);
-  StatusOr<std::vector<GenerationResult>> out = generate(**b, config_, {r});
-  ASSERT_FALSE(out.isOk());
-  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
-
-  GenerationConfig shortConfig = config_;
-  shortConfig.maxPositionEmbeddings = 8;
-  r.promptTokenIds.assign(9, 5);
-  out = generate(**b, shortConfig, {r});
-  ASSERT_FALSE(out.isOk());
-  EXPECT_NE(out.status().message().find("max_position_embeddings"),
-            std::string::npos);
-
-  r.promptTokenIds.clear();
-  EXPECT_FALSE(generate(**b, config_, {r}).isOk());
-}
-
-TEST_F(LlamaGqa, StopsAtEosUnlessIgnored) {
-  GenerationRequest r;
-  r.promptTokenIds = {175};
-  r.sampling.maxNewTokens = 24;
-  // The fixture's first greedy token is 391: call it EOS.
-  GenerationConfig eosConfig = config_;
-  eosConfig.eosTokenIds = {391};
-  StatusOr<std::unique_ptr<Backend>> b = create(artifact_.plan, 8);
-  ASSERT_TRUE(b.isOk());
-  auto out = generate(**b, eosConfig, {r});
-  ASSERT_TRUE(out.isOk()) << out.status().message();
-  EXPECT_EQ((*out)[0].outputTokenIds, std::vector<int32_t>{391});
-  EXPECT_EQ((*out)[0].finishReason, FinishReason::kStop);
-
-  r.sampling.ignoreEos = true;
-  out = generate(**b, eosConfig, {r});
-  ASSERT_TRUE(out.isOk());
-  EXPECT_EQ((*out)[0].outputTokenIds.size(), 24u);
-  EXPECT_EQ((*out)[0].finishReason, FinishReason::kLength);
-  for (int32_t t : (*out)[0].outputTokenIds)
-    EXPECT_NE(t, 391);
-
-  GenerationConfig shortConfig = config_;
-  shortConfig.maxPositionEmbeddings = 4;
-  r.sampling.ignoreEos = false;
-  out = generate(**b, shortConfig, {r});
-  ASSERT_TRUE(out.isOk());
-  EXPECT_EQ((*out)[0].outputTokenIds.size(), 3u)
-      << "stops at the last position";
-
-  r.sampling.maxNewTokens = 0;
-  out = generate(**b, config_, {r});
-  ASSERT_TRUE(out.isOk());
-  EXPECT_TRUE((*out)[0].outputTokenIds.empty());
-}
-
-TEST_F(LlamaGqa, SeededSamplingIsReproducibleAndBatchIndependent) {
-  GenerationRequest a, c;
-  a.promptTokenIds = {196, 25, 502, 67};
-  a.sampling.maxNewTokens = 20;
-  a.sampling.temperature = 1.5;
-  a.sampling.seed = 7;
-  c = a;
-  c.promptTokenIds = {1, 2, 3};
-  c.sampling.seed = 8;
-  StatusOr<std::unique_ptr<Backend>> b = create(artifact_.plan, 16);
-  ASSERT_TRUE(b.isOk());
-  auto alone = generate(**b, config_, {a});
-  auto batched = generate(**b, config_, {c, a});
-  auto again = generate(**b, config_, {a});
-  ASSERT_TRUE(alone.isOk() && batched.isOk() && again.isOk());
-  EXPECT_EQ((*alone)[0].outputTokenIds, (*batched)[1].outputTokenIds);
-  EXPECT_EQ((*alone)[0].outputTokenIds, (*again)[0].outputTokenIds);
-  a.sampling.seed = 9;
-  auto other = generate(**b, config_, {a});
-  ASSERT_TRUE(other.isOk());
-  EXPECT_NE((*alone)[0].outputTokenIds, (*other)[0].outputTokenIds);
-}
-
 TEST(Sampler, GreedyTakesTheLowestIdOnTiesAndMasksEos) {
   std::vector<float> logits = {0.5f, 2.0f, 2.0f, 1.0f};
   SamplingParams greedy;
@@ -278,17 +195,6 @@ TEST(Sampler, TemperatureFollowsTheSoftmax) {
   for (int i = 0; i < 4000; ++i)
     ones += s.sample(logits.data(), 2);
   EXPECT_NEAR(ones / 4000.0, 0.75, 0.03);
-}
-
-TEST(BlockAllocator, ReusesFreedBlocks) {
-  BlockAllocator a(3);
-  EXPECT_EQ(*a.allocate(), 0);
-  EXPECT_EQ(*a.allocate(), 1);
-  a.release({0});
-  EXPECT_EQ(*a.allocate(), 0);
-  EXPECT_EQ(*a.allocate(), 2);
-  EXPECT_FALSE(a.allocate().has_value());
-  EXPECT_EQ(a.numFree(), 0);
 }
 
 } // namespace

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/safetensors/Safetensors.h"
+#include "tests/runtime/support/Generate.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
 #include <gtest/gtest.h>
@@ -96,7 +97,7 @@ protected:
     StatusOr<Artifact> artifact = buildLlamaArtifact(case_.modelDir);
     ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
     artifact_ = std::move(artifact).value();
-    config_ = generationConfigOf(artifact_);
+    config_ = engineConfigFor(artifact_);
   }
 
   std::unique_ptr<Backend> backend(int64_t blocks) {
@@ -107,14 +108,15 @@ protected:
 
   Case case_;
   Artifact artifact_;
-  GenerationConfig config_;
+  EngineConfig config_;
 };
 
 TEST_P(HfParityTest, LogitsMatchTransformers) {
   std::unique_ptr<Backend> b = backend(64);
   ASSERT_TRUE(b);
   for (size_t k = 0; k < case_.inputs.size(); ++k) {
-    StatusOr<Logits> logits = promptLogits(*b, config_, case_.inputs[k]);
+    StatusOr<Logits> logits =
+        promptLogits(*b, config_.blockSize, case_.inputs[k]);
     ASSERT_TRUE(logits.isOk()) << logits.status().message();
     auto file = safetensors::File::open(case_.logits[k].first);
     ASSERT_TRUE(file.isOk()) << file.status().message();
@@ -132,17 +134,17 @@ TEST_P(HfParityTest, LogitsMatchTransformers) {
 }
 
 TEST_P(HfParityTest, BatchedGreedyMatchesTransformers) {
-  std::vector<GenerationRequest> requests;
+  std::vector<PromptRequest> requests;
   for (const auto &input : case_.inputs) {
-    GenerationRequest r;
+    PromptRequest r;
     r.promptTokenIds = input;
     r.sampling.maxNewTokens = static_cast<int64_t>(case_.greedy[0].size());
     r.sampling.ignoreEos = true;
     requests.push_back(r);
   }
-  std::unique_ptr<Backend> b = backend(blocksNeeded(requests, config_));
+  std::unique_ptr<Backend> b = backend(blocksForAll(requests, config_));
   ASSERT_TRUE(b);
-  StatusOr<std::vector<GenerationResult>> results =
+  StatusOr<std::vector<RequestOutput>> results =
       generate(*b, config_, requests);
   ASSERT_TRUE(results.isOk()) << results.status().message();
   for (size_t k = 0; k < requests.size(); ++k) {
@@ -184,7 +186,7 @@ TEST_P(HfParityTest, BatchEqualsEachSequenceAlone) {
   int64_t row = 0;
   for (const auto &input : case_.inputs) {
     std::unique_ptr<Backend> alone = backend(64);
-    StatusOr<Logits> one = promptLogits(*alone, config_, input);
+    StatusOr<Logits> one = promptLogits(*alone, config_.blockSize, input);
     ASSERT_TRUE(one.isOk()) << one.status().message();
     const int64_t n = one->rows * one->vocab;
     EXPECT_LT(maxRelativeError(all->row(row), one->data.data(), n), 1e-6);
@@ -198,7 +200,7 @@ TEST_P(HfParityTest, ChunkedPrefillAndDecodeEqualOneShot) {
   if (t < 3)
     GTEST_SKIP() << "input too short";
   std::unique_ptr<Backend> oneShot = backend(64);
-  StatusOr<Logits> ref = promptLogits(*oneShot, config_, input);
+  StatusOr<Logits> ref = promptLogits(*oneShot, config_.blockSize, input);
   ASSERT_TRUE(ref.isOk()) << ref.status().message();
 
   // Chunks of 5, 1, 1, then the rest, each with its cached context; blocks

@@ -303,15 +303,6 @@ createTestBackend(const Artifact &artifact, int64_t numBlocks, int numThreads) {
   return cpu::createCpuBackend(artifact.plan, 0, std::move(params), options);
 }
 
-GenerationConfig generationConfigOf(const Artifact &artifact) {
-  GenerationConfig config;
-  config.blockSize = artifact.plan.kvCache.blockSize;
-  config.maxPositionEmbeddings = artifact.manifest.model.maxPositionEmbeddings;
-  for (int64_t id : artifact.manifest.model.eosTokenIds)
-    config.eosTokenIds.push_back(static_cast<int32_t>(id));
-  return config;
-}
-
 double maxRelativeError(const float *actual, const float *expected, int64_t n) {
   double maxDiff = 0.0, maxRef = 0.0;
   for (int64_t i = 0; i < n; ++i) {

@@ -12,7 +12,7 @@
 
 #include "runtime/backend/Backend.h"
 #include "runtime/engine/Artifact.h"
-#include "runtime/engine/Generator.h"
+#include "runtime/engine/Engine.h"
 
 #include <memory>
 #include <string>
@@ -31,8 +31,6 @@ Status writeTestArtifact(const Artifact &artifact, const std::string &dir);
 StatusOr<std::unique_ptr<Backend>> createTestBackend(const Artifact &artifact,
                                                      int64_t numBlocks,
                                                      int numThreads = 0);
-
-GenerationConfig generationConfigOf(const Artifact &artifact);
 
 /// max |a - b| / max |b| over equal-sized arrays.
 double maxRelativeError(const float *actual, const float *expected, int64_t n);

@@ -1,0 +1,320 @@
+//===- Engine.cpp - Continuous-batching generation engine -----------------===//
+
+#include "runtime/engine/Engine.h"
+
+#include <algorithm>
+#include <string>
+
+namespace infer {
+
+EngineConfig engineConfigFor(const Artifact &artifact) {
+  EngineConfig config;
+  config.blockSize = artifact.plan.kvCache.blockSize;
+  config.maxModelLen = artifact.manifest.model.maxPositionEmbeddings;
+  config.vocabSize = artifact.manifest.model.vocabSize;
+  for (int64_t id : artifact.manifest.model.eosTokenIds)
+    config.eosTokenIds.push_back(static_cast<int32_t>(id));
+  return config;
+}
+
+Engine::Engine(Backend &backend, EngineConfig config)
+    : backend_(backend), config_(std::move(config)),
+      kvCache_(backend.numBlocks(), config_.blockSize,
+               config_.enablePrefixCaching),
+      scheduler_(config_.scheduler, kvCache_) {}
+
+Engine::~Engine() = default;
+
+void Engine::setOutputCallback(OutputCallback callback) {
+  callback_ = std::move(callback);
+}
+
+void Engine::setProposer(std::unique_ptr<Proposer> proposer) {
+  proposer_ = std::move(proposer);
+}
+
+StatusOr<RequestId> Engine::addRequest(std::vector<int32_t> promptTokenIds,
+                                       const SamplingParams &sampling,
+                                       int64_t priority,
+                                       std::optional<double> arrivalTime) {
+  const int64_t length = static_cast<int64_t>(promptTokenIds.size());
+  if (length == 0)
+    return invalidArgument("the prompt has no tokens");
+  if (sampling.maxNewTokens < 0)
+    return invalidArgument("max_new_tokens must be >= 0");
+  if (!(sampling.temperature >= 0))
+    return invalidArgument("temperature must be >= 0");
+  for (int32_t id : promptTokenIds)
+    if (id < 0 || (config_.vocabSize > 0 && id >= config_.vocabSize))
+      return outOfRange("token id " + std::to_string(id) +
+                        " is outside the vocabulary of " +
+                        std::to_string(config_.vocabSize) + " tokens");
+  if (config_.maxModelLen > 0 && length > config_.maxModelLen)
+    return outOfRange("the prompt has " + std::to_string(length) +
+                      " tokens, more than max_position_embeddings (" +
+                      std::to_string(config_.maxModelLen) + ")");
+  if (kvCache_.blocksFor(length) > kvCache_.numBlocks())
+    return resourceExhausted("the prompt has " + std::to_string(length) +
+                             " tokens, more than the KV cache holds (" +
+                             std::to_string(kvCache_.numBlocks()) +
+                             " blocks of " + std::to_string(config_.blockSize) +
+                             " tokens)");
+
+  const RequestId id = nextId_++;
+  Entry &entry = requests_[id];
+  Request &r = entry.request;
+  r.id = id;
+  r.numPromptTokens = length;
+  r.tokens = std::move(promptTokenIds);
+  r.sampling = sampling;
+  r.priority = priority;
+  r.arrivalTime = arrivalTime ? *arrivalTime : static_cast<double>(id);
+  r.maxTotalTokens = length + sampling.maxNewTokens;
+  if (config_.maxModelLen > 0)
+    r.maxTotalTokens = std::min(r.maxTotalTokens, config_.maxModelLen);
+  entry.sampler = std::make_unique<Sampler>(sampling, config_.eosTokenIds);
+  if (sampling.maxNewTokens == 0) {
+    r.status = RequestStatus::kFinished;
+    r.finishReason = FinishReason::kLength;
+    emit(entry, {}, pending_);
+    requests_.erase(id);
+    return id;
+  }
+  scheduler_.addRequest(&r);
+  return id;
+}
+
+StatusOr<RequestId> Engine::fork(RequestId parentId,
+                                 const SamplingParams &sampling) {
+  auto it = requests_.find(parentId);
+  if (it == requests_.end() ||
+      it->second.request.status != RequestStatus::kRunning)
+    return invalidArgument("request " + std::to_string(parentId) +
+                           " is not running");
+  const Request &parent = it->second.request;
+  if (parent.numTokens() - parent.numComputedTokens != 1)
+    return invalidArgument("request " + std::to_string(parentId) +
+                           " has not finished its prompt");
+  const RequestId id = nextId_++;
+  Entry &entry = requests_[id];
+  Request &r = entry.request;
+  r = parent;
+  r.id = id;
+  r.sampling = sampling;
+  r.maxTotalTokens = parent.numPromptTokens + sampling.maxNewTokens;
+  if (config_.maxModelLen > 0)
+    r.maxTotalTokens = std::min(r.maxTotalTokens, config_.maxModelLen);
+  r.maxTotalTokens = std::max(r.maxTotalTokens, r.numTokens());
+  r.numPreemptions = 0;
+  entry.sampler = std::make_unique<Sampler>(sampling, config_.eosTokenIds);
+  kvCache_.fork(parentId, id);
+  scheduler_.addRunning(&r);
+  return id;
+}
+
+Status Engine::abort(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end())
+    return notFound("no unfinished request " + std::to_string(id));
+  finish(it->second, FinishReason::kAbort);
+  emit(it->second, {}, pending_);
+  requests_.erase(it);
+  return Status::ok();
+}
+
+bool Engine::hasUnfinished() const {
+  return scheduler_.hasUnfinished() || !pending_.empty();
+}
+
+const Request *Engine::request(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second.request;
+}
+
+void Engine::emit(Entry &entry, std::vector<int32_t> newTokens,
+                  std::vector<RequestOutput> &outputs) {
+  const Request &r = entry.request;
+  RequestOutput out;
+  out.id = r.id;
+  out.newTokenIds = std::move(newTokens);
+  out.outputTokenIds.assign(r.tokens.begin() + r.numPromptTokens,
+                            r.tokens.end());
+  out.finished = r.status == RequestStatus::kFinished;
+  out.finishReason = r.finishReason;
+  if (callback_)
+    callback_(out);
+  outputs.push_back(std::move(out));
+}
+
+void Engine::finish(Entry &entry, FinishReason reason) {
+  scheduler_.finish(entry.request, reason);
+  if (proposer_)
+    proposer_->onFinished(entry.request.id);
+}
+
+size_t Engine::appendTokens(Entry &entry, const std::vector<int32_t> &tokens) {
+  Request &r = entry.request;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    r.tokens.push_back(tokens[i]);
+    const bool eos =
+        std::find(config_.eosTokenIds.begin(), config_.eosTokenIds.end(),
+                  tokens[i]) != config_.eosTokenIds.end();
+    if (eos && !r.sampling.ignoreEos) {
+      r.finishReason = FinishReason::kStop;
+      return i + 1;
+    }
+    if (r.numTokens() >= r.maxTotalTokens) {
+      r.finishReason = FinishReason::kLength;
+      return i + 1;
+    }
+  }
+  return tokens.size();
+}
+
+void Engine::propose() {
+  if (!proposer_ || config_.numSpeculativeTokens <= 0)
+    return;
+  for (Request *r : scheduler_.running()) {
+    r->draftTokens.clear();
+    if (r->numTokens() - r->numComputedTokens != 1)
+      continue;
+    // Every accepted draft plus the target's token must still fit.
+    const int64_t room = r->maxTotalTokens - r->numTokens() - 1;
+    const int64_t k = std::min(config_.numSpeculativeTokens, room);
+    if (k <= 0)
+      continue;
+    r->draftTokens = proposer_->propose(*r, k);
+    if (static_cast<int64_t>(r->draftTokens.size()) > k)
+      r->draftTokens.resize(k);
+  }
+}
+
+StatusOr<std::vector<RequestOutput>> Engine::step() {
+  std::vector<RequestOutput> outputs = std::move(pending_);
+  pending_.clear();
+  propose();
+  SchedulerOutput scheduled = scheduler_.schedule();
+  stats_.numPreemptions = scheduler_.numPreemptions();
+  stats_.numCachedTokens = scheduler_.numCachedTokens();
+  for (Request *r : scheduled.finished) {
+    Entry &entry = requests_.at(r->id);
+    if (proposer_)
+      proposer_->onFinished(r->id);
+    emit(entry, {}, outputs);
+    requests_.erase(r->id);
+  }
+  if (scheduled.scheduled.empty())
+    return outputs;
+
+  if (!scheduled.blockCopies.empty())
+    INFER_RETURN_IF_ERROR(backend_.copyBlocks(scheduled.blockCopies));
+
+  // The batch contract (Backend.h), one sequence per scheduled request.
+  Batch batch;
+  batch.queryStartLoc.push_back(0);
+  for (const ScheduledRequest &s : scheduled.scheduled)
+    batch.maxBlocksPerSeq = std::max<int64_t>(
+        batch.maxBlocksPerSeq,
+        static_cast<int64_t>(kvCache_.blockTable(s.request->id).size()));
+  const int64_t bs = config_.blockSize;
+  std::vector<int64_t> firstRow(scheduled.scheduled.size(), -1);
+  for (size_t i = 0; i < scheduled.scheduled.size(); ++i) {
+    const ScheduledRequest &s = scheduled.scheduled[i];
+    const Request &r = *s.request;
+    const std::vector<BlockId> &table = kvCache_.blockTable(r.id);
+    const int64_t start = r.numComputedTokens;
+    const int64_t numKnown = s.numTokens - s.numDraftTokens;
+    for (int64_t j = 0; j < s.numTokens; ++j) {
+      const int64_t p = start + j;
+      batch.tokenIds.push_back(j < numKnown ? r.tokens[p]
+                                            : r.draftTokens[j - numKnown]);
+      batch.positions.push_back(static_cast<int32_t>(p));
+      batch.slotMapping.push_back(static_cast<int64_t>(table[p / bs]) * bs +
+                                  p % bs);
+    }
+    // Logits only where the request reaches its last known token: a
+    // prompt chunk short of it samples nothing.
+    if (start + numKnown == r.numTokens()) {
+      firstRow[i] = static_cast<int64_t>(batch.logitsIndices.size());
+      const int32_t end = static_cast<int32_t>(batch.tokenIds.size());
+      for (int64_t j = s.numDraftTokens; j >= 0; --j)
+        batch.logitsIndices.push_back(end - 1 - static_cast<int32_t>(j));
+    }
+    batch.queryStartLoc.push_back(static_cast<int32_t>(batch.tokenIds.size()));
+    batch.contextLens.push_back(static_cast<int32_t>(start + s.numTokens));
+    std::vector<int32_t> row(table.begin(), table.end());
+    row.resize(batch.maxBlocksPerSeq, -1);
+    batch.blockTables.insert(batch.blockTables.end(), row.begin(), row.end());
+  }
+  INFER_ASSIGN_OR_RETURN(Logits logits, backend_.forward(batch));
+  ++stats_.numSteps;
+  stats_.numComputedTokens += scheduled.numScheduledTokens;
+
+  for (size_t i = 0; i < scheduled.scheduled.size(); ++i) {
+    const ScheduledRequest &s = scheduled.scheduled[i];
+    Entry &entry = requests_.at(s.request->id);
+    Request &r = entry.request;
+    const int64_t start = r.numComputedTokens;
+    if (firstRow[i] < 0) {
+      scheduler_.setComputed(r, start + s.numTokens);
+      continue;
+    }
+    const std::vector<int32_t> draft = r.draftTokens;
+    std::vector<int32_t> accepted;
+    if (draft.empty()) {
+      accepted.push_back(
+          entry.sampler->sample(logits.row(firstRow[i]), logits.vocab));
+    } else {
+      accepted =
+          proposer_->verify(r, draft, logits, firstRow[i], *entry.sampler);
+    }
+    const int64_t numAccepted = static_cast<int64_t>(accepted.size()) - 1;
+    stats_.numDraftTokens += static_cast<int64_t>(draft.size());
+    stats_.numAcceptedTokens += numAccepted;
+    accepted.resize(appendTokens(entry, accepted));
+    stats_.numGeneratedTokens += static_cast<int64_t>(accepted.size());
+    // The keys and values of the rejected drafts are rolled back.
+    const int64_t numRejected =
+        static_cast<int64_t>(draft.size()) - numAccepted;
+    r.draftTokens.clear();
+    scheduler_.setComputed(r, start + s.numTokens - numRejected);
+    if (proposer_ && !draft.empty())
+      proposer_->onVerified(r, static_cast<int64_t>(draft.size()), numAccepted);
+    const bool done = r.finishReason != FinishReason::kNone;
+    if (done)
+      finish(entry, r.finishReason);
+    emit(entry, std::move(accepted), outputs);
+    if (done)
+      requests_.erase(r.id);
+  }
+  return outputs;
+}
+
+StatusOr<Logits> promptLogits(Backend &backend, int64_t blockSize,
+                              const std::vector<int32_t> &tokens) {
+  const int64_t t = static_cast<int64_t>(tokens.size());
+  if (t == 0)
+    return invalidArgument("the prompt has no tokens");
+  const int64_t blocks = (t + blockSize - 1) / blockSize;
+  if (blocks > backend.numBlocks())
+    return resourceExhausted("the KV cache is full: " + std::to_string(t) +
+                             " tokens do not fit in the pool of " +
+                             std::to_string(backend.numBlocks()) +
+                             " blocks of " + std::to_string(blockSize) +
+                             " tokens");
+  Batch batch;
+  batch.queryStartLoc = {0, static_cast<int32_t>(t)};
+  batch.contextLens = {static_cast<int32_t>(t)};
+  batch.maxBlocksPerSeq = blocks;
+  for (int64_t b = 0; b < blocks; ++b)
+    batch.blockTables.push_back(static_cast<int32_t>(b));
+  for (int64_t p = 0; p < t; ++p) {
+    batch.tokenIds.push_back(tokens[p]);
+    batch.positions.push_back(static_cast<int32_t>(p));
+    batch.slotMapping.push_back(p);
+    batch.logitsIndices.push_back(static_cast<int32_t>(p));
+  }
+  return backend.forward(batch);
+}
+
+} // namespace infer

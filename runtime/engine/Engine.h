@@ -1,0 +1,157 @@
+//===- Engine.h - Continuous-batching generation engine ---------*- C++ -*-===//
+//
+// The C++ API of the runtime: requests come in with addRequest, every step()
+// runs one scheduler step = one backend forward call, and tokens come out
+// through a callback and step()'s return value.
+//
+//   addRequest ─▶ Scheduler ──SchedulerOutput──▶ Batch ──▶ Backend::forward
+//                    ▲  KVCacheManager (blocks, prefix cache)        │ logits
+//                    └──── setComputed ◀── Sampler / Proposer ◀──────┘
+//
+// Sampling happens in one place: each request owns a Sampler built from its
+// SamplingParams and the model's EOS ids, called with the logits row of the
+// request's next token (Sampler::sample). Stop conditions the engine checks
+// after each token: EOS (unless ignore_eos), max_new_tokens, and the model's
+// context. Speculative decoding plugs in as a Proposer (Proposer.h).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_ENGINE_ENGINE_H
+#define INFER_RUNTIME_ENGINE_ENGINE_H
+
+#include "runtime/backend/Backend.h"
+#include "runtime/engine/Artifact.h"
+#include "runtime/engine/KVCacheManager.h"
+#include "runtime/engine/Proposer.h"
+#include "runtime/engine/Request.h"
+#include "runtime/engine/Sampler.h"
+#include "runtime/engine/Scheduler.h"
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace infer {
+
+struct EngineConfig {
+  int64_t blockSize = 16;
+  /// Positions the model supports (0 = no limit).
+  int64_t maxModelLen = 0;
+  /// Token ids must be below this (0 = unchecked).
+  int64_t vocabSize = 0;
+  std::vector<int32_t> eosTokenIds;
+  bool enablePrefixCaching = true;
+  SchedulerConfig scheduler;
+  /// Draft tokens asked of the proposer per step (0 = no speculation).
+  int64_t numSpeculativeTokens = 0;
+};
+
+/// The model limits of an artifact with default scheduling.
+EngineConfig engineConfigFor(const Artifact &artifact);
+
+/// What one step produced for one request.
+struct RequestOutput {
+  RequestId id = 0;
+  /// Tokens generated this step (several with speculative decoding).
+  std::vector<int32_t> newTokenIds;
+  /// Every token generated so far.
+  std::vector<int32_t> outputTokenIds;
+  bool finished = false;
+  FinishReason finishReason = FinishReason::kNone;
+};
+
+struct EngineStats {
+  int64_t numSteps = 0;
+  /// Tokens run through the model (prompt, recomputed, decoded, drafts).
+  int64_t numComputedTokens = 0;
+  int64_t numGeneratedTokens = 0;
+  /// Tokens whose keys and values came from the prefix cache.
+  int64_t numCachedTokens = 0;
+  int64_t numPreemptions = 0;
+  int64_t numDraftTokens = 0;
+  int64_t numAcceptedTokens = 0;
+
+  /// Accepted / proposed draft tokens (0 without speculation).
+  double acceptanceRate() const {
+    return numDraftTokens ? static_cast<double>(numAcceptedTokens) /
+                                static_cast<double>(numDraftTokens)
+                          : 0.0;
+  }
+};
+
+using OutputCallback = std::function<void(const RequestOutput &)>;
+
+class Engine {
+public:
+  /// Runs on `backend`'s whole KV-cache pool; the backend outlives it.
+  Engine(Backend &backend, EngineConfig config);
+  ~Engine();
+
+  /// Queues a request. An invalid one (empty, a token outside the
+  /// vocabulary, longer than the model's context or than the whole pool) is
+  /// an error for that request alone. `arrivalTime` orders FCFS scheduling
+  /// (default: the order of the calls); lower `priority` runs first under
+  /// SchedulingPolicy::kPriority.
+  StatusOr<RequestId> addRequest(std::vector<int32_t> promptTokenIds,
+                                 const SamplingParams &sampling,
+                                 int64_t priority = 0,
+                                 std::optional<double> arrivalTime = {});
+
+  /// A copy of a decoding request that shares its blocks (copy-on-write)
+  /// and continues with its own sampling parameters (n > 1 completions).
+  StatusOr<RequestId> fork(RequestId parent, const SamplingParams &sampling);
+
+  /// Called with every RequestOutput as it is produced.
+  void setOutputCallback(OutputCallback callback);
+  void setProposer(std::unique_ptr<Proposer> proposer);
+
+  /// Finishes a request now and frees its blocks.
+  Status abort(RequestId id);
+
+  /// One scheduler step and at most one forward call; the outputs of the
+  /// requests that produced tokens or finished.
+  StatusOr<std::vector<RequestOutput>> step();
+
+  bool hasUnfinished() const;
+  const EngineStats &stats() const { return stats_; }
+  const EngineConfig &config() const { return config_; }
+  const KVCacheManager &kvCache() const { return kvCache_; }
+  /// A live request, or null once its final output was returned.
+  const Request *request(RequestId id) const;
+
+private:
+  struct Entry {
+    Request request;
+    std::unique_ptr<Sampler> sampler;
+  };
+
+  void propose();
+  void emit(Entry &entry, std::vector<int32_t> newTokens,
+            std::vector<RequestOutput> &outputs);
+  /// Appends `tokens` until a stop condition; returns how many were kept.
+  size_t appendTokens(Entry &entry, const std::vector<int32_t> &tokens);
+  void finish(Entry &entry, FinishReason reason);
+
+  Backend &backend_;
+  EngineConfig config_;
+  KVCacheManager kvCache_;
+  Scheduler scheduler_;
+  std::unique_ptr<Proposer> proposer_;
+  OutputCallback callback_;
+  std::unordered_map<RequestId, Entry> requests_;
+  /// Outputs produced outside step() (aborts, zero-token requests).
+  std::vector<RequestOutput> pending_;
+  RequestId nextId_ = 0;
+  EngineStats stats_;
+};
+
+/// Logits [T, vocab] of every position of `tokens` in one forward call, on
+/// the first blocks of `backend`'s pool.
+StatusOr<Logits> promptLogits(Backend &backend, int64_t blockSize,
+                              const std::vector<int32_t> &tokens);
+
+} // namespace infer
+
+#endif // INFER_RUNTIME_ENGINE_ENGINE_H

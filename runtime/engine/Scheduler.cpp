@@ -1,0 +1,195 @@
+//===- Scheduler.cpp - Token-budget continuous batching -------------------===//
+
+#include "runtime/engine/Scheduler.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace infer {
+
+namespace {
+
+/// Tokens a request has to compute before it can sample again (excluding
+/// draft tokens): 1 while decoding, more while (re)computing a prompt.
+int64_t pendingTokens(const Request &r) {
+  return r.numTokens() - r.numComputedTokens;
+}
+
+bool isDecoding(const Request &r) { return pendingTokens(r) <= 1; }
+
+} // namespace
+
+Scheduler::Scheduler(const SchedulerConfig &config, KVCacheManager &kvCache)
+    : config_(config), kvCache_(kvCache) {}
+
+bool Scheduler::before(const Request *a, const Request *b) const {
+  if (config_.policy == SchedulingPolicy::kPriority &&
+      a->priority != b->priority)
+    return a->priority < b->priority;
+  return std::tie(a->arrivalTime, a->id) < std::tie(b->arrivalTime, b->id);
+}
+
+void Scheduler::addRequest(Request *request) {
+  request->status = RequestStatus::kWaiting;
+  waiting_.push_back(request);
+}
+
+void Scheduler::addRunning(Request *request) {
+  request->status = RequestStatus::kRunning;
+  running_.push_back(request);
+}
+
+void Scheduler::preempt(Request *request, SchedulerOutput &out) {
+  running_.erase(std::find(running_.begin(), running_.end(), request));
+  kvCache_.free(request->id);
+  request->numComputedTokens = 0;
+  request->draftTokens.clear();
+  request->status = RequestStatus::kWaiting;
+  ++request->numPreemptions;
+  ++numPreemptions_;
+  waiting_.push_back(request);
+  out.preempted.push_back(request->id);
+}
+
+void Scheduler::scheduleRunning(SchedulerOutput &out, int64_t &budget,
+                                bool decodes, bool prefills, bool &preempted) {
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request *r = running_[i];
+    const int64_t pending = pendingTokens(*r);
+    if (!(isDecoding(*r) ? decodes : prefills) ||
+        (!config_.enableChunkedPrefill && pending > budget)) {
+      ++i;
+      continue;
+    }
+    // Drafts only ride along when the rest fits the budget.
+    int64_t numTokens = std::min(pending, budget);
+    const int64_t room = budget - numTokens;
+    if (numTokens < pending || room <= 0)
+      r->draftTokens.clear();
+    else if (static_cast<int64_t>(r->draftTokens.size()) > room)
+      r->draftTokens.resize(room);
+    numTokens += static_cast<int64_t>(r->draftTokens.size());
+
+    bool allocated = false;
+    while (!(allocated =
+                 kvCache_.allocateSlots(r->id, r->numComputedTokens, numTokens,
+                                        nullptr, out.blockCopies))) {
+      if (running_.size() == 1) {
+        // Alone and still out of blocks: it can never grow, so it ends.
+        running_.clear();
+        kvCache_.free(r->id);
+        r->status = RequestStatus::kFinished;
+        r->finishReason = FinishReason::kLength;
+        r->draftTokens.clear();
+        out.finished.push_back(r);
+        break;
+      }
+      Request *victim = running_.back();
+      preempt(victim, out);
+      preempted = true;
+      if (victim == r)
+        break;
+    }
+    if (!allocated)
+      continue;
+    out.scheduled.push_back(
+        {r, numTokens, static_cast<int64_t>(r->draftTokens.size())});
+    budget -= numTokens;
+    ++i;
+  }
+}
+
+void Scheduler::scheduleWaiting(SchedulerOutput &out, int64_t &budget) {
+  std::stable_sort(
+      waiting_.begin(), waiting_.end(),
+      [this](const Request *a, const Request *b) { return before(a, b); });
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.maxNumSeqs) {
+    Request *r = waiting_.front();
+    CachedPrefix prefix = kvCache_.findCachedPrefix(r->tokens);
+    const int64_t pending = r->numTokens() - prefix.numTokens;
+    if (!config_.enableChunkedPrefill && pending > budget)
+      break;
+    const int64_t numTokens = std::min(pending, budget);
+    if (!kvCache_.allocateSlots(r->id, prefix.numTokens, numTokens, &prefix,
+                                out.blockCopies)) {
+      if (!running_.empty() || !out.scheduled.empty() ||
+          kvCache_.numFreeBlocks() < kvCache_.numBlocks())
+        break;
+      // Even an empty pool cannot hold it (a resumed request that grew
+      // past the pool): it ends with what it has.
+      waiting_.erase(waiting_.begin());
+      r->status = RequestStatus::kFinished;
+      r->finishReason = FinishReason::kLength;
+      out.finished.push_back(r);
+      continue;
+    }
+    waiting_.erase(waiting_.begin());
+    r->numComputedTokens = prefix.numTokens;
+    if (r->numCachedPromptTokens < 0)
+      r->numCachedPromptTokens = prefix.numTokens;
+    numCachedTokens_ += prefix.numTokens;
+    numQueriedTokens_ += r->numTokens();
+    r->status = RequestStatus::kRunning;
+    running_.push_back(r);
+    out.scheduled.push_back({r, numTokens, 0});
+    budget -= numTokens;
+  }
+}
+
+SchedulerOutput Scheduler::schedule() {
+  std::stable_sort(
+      running_.begin(), running_.end(),
+      [this](const Request *a, const Request *b) { return before(a, b); });
+  bool decodes = true, prefills = true;
+  if (config_.prefillRatio > 0) {
+    int64_t numDecoding = 0;
+    for (const Request *r : running_)
+      numDecoding += isDecoding(*r);
+    const int64_t numPrefilling =
+        static_cast<int64_t>(running_.size() + waiting_.size()) - numDecoding;
+    prefills =
+        numDecoding == 0 || static_cast<double>(numPrefilling) / numDecoding >=
+                                config_.prefillRatio;
+    decodes = !prefills;
+  }
+
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    SchedulerOutput out;
+    int64_t budget = config_.maxNumBatchedTokens;
+    bool preempted = false;
+    scheduleRunning(out, budget, decodes, prefills, preempted);
+    // Admitting new work right after preempting would only thrash.
+    if (prefills && !preempted)
+      scheduleWaiting(out, budget);
+    for (const ScheduledRequest &s : out.scheduled)
+      out.numScheduledTokens += s.numTokens;
+    // A one-kind step with nothing of its kind runs the other kind.
+    if (!out.scheduled.empty() || config_.prefillRatio <= 0 || attempt == 1 ||
+        !out.preempted.empty() || !out.finished.empty())
+      return out;
+    decodes = !decodes;
+    prefills = !prefills;
+  }
+  return {};
+}
+
+void Scheduler::setComputed(Request &request, int64_t numComputedTokens) {
+  request.numComputedTokens = numComputedTokens;
+  kvCache_.truncate(request.id, numComputedTokens);
+  kvCache_.cacheFullBlocks(request.id, request.tokens, numComputedTokens);
+}
+
+void Scheduler::finish(Request &request, FinishReason reason) {
+  auto drop = [&request](std::vector<Request *> &queue) {
+    queue.erase(std::remove(queue.begin(), queue.end(), &request), queue.end());
+  };
+  drop(running_);
+  drop(waiting_);
+  kvCache_.free(request.id);
+  request.draftTokens.clear();
+  request.status = RequestStatus::kFinished;
+  request.finishReason = reason;
+}
+
+} // namespace infer
