@@ -25,10 +25,13 @@ struct DeployPipelineOptions
       *this, "block-size",
       llvm::cl::desc("Tokens per KV-cache block; a positive power of two"),
       llvm::cl::init(16)};
+  PassOptions::Option<int64_t> tp{
+      *this, "tp", llvm::cl::desc("Number of tensor-parallel ranks"),
+      llvm::cl::init(1)};
 };
 
 /// Builds the pipeline that takes imported model IR to the form codegen
-/// lowers: paging of the KV cache, for now.
+/// lowers: tensor-parallel sharding, then paging of the KV cache.
 void buildDeployPipeline(OpPassManager &pm,
                          const DeployPipelineOptions &options);
 

@@ -73,4 +73,81 @@ def PageKVCachePass : Pass<"infer-page-kv-cache", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::infer::InferDialect"];
 }
 
+//===----------------------------------------------------------------------===//
+// Distribution
+//===----------------------------------------------------------------------===//
+
+def ShardTensorParallelPass
+    : Pass<"infer-shard-tensor-parallel", "::mlir::ModuleOp"> {
+  let summary = "Splits a model into one SPMD program for tp ranks";
+  let description = [{
+    Megatron-style tensor parallelism. The module becomes the program every
+    one of `tp` ranks runs; what differs between ranks is only which slice of
+    each parameter it holds, recorded as `#infer.shard` on `infer.weight`
+    (one checkpoint serves every `tp`). The module gets `infer.tp = tp`.
+
+    A policy per architecture (a table in the pass, in the style of
+    ColossalAI's ShardFormer) names each projection of a decoder layer by its
+    checkpoint module and says how it is split:
+
+    | projections (Llama, Mistral, Qwen2)  | split                            |
+    |--------------------------------------|----------------------------------|
+    | `q_proj`, `gate_proj`, `up_proj`     | column: weight rows and bias     |
+    | `k_proj`, `v_proj`                   | column by key/value head         |
+    | `o_proj`, `down_proj`                | row: weight columns, then `infer.all_reduce` |
+
+    Attention keeps `num_heads / tp` heads per rank. Key/value heads are
+    split when `num_kv_heads % tp == 0`; when there are fewer of them than
+    ranks (`tp % num_kv_heads == 0`) each rank holds the one head its query
+    heads read. The embedding is vocabulary-parallel (each rank looks up its
+    slice of the vocabulary, zero rows elsewhere, then `infer.all_reduce`)
+    and the LM head produces the rank's slice of the logits, concatenated by
+    `infer.all_gather`; both stay replicated when the vocabulary does not
+    divide by `tp`. Projections the policy does not name stay replicated.
+
+    Errors: `tp < 1`; an architecture without a policy; `num_heads` not
+    divisible by `tp` or smaller than it; key/value heads that can be
+    neither split nor replicated; a row-parallel projection with a bias. With
+    `tp = 1` the pass changes nothing.
+
+    Before (one layer's attention, 8 heads, 2 key/value heads):
+
+    ```mlir
+    %wk = infer.weight "model.layers.0.self_attn.k_proj.weight"
+        : tensor<32x128xf32>
+    %k = infer.linear %x, %wk : tensor<?x128xf32>, tensor<32x128xf32>
+        -> tensor<?x32xf32>
+    %o = infer.attention %q, %k, %v, %qsl {num_heads = 8 : i64,
+        num_kv_heads = 2 : i64, head_dim = 16 : i64, ...} : ...
+    %wo = infer.weight "model.layers.0.self_attn.o_proj.weight"
+        : tensor<128x128xf32>
+    %y = infer.linear %o, %wo : tensor<?x128xf32>, tensor<128x128xf32>
+        -> tensor<?x128xf32>
+    ```
+
+    After `--infer-shard-tensor-parallel="tp=4"`:
+
+    ```mlir
+    %wk = infer.weight "model.layers.0.self_attn.k_proj.weight"
+        {shard = #infer.shard<dim = 0, shards = 2, replication = 2>}
+        : tensor<16x128xf32>
+    %k = infer.linear %x, %wk : tensor<?x128xf32>, tensor<16x128xf32>
+        -> tensor<?x16xf32>
+    %o = infer.attention %q, %k, %v, %qsl {num_heads = 2 : i64,
+        num_kv_heads = 1 : i64, head_dim = 16 : i64, ...} : ...
+    %wo = infer.weight "model.layers.0.self_attn.o_proj.weight"
+        {shard = #infer.shard<dim = 1, shards = 4>} : tensor<128x32xf32>
+    %p = infer.linear %o, %wo : tensor<?x32xf32>, tensor<128x32xf32>
+        -> tensor<?x128xf32>
+    %y = infer.all_reduce %p : tensor<?x128xf32>
+    ```
+  }];
+
+  let options = [
+    Option<"tp", "tp", "int64_t", /*default=*/"1",
+           "Number of tensor-parallel ranks">
+  ];
+  let dependentDialects = ["::mlir::infer::InferDialect"];
+}
+
 #endif // INFER_PASSES_PASSES_TD

@@ -14,6 +14,9 @@ using namespace mlir::infer;
 
 void mlir::infer::buildDeployPipeline(OpPassManager &pm,
                                       const DeployPipelineOptions &options) {
+  ShardTensorParallelPassOptions shardOptions;
+  shardOptions.tp = options.tp;
+  pm.addPass(createShardTensorParallelPass(shardOptions));
   PageKVCachePassOptions pageOptions;
   pageOptions.blockSize = options.blockSize;
   pm.addNestedPass<func::FuncOp>(createPageKVCachePass(pageOptions));

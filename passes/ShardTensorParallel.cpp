@@ -1,0 +1,386 @@
+//===- ShardTensorParallel.cpp - Megatron-style tensor parallelism -------===//
+//
+// Implements `infer-shard-tensor-parallel`: rewrites a one-rank model into
+// the SPMD program of `tp` ranks. Parameters become per-rank slices of their
+// checkpoint tensors (#infer.shard), attention keeps the rank's heads, and
+// collectives complete what one rank computes partially:
+//
+//   x ─┬─ q/k/v (column) ─ rope ─ attention (heads/tp) ─ o (row) ─ all_reduce
+//      └────────────────────────── residual ─────────────────────────────┘
+//   y ─┬─ gate/up (column) ─ silu * ─ down (row) ─ all_reduce
+//   ids ─ embedding (vocab slice) ─ all_reduce       logits (vocab slice) ─
+//                                                     all_gather(dim 1)
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+
+#include "ir/InferAttrs.h"
+#include "ir/InferOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace mlir::infer {
+#define GEN_PASS_DEF_SHARDTENSORPARALLELPASS
+#include "passes/Passes.h.inc"
+} // namespace mlir::infer
+
+using namespace mlir;
+using namespace mlir::infer;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Sharding policies
+//===----------------------------------------------------------------------===//
+
+/// How a projection `y = x * w^T + b` is split over the ranks.
+enum class Split {
+  /// Output features: each rank computes its slice of `y` (weight rows and
+  /// bias sliced).
+  Column,
+  /// Column, by key/value head: replicated over consecutive ranks when there
+  /// are fewer key/value heads than ranks.
+  KVColumn,
+  /// Input features: each rank holds a partial sum of `y` (weight columns
+  /// sliced), completed by `infer.all_reduce`.
+  Row,
+};
+
+/// A projection named by its checkpoint module, relative to the decoder
+/// layer (`model.layers.<i>.<module>.weight`).
+struct ProjectionRule {
+  StringLiteral module;
+  Split split;
+};
+
+/// The policy of one family of architectures (ShardFormer style). To support
+/// a new architecture, add its projections here; the embedding and the LM
+/// head are found structurally (`infer.embedding`, `infer.logits`).
+struct ShardingPolicy {
+  ArrayRef<StringLiteral> architectures;
+  ArrayRef<ProjectionRule> projections;
+};
+
+constexpr StringLiteral kLlamaArchitectures[] = {
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+constexpr ProjectionRule kLlamaProjections[] = {
+    {"self_attn.q_proj", Split::Column},
+    {"self_attn.k_proj", Split::KVColumn},
+    {"self_attn.v_proj", Split::KVColumn},
+    {"self_attn.o_proj", Split::Row},
+    {"mlp.gate_proj", Split::Column},
+    {"mlp.up_proj", Split::Column},
+    {"mlp.down_proj", Split::Row},
+};
+
+const ShardingPolicy kPolicies[] = {
+    {kLlamaArchitectures, kLlamaProjections},
+};
+
+const ShardingPolicy *findPolicy(StringRef architecture) {
+  for (const ShardingPolicy &policy : kPolicies)
+    if (llvm::is_contained(policy.architectures, architecture))
+      return &policy;
+  return nullptr;
+}
+
+/// The rule of the projection whose weight is the checkpoint tensor `name`.
+std::optional<Split> findRule(const ShardingPolicy &policy, StringRef name) {
+  if (!name.consume_back(".weight"))
+    return std::nullopt;
+  for (const ProjectionRule &rule : policy.projections)
+    if (name == rule.module || name.ends_with(("." + rule.module).str()))
+      return rule.split;
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// The rewrite
+//===----------------------------------------------------------------------===//
+
+/// How the key/value heads of every attention layer are distributed.
+struct KVSplit {
+  int64_t shards = 1;
+  int64_t replication = 1;
+};
+
+class TensorParallelRewriter {
+public:
+  TensorParallelRewriter(const ShardingPolicy &policy, int64_t tp)
+      : policy(policy), tp(tp) {}
+
+  LogicalResult run(func::FuncOp func);
+
+private:
+  FailureOr<KVSplit> planKVSplit(func::FuncOp func);
+  LogicalResult shardWeight(Value weight, int64_t dim, int64_t shards,
+                            int64_t replication);
+  LogicalResult rewriteLinear(LinearOp op, OpBuilder &builder);
+  LogicalResult rewriteAttention(AttentionOp op);
+  LogicalResult rewriteEmbedding(EmbeddingOp op, OpBuilder &builder);
+  LogicalResult rewriteLogits(LogitsOp op, OpBuilder &builder);
+  void followOperandType(Operation *op);
+
+  const ShardingPolicy &policy;
+  int64_t tp;
+  KVSplit kvSplit;
+};
+
+/// Replaces every use of `from` except in `except` by `to`.
+void replaceUsesExcept(Value from, Value to, Operation *except) {
+  from.replaceUsesWithIf(
+      to, [&](OpOperand &use) { return use.getOwner() != except; });
+}
+
+RankedTensorType withDim(Type type, int64_t dim, int64_t size) {
+  auto ranked = cast<RankedTensorType>(type);
+  SmallVector<int64_t> shape(ranked.getShape());
+  shape[dim] = size;
+  return ranked.clone(shape);
+}
+
+FailureOr<KVSplit> TensorParallelRewriter::planKVSplit(func::FuncOp func) {
+  std::optional<KVSplit> split;
+  WalkResult walked = func.walk([&](AttentionOp op) {
+    int64_t heads = op.getNumHeadsAttr().getInt();
+    int64_t kvHeads = op.getNumKvHeadsAttr().getInt();
+    if (tp > heads) {
+      op.emitOpError() << "cannot be split over tp = " << tp
+                       << " ranks: it has only " << heads << " heads";
+      return WalkResult::interrupt();
+    }
+    if (heads % tp != 0) {
+      op.emitOpError() << "cannot be split over tp = " << tp
+                       << " ranks: num_heads (" << heads
+                       << ") is not divisible by tp";
+      return WalkResult::interrupt();
+    }
+    KVSplit layer;
+    if (kvHeads % tp == 0) {
+      layer.shards = tp;
+    } else if (tp % kvHeads == 0) {
+      layer.shards = kvHeads;
+      layer.replication = tp / kvHeads;
+    } else {
+      op.emitOpError() << "cannot be split over tp = " << tp
+                       << " ranks: num_kv_heads (" << kvHeads
+                       << ") neither divides nor is divisible by tp";
+      return WalkResult::interrupt();
+    }
+    if (split && (split->shards != layer.shards ||
+                  split->replication != layer.replication)) {
+      op.emitOpError() << "has a different number of key/value heads than "
+                          "the other attention layers";
+      return WalkResult::interrupt();
+    }
+    split = layer;
+    return WalkResult::advance();
+  });
+  if (walked.wasInterrupted())
+    return failure();
+  return split.value_or(KVSplit{tp, 1});
+}
+
+/// Makes the `infer.weight` defining `weight` a slice: `shards` equal parts
+/// along `dim`, each held by `replication` consecutive ranks.
+LogicalResult TensorParallelRewriter::shardWeight(Value weight, int64_t dim,
+                                                  int64_t shards,
+                                                  int64_t replication) {
+  auto op = weight.getDefiningOp<WeightOp>();
+  if (!op)
+    return emitError(weight.getLoc())
+           << "infer-shard-tensor-parallel: a split parameter must be an "
+              "infer.weight";
+  auto shard = ShardAttr::get(op.getContext(), dim, shards, replication);
+  // A parameter read by several ops (a tied embedding) is split once.
+  if (std::optional<ShardAttr> existing = op.getShard()) {
+    if (*existing == shard)
+      return success();
+    return op.emitOpError() << "is split as " << *existing
+                            << " by one user and as " << shard << " by another";
+  }
+  int64_t size = op.getType().getDimSize(dim);
+  if (size % shards != 0)
+    return op.emitOpError()
+           << "cannot be split into " << shards << " slices along dimension "
+           << dim << " of size " << size;
+  op.setShardAttr(shard);
+  op.getResult().setType(withDim(op.getType(), dim, size / shards));
+  return success();
+}
+
+LogicalResult TensorParallelRewriter::rewriteLinear(LinearOp op,
+                                                    OpBuilder &builder) {
+  auto weightOp = op.getWeight().getDefiningOp<WeightOp>();
+  std::optional<Split> split =
+      weightOp ? findRule(policy, weightOp.getName()) : std::nullopt;
+  if (split == Split::Column || split == Split::KVColumn) {
+    int64_t shards = split == Split::Column ? tp : kvSplit.shards;
+    int64_t replication = split == Split::Column ? 1 : kvSplit.replication;
+    if (failed(shardWeight(op.getWeight(), 0, shards, replication)))
+      return failure();
+    if (Value bias = op.getBias())
+      if (failed(shardWeight(bias, 0, shards, replication)))
+        return failure();
+  } else if (split == Split::Row) {
+    if (op.getBias())
+      return op.emitOpError()
+             << "is row-parallel under tensor parallelism and has a bias, "
+                "which infer-shard-tensor-parallel does not support yet";
+    if (failed(shardWeight(op.getWeight(), 1, tp, 1)))
+      return failure();
+  }
+  op.getResult().setType(
+      withDim(op.getType(), 1, op.getWeight().getType().getDimSize(0)));
+  if (split != Split::Row)
+    return success();
+  builder.setInsertionPointAfter(op);
+  auto reduce = builder.create<AllReduceOp>(op.getLoc(), op.getResult());
+  replaceUsesExcept(op.getResult(), reduce.getResult(), reduce);
+  return success();
+}
+
+LogicalResult TensorParallelRewriter::rewriteAttention(AttentionOp op) {
+  MLIRContext *context = op.getContext();
+  auto i64 = [&](int64_t value) {
+    return IntegerAttr::get(IntegerType::get(context, 64), value);
+  };
+  int64_t kvHeads = op.getNumKvHeadsAttr().getInt();
+  op.setNumHeadsAttr(i64(op.getNumHeadsAttr().getInt() / tp));
+  op.setNumKvHeadsAttr(i64(kvHeads / kvSplit.shards));
+  op.getResult().setType(op.getQuery().getType());
+  return success();
+}
+
+/// Size of dimension `dim` of the checkpoint tensor behind `weight`, whether
+/// or not it is split already (a tied table seen by its second user).
+int64_t checkpointDimSize(Value weight, int64_t dim) {
+  int64_t size = cast<RankedTensorType>(weight.getType()).getDimSize(dim);
+  if (auto op = weight.getDefiningOp<WeightOp>())
+    if (std::optional<ShardAttr> shard = op.getShard();
+        shard && shard->getDim() == dim)
+      return size * shard->getShards();
+  return size;
+}
+
+LogicalResult TensorParallelRewriter::rewriteEmbedding(EmbeddingOp op,
+                                                       OpBuilder &builder) {
+  int64_t vocab = checkpointDimSize(op.getTable(), 0);
+  if (vocab % tp != 0)
+    return success();
+  if (failed(shardWeight(op.getTable(), 0, tp, 1)))
+    return failure();
+  op.setVocabShardsAttr(builder.getI64IntegerAttr(tp));
+  builder.setInsertionPointAfter(op);
+  auto reduce = builder.create<AllReduceOp>(op.getLoc(), op.getResult());
+  replaceUsesExcept(op.getResult(), reduce.getResult(), reduce);
+  return success();
+}
+
+LogicalResult TensorParallelRewriter::rewriteLogits(LogitsOp op,
+                                                    OpBuilder &builder) {
+  auto fullType = cast<RankedTensorType>(op.getType());
+  int64_t vocab = checkpointDimSize(op.getWeight(), 0);
+  if (vocab % tp != 0)
+    return success();
+  if (failed(shardWeight(op.getWeight(), 0, tp, 1)))
+    return failure();
+  op.getResult().setType(withDim(fullType, 1, vocab / tp));
+  builder.setInsertionPointAfter(op);
+  auto gather = builder.create<AllGatherOp>(
+      op.getLoc(), fullType, op.getResult(), builder.getI64IntegerAttr(1));
+  replaceUsesExcept(op.getResult(), gather.getResult(), gather);
+  return success();
+}
+
+/// Rope and elementwise ops keep the type of their first operand: the
+/// rank's heads or MLP slice.
+void TensorParallelRewriter::followOperandType(Operation *op) {
+  op->getResult(0).setType(op->getOperand(0).getType());
+}
+
+LogicalResult TensorParallelRewriter::run(func::FuncOp func) {
+  FailureOr<KVSplit> split = planKVSplit(func);
+  if (failed(split))
+    return failure();
+  kvSplit = *split;
+
+  OpBuilder builder(func.getContext());
+  // Program order: every op sees its operands' final (per-rank) types.
+  for (Operation &op : llvm::make_early_inc_range(func.getBody().getOps())) {
+    LogicalResult rewritten =
+        llvm::TypeSwitch<Operation *, LogicalResult>(&op)
+            .Case<LinearOp>(
+                [&](LinearOp linear) { return rewriteLinear(linear, builder); })
+            .Case<AttentionOp>([&](AttentionOp attention) {
+              return rewriteAttention(attention);
+            })
+            .Case<EmbeddingOp>([&](EmbeddingOp embedding) {
+              return rewriteEmbedding(embedding, builder);
+            })
+            .Case<LogitsOp>(
+                [&](LogitsOp logits) { return rewriteLogits(logits, builder); })
+            .Case<RopeOp, SiluOp, GeluOp, MulOp, AddOp>([&](Operation *other) {
+              followOperandType(other);
+              return success();
+            })
+            .Default([](Operation *) { return success(); });
+    if (failed(rewritten))
+      return failure();
+  }
+  return success();
+}
+
+struct ShardTensorParallelPass
+    : infer::impl::ShardTensorParallelPassBase<ShardTensorParallelPass> {
+  using Base::Base;
+
+  void runOnOperation() override;
+};
+
+} // namespace
+
+void ShardTensorParallelPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  if (tp < 1) {
+    module.emitError() << "infer-shard-tensor-parallel: tp must be at least 1, "
+                          "got "
+                       << tp.getValue();
+    return signalPassFailure();
+  }
+  if (tp == 1)
+    return;
+  if (module->hasAttr(InferDialect::kTensorParallelAttrName)) {
+    module.emitError() << "infer-shard-tensor-parallel: the module is already "
+                          "split ('"
+                       << InferDialect::kTensorParallelAttrName << "')";
+    return signalPassFailure();
+  }
+  auto model =
+      module->getAttrOfType<DictionaryAttr>(InferDialect::kModelAttrName);
+  auto architecture =
+      model ? model.getAs<StringAttr>("architecture") : StringAttr();
+  if (!architecture) {
+    module.emitError() << "infer-shard-tensor-parallel: the module has no '"
+                       << InferDialect::kModelAttrName
+                       << "' architecture to choose a sharding policy";
+    return signalPassFailure();
+  }
+  const ShardingPolicy *policy = findPolicy(architecture.getValue());
+  if (!policy) {
+    module.emitError() << "infer-shard-tensor-parallel: no sharding policy "
+                          "for architecture '"
+                       << architecture.getValue() << "'";
+    return signalPassFailure();
+  }
+
+  TensorParallelRewriter rewriter(*policy, tp);
+  for (func::FuncOp func : module.getOps<func::FuncOp>())
+    if (failed(rewriter.run(func)))
+      return signalPassFailure();
+  module->setAttr(InferDialect::kTensorParallelAttrName,
+                  IntegerAttr::get(IntegerType::get(&getContext(), 64), tp));
+}
