@@ -1,0 +1,390 @@
+//===- EngineTest.cpp - The engine on real fixture models -----------------===//
+//
+// Greedy outputs of tiny-pycode-target through the engine are compared with
+// the same requests run alone: batching, chunking, prefix caching,
+// preemption and speculation must not change a single token.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tests/runtime/support/Generate.h"
+#include "tests/runtime/support/LlamaPlan.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace infer::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kTarget =
+    std::string(INFER_FIXTURES_DIR) + "/models/tiny-pycode-target";
+const std::string kGolden =
+    std::string(INFER_FIXTURES_DIR) + "/golden/tiny-pycode.json";
+
+class TinyPycode : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!fs::exists(kTarget + "/config.json") || !fs::exists(kGolden))
+      GTEST_SKIP() << "fixture missing: " << kTarget;
+    StatusOr<Artifact> a = buildLlamaArtifact(kTarget);
+    ASSERT_TRUE(a.isOk()) << a.status().message();
+    artifact_ = std::move(a).value();
+    config_ = engineConfigFor(artifact_);
+    std::ifstream in(kGolden);
+    json golden = json::parse(in);
+    for (const json &c : golden["tiny-pycode-target"])
+      prompts_.push_back(c["input_ids"].get<std::vector<int32_t>>());
+  }
+
+  std::unique_ptr<Backend> backend(int64_t blocks) {
+    StatusOr<std::unique_ptr<Backend>> b =
+        createTestBackend(artifact_, blocks, 2);
+    EXPECT_TRUE(b.isOk()) << b.status().message();
+    return b.isOk() ? std::move(b).value() : nullptr;
+  }
+
+  static SamplingParams greedy(int64_t maxNewTokens) {
+    SamplingParams p;
+    p.maxNewTokens = maxNewTokens;
+    p.ignoreEos = true;
+    return p;
+  }
+
+  /// Each prompt's greedy output, run alone on a fresh engine.
+  std::vector<std::vector<int32_t>>
+  alone(const std::vector<std::vector<int32_t>> &prompts, int64_t maxNew) {
+    std::vector<std::vector<int32_t>> outputs;
+    for (const std::vector<int32_t> &prompt : prompts) {
+      std::unique_ptr<Backend> b = backend(16);
+      auto out = generate(*b, config_, {{prompt, greedy(maxNew)}});
+      EXPECT_TRUE(out.isOk()) << out.status().message();
+      outputs.push_back(out.isOk() ? (*out)[0].outputTokenIds
+                                   : std::vector<int32_t>{});
+    }
+    return outputs;
+  }
+
+  /// A prompt of several golden prompts: long enough for full blocks.
+  std::vector<int32_t> longPrompt() const {
+    std::vector<int32_t> p;
+    for (const auto &q : prompts_)
+      p.insert(p.end(), q.begin(), q.end());
+    return p;
+  }
+
+  Artifact artifact_;
+  EngineConfig config_;
+  std::vector<std::vector<int32_t>> prompts_;
+};
+
+TEST_F(TinyPycode, MixedBatchArrivingOverTimeMatchesEachRequestAlone) {
+  const int64_t maxNew = 20;
+  std::vector<std::vector<int32_t>> prompts = prompts_;
+  prompts.push_back(longPrompt());
+  const std::vector<std::vector<int32_t>> expected = alone(prompts, maxNew);
+
+  std::unique_ptr<Backend> b = backend(64);
+  EngineConfig config = config_;
+  // A small budget chunks the long prompts between the others' decodes.
+  config.scheduler.maxNumBatchedTokens = 12;
+  Engine engine(*b, config);
+  std::map<RequestId, size_t> index;
+  std::map<RequestId, std::vector<int32_t>> streamed;
+  engine.setOutputCallback([&](const RequestOutput &out) {
+    auto &s = streamed[out.id];
+    s.insert(s.end(), out.newTokenIds.begin(), out.newTokenIds.end());
+  });
+  std::map<RequestId, std::vector<int32_t>> finished;
+  size_t next = 0;
+  int64_t steps = 0, mixedSteps = 0;
+  while (next < prompts.size() || engine.hasUnfinished()) {
+    // A new request every other step.
+    if (next < prompts.size() && steps % 2 == 0) {
+      StatusOr<RequestId> id = engine.addRequest(prompts[next], greedy(maxNew));
+      ASSERT_TRUE(id.isOk()) << id.status().message();
+      index[*id] = next++;
+    }
+    StatusOr<std::vector<RequestOutput>> outputs = engine.step();
+    ASSERT_TRUE(outputs.isOk()) << outputs.status().message();
+    mixedSteps += outputs->size() > 1;
+    for (const RequestOutput &out : *outputs)
+      if (out.finished)
+        finished[out.id] = out.outputTokenIds;
+    ++steps;
+  }
+  ASSERT_EQ(finished.size(), prompts.size());
+  for (const auto &[id, tokens] : finished) {
+    EXPECT_EQ(tokens, expected[index[id]]) << "prompt " << index[id];
+    EXPECT_EQ(streamed[id], tokens) << "the callback streamed every token";
+  }
+  EXPECT_GT(mixedSteps, 0);
+  EXPECT_EQ(engine.stats().numPreemptions, 0);
+  EXPECT_EQ(engine.kvCache().numFreeBlocks(), 64) << "every block freed";
+}
+
+TEST_F(TinyPycode, RepeatedPromptReusesItsBlocks) {
+  const std::vector<int32_t> prompt = longPrompt();
+  std::unique_ptr<Backend> b = backend(32);
+  Engine engine(*b, config_);
+  auto first = runToCompletion(engine, {{prompt, greedy(12)}});
+  ASSERT_TRUE(first.isOk()) << first.status().message();
+  const int64_t computedFirst = engine.stats().numComputedTokens;
+  EXPECT_EQ(engine.stats().numCachedTokens, 0);
+
+  auto second = runToCompletion(engine, {{prompt, greedy(12)}});
+  ASSERT_TRUE(second.isOk()) << second.status().message();
+  const int64_t computedSecond =
+      engine.stats().numComputedTokens - computedFirst;
+  const int64_t fullBlocks =
+      (static_cast<int64_t>(prompt.size()) - 1) / config_.blockSize;
+  EXPECT_EQ(engine.stats().numCachedTokens, fullBlocks * config_.blockSize);
+  EXPECT_EQ(computedSecond, computedFirst - fullBlocks * config_.blockSize);
+  EXPECT_EQ((*second)[0].outputTokenIds, (*first)[0].outputTokenIds);
+
+  // Without prefix caching nothing is reused.
+  EngineConfig off = config_;
+  off.enablePrefixCaching = false;
+  Engine plain(*b, off);
+  auto third =
+      runToCompletion(plain, {{prompt, greedy(12)}, {prompt, greedy(12)}});
+  ASSERT_TRUE(third.isOk());
+  EXPECT_EQ(plain.stats().numCachedTokens, 0);
+  EXPECT_EQ((*third)[1].outputTokenIds, (*first)[0].outputTokenIds);
+}
+
+TEST_F(TinyPycode, TooSmallAPoolPreemptsAndStillMatches) {
+  const int64_t maxNew = 40;
+  const std::vector<std::vector<int32_t>> expected = alone(prompts_, maxNew);
+  std::vector<PromptRequest> requests;
+  for (const auto &p : prompts_)
+    requests.push_back({p, greedy(maxNew)});
+  // Each request needs 4 blocks to finish: 6 requests in 8 blocks.
+  std::unique_ptr<Backend> b = backend(8);
+  Engine engine(*b, config_);
+  auto out = runToCompletion(engine, requests);
+  ASSERT_TRUE(out.isOk()) << out.status().message();
+  for (size_t k = 0; k < requests.size(); ++k) {
+    EXPECT_EQ((*out)[k].outputTokenIds, expected[k]) << "prompt " << k;
+    EXPECT_EQ((*out)[k].finishReason, FinishReason::kLength);
+  }
+  EXPECT_GT(engine.stats().numPreemptions, 0);
+  EXPECT_EQ(engine.kvCache().numFreeBlocks(), 8);
+}
+
+TEST_F(TinyPycode, AbortFreesBlocks) {
+  std::unique_ptr<Backend> b = backend(16);
+  Engine engine(*b, config_);
+  std::vector<RequestOutput> seen;
+  engine.setOutputCallback([&](const RequestOutput &o) { seen.push_back(o); });
+  RequestId a = *engine.addRequest(prompts_[0], greedy(30));
+  RequestId c = *engine.addRequest(prompts_[4], greedy(30));
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(engine.step().isOk());
+  const int64_t freeBefore = engine.kvCache().numFreeBlocks();
+  ASSERT_TRUE(engine.abort(c).isOk());
+  EXPECT_EQ(engine.kvCache().numFreeBlocks(), freeBefore + 2);
+  EXPECT_FALSE(engine.abort(c).isOk()) << "already gone";
+  ASSERT_TRUE(seen.back().finished);
+  EXPECT_EQ(seen.back().finishReason, FinishReason::kAbort);
+  EXPECT_EQ(seen.back().outputTokenIds.size(), 3u);
+  ASSERT_TRUE(engine.abort(a).isOk());
+  EXPECT_EQ(engine.kvCache().numFreeBlocks(), 16);
+  auto last = engine.step();
+  ASSERT_TRUE(last.isOk());
+  EXPECT_FALSE(engine.hasUnfinished());
+}
+
+TEST_F(TinyPycode, AnInvalidRequestFailsAlone) {
+  std::unique_ptr<Backend> b = backend(4);
+  Engine engine(*b, config_);
+  std::vector<int32_t> tooLong(config_.maxModelLen + 1, 5);
+  StatusOr<RequestId> bad = engine.addRequest(tooLong, greedy(4));
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("max_position_embeddings"),
+            std::string::npos);
+  bad = engine.addRequest(std::vector<int32_t>(65, 5), greedy(4));
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(bad.status().message().find("4 blocks"), std::string::npos);
+  EXPECT_FALSE(engine.addRequest({}, greedy(4)).isOk());
+  EXPECT_FALSE(engine.addRequest({4096}, greedy(4)).isOk());
+
+  auto good = runToCompletion(engine, {{prompts_[1], greedy(8)}});
+  ASSERT_TRUE(good.isOk()) << good.status().message();
+  EXPECT_EQ((*good)[0].outputTokenIds, alone({prompts_[1]}, 8)[0]);
+}
+
+TEST_F(TinyPycode, ForkedSequencesShareBlocksUntilTheyWrite) {
+  const std::vector<int32_t> prompt = prompts_[4]; // 17 tokens: 1 full block
+  const std::vector<int32_t> expected = alone({prompt}, 10)[0];
+  std::unique_ptr<Backend> b = backend(8);
+  Engine engine(*b, config_);
+  RequestId parent = *engine.addRequest(prompt, greedy(10));
+  ASSERT_TRUE(engine.step().isOk()); // prefill + first token
+  const int64_t freeBefore = engine.kvCache().numFreeBlocks();
+  StatusOr<RequestId> child = engine.fork(parent, greedy(10));
+  ASSERT_TRUE(child.isOk()) << child.status().message();
+  EXPECT_EQ(engine.kvCache().numFreeBlocks(), freeBefore);
+  std::map<RequestId, std::vector<int32_t>> done;
+  while (engine.hasUnfinished()) {
+    auto out = engine.step();
+    ASSERT_TRUE(out.isOk()) << out.status().message();
+    for (const RequestOutput &o : *out)
+      if (o.finished)
+        done[o.id] = o.outputTokenIds;
+  }
+  EXPECT_EQ(done[parent], expected);
+  EXPECT_EQ(done[*child], expected) << "the copied block holds the prompt";
+}
+
+/// Proposes what a given oracle says comes next (or a wrong guess).
+class ScriptedProposer : public Proposer {
+public:
+  ScriptedProposer(std::vector<int32_t> prompt, std::vector<int32_t> output,
+                   bool wrong)
+      : prompt_(std::move(prompt)), output_(std::move(output)), wrong_(wrong) {}
+
+  std::vector<int32_t> propose(const Request &request,
+                               int64_t maxTokens) override {
+    std::vector<int32_t> draft;
+    const size_t from = request.tokens.size() - prompt_.size();
+    for (size_t i = from;
+         i < output_.size() && draft.size() < static_cast<size_t>(maxTokens);
+         ++i)
+      draft.push_back(wrong_ ? (output_[i] + 1) % 4096 : output_[i]);
+    maxAsked = std::max(maxAsked, maxTokens);
+    return draft;
+  }
+  void onVerified(const Request &, int64_t numProposed,
+                  int64_t numAccepted) override {
+    verified += numProposed;
+    accepted += numAccepted;
+  }
+
+  int64_t verified = 0, accepted = 0, maxAsked = 0;
+
+private:
+  std::vector<int32_t> prompt_, output_;
+  bool wrong_;
+};
+
+TEST_F(TinyPycode, SpeculativeVerificationKeepsGreedyOutputs) {
+  const std::vector<int32_t> prompt = prompts_[0];
+  const std::vector<int32_t> expected = alone({prompt}, 24)[0];
+  for (bool wrong : {false, true}) {
+    std::unique_ptr<Backend> b = backend(16);
+    EngineConfig config = config_;
+    config.numSpeculativeTokens = 4;
+    Engine engine(*b, config);
+    auto proposer = std::make_unique<ScriptedProposer>(prompt, expected, wrong);
+    ScriptedProposer &p = *proposer;
+    engine.setProposer(std::move(proposer));
+    auto out = runToCompletion(engine, {{prompt, greedy(24)}});
+    ASSERT_TRUE(out.isOk()) << out.status().message();
+    EXPECT_EQ((*out)[0].outputTokenIds, expected) << "wrong drafts: " << wrong;
+    EXPECT_EQ(p.maxAsked, 4);
+    EXPECT_GT(p.verified, 0);
+    const EngineStats &s = engine.stats();
+    EXPECT_EQ(s.numDraftTokens, p.verified);
+    EXPECT_EQ(s.numAcceptedTokens, p.accepted);
+    if (wrong) {
+      EXPECT_EQ(s.acceptanceRate(), 0.0);
+      EXPECT_EQ(s.numSteps, 24) << "one token per step";
+    } else {
+      EXPECT_EQ(s.acceptanceRate(), 1.0);
+      // 1 prefill step, then 5 tokens per verification step.
+      EXPECT_EQ(s.numSteps, 1 + (23 + 4) / 5);
+    }
+    EXPECT_EQ(engine.kvCache().numFreeBlocks(), 16);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Stop conditions and sampling on a random-weight model
+//===----------------------------------------------------------------------===//
+
+const std::string kGqa = std::string(INFER_FIXTURES_DIR) + "/rand/llama-gqa";
+
+class LlamaGqaEngine : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!fs::exists(kGqa + "/config.json"))
+      GTEST_SKIP() << "fixture missing: " << kGqa;
+    StatusOr<Artifact> a = buildLlamaArtifact(kGqa);
+    ASSERT_TRUE(a.isOk()) << a.status().message();
+    artifact_ = std::move(a).value();
+    config_ = engineConfigFor(artifact_);
+    StatusOr<std::unique_ptr<Backend>> b = createTestBackend(artifact_, 16, 2);
+    ASSERT_TRUE(b.isOk()) << b.status().message();
+    backend_ = std::move(b).value();
+  }
+
+  Artifact artifact_;
+  EngineConfig config_;
+  std::unique_ptr<Backend> backend_;
+};
+
+TEST_F(LlamaGqaEngine, StopsAtEosUnlessIgnored) {
+  PromptRequest r;
+  r.promptTokenIds = {175};
+  r.sampling.maxNewTokens = 24;
+  // The fixture's first greedy token is 391: call it EOS.
+  EngineConfig eos = config_;
+  eos.eosTokenIds = {391};
+  auto out = generate(*backend_, eos, {r});
+  ASSERT_TRUE(out.isOk()) << out.status().message();
+  EXPECT_EQ((*out)[0].outputTokenIds, std::vector<int32_t>{391});
+  EXPECT_EQ((*out)[0].finishReason, FinishReason::kStop);
+
+  r.sampling.ignoreEos = true;
+  out = generate(*backend_, eos, {r});
+  ASSERT_TRUE(out.isOk());
+  EXPECT_EQ((*out)[0].outputTokenIds.size(), 24u);
+  EXPECT_EQ((*out)[0].finishReason, FinishReason::kLength);
+  for (int32_t t : (*out)[0].outputTokenIds)
+    EXPECT_NE(t, 391);
+
+  EngineConfig shortContext = config_;
+  shortContext.maxModelLen = 4;
+  r.sampling.ignoreEos = false;
+  out = generate(*backend_, shortContext, {r});
+  ASSERT_TRUE(out.isOk());
+  EXPECT_EQ((*out)[0].outputTokenIds.size(), 3u)
+      << "stops at the last position";
+
+  r.sampling.maxNewTokens = 0;
+  out = generate(*backend_, config_, {r});
+  ASSERT_TRUE(out.isOk());
+  EXPECT_TRUE((*out)[0].outputTokenIds.empty());
+  EXPECT_TRUE((*out)[0].finished);
+}
+
+TEST_F(LlamaGqaEngine, SeededSamplingIsReproducibleAndBatchIndependent) {
+  PromptRequest a, c;
+  a.promptTokenIds = {196, 25, 502, 67};
+  a.sampling.maxNewTokens = 20;
+  a.sampling.temperature = 1.5;
+  a.sampling.seed = 7;
+  c = a;
+  c.promptTokenIds = {1, 2, 3};
+  c.sampling.seed = 8;
+  auto alone = generate(*backend_, config_, {a});
+  auto batched = generate(*backend_, config_, {c, a});
+  auto again = generate(*backend_, config_, {a});
+  ASSERT_TRUE(alone.isOk() && batched.isOk() && again.isOk());
+  EXPECT_EQ((*alone)[0].outputTokenIds, (*batched)[1].outputTokenIds);
+  EXPECT_EQ((*alone)[0].outputTokenIds, (*again)[0].outputTokenIds);
+  a.sampling.seed = 9;
+  auto other = generate(*backend_, config_, {a});
+  ASSERT_TRUE(other.isOk());
+  EXPECT_NE((*alone)[0].outputTokenIds, (*other)[0].outputTokenIds);
+}
+
+} // namespace
+} // namespace infer::testing
