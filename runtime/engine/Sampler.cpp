@@ -1,16 +1,79 @@
 //===- Sampler.cpp - Next-token choice from logits ------------------------===//
 
 #include "runtime/engine/Sampler.h"
+#include "runtime/tokenizer/Tokenizer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 namespace infer {
 
-Sampler::Sampler(const SamplingParams &params, std::vector<int32_t> eosTokenIds)
-    : params_(params), eosTokenIds_(std::move(eosTokenIds)), rng_(params.seed) {
+static constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+//===----------------------------------------------------------------------===//
+// SamplingParams
+//===----------------------------------------------------------------------===//
+
+Status SamplingParams::validate() const {
+  if (maxNewTokens < 0)
+    return invalidArgument("max_new_tokens must be >= 0");
+  if (!(temperature >= 0))
+    return invalidArgument("temperature must be >= 0");
+  if (topK < 0)
+    return invalidArgument("top_k must be >= 0 (0 disables it)");
+  if (!(topP > 0 && topP <= 1))
+    return invalidArgument("top_p must be in (0, 1]");
+  if (!(minP >= 0 && minP <= 1))
+    return invalidArgument("min_p must be in [0, 1]");
+  if (!(repetitionPenalty > 0))
+    return invalidArgument("repetition_penalty must be > 0");
+  if (!std::isfinite(presencePenalty) || !std::isfinite(frequencyPenalty))
+    return invalidArgument("presence and frequency penalties must be finite");
+  if (logprobs < 0)
+    return invalidArgument("logprobs must be >= 0");
+  if (n < 1)
+    return invalidArgument("n must be >= 1");
+  for (const std::string &stop : stopStrings)
+    if (stop.empty())
+      return invalidArgument("stop strings must not be empty");
+  return Status::ok();
 }
+
+SamplingParams completionParams(const SamplingParams &params, int64_t index) {
+  SamplingParams p = params;
+  p.seed = params.seed + static_cast<uint64_t>(index);
+  p.n = 1;
+  return p;
+}
+
+//===----------------------------------------------------------------------===//
+// TokenHistory
+//===----------------------------------------------------------------------===//
+
+TokenHistory::TokenHistory(const std::vector<int32_t> &promptTokenIds)
+    : prompt_(promptTokenIds.begin(), promptTokenIds.end()) {}
+
+void TokenHistory::addOutput(int32_t token) { ++output_[token]; }
+
+bool TokenHistory::seen(int32_t token) const {
+  return prompt_.count(token) || output_.count(token);
+}
+
+int64_t TokenHistory::outputCount(int32_t token) const {
+  auto it = output_.find(token);
+  return it == output_.end() ? 0 : it->second;
+}
+
+//===----------------------------------------------------------------------===//
+// Sampler
+//===----------------------------------------------------------------------===//
+
+Sampler::Sampler(const SamplingParams &params, std::vector<int32_t> eosTokenIds,
+                 const std::vector<int32_t> &promptTokenIds)
+    : params_(params), eosTokenIds_(std::move(eosTokenIds)),
+      history_(promptTokenIds), rng_(params.seed) {}
 
 bool Sampler::masked(int64_t id) const {
   return params_.ignoreEos &&
@@ -18,41 +81,223 @@ bool Sampler::masked(int64_t id) const {
              eosTokenIds_.end();
 }
 
-int32_t Sampler::sample(const float *logits, int64_t vocab) {
-  int64_t best = -1;
-  float bestLogit = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < vocab; ++i) {
+std::vector<double> Sampler::adjustedLogits(const float *logits,
+                                            int64_t vocab) const {
+  std::vector<double> out(logits, logits + vocab);
+  const bool penalize = params_.repetitionPenalty != 1.0 ||
+                        params_.presencePenalty != 0.0 ||
+                        params_.frequencyPenalty != 0.0;
+  for (int64_t i = 0; i < vocab && penalize; ++i) {
+    const int32_t id = static_cast<int32_t>(i);
+    if (params_.repetitionPenalty != 1.0 && history_.seen(id))
+      out[i] = out[i] > 0 ? out[i] / params_.repetitionPenalty
+                          : out[i] * params_.repetitionPenalty;
+    const int64_t count = history_.outputCount(id);
+    out[i] -= params_.frequencyPenalty * static_cast<double>(count) +
+              params_.presencePenalty * (count > 0 ? 1.0 : 0.0);
+  }
+  for (int64_t i = 0; i < vocab; ++i)
     if (masked(i))
-      continue;
-    if (best < 0 || logits[i] > bestLogit) {
+      out[i] = kNegInf;
+  return out;
+}
+
+static int64_t argmaxOf(const std::vector<double> &values) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < static_cast<int64_t>(values.size()); ++i)
+    if (values[i] != kNegInf && (best < 0 || values[i] > values[best]))
       best = i;
-      bestLogit = logits[i];
+  return best;
+}
+
+std::vector<double>
+Sampler::weights(const std::vector<double> &adjusted) const {
+  const int64_t vocab = static_cast<int64_t>(adjusted.size());
+  std::vector<double> w(vocab, 0.0);
+  const int64_t best = argmaxOf(adjusted);
+  if (best < 0)
+    return w;
+  for (int64_t i = 0; i < vocab; ++i)
+    if (adjusted[i] != kNegInf)
+      w[i] = std::exp((adjusted[i] - adjusted[best]) / params_.temperature);
+  // min-p: the most likely token has weight 1.
+  if (params_.minP > 0)
+    for (double &x : w)
+      if (x < params_.minP)
+        x = 0.0;
+  // top-k keeps every token tied with the k-th (vLLM).
+  if (params_.topK > 0 && params_.topK < vocab) {
+    std::vector<double> sorted = w;
+    std::nth_element(sorted.begin(), sorted.begin() + (params_.topK - 1),
+                     sorted.end(), std::greater<double>());
+    const double kth = sorted[params_.topK - 1];
+    for (double &x : w)
+      if (x < kth)
+        x = 0.0;
+  }
+  // top-p (vLLM): from the least likely up, drop tokens while the dropped
+  // mass stays <= 1 - p; the most likely token always stays.
+  if (params_.topP < 1.0) {
+    std::vector<int64_t> order;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (w[i] > 0)
+        order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return w[a] != w[b] ? w[a] < w[b] : a > b;
+    });
+    double total = 0.0;
+    for (int64_t i : order)
+      total += w[i];
+    double dropped = 0.0;
+    for (size_t j = 0; j + 1 < order.size(); ++j) {
+      dropped += w[order[j]] / total;
+      if (dropped > 1.0 - params_.topP)
+        break;
+      w[order[j]] = 0.0;
     }
   }
-  if (params_.temperature <= 0.0 || best < 0)
-    return static_cast<int32_t>(std::max<int64_t>(best, 0));
+  return w;
+}
 
-  std::vector<double> weights(vocab, 0.0);
-  double total = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (masked(i))
-      continue;
-    weights[i] = std::exp((static_cast<double>(logits[i]) - bestLogit) /
-                          params_.temperature);
-    total += weights[i];
+int32_t Sampler::argmax(const float *logits, int64_t vocab) const {
+  return static_cast<int32_t>(
+      std::max<int64_t>(argmaxOf(adjustedLogits(logits, vocab)), 0));
+}
+
+std::vector<double> Sampler::probabilities(const float *logits,
+                                           int64_t vocab) const {
+  if (params_.greedy()) {
+    std::vector<double> p(vocab, 0.0);
+    p[argmax(logits, vocab)] = 1.0;
+    return p;
   }
+  std::vector<double> w = weights(adjustedLogits(logits, vocab));
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  if (total > 0)
+    for (double &x : w)
+      x /= total;
+  return w;
+}
+
+double Sampler::uniform() {
   // A uniform double in [0, 1) from the top 53 bits: the same on every
   // standard library, unlike std::uniform_real_distribution.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
+int32_t Sampler::sampleFrom(const std::vector<double> &probs) {
+  const double total = std::accumulate(probs.begin(), probs.end(), 0.0);
+  const double u = uniform() * total;
   double cumulative = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (weights[i] == 0.0)
+  int64_t last = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(probs.size()); ++i) {
+    if (probs[i] == 0.0)
       continue;
-    cumulative += weights[i];
+    cumulative += probs[i];
+    last = i;
     if (u < cumulative)
       return static_cast<int32_t>(i);
   }
-  return static_cast<int32_t>(best);
+  return static_cast<int32_t>(last);
+}
+
+int32_t Sampler::sample(const float *logits, int64_t vocab) {
+  std::vector<double> adjusted = adjustedLogits(logits, vocab);
+  int32_t token =
+      static_cast<int32_t>(std::max<int64_t>(argmaxOf(adjusted), 0));
+  if (!params_.greedy() && argmaxOf(adjusted) >= 0)
+    token = sampleFrom(weights(adjusted));
+  history_.addOutput(token);
+  return token;
+}
+
+TokenLogprobs Sampler::logprobs(const float *logits, int64_t vocab,
+                                int32_t chosen) const {
+  std::vector<double> adjusted = adjustedLogits(logits, vocab);
+  std::vector<double> logp(vocab, kNegInf);
+  if (params_.greedy()) {
+    const int64_t best = argmaxOf(adjusted);
+    double total = 0.0;
+    for (int64_t i = 0; i < vocab && best >= 0; ++i)
+      if (adjusted[i] != kNegInf)
+        total += std::exp(adjusted[i] - adjusted[best]);
+    for (int64_t i = 0; i < vocab && best >= 0; ++i)
+      if (adjusted[i] != kNegInf)
+        logp[i] = adjusted[i] - adjusted[best] - std::log(total);
+  } else {
+    std::vector<double> w = weights(adjusted);
+    const double total = std::accumulate(w.begin(), w.end(), 0.0);
+    for (int64_t i = 0; i < vocab; ++i)
+      if (w[i] > 0)
+        logp[i] = std::log(w[i] / total);
+  }
+  TokenLogprobs out;
+  out.token = chosen;
+  out.logprob = chosen >= 0 && chosen < vocab ? logp[chosen] : kNegInf;
+  std::vector<int32_t> ids(vocab);
+  std::iota(ids.begin(), ids.end(), 0);
+  const int64_t n = std::min<int64_t>(params_.logprobs, vocab);
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
+                    [&](int32_t a, int32_t b) {
+                      return logp[a] != logp[b] ? logp[a] > logp[b] : a < b;
+                    });
+  for (int64_t i = 0; i < n; ++i)
+    out.top.emplace_back(ids[i], logp[ids[i]]);
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// StopChecker
+//===----------------------------------------------------------------------===//
+
+/// Tokens before the prompt's end that give incremental decoding its context
+/// (vLLM's INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET).
+static constexpr size_t kDetokenizerContext = 5;
+
+StopChecker::StopChecker(const SamplingParams &params,
+                         std::vector<int32_t> eosTokenIds,
+                         const Tokenizer *tokenizer,
+                         const std::vector<int32_t> &promptTokenIds)
+    : params_(params), eosTokenIds_(std::move(eosTokenIds)),
+      tokenizer_(tokenizer), ids_(promptTokenIds) {
+  readOffset_ = ids_.size();
+  prefixOffset_ =
+      readOffset_ > kDetokenizerContext ? readOffset_ - kDetokenizerContext : 0;
+}
+
+static bool contains(const std::vector<int32_t> &ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+StopReason StopChecker::append(int32_t token) {
+  ++numOutput_;
+  if (!params_.ignoreEos && contains(eosTokenIds_, token))
+    return StopReason::kEos;
+  if (contains(params_.stopTokenIds, token))
+    return StopReason::kStopToken;
+  if (tokenizer_) {
+    ids_.push_back(token);
+    DetokenizerState state{prefixOffset_, readOffset_};
+    const size_t before = text_.size();
+    text_ += tokenizer_->decodeIncremental(ids_, state, true);
+    prefixOffset_ = state.prefixOffset;
+    readOffset_ = state.readOffset;
+    // Only a match that ends in the new text is new; the earliest wins.
+    size_t cut = std::string::npos;
+    for (const std::string &stop : params_.stopStrings) {
+      const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+      const size_t at = text_.find(stop, from);
+      if (at != std::string::npos)
+        cut = std::min(cut, at);
+    }
+    if (cut != std::string::npos) {
+      text_.resize(cut);
+      return StopReason::kStopString;
+    }
+  }
+  if (numOutput_ >= params_.maxNewTokens)
+    return StopReason::kLength;
+  return StopReason::kNone;
 }
 
 } // namespace infer
