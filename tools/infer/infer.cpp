@@ -17,13 +17,18 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <random>
 #include <sstream>
+#include <thread>
+#include <unistd.h>
 
 namespace infer::tool {
 namespace {
@@ -36,6 +41,8 @@ commands:
   import MODEL_DIR [-o FILE.mlir]      print the model-level IR of a Hugging Face model
   compile MODEL_DIR -o ARTIFACT_DIR    compile a Hugging Face model into an artifact
   generate MODEL --prompt TEXT ...     generate text (several prompts run as one batch)
+  bench MODEL --input-len I --output-len O --num-prompts N
+                                       serving throughput and latency on random prompts
   logits MODEL --token-ids 1,2,3 -o OUT.safetensors
                                        fp32 logits of every position
   tokenize DIR --text TEXT             token ids of a text (or --decode IDS)
@@ -214,6 +221,257 @@ Status runGenerate(const ParsedArgs &args) {
         std::cout << (k ? " " : "") << out[k];
       std::cout << "\n";
     }
+  }
+  std::cout.flush();
+  return Status::ok();
+}
+
+//===----------------------------------------------------------------------===//
+// bench
+//===----------------------------------------------------------------------===//
+
+/// Wall-clock timeline of one benchmark request.
+struct BenchRequest {
+  std::vector<int32_t> prompt;
+  double arrival = 0.0;
+  double firstToken = -1.0;
+  double finish = 0.0;
+  /// Time of each output that carried tokens.
+  std::vector<double> tokenTimes;
+  int64_t numOutputTokens = 0;
+};
+
+/// The q-quantile (0..1) of `values`, linearly interpolated like numpy.
+double quantile(std::vector<double> values, double q) {
+  if (values.empty())
+    return 0.0;
+  std::sort(values.begin(), values.end());
+  const double pos = q * static_cast<double>(values.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, values.size() - 1);
+  return values[lo] +
+         (values[hi] - values[lo]) * (pos - static_cast<double>(lo));
+}
+
+double mean(const std::vector<double> &values) {
+  double sum = 0.0;
+  for (double v : values)
+    sum += v;
+  return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
+}
+
+/// {"mean", "p50", "p99"} of latencies in seconds, as milliseconds.
+nlohmann::ordered_json latencyStats(const std::vector<double> &seconds) {
+  return {{"mean", mean(seconds) * 1e3},
+          {"p50", quantile(seconds, 0.5) * 1e3},
+          {"p99", quantile(seconds, 0.99) * 1e3}};
+}
+
+void drawProgress(int64_t done, int64_t total) {
+  const int width = 40;
+  const int filled = total ? static_cast<int>(width * done / total) : width;
+  std::string bar(static_cast<size_t>(filled), '=');
+  bar.resize(width, ' ');
+  std::fprintf(stderr, "\r[%s] %lld/%lld requests", bar.c_str(),
+               static_cast<long long>(done), static_cast<long long>(total));
+  if (done == total)
+    std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+Status runBench(const ParsedArgs &args) {
+  INFER_RETURN_IF_ERROR(expectPositional(args, 1, "MODEL"));
+  INFER_ASSIGN_OR_RETURN(int64_t inputLen, args.getInt("--input-len", 128));
+  INFER_ASSIGN_OR_RETURN(int64_t outputLen, args.getInt("--output-len", 128));
+  INFER_ASSIGN_OR_RETURN(int64_t numPrompts, args.getInt("--num-prompts", 64));
+  INFER_ASSIGN_OR_RETURN(double rate,
+                         args.getDouble("--request-rate", INFINITY));
+  INFER_ASSIGN_OR_RETURN(int64_t seed, args.getInt("--seed", 0));
+  if (inputLen <= 0 || outputLen <= 0 || numPrompts <= 0)
+    return invalidArgument(
+        "--input-len, --output-len and --num-prompts must be > 0");
+  if (!(rate > 0))
+    return invalidArgument("--request-rate must be > 0 (inf: all at once)");
+  INFER_ASSIGN_OR_RETURN(int threads, threadsOption(args));
+  const std::string backendName = args.get("--backend", "cpu");
+
+  INFER_ASSIGN_OR_RETURN(LoadedModel model, loadModel(args.positional[0]));
+  EngineConfig config = engineConfigFor(model.artifact);
+  SchedulerConfig &sched = config.scheduler;
+  INFER_ASSIGN_OR_RETURN(sched.maxNumSeqs,
+                         args.getInt("--max-num-seqs", sched.maxNumSeqs));
+  INFER_ASSIGN_OR_RETURN(
+      sched.maxNumBatchedTokens,
+      args.getInt("--max-num-batched-tokens", sched.maxNumBatchedTokens));
+  if (sched.maxNumSeqs <= 0 || sched.maxNumBatchedTokens <= 0)
+    return invalidArgument(
+        "--max-num-seqs and --max-num-batched-tokens must be > 0");
+  config.enablePrefixCaching = !args.has("--no-prefix-caching");
+  if (config.maxModelLen > 0 && inputLen + outputLen > config.maxModelLen)
+    return invalidArgument("--input-len + --output-len exceed the model's " +
+                           std::to_string(config.maxModelLen) + " positions");
+  // By default the pool lets max_num_seqs requests run to completion at once.
+  const int64_t blocksPerRequest =
+      (inputLen + outputLen + config.blockSize - 1) / config.blockSize;
+  INFER_ASSIGN_OR_RETURN(
+      int64_t numBlocks,
+      args.getInt("--num-blocks",
+                  blocksPerRequest * std::min(numPrompts, sched.maxNumSeqs)));
+  if (numBlocks < blocksPerRequest)
+    return invalidArgument("--num-blocks must hold one request (" +
+                           std::to_string(blocksPerRequest) + " blocks)");
+
+  std::mt19937_64 rng(static_cast<uint64_t>(seed));
+  const int64_t vocab = std::max<int64_t>(config.vocabSize, 1);
+  std::vector<BenchRequest> requests(static_cast<size_t>(numPrompts));
+  double arrival = 0.0;
+  for (BenchRequest &r : requests) {
+    for (int64_t i = 0; i < inputLen; ++i)
+      r.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+    r.arrival = arrival;
+    if (std::isfinite(rate))
+      arrival += std::exponential_distribution<double>(rate)(rng);
+  }
+
+  INFER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                         createBackend(model.artifact, backendName,
+                                       args.get("--weights", ""), numBlocks,
+                                       threads));
+  Engine engine(*backend, config);
+  SamplingParams sampling;
+  sampling.maxNewTokens = outputLen;
+  sampling.ignoreEos = true;
+
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  auto now = [&start] {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  std::map<RequestId, size_t> index;
+  int64_t numFinished = 0;
+  engine.setOutputCallback([&](const RequestOutput &out) {
+    BenchRequest &r = requests[index.at(out.id)];
+    const double t = now();
+    if (!out.newTokenIds.empty()) {
+      if (r.firstToken < 0)
+        r.firstToken = t;
+      r.tokenTimes.push_back(t);
+      r.numOutputTokens += static_cast<int64_t>(out.newTokenIds.size());
+    }
+    if (out.finished) {
+      r.finish = t;
+      ++numFinished;
+    }
+  });
+  const bool progress = ::isatty(STDERR_FILENO);
+  size_t next = 0;
+  int64_t drawn = -1;
+  while (numFinished < numPrompts) {
+    for (; next < requests.size() && requests[next].arrival <= now(); ++next) {
+      // Timelines start at the scheduled arrival, as a client would see.
+      INFER_ASSIGN_OR_RETURN(RequestId id,
+                             engine.addRequest(requests[next].prompt, sampling,
+                                               0, requests[next].arrival));
+      index[id] = next;
+    }
+    if (engine.hasUnfinished()) {
+      INFER_ASSIGN_OR_RETURN(std::vector<RequestOutput> outputs, engine.step());
+    } else if (next < requests.size()) {
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(requests[next].arrival - now()));
+    }
+    if (progress && numFinished != drawn)
+      drawProgress(drawn = numFinished, numPrompts);
+  }
+  const double duration = now();
+
+  std::vector<double> ttft, tpot, itl;
+  int64_t outputTokens = 0;
+  for (const BenchRequest &r : requests) {
+    ttft.push_back(r.firstToken - r.arrival);
+    outputTokens += r.numOutputTokens;
+    if (r.numOutputTokens > 1)
+      tpot.push_back((r.finish - r.firstToken) /
+                     static_cast<double>(r.numOutputTokens - 1));
+    for (size_t i = 1; i < r.tokenTimes.size(); ++i)
+      itl.push_back(r.tokenTimes[i] - r.tokenTimes[i - 1]);
+  }
+  const EngineStats &stats = engine.stats();
+  const double inputTokens = static_cast<double>(numPrompts * inputLen);
+  nlohmann::ordered_json result{
+      {"backend", std::string(backend->name())},
+      {"num_prompts", numPrompts},
+      {"input_len", inputLen},
+      {"output_len", outputLen},
+      {"request_rate", std::isfinite(rate) ? nlohmann::ordered_json(rate)
+                                           : nlohmann::ordered_json("inf")},
+      {"max_num_seqs", sched.maxNumSeqs},
+      {"max_num_batched_tokens", sched.maxNumBatchedTokens},
+      {"num_blocks", numBlocks},
+      {"duration_s", duration},
+      {"request_throughput", numPrompts / duration},
+      {"output_throughput", outputTokens / duration},
+      {"total_token_throughput", (inputTokens + outputTokens) / duration},
+      {"ttft_ms", latencyStats(ttft)},
+      {"tpot_ms", latencyStats(tpot)},
+      {"itl_ms", latencyStats(itl)},
+      {"num_steps", stats.numSteps},
+      {"num_computed_tokens", stats.numComputedTokens},
+      {"num_cached_tokens", stats.numCachedTokens},
+      {"num_preemptions", stats.numPreemptions},
+      {"acceptance_rate", stats.numDraftTokens
+                              ? nlohmann::ordered_json(stats.acceptanceRate())
+                              : nlohmann::ordered_json()}};
+  if (args.has("--json")) {
+    std::cout << dumpLine(result) << "\n";
+    std::cout.flush();
+    return Status::ok();
+  }
+  auto latency = [&](const char *name, const char *key) {
+    char line[160];
+    std::snprintf(
+        line, sizeof(line), "%-5s ms: mean %9.2f  p50 %9.2f  p99 %9.2f\n", name,
+        result[key]["mean"].get<double>(), result[key]["p50"].get<double>(),
+        result[key]["p99"].get<double>());
+    std::cout << line;
+  };
+  char line[256];
+  std::snprintf(
+      line, sizeof(line),
+      "backend %s: %lld requests, input %lld, output %lld tokens, "
+      "request rate %s\n",
+      std::string(backend->name()).c_str(), static_cast<long long>(numPrompts),
+      static_cast<long long>(inputLen), static_cast<long long>(outputLen),
+      std::isfinite(rate) ? std::to_string(rate).c_str() : "inf");
+  std::cout << line;
+  std::snprintf(line, sizeof(line),
+                "max_num_seqs %lld, max_num_batched_tokens %lld, %lld KV "
+                "blocks\n",
+                static_cast<long long>(sched.maxNumSeqs),
+                static_cast<long long>(sched.maxNumBatchedTokens),
+                static_cast<long long>(numBlocks));
+  std::cout << line;
+  std::snprintf(line, sizeof(line),
+                "duration %.3f s\nthroughput: %.3f req/s, %.2f output tok/s, "
+                "%.2f total tok/s\n",
+                duration, numPrompts / duration, outputTokens / duration,
+                (inputTokens + outputTokens) / duration);
+  std::cout << line;
+  latency("TTFT", "ttft_ms");
+  latency("TPOT", "tpot_ms");
+  latency("ITL", "itl_ms");
+  std::snprintf(line, sizeof(line),
+                "steps %lld, tokens computed %lld, prefix-cache hits %lld "
+                "tokens, preemptions %lld\n",
+                static_cast<long long>(stats.numSteps),
+                static_cast<long long>(stats.numComputedTokens),
+                static_cast<long long>(stats.numCachedTokens),
+                static_cast<long long>(stats.numPreemptions));
+  std::cout << line;
+  if (stats.numDraftTokens) {
+    std::snprintf(line, sizeof(line), "acceptance rate %.3f\n",
+                  stats.acceptanceRate());
+    std::cout << line;
   }
   std::cout.flush();
   return Status::ok();
@@ -400,6 +658,36 @@ std::vector<Command> commands() {
         weights,
         threads},
        runGenerate},
+      {"bench",
+       "usage: infer bench MODEL [--backend cpu|cuda] [--input-len 128]\n"
+       "           [--output-len 128] [--num-prompts 64] [--request-rate inf]\n"
+       "           [--seed 0] [--max-num-seqs 256]\n"
+       "           [--max-num-batched-tokens 2048] [--num-blocks N]\n"
+       "           [--no-prefix-caching] [--json] [--weights DIR]\n"
+       "           [--threads N]\n\n"
+       "Runs --num-prompts requests of --input-len random tokens (seeded by\n"
+       "--seed) through the engine, each generating exactly --output-len\n"
+       "tokens. --request-rate R spaces arrivals as a Poisson process of R\n"
+       "requests per second (inf: all at once). Prints throughput (req/s,\n"
+       "output and total tok/s), TTFT, TPOT and ITL (mean, p50, p99), engine\n"
+       "counters and, with speculative decoding, the acceptance rate; --json\n"
+       "prints one line with the same fields. The KV pool holds\n"
+       "min(N, max-num-seqs) whole requests unless --num-blocks says. A\n"
+       "progress bar goes to stderr when it is a terminal.\n",
+       {{"--input-len"},
+        {"--output-len"},
+        {"--num-prompts"},
+        {"--request-rate"},
+        {"--seed"},
+        {"--max-num-seqs"},
+        {"--max-num-batched-tokens"},
+        {"--num-blocks"},
+        {"--no-prefix-caching", false},
+        {"--json", false},
+        backend,
+        weights,
+        threads},
+       runBench},
       {"logits",
        "usage: infer logits MODEL --token-ids 1,2,3 -o OUT.safetensors\n"
        "           [--backend cpu|cuda] [--weights DIR] [--threads N]\n\n"
