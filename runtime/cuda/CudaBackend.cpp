@@ -1,0 +1,839 @@
+//===- CudaBackend.cpp - The CUDA backend ---------------------------------===//
+
+#include "runtime/cuda/CudaBackend.h"
+#include "runtime/cpu/Kernels.h"
+#include "runtime/cuda/CudaStatus.h"
+#include "runtime/cuda/Gemm.h"
+#include "runtime/cuda/Kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <optional>
+#include <set>
+
+namespace infer::cuda {
+
+namespace {
+
+using plan::Step;
+using plan::Value;
+using plan::ValueKind;
+
+enum class OpKind {
+  kEmbedding,
+  kRmsNorm,
+  kLinear,
+  kRope,
+  kKVCacheWrite,
+  kPagedAttention,
+  kSilu,
+  kGeluTanh,
+  kAdd,
+  kMul,
+  kGatherRows,
+  kLogits,
+};
+
+std::optional<OpKind> parseOp(const std::string &op) {
+  static const std::pair<const char *, OpKind> kOps[] = {
+      {"embedding", OpKind::kEmbedding},
+      {"rms_norm", OpKind::kRmsNorm},
+      {"linear", OpKind::kLinear},
+      {"rope", OpKind::kRope},
+      {"kv_cache_write", OpKind::kKVCacheWrite},
+      {"paged_attention", OpKind::kPagedAttention},
+      {"silu", OpKind::kSilu},
+      {"gelu_tanh", OpKind::kGeluTanh},
+      {"add", OpKind::kAdd},
+      {"mul", OpKind::kMul},
+      {"gather_rows", OpKind::kGatherRows},
+      {"logits", OpKind::kLogits},
+  };
+  for (const auto &[name, kind] : kOps)
+    if (op == name)
+      return kind;
+  return std::nullopt;
+}
+
+/// The batch-contract inputs, in the order they are packed for upload.
+enum class InputKind {
+  kTokenIds,
+  kPositions,
+  kQueryStartLoc,
+  kContextLens,
+  kBlockTables,
+  kSlotMapping,
+  kLogitsIndices,
+  kCount,
+};
+
+std::optional<InputKind> parseInputName(const std::string &name) {
+  static const char *const kNames[] = {
+      "token_ids",    "positions",    "query_start_loc", "context_lens",
+      "block_tables", "slot_mapping", "logits_indices"};
+  for (int i = 0; i < static_cast<int>(InputKind::kCount); ++i)
+    if (name == kNames[i])
+      return static_cast<InputKind>(i);
+  return std::nullopt;
+}
+
+/// A value on the device: an fp32 matrix (activations, vector params) or a
+/// bf16 one (GEMM weights, embedding tables), or both for a param used
+/// both ways.
+struct Tensor {
+  float *f32 = nullptr;
+  __nv_bfloat16 *bf16 = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  /// Activations are stream-ordered allocations freed after their last use.
+  bool owned = false;
+
+  int64_t size() const { return rows * cols; }
+};
+
+/// A step with its attributes checked and decoded once, at creation.
+struct PreparedStep {
+  OpKind op;
+  std::string where;
+  std::vector<int> operands;
+  int result = -1;
+  float epsilon = 0.0f;
+  int ropeHeadDim = 0;
+  int ropeRotaryDim = 0;
+  float *ropeInvFreq = nullptr;
+  AttentionDims attention;
+  int layer = 0;
+  std::vector<int> release;
+};
+
+class CudaBackend final : public Backend {
+public:
+  CudaBackend(int device, const plan::KVCacheLayout &layout) : device_(device) {
+    dims_.numLayers = static_cast<int>(layout.numLayers);
+    dims_.numKVHeads = static_cast<int>(layout.numKVHeads);
+    dims_.headDim = static_cast<int>(layout.headDim);
+    dims_.blockSize = static_cast<int>(layout.blockSize);
+  }
+  ~CudaBackend() override;
+
+  std::string_view name() const override { return "cuda"; }
+  int64_t numBlocks() const override { return numBlocks_; }
+  StatusOr<Logits> forward(const Batch &batch) override;
+  Status
+  copyBlocks(const std::vector<std::pair<int32_t, int32_t>> &copies) override;
+
+  Status init(const plan::RankPlan &plan, const ParamTable &params,
+              const CudaBackendOptions &options);
+
+private:
+  int64_t blockElements() const {
+    return int64_t(dims_.numLayers) * 2 * dims_.blockSize * dims_.numKVHeads *
+           dims_.headDim;
+  }
+  Status uploadParams(const ParamTable &params);
+  Status prepareStep(const Step &step, const std::string &where,
+                     PreparedStep &out);
+  Status uploadInputs(const Batch &batch);
+  Status runStep(const PreparedStep &step, const Batch &batch);
+  Status allocate(Tensor &t, int64_t rows, int64_t cols);
+  Status releaseActivations();
+  Status linear(const Tensor &x, const Tensor &w, const Tensor *bias, Tensor &y,
+                const std::string &where);
+  /// The device copy and host length of an integer input.
+  const void *input(int id, int64_t *length, const Batch &batch) const;
+
+  int device_;
+  CacheDims dims_;
+  int64_t numBlocks_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+  __nv_bfloat16 *pool_ = nullptr;
+  std::vector<void *> deviceAllocations_;
+
+  plan::RankPlan rank_;
+  std::vector<std::optional<InputKind>> inputOf_;
+  std::vector<Tensor> params_;
+  std::vector<Tensor> values_;
+  std::vector<PreparedStep> steps_;
+  int output_ = -1;
+
+  std::vector<char> staging_;
+  char *inputs_ = nullptr;
+  size_t inputsCapacity_ = 0;
+  size_t inputOffset_[static_cast<int>(InputKind::kCount)] = {};
+};
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (stream_)
+    cudaStreamSynchronize(stream_);
+  for (Tensor &t : values_)
+    if (t.owned)
+      cudaFree(t.f32);
+  for (void *p : deviceAllocations_)
+    cudaFree(p);
+  if (inputs_)
+    cudaFree(inputs_);
+  if (pool_)
+    cudaFree(pool_);
+  gemm_.reset();
+  if (stream_)
+    cudaStreamDestroy(stream_);
+}
+
+template <typename T>
+static Status upload(const std::vector<T> &host, T **device,
+                     std::vector<void *> &allocations) {
+  INFER_CUDA_RETURN_IF_ERROR(cudaMalloc(device, host.size() * sizeof(T)));
+  allocations.push_back(*device);
+  INFER_CUDA_RETURN_IF_ERROR(cudaMemcpy(
+      *device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return Status::ok();
+}
+
+Status CudaBackend::uploadParams(const ParamTable &params) {
+  // Which params the kernels read as bf16 (GEMM weights, embedding tables)
+  // and which as fp32 (everything else).
+  std::set<int> asBf16, asF32;
+  for (const Step &step : rank_.steps) {
+    std::optional<OpKind> op = parseOp(step.op);
+    for (size_t i = 0; i < step.operands.size(); ++i) {
+      const int id = step.operands[i];
+      if (rank_.values[id].kind != ValueKind::kParam)
+        continue;
+      const bool bf16 =
+          op &&
+          (((*op == OpKind::kLinear || *op == OpKind::kLogits) && i == 1) ||
+           (*op == OpKind::kEmbedding && i == 0));
+      (bf16 ? asBf16 : asF32).insert(id);
+    }
+  }
+  std::map<const HostTensor *, Tensor> uploaded;
+  params_.assign(rank_.values.size(), Tensor());
+  for (const Value &v : rank_.values) {
+    if (v.kind != ValueKind::kParam)
+      continue;
+    auto it = params.find(v.id);
+    if (it == params.end() || !it->second)
+      return invalidArgument("cuda backend: no data for param '" + v.name +
+                             "'");
+    const HostTensor &host = *it->second;
+    std::vector<int64_t> shape;
+    for (const plan::Dim &d : v.shape)
+      shape.push_back(d.size);
+    if (host.shape != shape)
+      return invalidArgument("cuda backend: param '" + v.name +
+                             "' data has a different shape than the plan");
+    if (shape.empty() || shape.size() > 2)
+      return invalidArgument("cuda backend: param '" + v.name +
+                             "' must be 1-D or 2-D");
+    Tensor &t = uploaded[&host];
+    t.rows = shape.size() == 2 ? shape[0] : 1;
+    t.cols = shape.back();
+    if (asBf16.count(v.id) && !t.bf16) {
+      std::vector<__nv_bfloat16> converted(host.data.size());
+      for (size_t i = 0; i < converted.size(); ++i)
+        converted[i] = __float2bfloat16_rn(host.data[i]);
+      INFER_RETURN_IF_ERROR(upload(converted, &t.bf16, deviceAllocations_));
+    }
+    if (asF32.count(v.id) && !t.f32)
+      INFER_RETURN_IF_ERROR(upload(host.data, &t.f32, deviceAllocations_));
+    params_[v.id] = t;
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
+                         const CudaBackendOptions &options) {
+  rank_ = plan;
+  INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  INFER_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Activations come from the device's stream-ordered pool; keeping what
+  // it holds between forward calls makes later allocations free.
+  cudaMemPool_t memPool;
+  INFER_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&memPool, device_));
+  uint64_t threshold = UINT64_MAX;
+  INFER_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(
+      memPool, cudaMemPoolAttrReleaseThreshold, &threshold));
+
+  inputOf_.assign(rank_.values.size(), std::nullopt);
+  for (const Value &v : rank_.values) {
+    if (v.id < 0 || v.id >= static_cast<int>(rank_.values.size()) ||
+        rank_.values[v.id].id != v.id)
+      return invalidArgument("cuda backend: value ids must be 0..n-1");
+    if (v.kind == ValueKind::kInput) {
+      inputOf_[v.id] = parseInputName(v.name);
+      if (!inputOf_[v.id])
+        return invalidArgument("cuda backend: unknown input '" + v.name + "'");
+    }
+  }
+  if (rank_.outputs.size() != 1)
+    return unimplemented("cuda backend: plans with " +
+                         std::to_string(rank_.outputs.size()) +
+                         " outputs (expected the logits only)");
+  output_ = rank_.outputs[0];
+
+  std::vector<int> lastUse(rank_.values.size(), -1);
+  for (size_t i = 0; i < rank_.steps.size(); ++i) {
+    PreparedStep prepared;
+    INFER_RETURN_IF_ERROR(prepareStep(rank_.steps[i],
+                                      "step " + std::to_string(i) + " ('" +
+                                          rank_.steps[i].op + "')",
+                                      prepared));
+    for (int id : prepared.operands)
+      lastUse[id] = static_cast<int>(i);
+    steps_.push_back(std::move(prepared));
+  }
+  for (size_t id = 0; id < lastUse.size(); ++id)
+    if (lastUse[id] >= 0 && rank_.values[id].kind == ValueKind::kActivation &&
+        static_cast<int>(id) != output_)
+      steps_[lastUse[id]].release.push_back(static_cast<int>(id));
+
+  INFER_RETURN_IF_ERROR(uploadParams(params));
+  INFER_ASSIGN_OR_RETURN(gemm_, Gemm::create(32 << 20));
+
+  const size_t blockBytes = blockElements() * sizeof(__nv_bfloat16);
+  numBlocks_ = options.numBlocks;
+  if (numBlocks_ == 0) {
+    size_t freeBytes = 0, totalBytes = 0;
+    INFER_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&freeBytes, &totalBytes));
+    numBlocks_ =
+        static_cast<int64_t>(freeBytes * options.kvCacheMemoryFraction) /
+        static_cast<int64_t>(blockBytes);
+  }
+  if (numBlocks_ <= 0)
+    return resourceExhausted("cuda backend: no device memory left for the "
+                             "KV-cache pool");
+  INFER_CUDA_RETURN_IF_ERROR(cudaMalloc(&pool_, numBlocks_ * blockBytes));
+  INFER_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(pool_, 0, numBlocks_ * blockBytes, stream_));
+  INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  values_.assign(rank_.values.size(), Tensor());
+  return Status::ok();
+}
+
+Status CudaBackend::prepareStep(const Step &step, const std::string &where,
+                                PreparedStep &out) {
+  std::optional<OpKind> op = parseOp(step.op);
+  if (!op)
+    return unimplemented("cuda backend: " + where + ": unknown op");
+  out.op = *op;
+  out.where = where;
+  out.operands = step.operands;
+  out.result = step.results.empty() ? -1 : step.results[0];
+  auto withWhere = [&](const Status &s) {
+    return s.withContext("cuda backend: " + where);
+  };
+  auto kindOf = [&](size_t i) { return rank_.values[step.operands[i]].kind; };
+  static const size_t kArity[] = {2, 2, 3, 2, 4, 5, 1, 1, 2, 2, 2, 2};
+  const size_t arity = kArity[static_cast<int>(out.op)];
+  if (step.operands.size() != arity &&
+      !(out.op == OpKind::kLinear && step.operands.size() == 2))
+    return invalidArgument("cuda backend: " + where + ": " +
+                           std::to_string(step.operands.size()) + " operands");
+  if ((out.op == OpKind::kKVCacheWrite) != out.result < 0)
+    return invalidArgument("cuda backend: " + where +
+                           ": wrong number of results");
+  for (size_t i = 0; i < step.operands.size(); ++i) {
+    const bool intOperand = (out.op == OpKind::kEmbedding && i == 1) ||
+                            (out.op == OpKind::kRope && i == 1) ||
+                            (out.op == OpKind::kKVCacheWrite && i == 3) ||
+                            (out.op == OpKind::kPagedAttention && i >= 2) ||
+                            (out.op == OpKind::kGatherRows && i == 1);
+    const bool cacheOperand = (out.op == OpKind::kKVCacheWrite && i == 0) ||
+                              (out.op == OpKind::kPagedAttention && i == 1);
+    const ValueKind k = kindOf(i);
+    const bool ok = intOperand ? k == ValueKind::kInput
+                    : cacheOperand
+                        ? k == ValueKind::kKVCache
+                        : k == ValueKind::kActivation || k == ValueKind::kParam;
+    if (!ok)
+      return invalidArgument("cuda backend: " + where + ": operand " +
+                             std::to_string(i) + " has the wrong kind");
+  }
+  if (out.op == OpKind::kKVCacheWrite &&
+      inputOf_[step.operands[3]] != InputKind::kSlotMapping)
+    return invalidArgument("cuda backend: " + where +
+                           ": operand 3 must be slot_mapping");
+  if (out.op == OpKind::kPagedAttention &&
+      (inputOf_[step.operands[2]] != InputKind::kBlockTables ||
+       inputOf_[step.operands[3]] != InputKind::kContextLens ||
+       inputOf_[step.operands[4]] != InputKind::kQueryStartLoc))
+    return invalidArgument("cuda backend: " + where +
+                           ": operands 2-4 must be block_tables, "
+                           "context_lens and query_start_loc");
+  if ((out.op == OpKind::kEmbedding || out.op == OpKind::kRope ||
+       out.op == OpKind::kGatherRows) &&
+      inputOf_[step.operands[1]] == InputKind::kSlotMapping)
+    return invalidArgument("cuda backend: " + where +
+                           ": operand 1 must be an i32 input");
+
+  switch (out.op) {
+  case OpKind::kRmsNorm: {
+    StatusOr<double> eps = step.getFloat("epsilon");
+    if (!eps.isOk())
+      return withWhere(eps.status());
+    out.epsilon = static_cast<float>(*eps);
+    break;
+  }
+  case OpKind::kRope: {
+    cpu::RopeConfig c;
+    StatusOr<int64_t> headDim = step.getInt("head_dim");
+    if (!headDim.isOk())
+      return withWhere(headDim.status());
+    StatusOr<double> theta = step.getFloat("theta");
+    if (!theta.isOk())
+      return withWhere(theta.status());
+    c.headDim = *headDim;
+    c.theta = *theta;
+    c.rotaryDim = step.getInt("rotary_dim", c.headDim);
+    c.scaling = step.getString("scaling", "default");
+    c.factor = step.getFloat("factor", 1.0);
+    c.lowFreqFactor = step.getFloat("low_freq_factor", 1.0);
+    c.highFreqFactor = step.getFloat("high_freq_factor", 4.0);
+    c.originalMaxPositionEmbeddings =
+        step.getInt("original_max_position_embeddings", 0);
+    INFER_RETURN_IF_ERROR(withWhere(c.validate()));
+    out.ropeHeadDim = static_cast<int>(c.headDim);
+    out.ropeRotaryDim = static_cast<int>(c.rotaryDim);
+    INFER_RETURN_IF_ERROR(upload(cpu::ropeInverseFrequencies(c),
+                                 &out.ropeInvFreq, deviceAllocations_));
+    break;
+  }
+  case OpKind::kKVCacheWrite:
+  case OpKind::kPagedAttention: {
+    StatusOr<int64_t> layer = step.getInt("layer");
+    if (!layer.isOk())
+      return withWhere(layer.status());
+    if (*layer < 0 || *layer >= dims_.numLayers)
+      return invalidArgument("cuda backend: " + where + ": layer " +
+                             std::to_string(*layer) + " outside the cache");
+    out.layer = static_cast<int>(*layer);
+    if (out.op == OpKind::kKVCacheWrite)
+      break;
+    AttentionDims &a = out.attention;
+    a.layer = out.layer;
+    int64_t heads[3];
+    const char *names[3] = {"num_heads", "num_kv_heads", "head_dim"};
+    for (int i = 0; i < 3; ++i) {
+      StatusOr<int64_t> v = step.getInt(names[i]);
+      if (!v.isOk())
+        return withWhere(v.status());
+      heads[i] = *v;
+    }
+    a.numHeads = static_cast<int>(heads[0]);
+    a.numKVHeads = static_cast<int>(heads[1]);
+    a.headDim = static_cast<int>(heads[2]);
+    StatusOr<double> scale = step.getFloat("scale");
+    if (!scale.isOk())
+      return withWhere(scale.status());
+    a.scale = static_cast<float>(*scale);
+    if (step.attrs.count("sliding_window")) {
+      StatusOr<int64_t> window = step.getInt("sliding_window");
+      if (!window.isOk())
+        return withWhere(window.status());
+      if (*window < 0)
+        return invalidArgument("cuda backend: " + where +
+                               ": sliding_window must be >= 0");
+      a.slidingWindow = static_cast<int>(*window);
+    }
+    if (a.numKVHeads != dims_.numKVHeads || a.headDim != dims_.headDim)
+      return invalidArgument("cuda backend: " + where +
+                             ": num_kv_heads/head_dim differ from the cache's");
+    if (a.numHeads <= 0 || a.numHeads % a.numKVHeads != 0)
+      return invalidArgument("cuda backend: " + where +
+                             ": num_heads must be a multiple of num_kv_heads");
+    if (a.headDim > kMaxHeadDim)
+      return unimplemented("cuda backend: " + where + ": head_dim " +
+                           std::to_string(a.headDim) + " > " +
+                           std::to_string(kMaxHeadDim));
+    break;
+  }
+  default:
+    break;
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::uploadInputs(const Batch &batch) {
+  auto bytesOf = [](const auto &v) { return v.size() * sizeof(v[0]); };
+  const std::pair<const void *, size_t> arrays[] = {
+      {batch.tokenIds.data(), bytesOf(batch.tokenIds)},
+      {batch.positions.data(), bytesOf(batch.positions)},
+      {batch.queryStartLoc.data(), bytesOf(batch.queryStartLoc)},
+      {batch.contextLens.data(), bytesOf(batch.contextLens)},
+      {batch.blockTables.data(), bytesOf(batch.blockTables)},
+      {batch.slotMapping.data(), bytesOf(batch.slotMapping)},
+      {batch.logitsIndices.data(), bytesOf(batch.logitsIndices)},
+  };
+  size_t total = 0;
+  for (int i = 0; i < static_cast<int>(InputKind::kCount); ++i) {
+    inputOffset_[i] = total;
+    total += (arrays[i].second + 15) / 16 * 16;
+  }
+  staging_.resize(total);
+  for (int i = 0; i < static_cast<int>(InputKind::kCount); ++i)
+    if (arrays[i].second)
+      std::memcpy(staging_.data() + inputOffset_[i], arrays[i].first,
+                  arrays[i].second);
+  if (total > inputsCapacity_) {
+    if (inputs_)
+      INFER_CUDA_RETURN_IF_ERROR(cudaFree(inputs_));
+    inputs_ = nullptr;
+    INFER_CUDA_RETURN_IF_ERROR(cudaMalloc(&inputs_, total * 2));
+    inputsCapacity_ = total * 2;
+  }
+  INFER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_, staging_.data(), total,
+                                             cudaMemcpyHostToDevice, stream_));
+  return Status::ok();
+}
+
+const void *CudaBackend::input(int id, int64_t *length,
+                               const Batch &batch) const {
+  const InputKind kind = *inputOf_[id];
+  switch (kind) {
+  case InputKind::kTokenIds:
+    *length = batch.numTokens();
+    break;
+  case InputKind::kPositions:
+    *length = static_cast<int64_t>(batch.positions.size());
+    break;
+  case InputKind::kQueryStartLoc:
+    *length = static_cast<int64_t>(batch.queryStartLoc.size());
+    break;
+  case InputKind::kContextLens:
+    *length = batch.numSeqs();
+    break;
+  case InputKind::kBlockTables:
+    *length = static_cast<int64_t>(batch.blockTables.size());
+    break;
+  case InputKind::kSlotMapping:
+    *length = static_cast<int64_t>(batch.slotMapping.size());
+    break;
+  case InputKind::kLogitsIndices:
+  case InputKind::kCount:
+    *length = static_cast<int64_t>(batch.logitsIndices.size());
+    break;
+  }
+  return inputs_ + inputOffset_[static_cast<int>(kind)];
+}
+
+/// The host copy of an i32 input, for range checks before a gather.
+static const int32_t *hostInput(InputKind kind, const Batch &batch) {
+  switch (kind) {
+  case InputKind::kTokenIds:
+    return batch.tokenIds.data();
+  case InputKind::kPositions:
+    return batch.positions.data();
+  case InputKind::kQueryStartLoc:
+    return batch.queryStartLoc.data();
+  case InputKind::kContextLens:
+    return batch.contextLens.data();
+  case InputKind::kBlockTables:
+    return batch.blockTables.data();
+  default:
+    return batch.logitsIndices.data();
+  }
+}
+
+Status CudaBackend::allocate(Tensor &t, int64_t rows, int64_t cols) {
+  t.rows = rows;
+  t.cols = cols;
+  t.owned = true;
+  INFER_CUDA_RETURN_IF_ERROR(cudaMallocAsync(
+      &t.f32, std::max<int64_t>(1, rows * cols) * sizeof(float), stream_));
+  return Status::ok();
+}
+
+Status CudaBackend::releaseActivations() {
+  Status first;
+  for (Tensor &t : values_) {
+    if (t.owned) {
+      Status s = cudaStatus(cudaFreeAsync(t.f32, stream_), "cudaFreeAsync",
+                            __FILE__, __LINE__);
+      if (first.isOk())
+        first = s;
+    }
+    t = Tensor();
+  }
+  return first;
+}
+
+Status CudaBackend::linear(const Tensor &x, const Tensor &w, const Tensor *bias,
+                           Tensor &y, const std::string &where) {
+  if (!x.f32 || !w.bf16)
+    return unimplemented("cuda backend: " + where +
+                         ": the input must be an activation and the weight "
+                         "a param");
+  if (w.cols != x.cols)
+    return invalidArgument(
+        "cuda backend: " + where + ": weight [" + std::to_string(w.rows) + "," +
+        std::to_string(w.cols) + "] does not match input width " +
+        std::to_string(x.cols));
+  if (bias && bias->size() != w.rows)
+    return invalidArgument("cuda backend: " + where +
+                           ": bias size differs from the output width");
+  INFER_RETURN_IF_ERROR(allocate(y, x.rows, w.rows));
+  __nv_bfloat16 *xb = nullptr;
+  INFER_CUDA_RETURN_IF_ERROR(cudaMallocAsync(
+      &xb, std::max<int64_t>(1, x.size()) * sizeof(__nv_bfloat16), stream_));
+  Status status = cudaStatus(launchToBf16(x.f32, xb, x.size(), stream_),
+                             "launchToBf16", __FILE__, __LINE__);
+  if (status.isOk())
+    status = gemm_->run(xb, w.bf16, y.f32, x.rows, w.rows, w.cols, stream_);
+  INFER_CUDA_RETURN_IF_ERROR(cudaFreeAsync(xb, stream_));
+  INFER_RETURN_IF_ERROR(status);
+  if (bias)
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchAddBias(y.f32, bias->f32, y.rows, y.cols, stream_));
+  return Status::ok();
+}
+
+Status CudaBackend::runStep(const PreparedStep &s, const Batch &batch) {
+  auto in = [&](size_t i) -> const Tensor & {
+    const int id = s.operands[i];
+    return params_[id].f32 || params_[id].bf16 ? params_[id] : values_[id];
+  };
+  auto mismatch = [&](const std::string &what) {
+    return invalidArgument("cuda backend: " + s.where + ": " + what);
+  };
+  auto needF32 = [&](size_t i) -> Status {
+    if (!in(i).f32)
+      return mismatch("operand " + std::to_string(i) + " was not computed");
+    return Status::ok();
+  };
+  Tensor *result = s.result >= 0 ? &values_[s.result] : nullptr;
+  switch (s.op) {
+  case OpKind::kEmbedding: {
+    const Tensor &table = in(0);
+    int64_t t;
+    const void *ids = input(s.operands[1], &t, batch);
+    const int32_t *hostIds = hostInput(*inputOf_[s.operands[1]], batch);
+    for (int64_t i = 0; i < t; ++i)
+      if (hostIds[i] < 0 || hostIds[i] >= table.rows)
+        return outOfRange("token id " + std::to_string(hostIds[i]) +
+                          " outside the vocabulary of " +
+                          std::to_string(table.rows));
+    INFER_RETURN_IF_ERROR(allocate(*result, t, table.cols));
+    INFER_CUDA_RETURN_IF_ERROR(launchEmbedding(
+        table.bf16, table.cols, static_cast<const int32_t *>(ids), t,
+        result->f32, stream_));
+    return Status::ok();
+  }
+  case OpKind::kRmsNorm: {
+    INFER_RETURN_IF_ERROR(needF32(0));
+    INFER_RETURN_IF_ERROR(needF32(1));
+    const Tensor &x = in(0), &w = in(1);
+    if (w.size() != x.cols)
+      return mismatch("weight size differs from the hidden size");
+    INFER_RETURN_IF_ERROR(allocate(*result, x.rows, x.cols));
+    INFER_CUDA_RETURN_IF_ERROR(launchRmsNorm(x.f32, w.f32, result->f32, x.rows,
+                                             x.cols, s.epsilon, stream_));
+    return Status::ok();
+  }
+  case OpKind::kLinear:
+  case OpKind::kLogits: {
+    const Tensor *bias = nullptr;
+    if (s.operands.size() == 3) {
+      INFER_RETURN_IF_ERROR(needF32(2));
+      bias = &in(2);
+    }
+    return linear(in(0), in(1), bias, *result, s.where);
+  }
+  case OpKind::kRope: {
+    INFER_RETURN_IF_ERROR(needF32(0));
+    const Tensor &x = in(0);
+    int64_t t;
+    const void *positions = input(s.operands[1], &t, batch);
+    if (t != x.rows || x.cols % s.ropeHeadDim != 0)
+      return mismatch("input does not match positions or head_dim");
+    INFER_RETURN_IF_ERROR(allocate(*result, x.rows, x.cols));
+    INFER_CUDA_RETURN_IF_ERROR(launchRope(
+        x.f32, result->f32, x.rows, x.cols / s.ropeHeadDim, s.ropeHeadDim,
+        s.ropeRotaryDim, static_cast<const int32_t *>(positions), s.ropeInvFreq,
+        stream_));
+    return Status::ok();
+  }
+  case OpKind::kKVCacheWrite: {
+    INFER_RETURN_IF_ERROR(needF32(1));
+    INFER_RETURN_IF_ERROR(needF32(2));
+    const Tensor &k = in(1), &v = in(2);
+    int64_t t;
+    const void *slots = input(s.operands[3], &t, batch);
+    if (k.cols != int64_t(dims_.numKVHeads) * dims_.headDim ||
+        v.cols != k.cols || k.rows != t || v.rows != t)
+      return mismatch("keys/values do not match the cache");
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchKVCacheWrite(pool_, dims_, s.layer, k.f32, v.f32,
+                           static_cast<const int64_t *>(slots), t, stream_));
+    return Status::ok();
+  }
+  case OpKind::kPagedAttention: {
+    INFER_RETURN_IF_ERROR(needF32(0));
+    const Tensor &q = in(0);
+    const AttentionDims &a = s.attention;
+    if (q.cols != int64_t(a.numHeads) * a.headDim ||
+        q.rows != batch.numTokens())
+      return mismatch("query does not match num_heads*head_dim");
+    int64_t unused;
+    INFER_RETURN_IF_ERROR(allocate(*result, q.rows, q.cols));
+    INFER_CUDA_RETURN_IF_ERROR(launchPagedAttention(
+        q.f32, pool_, dims_, a,
+        static_cast<const int32_t *>(input(s.operands[2], &unused, batch)),
+        batch.maxBlocksPerSeq,
+        static_cast<const int32_t *>(input(s.operands[3], &unused, batch)),
+        static_cast<const int32_t *>(input(s.operands[4], &unused, batch)),
+        batch.numSeqs(), q.rows, result->f32, stream_));
+    return Status::ok();
+  }
+  case OpKind::kSilu:
+  case OpKind::kGeluTanh: {
+    INFER_RETURN_IF_ERROR(needF32(0));
+    const Tensor &x = in(0);
+    INFER_RETURN_IF_ERROR(allocate(*result, x.rows, x.cols));
+    if (s.op == OpKind::kSilu)
+      INFER_CUDA_RETURN_IF_ERROR(
+          launchSilu(x.f32, result->f32, x.size(), stream_));
+    else
+      INFER_CUDA_RETURN_IF_ERROR(
+          launchGeluTanh(x.f32, result->f32, x.size(), stream_));
+    return Status::ok();
+  }
+  case OpKind::kAdd:
+  case OpKind::kMul: {
+    INFER_RETURN_IF_ERROR(needF32(0));
+    INFER_RETURN_IF_ERROR(needF32(1));
+    const Tensor &a = in(0), &b = in(1);
+    if (a.rows != b.rows || a.cols != b.cols)
+      return mismatch("operands have different shapes");
+    INFER_RETURN_IF_ERROR(allocate(*result, a.rows, a.cols));
+    if (s.op == OpKind::kAdd)
+      INFER_CUDA_RETURN_IF_ERROR(
+          launchAdd(a.f32, b.f32, result->f32, a.size(), stream_));
+    else
+      INFER_CUDA_RETURN_IF_ERROR(
+          launchMul(a.f32, b.f32, result->f32, a.size(), stream_));
+    return Status::ok();
+  }
+  case OpKind::kGatherRows: {
+    INFER_RETURN_IF_ERROR(needF32(0));
+    const Tensor &x = in(0);
+    int64_t count;
+    const void *indices = input(s.operands[1], &count, batch);
+    const int32_t *host = hostInput(*inputOf_[s.operands[1]], batch);
+    for (int64_t i = 0; i < count; ++i)
+      if (host[i] < 0 || host[i] >= x.rows)
+        return outOfRange("gather_rows index " + std::to_string(host[i]) +
+                          " outside " + std::to_string(x.rows) + " rows");
+    INFER_RETURN_IF_ERROR(allocate(*result, count, x.cols));
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchGatherRows(x.f32, x.cols, static_cast<const int32_t *>(indices),
+                         count, result->f32, stream_));
+    return Status::ok();
+  }
+  }
+  return internalError("cuda backend: unhandled op");
+}
+
+StatusOr<Logits> CudaBackend::forward(const Batch &batch) {
+  INFER_RETURN_IF_ERROR(batch.validate(numBlocks_, dims_.blockSize));
+  INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  Status status = uploadInputs(batch);
+  for (size_t i = 0; status.isOk() && i < steps_.size(); ++i) {
+    status = runStep(steps_[i], batch);
+    for (int id : steps_[i].release) {
+      if (!status.isOk())
+        break;
+      status = cudaStatus(cudaFreeAsync(values_[id].f32, stream_),
+                          "cudaFreeAsync", __FILE__, __LINE__);
+      values_[id] = Tensor();
+    }
+  }
+  Logits logits;
+  if (status.isOk()) {
+    const Tensor &out = values_[output_];
+    if (!out.f32) {
+      status = internalError("cuda backend: the plan output was not computed");
+    } else {
+      logits.rows = out.rows;
+      logits.vocab = out.cols;
+      logits.data.resize(out.size());
+      status = cudaStatus(cudaMemcpyAsync(logits.data.data(), out.f32,
+                                          out.size() * sizeof(float),
+                                          cudaMemcpyDeviceToHost, stream_),
+                          "cudaMemcpyAsync", __FILE__, __LINE__);
+    }
+  }
+  Status released = releaseActivations();
+  Status synced = cudaStatus(cudaStreamSynchronize(stream_),
+                             "cudaStreamSynchronize", __FILE__, __LINE__);
+  INFER_RETURN_IF_ERROR(status);
+  INFER_RETURN_IF_ERROR(released);
+  INFER_RETURN_IF_ERROR(synced);
+  return logits;
+}
+
+Status CudaBackend::copyBlocks(
+    const std::vector<std::pair<int32_t, int32_t>> &copies) {
+  const size_t bytes = blockElements() * sizeof(__nv_bfloat16);
+  for (const auto &[from, to] : copies)
+    if (from < 0 || from >= numBlocks_ || to < 0 || to >= numBlocks_)
+      return invalidArgument("cuda backend: block copy " +
+                             std::to_string(from) + " -> " +
+                             std::to_string(to) + " outside the pool");
+  INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  for (const auto &[from, to] : copies)
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(reinterpret_cast<char *>(pool_) + to * bytes,
+                        reinterpret_cast<const char *>(pool_) + from * bytes,
+                        bytes, cudaMemcpyDeviceToDevice, stream_));
+  INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::ok();
+}
+
+} // namespace
+
+bool cudaDeviceAvailable(std::string *why) {
+  int count = 0;
+  cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess || count == 0) {
+    if (why)
+      *why = error != cudaSuccess ? std::string("no usable CUDA device (") +
+                                        cudaGetErrorString(error) + ")"
+                                  : "no CUDA device";
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+StatusOr<std::unique_ptr<Backend>>
+createCudaBackend(const plan::Plan &plan, int rank, const ParamTable &params,
+                  const CudaBackendOptions &options) {
+  std::string why;
+  if (!cudaDeviceAvailable(&why))
+    return Status(StatusCode::kUnimplemented,
+                  "cuda backend: " + why +
+                      " on this machine (use --backend cpu)");
+  if (rank < 0 || rank >= static_cast<int>(plan.ranks.size()))
+    return invalidArgument("cuda backend: rank " + std::to_string(rank) +
+                           " not in the plan");
+  const plan::KVCacheLayout &layout = plan.kvCache;
+  if (layout.layout != "block_layer_kv_slot_head_dim")
+    return unimplemented("cuda backend: KV-cache layout '" + layout.layout +
+                         "'");
+  if (options.numBlocks < 0)
+    return invalidArgument("cuda backend: negative number of KV blocks");
+  if (!(options.kvCacheMemoryFraction > 0 &&
+        options.kvCacheMemoryFraction <= 1))
+    return invalidArgument(
+        "cuda backend: the KV-cache memory fraction must be in (0, 1]");
+  auto backend = std::make_unique<CudaBackend>(options.device, layout);
+  INFER_RETURN_IF_ERROR(backend->init(plan.ranks[rank], params, options));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+} // namespace infer::cuda

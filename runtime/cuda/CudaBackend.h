@@ -1,0 +1,42 @@
+//===- CudaBackend.h - The CUDA backend -------------------------*- C++ -*-===//
+//
+// Runs one rank of a plan on one GPU. Weight matrices live on the device in
+// bf16 (converted from the checkpoint at load), vectors (norm weights,
+// biases) in fp32; activations are fp32, converted to bf16 only as GEMM
+// operands (cuBLASLt, fp32 accumulation). The KV pool is bf16 in the plan's
+// block layout. Logits come back to the host in fp32.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_CUDA_CUDABACKEND_H
+#define INFER_RUNTIME_CUDA_CUDABACKEND_H
+
+#include "runtime/backend/Backend.h"
+#include "runtime/plan/Plan.h"
+
+#include <memory>
+#include <string>
+
+namespace infer::cuda {
+
+struct CudaBackendOptions {
+  int device = 0;
+  /// Blocks in the KV-cache pool; 0 sizes the pool from
+  /// `kvCacheMemoryFraction` of the device memory free after the weights.
+  int64_t numBlocks = 0;
+  double kvCacheMemoryFraction = 0.9;
+};
+
+/// Whether a CUDA device can be used; `why` says why not.
+bool cudaDeviceAvailable(std::string *why = nullptr);
+
+/// Checks the plan's rank against what this backend implements (ops and
+/// attributes; an op it does not know is an Unimplemented error), uploads
+/// `params` and allocates the pool.
+StatusOr<std::unique_ptr<Backend>>
+createCudaBackend(const plan::Plan &plan, int rank, const ParamTable &params,
+                  const CudaBackendOptions &options);
+
+} // namespace infer::cuda
+
+#endif // INFER_RUNTIME_CUDA_CUDABACKEND_H

@@ -1,0 +1,101 @@
+//===- Gemm.cpp - cuBLASLt matrix products of the CUDA backend ------------===//
+
+#include "runtime/cuda/Gemm.h"
+#include "runtime/cuda/CudaStatus.h"
+
+#include <cuda_runtime_api.h>
+
+namespace infer::cuda {
+
+/// The descriptors and chosen algorithm of one problem size.
+struct Gemm::Shape {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  ~Shape() {
+    if (y)
+      cublasLtMatrixLayoutDestroy(y);
+    if (x)
+      cublasLtMatrixLayoutDestroy(x);
+    if (w)
+      cublasLtMatrixLayoutDestroy(w);
+    if (op)
+      cublasLtMatmulDescDestroy(op);
+  }
+};
+
+StatusOr<std::unique_ptr<Gemm>> Gemm::create(size_t workspaceBytes) {
+  std::unique_ptr<Gemm> gemm(new Gemm());
+  INFER_CUDA_RETURN_IF_ERROR(cublasLtCreate(&gemm->handle_));
+  INFER_CUDA_RETURN_IF_ERROR(cudaMalloc(&gemm->workspace_, workspaceBytes));
+  gemm->workspaceBytes_ = workspaceBytes;
+  return gemm;
+}
+
+Gemm::~Gemm() {
+  shapes_.clear();
+  if (workspace_)
+    cudaFree(workspace_);
+  if (handle_)
+    cublasLtDestroy(handle_);
+}
+
+StatusOr<const Gemm::Shape *> Gemm::shape(int64_t t, int64_t n, int64_t k) {
+  auto key = std::make_tuple(n, t, k);
+  if (auto it = shapes_.find(key); it != shapes_.end())
+    return static_cast<const Shape *>(it->second.get());
+  auto s = std::make_unique<Shape>();
+  INFER_CUDA_RETURN_IF_ERROR(
+      cublasLtMatmulDescCreate(&s->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transW = CUBLAS_OP_T, transX = CUBLAS_OP_N;
+  INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      s->op, CUBLASLT_MATMUL_DESC_TRANSA, &transW, sizeof(transW)));
+  INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      s->op, CUBLASLT_MATMUL_DESC_TRANSB, &transX, sizeof(transX)));
+  INFER_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&s->w, CUDA_R_16BF, k, n, k));
+  INFER_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&s->x, CUDA_R_16BF, k, t, k));
+  INFER_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&s->y, CUDA_R_32F, n, t, n));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  Status status =
+      cudaStatus(cublasLtMatmulPreferenceSetAttribute(
+                     preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                     &workspaceBytes_, sizeof(workspaceBytes_)),
+                 "cublasLtMatmulPreferenceSetAttribute", __FILE__, __LINE__);
+  if (status.isOk())
+    status = cudaStatus(
+        cublasLtMatmulAlgoGetHeuristic(handle_, s->op, s->w, s->x, s->y, s->y,
+                                       preference, 1, &result, &found),
+        "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+  cublasLtMatmulPreferenceDestroy(preference);
+  INFER_RETURN_IF_ERROR(status);
+  if (found == 0)
+    return unimplemented("cuBLASLt has no bf16 algorithm for y[" +
+                         std::to_string(t) + "," + std::to_string(n) +
+                         "] = x * w^T with K=" + std::to_string(k));
+  s->algo = result.algo;
+  const Shape *raw = s.get();
+  shapes_[key] = std::move(s);
+  return raw;
+}
+
+Status Gemm::run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
+                 int64_t t, int64_t n, int64_t k, cudaStream_t stream) {
+  if (t == 0 || n == 0)
+    return Status::ok();
+  INFER_ASSIGN_OR_RETURN(const Shape *s, shape(t, n, k));
+  const float alpha = 1.0f, beta = 0.0f;
+  INFER_CUDA_RETURN_IF_ERROR(
+      cublasLtMatmul(handle_, s->op, &alpha, w, s->w, x, s->x, &beta, y, s->y,
+                     y, s->y, &s->algo, workspace_, workspaceBytes_, stream));
+  return Status::ok();
+}
+
+} // namespace infer::cuda

@@ -1,0 +1,96 @@
+//===- Kernels.h - Launchers of the CUDA kernels ----------------*- C++ -*-===//
+//
+// Host functions that launch the kernels of kernels/*.cu on a stream and
+// return the launch's cudaError_t (wrap them in INFER_CUDA_RETURN_IF_ERROR).
+// Activations are dense row-major fp32; matrices read by GEMMs and the KV
+// pool are bf16 with fp32 arithmetic. Each kernel computes the function of
+// the CPU backend's kernel of the same name (runtime/cpu/Kernels.h).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_CUDA_KERNELS_H
+#define INFER_RUNTIME_CUDA_KERNELS_H
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace infer::cuda {
+
+/// Sizes of the paged pool (plan::KVCacheLayout), elements bf16:
+///
+///   pool = [num_blocks][num_layers][2 (k, v)][block_size][kv_heads][head_dim]
+struct CacheDims {
+  int numLayers = 0;
+  int numKVHeads = 0;
+  int headDim = 0;
+  int blockSize = 0;
+};
+
+struct AttentionDims {
+  int layer = 0;
+  int numHeads = 0;
+  int numKVHeads = 0;
+  int headDim = 0;
+  float scale = 1.0f;
+  /// 0: none; else a query at position p sees keys in (p - window, p].
+  int slidingWindow = 0;
+};
+
+/// Largest head_dim the attention kernel supports.
+inline constexpr int kMaxHeadDim = 256;
+
+/// y[t, :] = table[ids[t], :] as fp32; ids are checked by the caller.
+cudaError_t launchEmbedding(const __nv_bfloat16 *table, int64_t hidden,
+                            const int32_t *ids, int64_t t, float *y,
+                            cudaStream_t stream);
+/// y = x / sqrt(mean(x^2) + eps) * w, per row of h.
+cudaError_t launchRmsNorm(const float *x, const float *w, float *y,
+                          int64_t rows, int64_t h, float epsilon,
+                          cudaStream_t stream);
+cudaError_t launchSilu(const float *x, float *y, int64_t n,
+                       cudaStream_t stream);
+cudaError_t launchGeluTanh(const float *x, float *y, int64_t n,
+                           cudaStream_t stream);
+cudaError_t launchAdd(const float *a, const float *b, float *y, int64_t n,
+                      cudaStream_t stream);
+cudaError_t launchMul(const float *a, const float *b, float *y, int64_t n,
+                      cudaStream_t stream);
+/// y[i, :] = x[indices[i], :]; indices are checked by the caller.
+cudaError_t launchGatherRows(const float *x, int64_t cols,
+                             const int32_t *indices, int64_t count, float *y,
+                             cudaStream_t stream);
+/// The GEMM operand of an fp32 activation.
+cudaError_t launchToBf16(const float *x, __nv_bfloat16 *y, int64_t n,
+                         cudaStream_t stream);
+/// y[r, :] += bias[:].
+cudaError_t launchAddBias(float *y, const float *bias, int64_t rows,
+                          int64_t cols, cudaStream_t stream);
+
+/// HF rotate_half rotary embedding of x[t, heads*headDim] into y, with the
+/// rotaryDim/2 inverse frequencies on the device.
+cudaError_t launchRope(const float *x, float *y, int64_t t, int64_t heads,
+                       int headDim, int rotaryDim, const int32_t *positions,
+                       const float *invFreq, cudaStream_t stream);
+
+/// Writes k and v rows [t, kvh*d] of `layer` to their slots; slot -1 skips.
+cudaError_t launchKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims, int layer,
+                               const float *k, const float *v,
+                               const int64_t *slots, int64_t t,
+                               cudaStream_t stream);
+
+/// Causal attention of q[t, h*d] over the cached keys and values of each
+/// sequence (query i of sequence s at position
+/// context_lens[s] - new_tokens(s) + i); writes out[t, h*d].
+cudaError_t launchPagedAttention(const float *q, const __nv_bfloat16 *pool,
+                                 CacheDims dims, AttentionDims attention,
+                                 const int32_t *blockTables,
+                                 int64_t maxBlocksPerSeq,
+                                 const int32_t *contextLens,
+                                 const int32_t *queryStartLoc, int64_t numSeqs,
+                                 int64_t t, float *out, cudaStream_t stream);
+
+} // namespace infer::cuda
+
+#endif // INFER_RUNTIME_CUDA_KERNELS_H

@@ -1,0 +1,184 @@
+//===- Attention.cu - KV-cache write and paged attention ------------------===//
+//
+// The pool is bf16 in the layout of plan::KVCacheLayout
+// ("block_layer_kv_slot_head_dim"):
+//
+//   pool[block][layer][k|v][slot in block][kv_head][head_dim]
+//   token at position p of a sequence: block = table[p / bs], slot p % bs
+//
+// paged attention: one thread block of 4 warps per (query token, head).
+// Warp w visits the keys w, w+4, ...; each lane holds head_dim/32 dimensions
+// of q, of the running output and of every key/value it reads, and keeps
+// an online softmax (running max and sum); the warps merge at the end.
+// Prefill (many tokens of a sequence) and decode (one) are the same launch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/Kernels.h"
+
+#include <cuda_bf16.h>
+
+namespace infer::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kPerLane = kMaxHeadDim / 32;
+
+__device__ int64_t slotOffset(CacheDims d, int64_t slot, int layer, int kv) {
+  const int64_t slotElements = int64_t(d.numKVHeads) * d.headDim;
+  const int64_t block = slot / d.blockSize, inBlock = slot % d.blockSize;
+  return ((block * d.numLayers + layer) * 2 + kv) * d.blockSize * slotElements +
+         inBlock * slotElements;
+}
+
+__global__ void kvCacheWriteKernel(__nv_bfloat16 *pool, CacheDims dims,
+                                   int layer, const float *k, const float *v,
+                                   const int64_t *slots, int64_t n) {
+  const int64_t width = int64_t(dims.numKVHeads) * dims.headDim;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t token = i / width, e = i % width;
+    const int64_t slot = slots[token];
+    if (slot < 0)
+      continue;
+    pool[slotOffset(dims, slot, layer, 0) + e] = __float2bfloat16_rn(k[i]);
+    pool[slotOffset(dims, slot, layer, 1) + e] = __float2bfloat16_rn(v[i]);
+  }
+}
+
+__global__ void __launch_bounds__(kWarps * 32)
+    pagedAttentionKernel(const float *q, const __nv_bfloat16 *pool,
+                         CacheDims dims, AttentionDims a,
+                         const int32_t *blockTables, int64_t maxBlocksPerSeq,
+                         const int32_t *contextLens,
+                         const int32_t *queryStartLoc, int64_t numSeqs,
+                         float *out) {
+  const int64_t token = blockIdx.x;
+  const int head = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int d = a.headDim;
+
+  // The sequence of this token: the last s with query_start_loc[s] <= token.
+  int64_t lo = 0, hi = numSeqs - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (queryStartLoc[mid] <= token)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int64_t seq = lo;
+  const int64_t newTokens = queryStartLoc[seq + 1] - queryStartLoc[seq];
+  const int64_t position =
+      contextLens[seq] - newTokens + (token - queryStartLoc[seq]);
+  const int64_t first =
+      a.slidingWindow > 0 && position - a.slidingWindow + 1 > 0
+          ? position - a.slidingWindow + 1
+          : 0;
+  const int32_t *table = blockTables + seq * maxBlocksPerSeq;
+  const int kvHead = head / (a.numHeads / a.numKVHeads);
+
+  float qv[kPerLane], acc[kPerLane];
+  const float *qh = q + (token * a.numHeads + head) * d;
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    const int e = lane + 32 * r;
+    qv[r] = e < d ? qh[e] : 0.0f;
+    acc[r] = 0.0f;
+  }
+  float runningMax = -INFINITY, runningSum = 0.0f;
+  for (int64_t j = first + warp; j <= position; j += kWarps) {
+    const int64_t slot = int64_t(table[j / dims.blockSize]) * dims.blockSize +
+                         j % dims.blockSize;
+    const __nv_bfloat16 *kj =
+        pool + slotOffset(dims, slot, a.layer, 0) + int64_t(kvHead) * d;
+    const __nv_bfloat16 *vj =
+        pool + slotOffset(dims, slot, a.layer, 1) + int64_t(kvHead) * d;
+    float dot = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) {
+      const int e = lane + 32 * r;
+      if (e < d)
+        dot += qv[r] * __bfloat162float(kj[e]);
+    }
+    for (int offset = 16; offset > 0; offset /= 2)
+      dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+    const float score = dot * a.scale;
+    const float newMax = fmaxf(runningMax, score);
+    const float correction = expf(runningMax - newMax);
+    const float p = expf(score - newMax);
+    runningSum = runningSum * correction + p;
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) {
+      const int e = lane + 32 * r;
+      const float value = e < d ? __bfloat162float(vj[e]) : 0.0f;
+      acc[r] = acc[r] * correction + p * value;
+    }
+    runningMax = newMax;
+  }
+
+  __shared__ float warpMax[kWarps], warpSum[kWarps];
+  __shared__ float warpAcc[kWarps][kMaxHeadDim];
+  if (lane == 0) {
+    warpMax[warp] = runningMax;
+    warpSum[warp] = runningSum;
+  }
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r)
+    warpAcc[warp][lane + 32 * r] = acc[r];
+  __syncthreads();
+  float globalMax = -INFINITY;
+  for (int w = 0; w < kWarps; ++w)
+    globalMax = fmaxf(globalMax, warpMax[w]);
+  float weights[kWarps], total = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    weights[w] = warpSum[w] > 0.0f ? expf(warpMax[w] - globalMax) : 0.0f;
+    total += warpSum[w] * weights[w];
+  }
+  float *o = out + (token * a.numHeads + head) * d;
+  for (int e = threadIdx.x; e < d; e += blockDim.x) {
+    float sum = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      sum += warpAcc[w][e] * weights[w];
+    o[e] = sum / total;
+  }
+}
+
+} // namespace
+
+cudaError_t launchKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims, int layer,
+                               const float *k, const float *v,
+                               const int64_t *slots, int64_t t,
+                               cudaStream_t stream) {
+  const int64_t n = t * dims.numKVHeads * dims.headDim;
+  if (n <= 0)
+    return cudaSuccess;
+  constexpr int kThreads = 256;
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  kvCacheWriteKernel<<<static_cast<unsigned>(blocks < 524280 ? blocks : 524280),
+                       kThreads, 0, stream>>>(pool, dims, layer, k, v, slots,
+                                              n);
+  return cudaGetLastError();
+}
+
+cudaError_t launchPagedAttention(const float *q, const __nv_bfloat16 *pool,
+                                 CacheDims dims, AttentionDims attention,
+                                 const int32_t *blockTables,
+                                 int64_t maxBlocksPerSeq,
+                                 const int32_t *contextLens,
+                                 const int32_t *queryStartLoc, int64_t numSeqs,
+                                 int64_t t, float *out, cudaStream_t stream) {
+  if (t <= 0)
+    return cudaSuccess;
+  if (attention.headDim > kMaxHeadDim || attention.numHeads > 65535)
+    return cudaErrorInvalidValue;
+  dim3 grid(static_cast<unsigned>(t),
+            static_cast<unsigned>(attention.numHeads));
+  pagedAttentionKernel<<<grid, kWarps * 32, 0, stream>>>(
+      q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
+      queryStartLoc, numSeqs, out);
+  return cudaGetLastError();
+}
+
+} // namespace infer::cuda
