@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+#===- gpu_check.sh - Build, test and time the CUDA backend on a GPU host --===#
+#
+# Run from the repository root on a machine with a GPU, the CUDA toolkit,
+# cmake and ninja. Headers and static libraries the machine lacks (PCRE2,
+# ICU headers, GoogleTest, nlohmann_json) come from .deps/, fixtures from
+# .gpu/fixtures, a compiled artifact from .gpu/art-llama-gqa. Logs go to
+# $OUT; a short table is printed last.
+#
+#===----------------------------------------------------------------------===#
+set -uo pipefail
+ROOT=$PWD
+D=$ROOT/.deps
+OUT=${OUT:-/tmp/gpu-check}
+BUILD=${BUILD:-/tmp/infer-build}
+mkdir -p "$OUT" "$D/pkgconfig" "$D/icu"
+ln -sf /lib/x86_64-linux-gnu/libicuuc.so.74 "$D/icu/libicuuc.so"
+printf 'Name: libpcre2-8\nDescription: PCRE2\nVersion: 10.42\nLibs: -L%s/lib -lpcre2-8\nCflags: -I%s/include\n' "$D" "$D" >"$D/pkgconfig/libpcre2-8.pc"
+printf 'Name: icu-uc\nDescription: ICU\nVersion: 74.2\nLibs: -L%s/icu -licuuc\nCflags: -I%s/include\n' "$D" "$D" >"$D/pkgconfig/icu-uc.pc"
+export PKG_CONFIG_PATH=$D/pkgconfig
+PKG=$(command -v pkg-config || echo "$D/bin/pkg-config")
+
+cmake -G Ninja -S "$ROOT" -B "$BUILD" -DINFER_ENABLE_COMPILER=OFF \
+  -DINFER_FIXTURES_DIR="$ROOT/.gpu/fixtures" -Dnlohmann_json_DIR="$D/cmake" \
+  -DGTEST_ROOT="$D" -DPKG_CONFIG_EXECUTABLE="$PKG" >"$OUT/cmake.log" 2>&1 ||
+  { tail -30 "$OUT/cmake.log"; exit 1; }
+ninja -C "$BUILD" -j16 InferCudaTests infer infer-cuda-decode-bench \
+  >"$OUT/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$OUT/build.log"; exit 1; }
+
+"$BUILD/bin/InferCudaTests" 2>&1 | tee "$OUT/gtest.log" |
+  grep -E "FAILED|Failure|error|PASSED|SKIPPED" | head -40
+
+ART=$ROOT/.gpu/art-llama-gqa
+W=$ROOT/.gpu/fixtures/rand/llama-gqa
+for b in cpu cuda; do
+  "$BUILD/bin/infer" generate "$ART" --weights "$W" --backend $b --json \
+    --token-ids 348,185,398,23,72 --token-ids 175 --max-new-tokens 24 \
+    >"$OUT/cli-$b.json" 2>&1
+  echo "cli generate --backend $b: rc=$?"
+done
+cmp -s "$OUT/cli-cpu.json" "$OUT/cli-cuda.json" && echo "cli: cuda tokens == cpu tokens" ||
+  { echo "cli: outputs differ"; cat "$OUT/cli-cpu.json" "$OUT/cli-cuda.json"; }
+"$BUILD/bin/infer" logits "$ART" --weights "$W" --backend cuda \
+  --token-ids 348,185,398 -o "$OUT/logits.safetensors" && echo "cli logits: ok"
+
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  python3 "$ROOT/tests/runtime/cuda/make_random_llama.py" /tmp/tinyllama \
+    >"$OUT/make_model.log" 2>&1 || tail -5 "$OUT/make_model.log"
+  "$BUILD/bin/infer-cuda-decode-bench" /tmp/tinyllama 16 256 2>&1 |
+    tee "$OUT/bench.log"
+fi
+
+echo "==== summary"
+grep -hE "^\[ (kernel|fixture|greedy) " "$OUT/gtest.log" | sort | uniq |
+  awk '{ $1=$1; print }' | cut -c1-110
+grep -E "tests ran|PASSED|FAILED" "$OUT/gtest.log" | tail -4
