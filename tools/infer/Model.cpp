@@ -3,6 +3,10 @@
 #include "tools/infer/Model.h"
 #include "runtime/cpu/CpuBackend.h"
 
+#ifdef INFER_HAS_CUDA
+#include "runtime/cuda/CudaBackend.h"
+#endif
+
 #ifdef INFER_HAS_COMPILER
 #include "codegen/Compile.h"
 #endif
@@ -65,14 +69,30 @@ StatusOr<std::unique_ptr<Backend>>
 createBackend(const Artifact &artifact, const std::string &name,
               const std::string &weightsDirOverride, int64_t numBlocks,
               int numThreads) {
-  if (name == "cuda")
-    return unimplemented("CUDA backend not built");
-  if (name != "cpu")
+  if (name != "cpu" && name != "cuda")
     return invalidArgument("unknown backend '" + name +
                            "' (expected cpu or cuda)");
+#ifndef INFER_HAS_CUDA
+  if (name == "cuda")
+    return unimplemented("infer was built without the CUDA backend "
+                         "(INFER_ENABLE_CUDA=OFF)");
+#else
+  if (name == "cuda") {
+    std::string why;
+    if (!cuda::cudaDeviceAvailable(&why))
+      return unimplemented("--backend cuda: " + why);
+  }
+#endif
   INFER_ASSIGN_OR_RETURN(
       ParamTable params,
       loadParams(artifact, 0, weightsDirOf(artifact, weightsDirOverride)));
+#ifdef INFER_HAS_CUDA
+  if (name == "cuda") {
+    cuda::CudaBackendOptions options;
+    options.numBlocks = numBlocks;
+    return cuda::createCudaBackend(artifact.plan, 0, params, options);
+  }
+#endif
   cpu::CpuBackendOptions options;
   options.numBlocks = numBlocks;
   options.numThreads = numThreads;
