@@ -137,7 +137,9 @@ Status writeArtifact(const std::string &outDir,
   INFER_ASSIGN_OR_RETURN(manifest.model, readModelInfo(contents.program));
   manifest.compileOptions = {
       {"target", contents.options.target},
-      {"block_size", std::to_string(contents.options.blockSize)}};
+      {"block_size", std::to_string(contents.options.blockSize)},
+      {"tp", std::to_string(contents.options.tp)}};
+  manifest.numRanks = contents.plan->numRanks;
   manifest.targets = {contents.options.target};
   manifest.kvCache = contents.plan->kvCache;
   manifest.weightsDir = contents.modelDir;

@@ -107,6 +107,9 @@ Status checkOptions(const CompileOptions &options) {
   if (options.target != "cpu")
     return invalidArgument("unknown target '" + options.target +
                            "' (supported: cpu, cuda)");
+  if (options.tp < 1)
+    return invalidArgument("tensor parallelism must be at least 1, got " +
+                           std::to_string(options.tp));
   if (options.blockSize <= 0)
     return invalidArgument("block size must be positive, got " +
                            std::to_string(options.blockSize));
@@ -144,6 +147,9 @@ Status compileModel(const std::string &modelDir, const std::string &outDir,
 
   mlir::MLIRContext context;
   context.disableMultithreading();
+  // Diagnostics name the op through its location; the generic dump of the
+  // op that MLIR appends as a note is noise for users of `infer compile`.
+  context.printOpOnDiagnostic(false);
   DiagnosticCollector diagnostics(context);
   mlir::OwningOpRef<mlir::ModuleOp> module =
       frontend::importHFModel(weightsDir, context);
@@ -154,6 +160,7 @@ Status compileModel(const std::string &modelDir, const std::string &outDir,
   mlir::PassManager pm(&context);
   mlir::infer::DeployPipelineOptions pipelineOptions;
   pipelineOptions.blockSize = options.blockSize;
+  pipelineOptions.tp = options.tp;
   mlir::infer::buildDeployPipeline(pm, pipelineOptions);
   if (mlir::failed(pm.run(*module)) || mlir::failed(mlir::verify(*module)))
     return diagnostics

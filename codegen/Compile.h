@@ -19,6 +19,8 @@ namespace infer::compiler {
 struct CompileOptions {
   std::string target = "cpu"; ///< "cpu" or "cuda"
   int64_t blockSize = 16;
+  /// Tensor-parallel ranks (`infer-shard-tensor-parallel`).
+  int64_t tp = 1;
 };
 
 /// Imports the HF model directory and prints the model-level IR to `outPath`

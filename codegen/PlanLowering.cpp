@@ -5,12 +5,21 @@
 //   func argument {infer.input = "token_ids"}  -> input     [T]
 //   func argument {infer.input = "kv_cache"}   -> kv_cache  (no shape)
 //   infer.weight "model.norm.weight"           -> param     [384]
+//   infer.weight {shard = #infer.shard<...>}    -> param, the rank's slice
 //   any other op result                        -> activation, e.g. [T, 384]
 //
 // Dynamic dimensions get the symbol of the batch-contract input they come
 // from (T tokens, B sequences, S logits rows, M blocks per sequence), traced
 // through each op's shape rule. kv_cache_write updates the cache in place, so
 // its result is the cache value itself and the step has no results.
+//
+// A module with `infer.tp = N` lowers to N rank plans with the same values
+// and steps; they differ only in what is rank-dependent: the `slice`
+// transform of each split parameter and the vocabulary range of a
+// vocabulary-parallel embedding:
+//
+//   rank r:  q_proj.weight  slice {dim 0, begin r * 64, size 64}
+//            embedding      vocab_offset = r * V/N, vocab_size = V
 //
 //===----------------------------------------------------------------------===//
 
@@ -64,13 +73,16 @@ bool isDirectStep(StringRef name) {
   return llvm::StringSwitch<bool>(name)
       .Cases("embedding", "rms_norm", "linear", "rope", "paged_attention", true)
       .Cases("silu", "add", "mul", "gather_rows", "logits", true)
+      .Cases("all_reduce", "all_gather", true)
       .Default(false);
 }
 
 class PlanLowering {
 public:
-  PlanLowering(mlir::func::FuncOp func, const TensorFileMap &tensorFiles)
-      : func(func), tensorFiles(tensorFiles), asmState(func) {}
+  PlanLowering(mlir::func::FuncOp func, const TensorFileMap &tensorFiles,
+               int64_t numRanks)
+      : func(func), tensorFiles(tensorFiles), numRanks(numRanks),
+        asmState(func) {}
 
   FailureOr<plan::Plan> lower();
 
@@ -87,9 +99,15 @@ private:
   const std::vector<plan::Dim> &shapeOf(mlir::Value value) {
     return rank.values[ids.lookup(value)].shape;
   }
+  plan::RankPlan specializeRank(int rankIndex) const;
 
   mlir::func::FuncOp func;
   const TensorFileMap &tensorFiles;
+  int64_t numRanks;
+  /// Split params (value id -> shard) and vocabulary-parallel embedding
+  /// steps (step index -> vocabulary shards): what differs between ranks.
+  std::map<int, mlir::infer::ShardAttr> paramShards;
+  std::map<size_t, int64_t> vocabParallelSteps;
   mlir::AsmState asmState;
   plan::Plan result;
   plan::RankPlan rank;
@@ -163,8 +181,20 @@ mlir::LogicalResult PlanLowering::lowerArgument(mlir::BlockArgument arg) {
 
 mlir::LogicalResult PlanLowering::lowerWeight(mlir::infer::WeightOp op) {
   std::string name = op.getName().str();
+  std::optional<mlir::infer::ShardAttr> shard = op.getShard();
+  if (shard && shard->getNumRanks() != numRanks)
+    return op.emitError() << "is split for " << shard->getNumRanks()
+                          << " ranks in a module of infer.tp = " << numRanks;
   auto found = paramIds.find(name);
   if (found != paramIds.end()) {
+    auto other = paramShards.find(found->second);
+    std::optional<mlir::infer::ShardAttr> otherShard;
+    if (other != paramShards.end())
+      otherShard = other->second;
+    if (otherShard != shard)
+      return op.emitError() << "reads tensor '" << name
+                            << "' split differently than another "
+                               "infer.weight of it";
     ids[op.getResult()] = found->second;
     return mlir::success();
   }
@@ -186,6 +216,8 @@ mlir::LogicalResult PlanLowering::lowerWeight(mlir::infer::WeightOp op) {
   value.sourceTensor = name;
   int id = addValue(std::move(value));
   paramIds[name] = id;
+  if (shard)
+    paramShards[id] = *shard;
   ids[op.getResult()] = id;
   return mlir::success();
 }
@@ -243,6 +275,9 @@ mlir::LogicalResult PlanLowering::lowerAttributes(mlir::Operation *op,
     mlir::Attribute attr = named.getValue();
     if (mlir::isa<mlir::infer::GeluOp>(op) && name == "approximate")
       continue;
+    // Rank-dependent: specializeRank writes vocab_offset and vocab_size.
+    if (mlir::isa<mlir::infer::EmbeddingOp>(op) && name == "vocab_shards")
+      continue;
     if (auto integer = mlir::dyn_cast<mlir::IntegerAttr>(attr)) {
       step.attrs[name] = integer.getValue().getSExtValue();
     } else if (auto real = mlir::dyn_cast<mlir::FloatAttr>(attr)) {
@@ -274,6 +309,16 @@ mlir::LogicalResult PlanLowering::lowerStep(mlir::Operation *op,
     step.operands.push_back(ids.lookup(operand));
   if (mlir::failed(lowerAttributes(op, step)))
     return mlir::failure();
+  if (auto embedding = mlir::dyn_cast<mlir::infer::EmbeddingOp>(op)) {
+    if (mlir::IntegerAttr shards = embedding.getVocabShardsAttr()) {
+      if (shards.getInt() != numRanks)
+        return op->emitError() << "looks up " << shards.getInt()
+                               << " vocabulary shards in a module of "
+                                  "infer.tp = "
+                               << numRanks;
+      vocabParallelSteps[rank.steps.size()] = shards.getInt();
+    }
+  }
   for (mlir::Value res : op->getResults()) {
     auto type = mlir::dyn_cast<mlir::RankedTensorType>(res.getType());
     if (!type)
@@ -359,8 +404,31 @@ FailureOr<plan::Plan> PlanLowering::lower() {
     if (mlir::failed(lowered))
       return mlir::failure();
   }
-  result.ranks.push_back(std::move(rank));
+  result.numRanks = static_cast<int>(numRanks);
+  for (int r = 0; r < numRanks; ++r)
+    result.ranks.push_back(specializeRank(r));
   return std::move(result);
+}
+
+plan::RankPlan PlanLowering::specializeRank(int rankIndex) const {
+  plan::RankPlan specialized = rank;
+  specialized.rank = rankIndex;
+  for (const auto &[id, shard] : paramShards) {
+    plan::Value &value = specialized.values[id];
+    int64_t size = value.shape[shard.getDim()].size;
+    value.transforms.push_back(
+        plan::WeightTransform{"slice",
+                              {{"dim", shard.getDim()},
+                               {"begin", shard.getShardOf(rankIndex) * size},
+                               {"size", size}}});
+  }
+  for (const auto &[stepIndex, shards] : vocabParallelSteps) {
+    plan::Step &step = specialized.steps[stepIndex];
+    int64_t rows = specialized.values[step.operands[0]].shape[0].size;
+    step.attrs["vocab_offset"] = rankIndex * rows;
+    step.attrs["vocab_size"] = rows * shards;
+  }
+  return specialized;
 }
 
 } // namespace
@@ -370,7 +438,11 @@ FailureOr<plan::Plan> lowerToPlan(mlir::ModuleOp module,
   auto func = module.lookupSymbol<mlir::func::FuncOp>("forward");
   if (!func)
     return module.emitError() << "the module has no func.func @forward";
-  return PlanLowering(func, tensorFiles).lower();
+  int64_t numRanks = 1;
+  if (auto tp = module->getAttrOfType<mlir::IntegerAttr>(
+          mlir::infer::InferDialect::kTensorParallelAttrName))
+    numRanks = tp.getInt();
+  return PlanLowering(func, tensorFiles, numRanks).lower();
 }
 
 } // namespace infer::compiler

@@ -23,7 +23,8 @@ namespace infer::compiler {
 /// weights directory), as `safetensors::listModelTensors` returns it.
 using TensorFileMap = std::map<std::string, std::string>;
 
-/// Lowers `@forward` of `module` to a single-rank plan. Emits a diagnostic on
+/// Lowers `@forward` of `module` to a plan of `infer.tp` ranks (one when the
+/// module is not split). Emits a diagnostic on
 /// the offending op and fails on anything the plan format cannot express
 /// (notably `infer.attention`: the paging pass has not run).
 mlir::FailureOr<plan::Plan> lowerToPlan(mlir::ModuleOp module,

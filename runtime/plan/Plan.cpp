@@ -121,7 +121,8 @@ bool Manifest::operator==(const Manifest &o) const {
          weightsDir == o.weightsDir && weightFiles == o.weightFiles &&
          tokenizerFile == o.tokenizerFile &&
          tokenizerConfigFile == o.tokenizerConfigFile &&
-         programFile == o.programFile && planFile == o.planFile;
+         programFile == o.programFile && planFile == o.planFile &&
+         numRanks == o.numRanks;
 }
 
 std::string fingerprint(std::string_view bytes) {
@@ -531,6 +532,8 @@ static const OpSignature kOpSignatures[] = {
     {"mul", 2, 2, 1},
     {"gather_rows", 2, 2, 1},
     {"logits", 2, 2, 1},
+    {"all_reduce", 1, 1, 1},
+    {"all_gather", 1, 1, 1},
 };
 
 static const OpSignature *findOp(const std::string &op) {
@@ -745,7 +748,8 @@ std::string manifestToJson(const Manifest &m) {
          {"tokenizer_file", m.tokenizerFile},
          {"tokenizer_config_file", m.tokenizerConfigFile},
          {"program_file", m.programFile},
-         {"plan_file", m.planFile}};
+         {"plan_file", m.planFile},
+         {"num_ranks", m.numRanks}};
   return j.dump(1) + "\n";
 }
 
@@ -846,6 +850,12 @@ StatusOr<Manifest> parseManifestJson(std::string_view text) {
   INFER_ASSIGN_OR_RETURN(m.programFile,
                          r.getString("program_file", "program.mlir"));
   INFER_ASSIGN_OR_RETURN(m.planFile, r.getString("plan_file", "plan.json"));
+  if (r.has("num_ranks")) {
+    INFER_ASSIGN_OR_RETURN(int64_t numRanks, r.getInt("num_ranks"));
+    if (numRanks < 1)
+      return r.error("num_ranks", "must be >= 1");
+    m.numRanks = static_cast<int>(numRanks);
+  }
   return m;
 }
 

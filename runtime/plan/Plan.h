@@ -1,4 +1,5 @@
-//===- Plan.h - The kernel plan: the seam between compiler and runtime -*- C++ -*-===//
+//===- Plan.h - The kernel plan: the seam between compiler and runtime -*- C++
+//-*-===//
 //
 // codegen/ lowers the final `infer` IR to a Plan and writes it as plan.json in
 // the artifact; the runtime reads it back and executes it. Nothing here needs
@@ -19,7 +20,10 @@
 // sequence). Activations are dense row-major.
 //
 // Step ops of format version 1 (operands -> results; attributes):
-//   embedding        (table[V,H], ids[T]) -> [T,H]
+//   embedding        (table[V,H], ids[T]) -> [T,H]; vocab_offset, vocab_size
+//                    (optional, vocabulary-parallel: the table holds rows
+//                    vocab_offset .. vocab_offset+V of a vocabulary of
+//                    vocab_size; other ids in range give zero rows)
 //   rms_norm         (x[T,H], w[H]) -> [T,H]; epsilon (double)
 //   linear           (x[T,K], w[N,K], bias[N]?) -> [T,N]      x * w^T (+ bias)
 //   rope             (x[T,heads*head_dim], positions[T]) -> same shape;
@@ -37,6 +41,20 @@
 //   add, mul         (a, b) -> same shape
 //   gather_rows      (x[T,H], indices[S]) -> [S,H]
 //   logits           (x[S,H], w[V,H]) -> [S,V] f32
+//   all_reduce       (x) -> same shape: the elementwise sum over all ranks
+//   all_gather       (x) -> x with dimension dim times num_ranks; dim. The
+//                    ranks' tensors concatenated along dim in rank order.
+//
+// Weight transforms of format version 1 (applied in order at load):
+//   slice            dim, begin, size: indices begin .. begin+size of
+//                    dimension dim of the source tensor (a tensor-parallel
+//                    shard; each rank's plan has its own begin).
+//
+// Tensor parallelism (num_ranks > 1) arrived within format version 1: the
+// rank plans are the same program (SPMD) and differ only in their params'
+// slice transforms and their embeddings' vocab_offset. A reader that
+// predates it rejects such a plan with "unknown op 'all_reduce'" or "unknown
+// weight transform 'slice'" rather than misreading it.
 //
 // KV cache layout "block_layer_kv_slot_head_dim": one pool per rank,
 //   [num_blocks][num_layers][2 (k, v)][block_size][num_kv_heads][head_dim]
@@ -236,6 +254,8 @@ struct Manifest {
   std::string tokenizerConfigFile; ///< "tokenizer_config.json", or empty
   std::string programFile = "program.mlir";
   std::string planFile = "plan.json";
+  /// Tensor-parallel ranks the plan runs on ("num_ranks"; absent reads 1).
+  int numRanks = 1;
 
   bool operator==(const Manifest &o) const;
 };

@@ -102,10 +102,14 @@ Status runCompile(const ParsedArgs &args) {
   std::string target = args.get("--target", "cpu");
   if (target != "cpu" && target != "cuda")
     return invalidArgument("--target must be cpu or cuda");
+  INFER_ASSIGN_OR_RETURN(int64_t tp, args.getInt("--tp", 1));
+  if (tp < 1)
+    return invalidArgument("--tp must be >= 1");
 #ifdef INFER_HAS_COMPILER
   compiler::CompileOptions options;
   options.target = target;
   options.blockSize = blockSize;
+  options.tp = tp;
   return compiler::compileModel(args.positional[0], *args.get("-o"), options);
 #else
   return unimplemented(kNoCompilerMessage);
@@ -623,9 +627,12 @@ std::vector<Command> commands() {
        runImport},
       {"compile",
        "usage: infer compile MODEL_DIR -o ARTIFACT_DIR [--target cpu|cuda]\n"
-       "                     [--block-size 16]\n\n"
-       "Compiles a Hugging Face model directory into an artifact directory.\n",
-       {output, {"--target"}, {"--block-size"}},
+       "                     [--block-size 16] [--tp 1]\n\n"
+       "Compiles a Hugging Face model directory into an artifact directory.\n"
+       "--tp N splits the model over N tensor-parallel ranks (one SPMD plan;\n"
+       "generate and logits run every rank, one thread each on the cpu\n"
+       "backend).\n",
+       {output, {"--target"}, {"--block-size"}, {"--tp"}},
        runCompile},
       {"generate",
        "usage: infer generate MODEL (--prompt TEXT | --token-ids 1,2,3)...\n"
