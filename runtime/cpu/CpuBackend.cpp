@@ -28,6 +28,8 @@ enum class OpKind {
   kMul,
   kGatherRows,
   kLogits,
+  kAllReduce,
+  kAllGather,
 };
 
 /// The batch-contract inputs a plan may bind by name.
@@ -71,6 +73,8 @@ std::optional<OpKind> parseOp(const std::string &op) {
       {"mul", OpKind::kMul},
       {"gather_rows", OpKind::kGatherRows},
       {"logits", OpKind::kLogits},
+      {"all_reduce", OpKind::kAllReduce},
+      {"all_gather", OpKind::kAllGather},
   };
   for (const auto &[n, kind] : kOps)
     if (op == n)
@@ -88,6 +92,12 @@ struct PreparedStep {
   std::vector<float> ropeInvFreq;
   AttentionParams attention;
   int64_t layer = 0;
+  /// Embedding: the table's first vocabulary id and the full vocabulary
+  /// (vocabulary-parallel; vocabSize 0 means the table is all of it).
+  int64_t vocabOffset = 0;
+  int64_t vocabSize = 0;
+  /// All-gather: the dimension concatenated.
+  int64_t gatherDim = 0;
   /// Activations whose last use is this step (freed after it).
   std::vector<int> release;
 };
@@ -112,8 +122,8 @@ struct Matrix {
 class CpuBackend final : public Backend {
 public:
   CpuBackend(const plan::KVCacheLayout &layout, int64_t numBlocks,
-             int numThreads)
-      : pool_(numThreads), numBlocks_(numBlocks) {
+             int numThreads, Communicator *communicator)
+      : pool_(numThreads), numBlocks_(numBlocks), communicator_(communicator) {
     geometry_.numLayers = layout.numLayers;
     geometry_.numKVHeads = layout.numKVHeads;
     geometry_.headDim = layout.headDim;
@@ -125,8 +135,8 @@ public:
   std::string_view name() const override { return "cpu"; }
   int64_t numBlocks() const override { return numBlocks_; }
   StatusOr<Logits> forward(const Batch &batch) override;
-  Status copyBlocks(
-      const std::vector<std::pair<int32_t, int32_t>> &copies) override {
+  Status
+  copyBlocks(const std::vector<std::pair<int32_t, int32_t>> &copies) override {
     const int64_t n = geometry_.blockElements();
     for (const auto &[from, to] : copies) {
       if (from < 0 || from >= numBlocks_ || to < 0 || to >= numBlocks_)
@@ -149,9 +159,13 @@ private:
   StatusOr<const int32_t *> intInput(int id, const Batch &batch,
                                      int64_t &length) const;
 
+  Status allGather(const PreparedStep &step, const Matrix &x, Matrix &y);
+
   ThreadPool pool_;
   CacheGeometry geometry_;
   int64_t numBlocks_;
+  /// The rank's collectives; null for a one-rank plan.
+  Communicator *communicator_;
   std::vector<float> cache_;
   ParamTable params_;
   plan::RankPlan rank_;
@@ -273,6 +287,41 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
       return withWhere(v.status());
 
   switch (out.op) {
+  case OpKind::kEmbedding: {
+    out.vocabOffset = step.getInt("vocab_offset", 0);
+    out.vocabSize = step.getInt("vocab_size", 0);
+    for (const char *name : {"vocab_offset", "vocab_size"})
+      if (step.attrs.count(name))
+        if (StatusOr<int64_t> v = step.getInt(name); !v.isOk())
+          return withWhere(v.status());
+    const Value &table = *valueById_[step.operands[0]];
+    int64_t rows = table.shape.empty() ? 0 : table.shape[0].size;
+    if (out.vocabSize != 0 &&
+        (out.vocabOffset < 0 || out.vocabOffset + rows > out.vocabSize))
+      return invalidArgument(
+          "cpu backend: " + where + ": vocab_offset " +
+          std::to_string(out.vocabOffset) + " + " + std::to_string(rows) +
+          " table rows exceed vocab_size " + std::to_string(out.vocabSize));
+    break;
+  }
+  case OpKind::kAllReduce:
+  case OpKind::kAllGather: {
+    if (!communicator_)
+      return invalidArgument("cpu backend: " + where +
+                             ": a collective in a plan run without a "
+                             "communicator");
+    if (out.op == OpKind::kAllReduce)
+      break;
+    StatusOr<int64_t> dim = step.getInt("dim");
+    if (!dim.isOk())
+      return withWhere(dim.status());
+    if (*dim != 0 && *dim != 1)
+      return invalidArgument("cpu backend: " + where +
+                             ": all_gather dim must be 0 or 1, got " +
+                             std::to_string(*dim));
+    out.gatherDim = *dim;
+    break;
+  }
   case OpKind::kRmsNorm: {
     StatusOr<double> eps = step.getFloat("epsilon");
     if (!eps.isOk())
@@ -387,13 +436,19 @@ Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
     int64_t t;
     INFER_ASSIGN_OR_RETURN(const int32_t *ids,
                            intInput(s.operands[1], batch, t));
+    const int64_t vocab = s.vocabSize > 0 ? s.vocabSize : table.rows;
     float *y = result->allocate(t, table.cols);
     for (int64_t i = 0; i < t; ++i) {
-      if (ids[i] < 0 || ids[i] >= table.rows)
+      if (ids[i] < 0 || ids[i] >= vocab)
         return outOfRange("token id " + std::to_string(ids[i]) +
                           " outside the vocabulary of " +
-                          std::to_string(table.rows));
-      std::memcpy(y + i * table.cols, table.data + ids[i] * table.cols,
+                          std::to_string(vocab));
+      // Vocabulary-parallel: another rank's slice holds the row; this
+      // rank's contribution to the all-reduce is zero.
+      const int64_t row = ids[i] - s.vocabOffset;
+      if (row < 0 || row >= table.rows)
+        continue;
+      std::memcpy(y + i * table.cols, table.data + row * table.cols,
                   table.cols * sizeof(float));
     }
     return Status::ok();
@@ -491,6 +546,14 @@ Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
         y[i] = a.data[i] * b.data[i];
     return Status::ok();
   }
+  case OpKind::kAllReduce: {
+    const Matrix &x = in(0);
+    float *y = result->allocate(x.rows, x.cols);
+    std::memcpy(y, x.data, x.size() * sizeof(float));
+    return communicator_->allReduceSum(y, x.size());
+  }
+  case OpKind::kAllGather:
+    return allGather(s, in(0), *result);
   case OpKind::kGatherRows: {
     const Matrix &x = in(0);
     int64_t count;
@@ -508,6 +571,29 @@ Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
   }
   }
   return internalError("cpu backend: unhandled op");
+}
+
+/// Gathers rank-major blocks, then interleaves them for dim 1:
+///
+///   recv  [rank 0: rows x c][rank 1: rows x c]   (dim 0: the result as is)
+///   y     row i = [rank 0 row i | rank 1 row i]  (dim 1)
+Status CpuBackend::allGather(const PreparedStep &step, const Matrix &x,
+                             Matrix &y) {
+  const int64_t n = communicator_->size();
+  if (step.gatherDim == 0) {
+    float *out = y.allocate(x.rows * n, x.cols);
+    return communicator_->allGather(x.data, x.size(), out);
+  }
+  std::vector<float> recv(static_cast<size_t>(x.size() * n));
+  INFER_RETURN_IF_ERROR(
+      communicator_->allGather(x.data, x.size(), recv.data()));
+  float *out = y.allocate(x.rows, x.cols * n);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < x.rows; ++i)
+      std::memcpy(out + i * x.cols * n + r * x.cols,
+                  recv.data() + (r * x.rows + i) * x.cols,
+                  x.cols * sizeof(float));
+  return Status::ok();
 }
 
 StatusOr<Logits> CpuBackend::forward(const Batch &batch) {
@@ -554,10 +640,17 @@ createCpuBackend(const plan::Plan &plan, int rank, ParamTable params,
                          " (only f32)");
   if (options.numBlocks < 0)
     return invalidArgument("cpu backend: negative number of KV blocks");
+  if (plan.numRanks > 1 &&
+      (!options.communicator || options.communicator->size() != plan.numRanks ||
+       options.communicator->rank() != rank))
+    return invalidArgument("cpu backend: rank " + std::to_string(rank) +
+                           " of a " + std::to_string(plan.numRanks) +
+                           "-rank plan needs that rank's communicator");
   int threads = options.numThreads > 0 ? options.numThreads
                                        : ThreadPool::defaultNumThreads();
-  auto backend =
-      std::make_unique<CpuBackend>(layout, options.numBlocks, threads);
+  auto backend = std::make_unique<CpuBackend>(
+      layout, options.numBlocks, threads,
+      plan.numRanks > 1 ? options.communicator : nullptr);
   INFER_RETURN_IF_ERROR(backend->prepare(plan.ranks[rank], std::move(params)));
   return std::unique_ptr<Backend>(std::move(backend));
 }

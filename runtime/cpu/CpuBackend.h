@@ -10,6 +10,7 @@
 #define INFER_RUNTIME_CPU_CPUBACKEND_H
 
 #include "runtime/backend/Backend.h"
+#include "runtime/backend/Communicator.h"
 #include "runtime/plan/Plan.h"
 
 #include <memory>
@@ -22,6 +23,8 @@ struct CpuBackendOptions {
   int64_t numBlocks = 0;
   /// Worker threads including the caller; 0 = the hardware's.
   int numThreads = 0;
+  /// The rank's collectives, needed by a plan of more than one rank.
+  Communicator *communicator = nullptr;
 };
 
 /// Checks the plan's rank against what this backend implements (ops,
@@ -30,6 +33,16 @@ struct CpuBackendOptions {
 StatusOr<std::unique_ptr<Backend>>
 createCpuBackend(const plan::Plan &plan, int rank, ParamTable params,
                  const CpuBackendOptions &options);
+
+/// Every rank of a tensor-parallel plan in this process: rank r runs on its
+/// own thread with its own KV pool (its key/value heads), `paramsPerRank[r]`,
+/// and a thread-group communicator; forward() runs all ranks on the batch and
+/// returns rank 0's logits. `options.numThreads` is split among the ranks;
+/// `options.communicator` is ignored.
+StatusOr<std::unique_ptr<Backend>>
+createCpuTensorParallelBackend(const plan::Plan &plan,
+                               std::vector<ParamTable> paramsPerRank,
+                               const CpuBackendOptions &options);
 
 } // namespace infer::cpu
 

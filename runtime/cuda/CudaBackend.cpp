@@ -9,9 +9,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <set>
+#include <tuple>
 
 namespace infer::cuda {
 
@@ -93,6 +95,16 @@ struct Tensor {
   int64_t size() const { return rows * cols; }
 };
 
+/// One captured forward call and the pinned buffer its logits land in.
+struct CapturedGraph {
+  cudaGraphExec_t exec = nullptr;
+  float *hostLogits = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  /// Rows of the matrix each gather_rows step indexes (step -> rows).
+  std::vector<std::pair<size_t, int64_t>> gatherRows;
+};
+
 /// A step with its attributes checked and decoded once, at creation.
 struct PreparedStep {
   OpKind op;
@@ -128,6 +140,8 @@ public:
               const CudaBackendOptions &options);
 
 private:
+  /// (tokens, sequences, padded max blocks per sequence, logits rows).
+  using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   int64_t blockElements() const {
     return int64_t(dims_.numLayers) * 2 * dims_.blockSize * dims_.numKVHeads *
            dims_.headDim;
@@ -136,11 +150,18 @@ private:
   Status prepareStep(const Step &step, const std::string &where,
                      PreparedStep &out);
   Status uploadInputs(const Batch &batch);
-  Status runStep(const PreparedStep &step, const Batch &batch);
+  Status runStep(size_t index, const Batch &batch);
+  /// Runs every step on the stream; the plan output stays on the device.
+  Status runSteps(const Batch &batch);
+  /// Checks token ids against the embedding tables (data, not shapes).
+  Status checkTokenIds(const Batch &batch) const;
+  Status capture(const Batch &batch, CapturedGraph &graph);
+  Status destroyGraphs();
   Status allocate(Tensor &t, int64_t rows, int64_t cols);
   Status releaseActivations();
-  Status linear(const Tensor &x, const Tensor &w, const Tensor *bias, Tensor &y,
-                const std::string &where);
+  Status linear(int xId, const Tensor &x, const Tensor &w, const Tensor *bias,
+                Tensor &y, const std::string &where);
+  Status release(int id);
   /// The device copy and host length of an integer input.
   const void *input(int id, int64_t *length, const Batch &batch) const;
 
@@ -156,6 +177,8 @@ private:
   std::vector<std::optional<InputKind>> inputOf_;
   std::vector<Tensor> params_;
   std::vector<Tensor> values_;
+  /// bf16 copies of activations read by GEMMs, made once per value.
+  std::vector<__nv_bfloat16 *> bf16Of_;
   std::vector<PreparedStep> steps_;
   int output_ = -1;
 
@@ -163,15 +186,30 @@ private:
   char *inputs_ = nullptr;
   size_t inputsCapacity_ = 0;
   size_t inputOffset_[static_cast<int>(InputKind::kCount)] = {};
+  /// block_tables rows as uploaded: padded to a power of two so that
+  /// decode steps of a growing sequence share a graph.
+  int64_t paddedBlocksPerSeq_ = 0;
+
+  int64_t maxGraphTokens_ = 0;
+  std::map<GraphKey, CapturedGraph> graphs_;
+  /// gather_rows steps' input rows in the last run (step -> rows).
+  std::vector<std::pair<size_t, int64_t>> gatherRows_;
 };
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_)
     cudaStreamSynchronize(stream_);
+  for (auto &[key, graph] : graphs_) {
+    cudaGraphExecDestroy(graph.exec);
+    cudaFreeHost(graph.hostLogits);
+  }
   for (Tensor &t : values_)
     if (t.owned)
       cudaFree(t.f32);
+  for (__nv_bfloat16 *p : bf16Of_)
+    if (p)
+      cudaFree(p);
   for (void *p : deviceAllocations_)
     cudaFree(p);
   if (inputs_)
@@ -248,6 +286,7 @@ Status CudaBackend::uploadParams(const ParamTable &params) {
 Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
                          const CudaBackendOptions &options) {
   rank_ = plan;
+  maxGraphTokens_ = options.maxGraphTokens;
   INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   INFER_CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -312,6 +351,7 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
       cudaMemsetAsync(pool_, 0, numBlocks_ * blockBytes, stream_));
   INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   values_.assign(rank_.values.size(), Tensor());
+  bf16Of_.assign(rank_.values.size(), nullptr);
   return Status::ok();
 }
 
@@ -367,9 +407,10 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
                            "context_lens and query_start_loc");
   if ((out.op == OpKind::kEmbedding || out.op == OpKind::kRope ||
        out.op == OpKind::kGatherRows) &&
-      inputOf_[step.operands[1]] == InputKind::kSlotMapping)
+      (inputOf_[step.operands[1]] == InputKind::kSlotMapping ||
+       inputOf_[step.operands[1]] == InputKind::kBlockTables))
     return invalidArgument("cuda backend: " + where +
-                           ": operand 1 must be an i32 input");
+                           ": operand 1 must be a 1-D i32 input");
 
   switch (out.op) {
   case OpKind::kRmsNorm: {
@@ -460,12 +501,20 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
 
 Status CudaBackend::uploadInputs(const Batch &batch) {
   auto bytesOf = [](const auto &v) { return v.size() * sizeof(v[0]); };
+  paddedBlocksPerSeq_ = 1;
+  while (paddedBlocksPerSeq_ < batch.maxBlocksPerSeq)
+    paddedBlocksPerSeq_ *= 2;
+  std::vector<int32_t> tables(batch.numSeqs() * paddedBlocksPerSeq_, -1);
+  for (int64_t s = 0; s < batch.numSeqs(); ++s)
+    std::copy_n(batch.blockTables.begin() + s * batch.maxBlocksPerSeq,
+                batch.maxBlocksPerSeq,
+                tables.begin() + s * paddedBlocksPerSeq_);
   const std::pair<const void *, size_t> arrays[] = {
       {batch.tokenIds.data(), bytesOf(batch.tokenIds)},
       {batch.positions.data(), bytesOf(batch.positions)},
       {batch.queryStartLoc.data(), bytesOf(batch.queryStartLoc)},
       {batch.contextLens.data(), bytesOf(batch.contextLens)},
-      {batch.blockTables.data(), bytesOf(batch.blockTables)},
+      {tables.data(), bytesOf(tables)},
       {batch.slotMapping.data(), bytesOf(batch.slotMapping)},
       {batch.logitsIndices.data(), bytesOf(batch.logitsIndices)},
   };
@@ -480,6 +529,8 @@ Status CudaBackend::uploadInputs(const Batch &batch) {
       std::memcpy(staging_.data() + inputOffset_[i], arrays[i].first,
                   arrays[i].second);
   if (total > inputsCapacity_) {
+    // Captured graphs read the old buffer.
+    INFER_RETURN_IF_ERROR(destroyGraphs());
     if (inputs_)
       INFER_CUDA_RETURN_IF_ERROR(cudaFree(inputs_));
     inputs_ = nullptr;
@@ -508,7 +559,7 @@ const void *CudaBackend::input(int id, int64_t *length,
     *length = batch.numSeqs();
     break;
   case InputKind::kBlockTables:
-    *length = static_cast<int64_t>(batch.blockTables.size());
+    *length = batch.numSeqs() * paddedBlocksPerSeq_;
     break;
   case InputKind::kSlotMapping:
     *length = static_cast<int64_t>(batch.slotMapping.size());
@@ -548,23 +599,36 @@ Status CudaBackend::allocate(Tensor &t, int64_t rows, int64_t cols) {
   return Status::ok();
 }
 
+Status CudaBackend::release(int id) {
+  Status status;
+  if (values_[id].owned)
+    status = cudaStatus(cudaFreeAsync(values_[id].f32, stream_),
+                        "cudaFreeAsync", __FILE__, __LINE__);
+  values_[id] = Tensor();
+  if (bf16Of_[id]) {
+    Status s = cudaStatus(cudaFreeAsync(bf16Of_[id], stream_), "cudaFreeAsync",
+                          __FILE__, __LINE__);
+    if (status.isOk())
+      status = s;
+    bf16Of_[id] = nullptr;
+  }
+  return status;
+}
+
 Status CudaBackend::releaseActivations() {
   Status first;
-  for (Tensor &t : values_) {
-    if (t.owned) {
-      Status s = cudaStatus(cudaFreeAsync(t.f32, stream_), "cudaFreeAsync",
-                            __FILE__, __LINE__);
-      if (first.isOk())
-        first = s;
-    }
-    t = Tensor();
+  for (size_t id = 0; id < values_.size(); ++id) {
+    Status s = release(static_cast<int>(id));
+    if (first.isOk())
+      first = s;
   }
   return first;
 }
 
-Status CudaBackend::linear(const Tensor &x, const Tensor &w, const Tensor *bias,
-                           Tensor &y, const std::string &where) {
-  if (!x.f32 || !w.bf16)
+Status CudaBackend::linear(int xId, const Tensor &x, const Tensor &w,
+                           const Tensor *bias, Tensor &y,
+                           const std::string &where) {
+  if (!x.f32 || !x.owned || !w.bf16)
     return unimplemented("cuda backend: " + where +
                          ": the input must be an activation and the weight "
                          "a param");
@@ -576,23 +640,41 @@ Status CudaBackend::linear(const Tensor &x, const Tensor &w, const Tensor *bias,
   if (bias && bias->size() != w.rows)
     return invalidArgument("cuda backend: " + where +
                            ": bias size differs from the output width");
+  // q/k/v and gate/up read the same activation: convert it once.
+  __nv_bfloat16 *&xb = bf16Of_[xId];
+  if (!xb) {
+    INFER_CUDA_RETURN_IF_ERROR(cudaMallocAsync(
+        &xb, std::max<int64_t>(1, x.size()) * sizeof(__nv_bfloat16), stream_));
+    INFER_CUDA_RETURN_IF_ERROR(launchToBf16(x.f32, xb, x.size(), stream_));
+  }
   INFER_RETURN_IF_ERROR(allocate(y, x.rows, w.rows));
-  __nv_bfloat16 *xb = nullptr;
-  INFER_CUDA_RETURN_IF_ERROR(cudaMallocAsync(
-      &xb, std::max<int64_t>(1, x.size()) * sizeof(__nv_bfloat16), stream_));
-  Status status = cudaStatus(launchToBf16(x.f32, xb, x.size(), stream_),
-                             "launchToBf16", __FILE__, __LINE__);
-  if (status.isOk())
-    status = gemm_->run(xb, w.bf16, y.f32, x.rows, w.rows, w.cols, stream_);
-  INFER_CUDA_RETURN_IF_ERROR(cudaFreeAsync(xb, stream_));
-  INFER_RETURN_IF_ERROR(status);
+  INFER_RETURN_IF_ERROR(
+      gemm_->run(xb, w.bf16, y.f32, x.rows, w.rows, w.cols, stream_));
   if (bias)
     INFER_CUDA_RETURN_IF_ERROR(
         launchAddBias(y.f32, bias->f32, y.rows, y.cols, stream_));
   return Status::ok();
 }
 
-Status CudaBackend::runStep(const PreparedStep &s, const Batch &batch) {
+Status CudaBackend::checkTokenIds(const Batch &batch) const {
+  for (const PreparedStep &s : steps_) {
+    if (s.op != OpKind::kEmbedding)
+      continue;
+    const int64_t vocab = params_[s.operands[0]].rows;
+    int64_t n;
+    input(s.operands[1], &n, batch);
+    const int32_t *ids = hostInput(*inputOf_[s.operands[1]], batch);
+    for (int64_t i = 0; i < n; ++i)
+      if (ids[i] < 0 || ids[i] >= vocab)
+        return outOfRange("token id " + std::to_string(ids[i]) +
+                          " outside the vocabulary of " +
+                          std::to_string(vocab));
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::runStep(size_t index, const Batch &batch) {
+  const PreparedStep &s = steps_[index];
   auto in = [&](size_t i) -> const Tensor & {
     const int id = s.operands[i];
     return params_[id].f32 || params_[id].bf16 ? params_[id] : values_[id];
@@ -611,12 +693,6 @@ Status CudaBackend::runStep(const PreparedStep &s, const Batch &batch) {
     const Tensor &table = in(0);
     int64_t t;
     const void *ids = input(s.operands[1], &t, batch);
-    const int32_t *hostIds = hostInput(*inputOf_[s.operands[1]], batch);
-    for (int64_t i = 0; i < t; ++i)
-      if (hostIds[i] < 0 || hostIds[i] >= table.rows)
-        return outOfRange("token id " + std::to_string(hostIds[i]) +
-                          " outside the vocabulary of " +
-                          std::to_string(table.rows));
     INFER_RETURN_IF_ERROR(allocate(*result, t, table.cols));
     INFER_CUDA_RETURN_IF_ERROR(launchEmbedding(
         table.bf16, table.cols, static_cast<const int32_t *>(ids), t,
@@ -641,7 +717,7 @@ Status CudaBackend::runStep(const PreparedStep &s, const Batch &batch) {
       INFER_RETURN_IF_ERROR(needF32(2));
       bias = &in(2);
     }
-    return linear(in(0), in(1), bias, *result, s.where);
+    return linear(s.operands[0], in(0), in(1), bias, *result, s.where);
   }
   case OpKind::kRope: {
     INFER_RETURN_IF_ERROR(needF32(0));
@@ -683,7 +759,7 @@ Status CudaBackend::runStep(const PreparedStep &s, const Batch &batch) {
     INFER_CUDA_RETURN_IF_ERROR(launchPagedAttention(
         q.f32, pool_, dims_, a,
         static_cast<const int32_t *>(input(s.operands[2], &unused, batch)),
-        batch.maxBlocksPerSeq,
+        paddedBlocksPerSeq_,
         static_cast<const int32_t *>(input(s.operands[3], &unused, batch)),
         static_cast<const int32_t *>(input(s.operands[4], &unused, batch)),
         batch.numSeqs(), q.rows, result->f32, stream_));
@@ -724,6 +800,7 @@ Status CudaBackend::runStep(const PreparedStep &s, const Batch &batch) {
     int64_t count;
     const void *indices = input(s.operands[1], &count, batch);
     const int32_t *host = hostInput(*inputOf_[s.operands[1]], batch);
+    gatherRows_.emplace_back(index, x.rows);
     for (int64_t i = 0; i < count; ++i)
       if (host[i] < 0 || host[i] >= x.rows)
         return outOfRange("gather_rows index " + std::to_string(host[i]) +
@@ -738,34 +815,133 @@ Status CudaBackend::runStep(const PreparedStep &s, const Batch &batch) {
   return internalError("cuda backend: unhandled op");
 }
 
-StatusOr<Logits> CudaBackend::forward(const Batch &batch) {
-  INFER_RETURN_IF_ERROR(batch.validate(numBlocks_, dims_.blockSize));
-  INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  Status status = uploadInputs(batch);
-  for (size_t i = 0; status.isOk() && i < steps_.size(); ++i) {
-    status = runStep(steps_[i], batch);
-    for (int id : steps_[i].release) {
-      if (!status.isOk())
-        break;
-      status = cudaStatus(cudaFreeAsync(values_[id].f32, stream_),
-                          "cudaFreeAsync", __FILE__, __LINE__);
-      values_[id] = Tensor();
-    }
+Status CudaBackend::runSteps(const Batch &batch) {
+  gatherRows_.clear();
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    INFER_RETURN_IF_ERROR(runStep(i, batch));
+    for (int id : steps_[i].release)
+      INFER_RETURN_IF_ERROR(release(id));
   }
-  Logits logits;
+  if (!values_[output_].f32)
+    return internalError("cuda backend: the plan output was not computed");
+  return Status::ok();
+}
+
+Status CudaBackend::capture(const Batch &batch, CapturedGraph &graph) {
+  // The logits' size from the plan, for a pinned buffer allocated before
+  // the capture (allocating host memory is not allowed inside it).
+  int64_t size = 1;
+  for (const plan::Dim &d : rank_.values[output_].shape)
+    size *= !d.isDynamic()    ? d.size
+            : d.symbol == "T" ? batch.numTokens()
+            : d.symbol == "S" ? static_cast<int64_t>(batch.logitsIndices.size())
+            : d.symbol == "B" ? batch.numSeqs()
+                              : -1;
+  if (size < 0)
+    return unimplemented("cuda backend: graph of an output with shape "
+                         "symbols other than T, S, B");
+  INFER_CUDA_RETURN_IF_ERROR(cudaMallocHost(
+      &graph.hostLogits, std::max<int64_t>(1, size) * sizeof(float)));
+  Status status = cudaStatus(
+      cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+      "cudaStreamBeginCapture", __FILE__, __LINE__);
+  if (!status.isOk()) {
+    cudaFreeHost(graph.hostLogits);
+    graph.hostLogits = nullptr;
+    return status;
+  }
+  status = runSteps(batch);
   if (status.isOk()) {
     const Tensor &out = values_[output_];
-    if (!out.f32) {
-      status = internalError("cuda backend: the plan output was not computed");
-    } else {
-      logits.rows = out.rows;
-      logits.vocab = out.cols;
-      logits.data.resize(out.size());
-      status = cudaStatus(cudaMemcpyAsync(logits.data.data(), out.f32,
+    graph.rows = out.rows;
+    graph.cols = out.cols;
+    graph.gatherRows = gatherRows_;
+    if (out.size() != size)
+      status = internalError(
+          "cuda backend: the logits have " + std::to_string(out.size()) +
+          " elements, the plan's shape says " + std::to_string(size));
+    else
+      status = cudaStatus(cudaMemcpyAsync(graph.hostLogits, out.f32,
                                           out.size() * sizeof(float),
                                           cudaMemcpyDeviceToHost, stream_),
                           "cudaMemcpyAsync", __FILE__, __LINE__);
+  }
+  Status released = releaseActivations();
+  cudaGraph_t captured = nullptr;
+  Status ended = cudaStatus(cudaStreamEndCapture(stream_, &captured),
+                            "cudaStreamEndCapture", __FILE__, __LINE__);
+  if (status.isOk())
+    status = released.isOk() ? ended : released;
+  if (status.isOk())
+    status = cudaStatus(cudaGraphInstantiate(&graph.exec, captured, 0),
+                        "cudaGraphInstantiate", __FILE__, __LINE__);
+  if (captured)
+    cudaGraphDestroy(captured);
+  if (!status.isOk() && graph.hostLogits) {
+    cudaFreeHost(graph.hostLogits);
+    graph.hostLogits = nullptr;
+  }
+  return status;
+}
+
+Status CudaBackend::destroyGraphs() {
+  for (auto &[key, graph] : graphs_) {
+    INFER_CUDA_RETURN_IF_ERROR(cudaGraphExecDestroy(graph.exec));
+    INFER_CUDA_RETURN_IF_ERROR(cudaFreeHost(graph.hostLogits));
+  }
+  graphs_.clear();
+  return Status::ok();
+}
+
+StatusOr<Logits> CudaBackend::forward(const Batch &batch) {
+  INFER_RETURN_IF_ERROR(batch.validate(numBlocks_, dims_.blockSize));
+  INFER_RETURN_IF_ERROR(checkTokenIds(batch));
+  INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  INFER_RETURN_IF_ERROR(uploadInputs(batch));
+  Logits logits;
+
+  constexpr size_t kMaxGraphs = 256;
+  const GraphKey key{batch.numTokens(), batch.numSeqs(), paddedBlocksPerSeq_,
+                     static_cast<int64_t>(batch.logitsIndices.size())};
+  auto it = graphs_.find(key);
+  if (batch.numTokens() <= maxGraphTokens_ &&
+      (it != graphs_.end() || graphs_.size() < kMaxGraphs)) {
+    if (it == graphs_.end()) {
+      CapturedGraph graph;
+      INFER_RETURN_IF_ERROR(capture(batch, graph));
+      it = graphs_.emplace(key, graph).first;
     }
+    const CapturedGraph &graph = it->second;
+    // Shapes are the key's; the indices a gather reads are data.
+    for (const auto &[step, rows] : graph.gatherRows) {
+      const InputKind kind = *inputOf_[steps_[step].operands[1]];
+      int64_t count;
+      input(steps_[step].operands[1], &count, batch);
+      const int32_t *indices = hostInput(kind, batch);
+      for (int64_t i = 0; i < count; ++i)
+        if (indices[i] < 0 || indices[i] >= rows)
+          return outOfRange("gather_rows index " + std::to_string(indices[i]) +
+                            " outside " + std::to_string(rows) + " rows");
+    }
+    INFER_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph.exec, stream_));
+    INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    logits.rows = graph.rows;
+    logits.vocab = graph.cols;
+    logits.data.assign(graph.hostLogits,
+                       graph.hostLogits + graph.rows * graph.cols);
+    return logits;
+  }
+
+  Status status = runSteps(batch);
+  if (status.isOk()) {
+    const Tensor &out = values_[output_];
+    logits.rows = out.rows;
+    logits.vocab = out.cols;
+    logits.data.resize(out.size());
+    status = cudaStatus(cudaMemcpyAsync(logits.data.data(), out.f32,
+                                        out.size() * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream_),
+                        "cudaMemcpyAsync", __FILE__, __LINE__);
   }
   Status released = releaseActivations();
   Status synced = cudaStatus(cudaStreamSynchronize(stream_),

@@ -4,7 +4,8 @@
 // bf16 (converted from the checkpoint at load), vectors (norm weights,
 // biases) in fp32; activations are fp32, converted to bf16 only as GEMM
 // operands (cuBLASLt, fp32 accumulation). The KV pool is bf16 in the plan's
-// block layout. Logits come back to the host in fp32.
+// block layout. Logits come back to the host in fp32. Small calls (decode)
+// replay a captured CUDA graph: no per-kernel launch cost on the host.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +26,10 @@ struct CudaBackendOptions {
   /// `kvCacheMemoryFraction` of the device memory free after the weights.
   int64_t numBlocks = 0;
   double kvCacheMemoryFraction = 0.9;
+  /// Forward calls of at most this many tokens (decode steps) run as CUDA
+  /// graphs, captured once per (tokens, sequences, block-table bucket,
+  /// logits rows); 0 runs every call eagerly.
+  int64_t maxGraphTokens = 64;
 };
 
 /// Whether a CUDA device can be used; `why` says why not.

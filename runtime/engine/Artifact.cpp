@@ -3,6 +3,9 @@
 #include "runtime/engine/Artifact.h"
 #include "runtime/safetensors/Safetensors.h"
 
+#include <algorithm>
+#include <variant>
+
 #include <sys/stat.h>
 
 namespace infer {
@@ -35,6 +38,10 @@ StatusOr<Artifact> loadArtifact(const std::string &dir) {
                                                 dir, "manifest.json")));
   INFER_ASSIGN_OR_RETURN(artifact.plan, plan::readPlanFile(artifact.path(
                                             artifact.manifest.planFile)));
+  if (artifact.plan.numRanks != artifact.manifest.numRanks)
+    return invalidArgument(
+        dir + ": the plan has " + std::to_string(artifact.plan.numRanks) +
+        " ranks, the manifest " + std::to_string(artifact.manifest.numRanks));
   if (!(artifact.plan.kvCache == artifact.manifest.kvCache))
     return invalidArgument(dir + ": the KV-cache layout of the plan and the "
                                  "manifest differ");
@@ -74,6 +81,59 @@ static Status checkWeightFile(const plan::WeightFile &expected,
   return Status::ok();
 }
 
+/// `slice` (dim, begin, size): indices begin .. begin+size of dimension dim,
+/// a tensor-parallel shard.
+static StatusOr<std::shared_ptr<const HostTensor>>
+sliceTensor(const HostTensor &source, const plan::WeightTransform &transform) {
+  auto attr = [&](const char *name) -> StatusOr<int64_t> {
+    auto it = transform.attrs.find(name);
+    if (it == transform.attrs.end() ||
+        !std::holds_alternative<int64_t>(it->second))
+      return invalidArgument(std::string("slice transform needs an integer '") +
+                             name + "'");
+    return std::get<int64_t>(it->second);
+  };
+  INFER_ASSIGN_OR_RETURN(int64_t dim, attr("dim"));
+  INFER_ASSIGN_OR_RETURN(int64_t begin, attr("begin"));
+  INFER_ASSIGN_OR_RETURN(int64_t size, attr("size"));
+  const int64_t rank = static_cast<int64_t>(source.shape.size());
+  if (dim < 0 || dim >= rank || begin < 0 || size < 0 ||
+      begin + size > source.shape[dim])
+    return invalidArgument("slice {dim " + std::to_string(dim) + ", begin " +
+                           std::to_string(begin) + ", size " +
+                           std::to_string(size) + "} is outside the tensor");
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= source.shape[d];
+  for (int64_t d = dim + 1; d < rank; ++d)
+    inner *= source.shape[d];
+  auto result = std::make_shared<HostTensor>();
+  result->shape = source.shape;
+  result->shape[dim] = size;
+  result->data.resize(static_cast<size_t>(outer * size * inner));
+  for (int64_t o = 0; o < outer; ++o)
+    std::copy_n(source.data.begin() + (o * source.shape[dim] + begin) * inner,
+                size * inner, result->data.begin() + o * size * inner);
+  return std::shared_ptr<const HostTensor>(std::move(result));
+}
+
+static StatusOr<std::shared_ptr<const HostTensor>>
+applyTransforms(const plan::Value &v,
+                std::shared_ptr<const HostTensor> tensor) {
+  for (const plan::WeightTransform &transform : v.transforms) {
+    if (transform.kind != "slice")
+      return unimplemented("param '" + v.name +
+                           "': unknown weight transform '" + transform.kind +
+                           "'");
+    StatusOr<std::shared_ptr<const HostTensor>> sliced =
+        sliceTensor(*tensor, transform);
+    if (!sliced.isOk())
+      return sliced.status().withContext("param '" + v.name + "'");
+    tensor = std::move(*sliced);
+  }
+  return tensor;
+}
+
 StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
                                 const std::string &weightsDir) {
   const plan::Plan &plan = artifact.plan;
@@ -90,14 +150,16 @@ StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
   for (const plan::Value &v : plan.ranks[rank].values) {
     if (v.kind != plan::ValueKind::kParam)
       continue;
-    // Format 1 defines no transform kinds yet.
-    if (!v.transforms.empty())
-      return unimplemented("param '" + v.name +
-                           "': unknown weight transform '" +
-                           v.transforms.front().kind + "'");
     auto key = std::make_pair(v.sourceFile, v.sourceTensor);
+    std::vector<int64_t> shape;
+    for (const plan::Dim &d : v.shape)
+      shape.push_back(d.size);
     if (auto it = loaded.find(key); it != loaded.end()) {
-      params[v.id] = it->second;
+      INFER_ASSIGN_OR_RETURN(params[v.id], applyTransforms(v, it->second));
+      if (params[v.id]->shape != shape)
+        return invalidArgument("param '" + v.name +
+                               "': the transformed tensor has a different "
+                               "shape than the plan");
       continue;
     }
     auto &file = files[v.sourceFile];
@@ -109,18 +171,15 @@ StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
     if (!info)
       return notFound("param '" + v.name + "': tensor '" + v.sourceTensor +
                       "' not found in " + file->path());
-    std::vector<int64_t> shape;
-    for (const plan::Dim &d : v.shape)
-      shape.push_back(d.size);
-    if (info->shape != shape)
+    auto tensor = std::make_shared<HostTensor>();
+    tensor->shape = info->shape;
+    INFER_ASSIGN_OR_RETURN(tensor->data, file->readAsF32(v.sourceTensor));
+    loaded[key] = tensor;
+    INFER_ASSIGN_OR_RETURN(params[v.id], applyTransforms(v, tensor));
+    if (params[v.id]->shape != shape)
       return invalidArgument("param '" + v.name + "': tensor '" +
                              v.sourceTensor + "' in " + file->path() +
                              " has a different shape than the plan");
-    auto tensor = std::make_shared<HostTensor>();
-    tensor->shape = shape;
-    INFER_ASSIGN_OR_RETURN(tensor->data, file->readAsF32(v.sourceTensor));
-    loaded[key] = tensor;
-    params[v.id] = std::move(tensor);
   }
   return params;
 }

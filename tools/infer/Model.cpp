@@ -65,6 +65,30 @@ StatusOr<LoadedModel> loadModel(const std::string &model) {
   return loaded;
 }
 
+/// All ranks of a tensor-parallel artifact in this process, one thread each.
+static StatusOr<std::unique_ptr<Backend>>
+createTensorParallelBackend(const Artifact &artifact, const std::string &name,
+                            const std::string &weightsDirOverride,
+                            int64_t numBlocks, int numThreads) {
+  const int numRanks = artifact.plan.numRanks;
+  if (name != "cpu")
+    return unimplemented("the artifact is tensor-parallel (" +
+                         std::to_string(numRanks) +
+                         " ranks); only the cpu backend runs it so far");
+  std::vector<ParamTable> params;
+  for (int rank = 0; rank < numRanks; ++rank) {
+    INFER_ASSIGN_OR_RETURN(
+        ParamTable rankParams,
+        loadParams(artifact, rank, weightsDirOf(artifact, weightsDirOverride)));
+    params.push_back(std::move(rankParams));
+  }
+  cpu::CpuBackendOptions options;
+  options.numBlocks = numBlocks;
+  options.numThreads = numThreads;
+  return cpu::createCpuTensorParallelBackend(artifact.plan, std::move(params),
+                                             options);
+}
+
 StatusOr<std::unique_ptr<Backend>>
 createBackend(const Artifact &artifact, const std::string &name,
               const std::string &weightsDirOverride, int64_t numBlocks,
@@ -83,6 +107,9 @@ createBackend(const Artifact &artifact, const std::string &name,
       return unimplemented("--backend cuda: " + why);
   }
 #endif
+  if (artifact.plan.numRanks > 1)
+    return createTensorParallelBackend(artifact, name, weightsDirOverride,
+                                       numBlocks, numThreads);
   INFER_ASSIGN_OR_RETURN(
       ParamTable params,
       loadParams(artifact, 0, weightsDirOf(artifact, weightsDirOverride)));

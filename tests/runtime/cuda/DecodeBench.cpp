@@ -1,12 +1,12 @@
 //===- DecodeBench.cpp - Batch-1 decode time of the CUDA backend ----------===//
 //
-//   infer-cuda-decode-bench MODEL_DIR [PROMPT_TOKENS] [DECODE_STEPS]
+//   infer-cuda-decode-bench MODEL_DIR [PROMPT_TOKENS] [DECODE_STEPS] [eager]
 //
 // Builds the llama plan of MODEL_DIR (no compiler needed), prefills a
 // random prompt, then times single-token decode steps (each a full forward
 // call with its logits copied to the host) and prints the median next to
 // the memory roofline: bytes of the bf16 weights over the device-to-device
-// copy bandwidth measured in the same run.
+// copy bandwidth measured in the same run. `eager` turns CUDA graphs off.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <random>
 #include <set>
+#include <string>
 
 using namespace infer;
 
@@ -53,12 +54,14 @@ static double copyBandwidth() {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODEL_DIR [PROMPT_TOKENS] [STEPS]\n",
+    std::fprintf(stderr,
+                 "usage: %s MODEL_DIR [PROMPT_TOKENS] [STEPS] [eager]\n",
                  argv[0]);
     return 2;
   }
   const int64_t promptTokens = argc > 2 ? std::atoll(argv[2]) : 16;
   const int64_t steps = argc > 3 ? std::atoll(argv[3]) : 128;
+  const bool eager = argc > 4 && std::string(argv[4]) == "eager";
   StatusOr<Artifact> artifact = testing::buildLlamaArtifact(argv[1]);
   if (!artifact.isOk()) {
     std::fprintf(stderr, "%s\n", artifact.status().message().c_str());
@@ -80,6 +83,8 @@ int main(int argc, char **argv) {
   const int64_t blocks = (promptTokens + steps + blockSize) / blockSize;
   cuda::CudaBackendOptions options;
   options.numBlocks = blocks;
+  if (eager)
+    options.maxGraphTokens = 0;
   auto backend = cuda::createCudaBackend(artifact->plan, 0, *params, options);
   if (!backend.isOk()) {
     std::fprintf(stderr, "%s\n", backend.status().message().c_str());
@@ -131,10 +136,10 @@ int main(int argc, char **argv) {
               argv[1], weightBytes / 1e9, bandwidth / 1e12);
   std::printf("prefill %lld tokens: %.2f ms (first call, includes warm-up)\n",
               (long long)promptTokens, prefillMs);
-  std::printf("decode batch 1, context %lld..%lld: median %.3f ms/token "
+  std::printf("decode batch 1 (%s), context %lld..%lld: median %.3f ms/token "
               "(min %.3f, max %.3f), roofline %.3f ms (%.0f%%)\n",
-              (long long)promptTokens, (long long)(promptTokens + steps),
-              median, timed.front(), timed.back(), rooflineMs,
-              100.0 * rooflineMs / median);
+              eager ? "eager" : "CUDA graphs", (long long)promptTokens,
+              (long long)(promptTokens + steps), median, timed.front(),
+              timed.back(), rooflineMs, 100.0 * rooflineMs / median);
   return 0;
 }

@@ -147,9 +147,11 @@ protected:
     blockSize_ = artifact_.plan.kvCache.blockSize;
   }
 
-  std::unique_ptr<Backend> gpuBackend(int64_t blocks) {
+  std::unique_ptr<Backend> gpuBackend(int64_t blocks, bool graphs = true) {
     cuda::CudaBackendOptions options;
     options.numBlocks = blocks;
+    if (!graphs)
+      options.maxGraphTokens = 0;
     auto b = cuda::createCudaBackend(artifact_.plan, 0, params_, options);
     EXPECT_TRUE(b.isOk()) << b.status().message();
     return b.isOk() ? std::move(b).value() : nullptr;
@@ -300,6 +302,27 @@ TEST_P(CudaFixturesTest, BatchEqualsEachSequenceAlone) {
         maxRelativeError(all->row(row), one.data.data(), one.rows * one.vocab),
         1e-2);
     row += one.rows;
+  }
+}
+
+TEST_P(CudaFixturesTest, GraphReplaysEqualEagerRuns) {
+  // Prefill and decode steps (each decode step after the first replays the
+  // graph captured by the first, with new tokens and a longer context).
+  const std::vector<int32_t> &prompt = case_.inputs.back();
+  const int64_t maxBlocks = blocksFor(prompt.size() + 6);
+  std::unique_ptr<Backend> graphs = gpuBackend(maxBlocks);
+  std::unique_ptr<Backend> eager = gpuBackend(maxBlocks, /*graphs=*/false);
+  ASSERT_TRUE(graphs && eager);
+  std::vector<int32_t> tokens = prompt;
+  int64_t cached = 0;
+  for (int step = 0; step < 6; ++step) {
+    Batch batch = sequenceBatch(tokens, cached, blockSize_, maxBlocks, false);
+    StatusOr<Logits> a = graphs->forward(batch), b = eager->forward(batch);
+    ASSERT_TRUE(a.isOk()) << a.status().message();
+    ASSERT_TRUE(b.isOk()) << b.status().message();
+    EXPECT_EQ(a->data, b->data) << "step " << step;
+    cached = static_cast<int64_t>(tokens.size());
+    tokens.push_back(argmax(b->row(0), b->vocab));
   }
 }
 

@@ -4,12 +4,14 @@
 # Run from the repository root on a machine with a GPU, the CUDA toolkit,
 # cmake and ninja. Headers and static libraries the machine lacks (PCRE2,
 # ICU headers, GoogleTest, nlohmann_json) come from .deps/, fixtures from
-# .gpu/fixtures, a compiled artifact from .gpu/art-llama-gqa. Logs go to
+# .gpu/fixtures, a compiled artifact from .gpu/art-llama-gqa; SRC names
+# another source tree than the current directory. Logs go to
 # $OUT; a short table is printed last.
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
 ROOT=$PWD
+SRC=${SRC:-$ROOT}
 D=$ROOT/.deps
 OUT=${OUT:-/tmp/gpu-check}
 BUILD=${BUILD:-/tmp/infer-build}
@@ -20,7 +22,7 @@ printf 'Name: icu-uc\nDescription: ICU\nVersion: 74.2\nLibs: -L%s/icu -licuuc\nC
 export PKG_CONFIG_PATH=$D/pkgconfig
 PKG=$(command -v pkg-config || echo "$D/bin/pkg-config")
 
-cmake -G Ninja -S "$ROOT" -B "$BUILD" -DINFER_ENABLE_COMPILER=OFF \
+cmake -G Ninja -S "$SRC" -B "$BUILD" -DINFER_ENABLE_COMPILER=OFF \
   -DINFER_FIXTURES_DIR="$ROOT/.gpu/fixtures" -Dnlohmann_json_DIR="$D/cmake" \
   -DGTEST_ROOT="$D" -DPKG_CONFIG_EXECUTABLE="$PKG" >"$OUT/cmake.log" 2>&1 ||
   { tail -30 "$OUT/cmake.log"; exit 1; }
@@ -44,10 +46,12 @@ cmp -s "$OUT/cli-cpu.json" "$OUT/cli-cuda.json" && echo "cli: cuda tokens == cpu
   --token-ids 348,185,398 -o "$OUT/logits.safetensors" && echo "cli logits: ok"
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  python3 "$ROOT/tests/runtime/cuda/make_random_llama.py" /tmp/tinyllama \
+  python3 "$SRC/tests/runtime/cuda/make_random_llama.py" /tmp/tinyllama \
     >"$OUT/make_model.log" 2>&1 || tail -5 "$OUT/make_model.log"
-  "$BUILD/bin/infer-cuda-decode-bench" /tmp/tinyllama 16 256 2>&1 |
-    tee "$OUT/bench.log"
+  for mode in graphs eager; do
+    "$BUILD/bin/infer-cuda-decode-bench" /tmp/tinyllama 16 256 $mode 2>&1 |
+      tee -a "$OUT/bench.log"
+  done
 fi
 
 echo "==== summary"

@@ -1,0 +1,39 @@
+//===- Communicator.h - Collectives between tensor-parallel ranks -*- C++
+//-*-===//
+//
+// What a rank's backend calls to complete the collectives of a
+// tensor-parallel plan (`all_reduce`, `all_gather` steps). Every rank of a
+// group makes the same calls in the same order with the same sizes, as NCCL
+// requires. Implementations: cpu::ThreadGroup (ranks are threads of one
+// process); a NCCL communicator for the CUDA backend.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_BACKEND_COMMUNICATOR_H
+#define INFER_RUNTIME_BACKEND_COMMUNICATOR_H
+
+#include "runtime/support/Status.h"
+
+#include <cstdint>
+
+namespace infer {
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  /// This rank, in [0, size()).
+  virtual int rank() const = 0;
+  /// Ranks in the group.
+  virtual int size() const = 0;
+  /// Replaces `data[0, count)` by its elementwise sum over the ranks. Every
+  /// rank gets bitwise the same result.
+  virtual Status allReduceSum(float *data, int64_t count) = 0;
+  /// Writes every rank's `send[0, count)` to `recv`, rank-major:
+  ///
+  ///   recv = [ rank 0's count floats | rank 1's | ... | rank size-1's ]
+  virtual Status allGather(const float *send, int64_t count, float *recv) = 0;
+};
+
+} // namespace infer
+
+#endif // INFER_RUNTIME_BACKEND_COMMUNICATOR_H
