@@ -40,10 +40,9 @@ StatusOr<RequestId> Engine::addRequest(std::vector<int32_t> promptTokenIds,
   const int64_t length = static_cast<int64_t>(promptTokenIds.size());
   if (length == 0)
     return invalidArgument("the prompt has no tokens");
-  if (sampling.maxNewTokens < 0)
-    return invalidArgument("max_new_tokens must be >= 0");
-  if (!(sampling.temperature >= 0))
-    return invalidArgument("temperature must be >= 0");
+  INFER_RETURN_IF_ERROR(sampling.validate());
+  if (!sampling.stopStrings.empty() && !config_.tokenizer)
+    return invalidArgument("stop strings need the model's tokenizer");
   for (int32_t id : promptTokenIds)
     if (id < 0 || (config_.vocabSize > 0 && id >= config_.vocabSize))
       return outOfRange("token id " + std::to_string(id) +
@@ -72,11 +71,14 @@ StatusOr<RequestId> Engine::addRequest(std::vector<int32_t> promptTokenIds,
   r.maxTotalTokens = length + sampling.maxNewTokens;
   if (config_.maxModelLen > 0)
     r.maxTotalTokens = std::min(r.maxTotalTokens, config_.maxModelLen);
-  entry.sampler = std::make_unique<Sampler>(sampling, config_.eosTokenIds);
+  entry.sampler =
+      std::make_unique<Sampler>(sampling, config_.eosTokenIds, r.tokens);
+  entry.stop = std::make_unique<StopChecker>(sampling, config_.eosTokenIds,
+                                             config_.tokenizer, r.tokens);
   if (sampling.maxNewTokens == 0) {
     r.status = RequestStatus::kFinished;
     r.finishReason = FinishReason::kLength;
-    emit(entry, {}, pending_);
+    emit(entry, {}, {}, pending_);
     requests_.erase(id);
     return id;
   }
@@ -106,7 +108,17 @@ StatusOr<RequestId> Engine::fork(RequestId parentId,
     r.maxTotalTokens = std::min(r.maxTotalTokens, config_.maxModelLen);
   r.maxTotalTokens = std::max(r.maxTotalTokens, r.numTokens());
   r.numPreemptions = 0;
-  entry.sampler = std::make_unique<Sampler>(sampling, config_.eosTokenIds);
+  const std::vector<int32_t> prompt(r.tokens.begin(),
+                                    r.tokens.begin() + r.numPromptTokens);
+  entry.sampler =
+      std::make_unique<Sampler>(sampling, config_.eosTokenIds, prompt);
+  entry.stop = std::make_unique<StopChecker>(sampling, config_.eosTokenIds,
+                                             config_.tokenizer, prompt);
+  // The child's sampler and stop checker see the output it inherits.
+  for (int64_t i = r.numPromptTokens; i < r.numTokens(); ++i) {
+    entry.sampler->record(r.tokens[i]);
+    (void)entry.stop->append(r.tokens[i]);
+  }
   kvCache_.fork(parentId, id);
   scheduler_.addRunning(&r);
   return id;
@@ -117,7 +129,7 @@ Status Engine::abort(RequestId id) {
   if (it == requests_.end())
     return notFound("no unfinished request " + std::to_string(id));
   finish(it->second, FinishReason::kAbort);
-  emit(it->second, {}, pending_);
+  emit(it->second, {}, {}, pending_);
   requests_.erase(it);
   return Status::ok();
 }
@@ -131,7 +143,19 @@ const Request *Engine::request(RequestId id) const {
   return it == requests_.end() ? nullptr : &it->second.request;
 }
 
+int32_t Engine::sampleToken(Entry &entry, const float *row, int64_t vocab,
+                            std::vector<TokenLogprobs> &logprobs) {
+  if (entry.request.sampling.logprobs <= 0)
+    return entry.sampler->sample(row, vocab);
+  // The log-probabilities under the history before this token.
+  const Sampler before = *entry.sampler;
+  const int32_t token = entry.sampler->sample(row, vocab);
+  logprobs.push_back(before.logprobs(row, vocab, token));
+  return token;
+}
+
 void Engine::emit(Entry &entry, std::vector<int32_t> newTokens,
+                  std::vector<TokenLogprobs> logprobs,
                   std::vector<RequestOutput> &outputs) {
   const Request &r = entry.request;
   RequestOutput out;
@@ -139,6 +163,9 @@ void Engine::emit(Entry &entry, std::vector<int32_t> newTokens,
   out.newTokenIds = std::move(newTokens);
   out.outputTokenIds.assign(r.tokens.begin() + r.numPromptTokens,
                             r.tokens.end());
+  out.text = entry.stop->text();
+  out.logprobs = std::move(logprobs);
+  out.numCachedTokens = std::max<int64_t>(r.numCachedPromptTokens, 0);
   out.finished = r.status == RequestStatus::kFinished;
   out.finishReason = r.finishReason;
   if (callback_)
@@ -156,11 +183,10 @@ size_t Engine::appendTokens(Entry &entry, const std::vector<int32_t> &tokens) {
   Request &r = entry.request;
   for (size_t i = 0; i < tokens.size(); ++i) {
     r.tokens.push_back(tokens[i]);
-    const bool eos =
-        std::find(config_.eosTokenIds.begin(), config_.eosTokenIds.end(),
-                  tokens[i]) != config_.eosTokenIds.end();
-    if (eos && !r.sampling.ignoreEos) {
-      r.finishReason = FinishReason::kStop;
+    const StopReason reason = entry.stop->append(tokens[i]);
+    if (reason != StopReason::kNone) {
+      r.finishReason = reason == StopReason::kLength ? FinishReason::kLength
+                                                     : FinishReason::kStop;
       return i + 1;
     }
     if (r.numTokens() >= r.maxTotalTokens) {
@@ -200,7 +226,7 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     Entry &entry = requests_.at(r->id);
     if (proposer_)
       proposer_->onFinished(r->id);
-    emit(entry, {}, outputs);
+    emit(entry, {}, {}, outputs);
     requests_.erase(r->id);
   }
   if (scheduled.scheduled.empty())
@@ -261,9 +287,10 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     }
     const std::vector<int32_t> draft = r.draftTokens;
     std::vector<int32_t> accepted;
+    std::vector<TokenLogprobs> logprobs;
     if (draft.empty()) {
       accepted.push_back(
-          entry.sampler->sample(logits.row(firstRow[i]), logits.vocab));
+          sampleToken(entry, logits.row(firstRow[i]), logits.vocab, logprobs));
     } else {
       accepted =
           proposer_->verify(r, draft, logits, firstRow[i], *entry.sampler);
@@ -283,7 +310,7 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     const bool done = r.finishReason != FinishReason::kNone;
     if (done)
       finish(entry, r.finishReason);
-    emit(entry, std::move(accepted), outputs);
+    emit(entry, std::move(accepted), std::move(logprobs), outputs);
     if (done)
       requests_.erase(r.id);
   }

@@ -8,11 +8,12 @@
 //                    ▲  KVCacheManager (blocks, prefix cache)        │ logits
 //                    └──── setComputed ◀── Sampler / Proposer ◀──────┘
 //
-// Sampling happens in one place: each request owns a Sampler built from its
-// SamplingParams and the model's EOS ids, called with the logits row of the
-// request's next token (Sampler::sample). Stop conditions the engine checks
-// after each token: EOS (unless ignore_eos), max_new_tokens, and the model's
-// context. Speculative decoding plugs in as a Proposer (Proposer.h).
+// Sampling happens in one place (Engine::sampleToken): each request owns a
+// Sampler built from its SamplingParams, the model's EOS ids and its prompt,
+// called with the logits row of the request's next token. After each token
+// the request's StopChecker (EOS unless ignore_eos, stop token ids, stop
+// strings, max_new_tokens) and the model's context decide whether it ends.
+// Speculative decoding plugs in as a Proposer (Proposer.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -42,6 +44,9 @@ struct EngineConfig {
   /// Token ids must be below this (0 = unchecked).
   int64_t vocabSize = 0;
   std::vector<int32_t> eosTokenIds;
+  /// Detokenizes outputs for stop strings and RequestOutput::text; may be
+  /// null (then requests with stop strings are rejected). Not owned.
+  const Tokenizer *tokenizer = nullptr;
   bool enablePrefixCaching = true;
   SchedulerConfig scheduler;
   /// Draft tokens asked of the proposer per step (0 = no speculation).
@@ -58,6 +63,14 @@ struct RequestOutput {
   std::vector<int32_t> newTokenIds;
   /// Every token generated so far.
   std::vector<int32_t> outputTokenIds;
+  /// The text of the output so far, cut before a stop string ("" without a
+  /// tokenizer).
+  std::string text;
+  /// Log-probabilities of newTokenIds when SamplingParams::logprobs > 0
+  /// (tokens accepted by speculative verification carry none).
+  std::vector<TokenLogprobs> logprobs;
+  /// Prompt tokens whose keys and values came from the prefix cache.
+  int64_t numCachedTokens = 0;
   bool finished = false;
   FinishReason finishReason = FinishReason::kNone;
 };
@@ -125,10 +138,15 @@ private:
   struct Entry {
     Request request;
     std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<StopChecker> stop;
   };
 
   void propose();
+  /// The next token from a logits row (with its logprobs when asked).
+  int32_t sampleToken(Entry &entry, const float *row, int64_t vocab,
+                      std::vector<TokenLogprobs> &logprobs);
   void emit(Entry &entry, std::vector<int32_t> newTokens,
+            std::vector<TokenLogprobs> logprobs,
             std::vector<RequestOutput> &outputs);
   /// Appends `tokens` until a stop condition; returns how many were kept.
   size_t appendTokens(Entry &entry, const std::vector<int32_t> &tokens);

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/tokenizer/Tokenizer.h"
 #include "tests/runtime/support/Generate.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
@@ -241,6 +242,52 @@ TEST_F(TinyPycode, ForkedSequencesShareBlocksUntilTheyWrite) {
   }
   EXPECT_EQ(done[parent], expected);
   EXPECT_EQ(done[*child], expected) << "the copied block holds the prompt";
+}
+
+TEST_F(TinyPycode, StopTokensStopStringsAndLogprobs) {
+  const std::vector<int32_t> expected = alone({prompts_[0]}, 24)[0];
+  std::unique_ptr<Backend> b = backend(16);
+  StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      Tokenizer::fromFile(kTarget + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.isOk()) << tokenizer.status().message();
+  EngineConfig config = config_;
+  config.tokenizer = tokenizer->get();
+
+  SamplingParams stopToken = greedy(24);
+  stopToken.stopTokenIds = {expected[5]};
+  stopToken.logprobs = 3;
+  const std::string full = (*tokenizer)->decode(expected, true);
+  const std::string stopString = full.substr(full.size() / 2, 3);
+  SamplingParams stopText = greedy(24);
+  stopText.stopStrings = {stopString};
+
+  Engine engine(*b, config);
+  std::vector<TokenLogprobs> logprobs;
+  engine.setOutputCallback([&](const RequestOutput &o) {
+    if (o.id == 0) {
+      EXPECT_EQ(o.logprobs.size(), o.newTokenIds.size());
+      logprobs.insert(logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+    }
+  });
+  auto out = runToCompletion(
+      engine, {{prompts_[0], stopToken}, {prompts_[0], stopText}});
+  ASSERT_TRUE(out.isOk()) << out.status().message();
+  const auto fifth =
+      std::find(expected.begin(), expected.end(), expected[5]) + 1;
+  EXPECT_EQ((*out)[0].outputTokenIds,
+            std::vector<int32_t>(expected.begin(), fifth));
+  EXPECT_EQ((*out)[0].finishReason, FinishReason::kStop);
+  ASSERT_EQ(logprobs.size(), (*out)[0].outputTokenIds.size());
+  for (size_t i = 0; i < logprobs.size(); ++i) {
+    EXPECT_EQ(logprobs[i].token, expected[i]);
+    ASSERT_EQ(logprobs[i].top.size(), 3u);
+    EXPECT_EQ(logprobs[i].top[0].first, expected[i]) << "greedy = top 1";
+  }
+  EXPECT_EQ((*out)[1].finishReason, FinishReason::kStop);
+  EXPECT_EQ((*out)[1].text, full.substr(0, full.find(stopString)));
+
+  Engine noTokenizer(*b, config_);
+  EXPECT_FALSE(noTokenizer.addRequest(prompts_[0], stopText).isOk());
 }
 
 /// Proposes what a given oracle says comes next (or a wrong guess).
