@@ -6,8 +6,8 @@
 //   pool[block][layer][k|v][slot in block][kv_head][head_dim]
 //   token at position p of a sequence: block = table[p / bs], slot p % bs
 //
-// paged attention: one thread block of 4 warps per (query token, head).
-// Warp w visits the keys w, w+4, ...; each lane holds head_dim/32 dimensions
+// paged attention: one thread block of 16 warps per (query token, head).
+// Warp w visits the keys w, w+16, ...; each lane holds head_dim/32 dimensions
 // of q, of the running output and of every key/value it reads, and keeps
 // an online softmax (running max and sum); the warps merge at the end.
 // Prefill (many tokens of a sequence) and decode (one) are the same launch.
@@ -22,7 +22,7 @@ namespace infer::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 16;
 constexpr int kPerLane = kMaxHeadDim / 32;
 
 __device__ int64_t slotOffset(CacheDims d, int64_t slot, int layer, int kv) {
