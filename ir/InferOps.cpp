@@ -83,6 +83,31 @@ static LogicalResult verifySameType(Operation *op, Type actual, Type expected,
 // Parameters
 //===----------------------------------------------------------------------===//
 
+LogicalResult ConcatWeightsOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "expects at least one input";
+  RankedTensorType resultType = getResult().getType();
+  int64_t rows = 0;
+  for (auto [index, input] : llvm::enumerate(getInputs())) {
+    auto type = cast<RankedTensorType>(input.getType());
+    if (type.getElementType() != resultType.getElementType() ||
+        type.getRank() != resultType.getRank() || type.getRank() == 0 ||
+        type.getShape().drop_front() != resultType.getShape().drop_front())
+      return emitOpError() << "expects input #" << index
+                           << " to match the result in element type and all "
+                              "dimensions but the first, got "
+                           << type << " for " << resultType;
+    if (ShapedType::isDynamic(type.getDimSize(0)))
+      return emitOpError() << "expects statically shaped inputs, got " << type;
+    rows += type.getDimSize(0);
+  }
+  if (!isCompatibleDim(resultType.getDimSize(0), rows))
+    return emitOpError() << "expects " << rows
+                         << " result rows (the sum of the inputs'), got "
+                         << resultType;
+  return success();
+}
+
 LogicalResult WeightOp::verify() {
   if (getName().empty())
     return emitOpError() << "expects a non-empty checkpoint tensor name";
@@ -141,19 +166,67 @@ LogicalResult LogitsOp::verify() {
       "input rows, vocabulary size");
 }
 
+LogicalResult SplitOp::verify() {
+  if (getResults().empty())
+    return emitOpError() << "expects at least one result";
+  int64_t rows = getInput().getType().getDimSize(0);
+  int64_t columns = 0;
+  for (auto [index, result] : llvm::enumerate(getResults())) {
+    auto type = cast<RankedTensorType>(result.getType());
+    if (type.getElementType() != getInput().getType().getElementType() ||
+        !isCompatibleDim(type.getDimSize(0), rows))
+      return emitOpError() << "expects result #" << index
+                           << " to have the input's rows and element type, "
+                              "got "
+                           << type;
+    if (ShapedType::isDynamic(type.getDimSize(1)))
+      return emitOpError() << "expects result #" << index
+                           << " to have a static feature width, got " << type;
+    columns += type.getDimSize(1);
+  }
+  if (!isCompatibleDim(featureDim(getInput()), columns))
+    return emitOpError() << "expects the results' feature widths to add up to "
+                            "the input's ("
+                         << featureDim(getInput()) << "), got " << columns;
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Normalization and positions
 //===----------------------------------------------------------------------===//
 
+/// Checks an RMS-norm weight against the normalized input and the epsilon.
+static LogicalResult verifyRMSNorm(Operation *op, Value input, Value weight,
+                                   const APFloat &epsilon) {
+  int64_t features = featureDim(input);
+  if (!isCompatibleDim(featureDim(weight), features))
+    return op->emitOpError()
+           << "expects weight of shape [" << features
+           << "] to match the input features, got " << weight.getType();
+  if (!(epsilon.convertToDouble() > 0))
+    return op->emitOpError()
+           << "expects a positive epsilon, got " << epsilon.convertToDouble();
+  return success();
+}
+
+LogicalResult AddRMSNormOp::verify() {
+  if (getLhs().getType() != getRhs().getType())
+    return emitOpError() << "expects operands of one type, got "
+                         << getLhs().getType() << " and " << getRhs().getType();
+  if (failed(verifyRMSNorm(*this, getLhs(), getWeight(), getEpsilon())) ||
+      failed(verifySameType(*this, getSum().getType(), getLhs().getType(),
+                            "operand")))
+    return failure();
+  if (getResult().getType().getShape() != getLhs().getType().getShape())
+    return emitOpError() << "expects result shape to match input shape "
+                         << formatShape(getLhs().getType().getShape())
+                         << ", got " << getResult().getType();
+  return success();
+}
+
 LogicalResult RMSNormOp::verify() {
-  int64_t features = featureDim(getInput());
-  if (!isCompatibleDim(featureDim(getWeight()), features))
-    return emitOpError() << "expects weight of shape [" << features
-                         << "] to match the input features, got "
-                         << getWeight().getType();
-  if (!(getEpsilon().convertToDouble() > 0))
-    return emitOpError() << "expects a positive epsilon, got "
-                         << getEpsilon().convertToDouble();
+  if (failed(verifyRMSNorm(*this, getInput(), getWeight(), getEpsilon())))
+    return failure();
   if (getResult().getType().getShape() != getInput().getType().getShape())
     return emitOpError() << "expects result shape to match input shape "
                          << formatShape(getInput().getType().getShape())
@@ -161,19 +234,27 @@ LogicalResult RMSNormOp::verify() {
   return success();
 }
 
-LogicalResult RopeOp::verify() {
-  int64_t headDim = getHeadDimAttr().getInt();
+/// Checks the head geometry of a rotary embedding over `input`.
+static LogicalResult verifyRope(Operation *op, Value input, int64_t headDim,
+                                int64_t rotaryDim) {
   if (headDim <= 0)
-    return emitOpError() << "expects a positive head_dim, got " << headDim;
-  int64_t features = featureDim(getInput());
+    return op->emitOpError() << "expects a positive head_dim, got " << headDim;
+  int64_t features = featureDim(input);
   if (!ShapedType::isDynamic(features) && features % headDim != 0)
-    return emitOpError() << "expects input features (" << features
-                         << ") to be a multiple of head_dim (" << headDim
-                         << ")";
-  int64_t rotaryDim = getRotaryDimAttr().getInt();
+    return op->emitOpError()
+           << "expects input features (" << features
+           << ") to be a multiple of head_dim (" << headDim << ")";
   if (rotaryDim <= 0 || rotaryDim > headDim || rotaryDim % 2 != 0)
-    return emitOpError() << "expects an even rotary_dim in (0, head_dim = "
-                         << headDim << "], got " << rotaryDim;
+    return op->emitOpError()
+           << "expects an even rotary_dim in (0, head_dim = " << headDim
+           << "], got " << rotaryDim;
+  return success();
+}
+
+LogicalResult RopeOp::verify() {
+  if (failed(verifyRope(*this, getInput(), getHeadDimAttr().getInt(),
+                        getRotaryDimAttr().getInt())))
+    return failure();
   return verifySameType(*this, getResult().getType(), getInput().getType(),
                         "input");
 }
@@ -266,6 +347,26 @@ LogicalResult KVCacheWriteOp::verify() {
   return verifySameType(*this, getResult().getType(), cacheType, "cache");
 }
 
+LogicalResult RopeKVCacheWriteOp::verify() {
+  KVCacheType cacheType = getCache().getType();
+  int64_t layer = getLayerAttr().getInt();
+  if (layer < 0 || layer >= cacheType.getNumLayers())
+    return emitOpError() << "expects layer in [0, num_layers = "
+                         << cacheType.getNumLayers() << "), got " << layer;
+  if (getHeadDimAttr().getInt() != cacheType.getHeadDim())
+    return emitOpError() << "expects head_dim (" << getHeadDimAttr().getInt()
+                         << ") to match the cache's (" << cacheType.getHeadDim()
+                         << ")";
+  if (failed(verifyRope(*this, getKey(), getHeadDimAttr().getInt(),
+                        getRotaryDimAttr().getInt())) ||
+      failed(
+          verifyKVFeatures(*this, "key", getKey(), cacheType.getKVWidth())) ||
+      failed(
+          verifyKVFeatures(*this, "value", getValue(), cacheType.getKVWidth())))
+    return failure();
+  return verifySameType(*this, getResult().getType(), cacheType, "cache");
+}
+
 LogicalResult PagedAttentionOp::verify() {
   if (failed(verifyAttentionCommon(*this)))
     return failure();
@@ -314,5 +415,43 @@ LogicalResult AllGatherOp::verify() {
                            << " to be a multiple of the input's (" << in
                            << "), got " << out;
   }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+LogicalResult FusedOp::verifyRegions() {
+  if (getInputs().empty() || getResults().empty())
+    return emitOpError() << "expects at least one input and one result";
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError() << "expects one block argument per input ("
+                         << getInputs().size() << "), got "
+                         << body.getNumArguments();
+  for (auto [index, input, arg] :
+       llvm::enumerate(getInputs(), body.getArguments()))
+    if (input.getType() != arg.getType())
+      return emitOpError() << "expects block argument #" << index
+                           << " to have the input's type " << input.getType()
+                           << ", got " << arg.getType();
+  ArrayRef<int64_t> shape =
+      cast<RankedTensorType>(getResult(0).getType()).getShape();
+  SmallVector<Type> types(getInputs().getTypes());
+  llvm::append_range(types, getResults().getTypes());
+  for (Type type : types)
+    if (cast<RankedTensorType>(type).getShape() != shape)
+      return emitOpError() << "expects every input and result to have shape "
+                           << formatShape(shape) << ", got " << type;
+  for (Operation &op : body.without_terminator())
+    if (!isa<AddOp, GeluOp, MulOp, SiluOp, SiluMulOp>(op))
+      return op.emitOpError() << "is not an elementwise operation an "
+                                 "'infer.fused' body may hold";
+  auto yield = cast<YieldOp>(body.getTerminator());
+  if (yield.getValues().getTypes() != getResults().getTypes())
+    return yield.emitOpError()
+           << "expects the yielded types to match the results of the "
+              "enclosing 'infer.fused'";
   return success();
 }

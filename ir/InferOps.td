@@ -10,6 +10,7 @@
 include "ir/InferAttrs.td"
 include "ir/InferBase.td"
 include "ir/InferTypes.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
@@ -26,6 +27,35 @@ def Infer_FloatTensor : RankedTensorOf<[AnyFloat]>;
 //===----------------------------------------------------------------------===//
 // Parameters
 //===----------------------------------------------------------------------===//
+
+def Infer_ConcatWeightsOp : Infer_Op<"concat_weights", [Pure]> {
+  let summary = "Parameters concatenated along their first dimension at load";
+  let description = [{
+    Stacks the rows of several parameters into one, in operand order: the
+    weight of a merged projection (q/k/v, gate/up) or its bias. Every operand
+    must be produced by `infer.weight`, so the runtime performs the
+    concatenation once, when it loads the checkpoint (a `concat` weight
+    transform in the plan), never per forward call. The operands share their
+    element type and every dimension but the first; the result's first
+    dimension is the sum of theirs.
+
+    ```mlir
+    %wq = infer.weight "model.layers.0.self_attn.q_proj.weight" : tensor<128x128xbf16>
+    %wk = infer.weight "model.layers.0.self_attn.k_proj.weight" : tensor<32x128xbf16>
+    %wv = infer.weight "model.layers.0.self_attn.v_proj.weight" : tensor<32x128xbf16>
+    %wqkv = infer.concat_weights %wq, %wk, %wv
+        : tensor<128x128xbf16>, tensor<32x128xbf16>, tensor<32x128xbf16>
+        -> tensor<192x128xbf16>
+    ```
+  }];
+
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $inputs attr-dict `:` type($inputs) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
 
 def Infer_WeightOp : Infer_Op<"weight", [Pure]> {
   let summary = "A model parameter read from the checkpoint";
@@ -158,9 +188,59 @@ def Infer_LogitsOp : Infer_Op<"logits", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Infer_SplitOp : Infer_Op<"split", [Pure]> {
+  let summary = "Splits activations into consecutive column blocks";
+  let description = [{
+    Result `i` holds the columns of `input` that follow those of results
+    `0 .. i-1`; the feature widths of the results add up to the input's.
+    `infer-fuse` uses it to hand the parts of a merged projection (q, k and v
+    of one GEMM) to their consumers.
+
+    ```mlir
+    %q, %k, %v = infer.split %qkv
+        : tensor<?x192xf32> -> tensor<?x128xf32>, tensor<?x32xf32>,
+                               tensor<?x32xf32>
+    ```
+  }];
+
+  let arguments = (ins Infer_Activation:$input);
+  let results = (outs Variadic<Infer_Activation>:$results);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Normalization and positions
 //===----------------------------------------------------------------------===//
+
+def Infer_AddRMSNormOp : Infer_Op<"add_rms_norm", [Pure]> {
+  let summary = "Residual addition followed by RMS normalization";
+  let description = [{
+    Returns `sum = lhs + rhs` and `infer.rms_norm` of `sum`: the residual
+    update of a decoder layer and the normalization that feeds the next
+    block, computed in one pass over the row. Both results are needed: the
+    sum is the residual stream the next layer adds to.
+
+    ```mlir
+    %sum, %y = infer.add_rms_norm %residual, %x, %w {epsilon = 1.0e-05 : f64}
+        : tensor<?x384xf32>, tensor<?x384xf32>, tensor<384xbf16>
+        -> tensor<?x384xf32>, tensor<?x384xf32>
+    ```
+  }];
+
+  let arguments = (ins
+    Infer_FloatTensor:$lhs,
+    Infer_FloatTensor:$rhs,
+    1DTensorOf<[AnyFloat]>:$weight,
+    F64Attr:$epsilon
+  );
+  let results = (outs Infer_FloatTensor:$sum, Infer_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `,` $weight attr-dict `:` type($lhs) `,` type($rhs) `,`
+    type($weight) `->` type($sum) `,` type($result)
+  }];
+  let hasVerifier = 1;
+}
 
 def Infer_RMSNormOp : Infer_Op<"rms_norm", [Pure]> {
   let summary = "Root-mean-square layer normalization";
@@ -278,6 +358,22 @@ def Infer_SiluOp : Infer_Op<"silu", [Pure, SameOperandsAndResultType]> {
   let arguments = (ins Infer_FloatTensor:$input);
   let results = (outs Infer_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Infer_SiluMulOp : Infer_Op<"silu_mul", [Pure, SameOperandsAndResultType]> {
+  let summary = "Gated activation: silu(gate) * up";
+  let description = [{
+    The SwiGLU gate of a Llama MLP, `infer.silu` of `gate` times `up`, in one
+    pass.
+
+    ```mlir
+    %y = infer.silu_mul %gate, %up : tensor<?x1024xf32>
+    ```
+  }];
+
+  let arguments = (ins Infer_FloatTensor:$gate, Infer_FloatTensor:$up);
+  let results = (outs Infer_FloatTensor:$result);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` type($result)";
 }
 
 //===----------------------------------------------------------------------===//
@@ -410,6 +506,96 @@ def Infer_PagedAttentionOp : Infer_Op<"paged_attention", [Pure]> {
     type($context_lens) `,` type($query_start_loc) `->` type($result)
   }];
   let hasVerifier = 1;
+}
+
+def Infer_RopeKVCacheWriteOp : Infer_Op<"rope_kv_cache_write", [Pure]> {
+  let summary = "Rotates new keys and stores them and the values in the cache";
+  let description = [{
+    `infer.kv_cache_write` of `infer.rope(key, positions)` and `value`: the
+    keys are rotated on their way into the cache, so the rotated keys never
+    exist as a separate activation. The attributes are those of the
+    `infer.rope` (`head_dim`, `rotary_dim`, `rope`) and the
+    `infer.kv_cache_write` (`layer`) it replaces.
+
+    ```mlir
+    %c1 = infer.rope_kv_cache_write %c0, %k, %v, %slot_mapping, %positions
+        {layer = 0 : i64, head_dim = 64 : i64, rotary_dim = 64 : i64,
+         rope = #infer.rope<theta = 1.0e+04, kind = default>}
+        : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16,
+                          head_dim = 64, element_type = f32>,
+          tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64>, tensor<?xi32>
+        -> !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16,
+                           head_dim = 64, element_type = f32>
+    ```
+  }];
+
+  let arguments = (ins
+    Infer_KVCacheType:$cache,
+    Infer_Activation:$key,
+    Infer_Activation:$value,
+    Infer_IndexVector:$slot_mapping,
+    Infer_IndexVector:$positions,
+    I64Attr:$layer,
+    I64Attr:$head_dim,
+    I64Attr:$rotary_dim,
+    Infer_RopeAttr:$rope
+  );
+  let results = (outs Infer_KVCacheType:$result);
+  let assemblyFormat = [{
+    $cache `,` $key `,` $value `,` $slot_mapping `,` $positions attr-dict `:`
+    qualified(type($cache)) `,` type($key) `,` type($value) `,`
+    type($slot_mapping) `,` type($positions) `->` qualified(type($result))
+  }];
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+def Infer_FusedOp : Infer_Op<"fused", [IsolatedFromAbove, Pure, SingleBlock]> {
+  let summary = "A group of elementwise operations run as one kernel";
+  let description = [{
+    The body computes the results from the inputs (its block arguments, one
+    per input, of the same types) with elementwise operations only
+    (`infer.add`, `infer.gelu`, `infer.mul`, `infer.silu`,
+    `infer.silu_mul`) and yields them with `infer.yield`. Every input and
+    result has the same shape. Code generation turns each region into one
+    kernel that reads every input element once and writes every result
+    element once; the intermediate values stay in registers.
+
+    ```mlir
+    %y = infer.fused ins(%gate, %up : tensor<?x1024xf32>, tensor<?x1024xf32>)
+        -> tensor<?x1024xf32> {
+    ^bb0(%g: tensor<?x1024xf32>, %u: tensor<?x1024xf32>):
+      %a = infer.gelu %g {approximate = "tanh"} : tensor<?x1024xf32>
+      %m = infer.mul %a, %u : tensor<?x1024xf32>
+      infer.yield %m : tensor<?x1024xf32>
+    }
+    ```
+  }];
+
+  let arguments = (ins Variadic<Infer_FloatTensor>:$inputs);
+  let results = (outs Variadic<Infer_FloatTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    `ins` `(` $inputs `:` type($inputs) `)` attr-dict `->` type($results)
+    $body
+  }];
+  let hasRegionVerifier = 1;
+}
+
+def Infer_YieldOp : Infer_Op<"yield", [
+    HasParent<"FusedOp">, Pure, ReturnLike, Terminator]> {
+  let summary = "Returns the results of an `infer.fused` body";
+  let description = [{
+    ```mlir
+    infer.yield %m : tensor<?x1024xf32>
+    ```
+  }];
+
+  let arguments = (ins Variadic<Infer_FloatTensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
 }
 
 //===----------------------------------------------------------------------===//

@@ -477,3 +477,85 @@ func.func @all_gather_multiple(%x: tensor<?x2048xf32>) {
   %y = infer.all_gather %x {dim = 1 : i64} : tensor<?x2048xf32> -> tensor<?x3000xf32>
   return
 }
+
+//===----------------------------------------------------------------------===//
+// Operations infer-fuse creates
+//===----------------------------------------------------------------------===//
+
+// -----
+
+func.func @concat_rows_mismatch() -> tensor<100x8xf32> {
+  %a = infer.weight "a" : tensor<64x8xf32>
+  %b = infer.weight "b" : tensor<32x8xf32>
+  // expected-error @+1 {{expects 96 result rows (the sum of the inputs'), got 'tensor<100x8xf32>'}}
+  %w = infer.concat_weights %a, %b : tensor<64x8xf32>, tensor<32x8xf32> -> tensor<100x8xf32>
+  return %w : tensor<100x8xf32>
+}
+
+// -----
+
+func.func @concat_columns_mismatch() -> tensor<96x8xf32> {
+  %a = infer.weight "a" : tensor<64x8xf32>
+  %b = infer.weight "b" : tensor<32x4xf32>
+  // expected-error @+1 {{expects input #1 to match the result in element type and all dimensions but the first, got 'tensor<32x4xf32>' for 'tensor<96x8xf32>'}}
+  %w = infer.concat_weights %a, %b : tensor<64x8xf32>, tensor<32x4xf32> -> tensor<96x8xf32>
+  return %w : tensor<96x8xf32>
+}
+
+// -----
+
+func.func @split_widths(%x: tensor<?x96xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{expects the results' feature widths to add up to the input's (96), got 128}}
+  %a, %b = infer.split %x : tensor<?x96xf32> -> tensor<?x64xf32>, tensor<?x64xf32>
+  return %a : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @add_rms_norm_operands(%a: tensor<?x8xf32>, %b: tensor<?x8xf16>, %w: tensor<8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expects operands of one type, got 'tensor<?x8xf32>' and 'tensor<?x8xf16>'}}
+  %s, %y = infer.add_rms_norm %a, %b, %w {epsilon = 1.0e-05 : f64} : tensor<?x8xf32>, tensor<?x8xf16>, tensor<8xf32> -> tensor<?x8xf32>, tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @rope_cache_write_head_dim(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
+  // expected-error @+1 {{expects head_dim (8) to match the cache's (16)}}
+  %c1 = infer.rope_kv_cache_write %c0, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 8 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  return
+}
+
+// -----
+
+func.func @fused_non_elementwise(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  %y = infer.fused ins(%x : tensor<?x8xf32>) -> tensor<?x8xf32> {
+  ^bb0(%a: tensor<?x8xf32>):
+    // expected-error @+1 {{'infer.all_reduce' op is not an elementwise operation an 'infer.fused' body may hold}}
+    %r = infer.all_reduce %a : tensor<?x8xf32>
+    infer.yield %r : tensor<?x8xf32>
+  }
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @fused_shapes(%x: tensor<?x8xf32>, %z: tensor<?x4xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expects every input and result to have shape [?, 8], got 'tensor<?x4xf32>'}}
+  %y = infer.fused ins(%x, %z : tensor<?x8xf32>, tensor<?x4xf32>) -> tensor<?x8xf32> {
+  ^bb0(%a: tensor<?x8xf32>, %b: tensor<?x4xf32>):
+    infer.yield %a : tensor<?x8xf32>
+  }
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @fused_block_arguments(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{expects one block argument per input (1), got 2}}
+  %y = infer.fused ins(%x : tensor<?x8xf32>) -> tensor<?x8xf32> {
+  ^bb0(%a: tensor<?x8xf32>, %b: tensor<?x8xf32>):
+    infer.yield %a : tensor<?x8xf32>
+  }
+  return %y : tensor<?x8xf32>
+}

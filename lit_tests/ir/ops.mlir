@@ -183,4 +183,38 @@ func.func @all_reduce(%x: tensor<?x384xf32>) -> tensor<?x384xf32> {
   return %y : tensor<?x384xf32>
 }
 
+// CHECK-LABEL: func.func @fused_ops
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<?x128xf32>, %[[R:[^:]+]]: tensor<?x128xf32>, %[[POS:[^:]+]]: tensor<?xi32>, %[[SLOTS:[^:]+]]: tensor<?xi64>, %[[C0:[^:]+]]: !infer.kv_cache
+func.func @fused_ops(%x: tensor<?x128xf32>, %r: tensor<?x128xf32>, %pos: tensor<?xi32>, %slots: tensor<?xi64>,
+                     %c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>)
+    -> (tensor<?x128xf32>, tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) {
+  %wq = infer.weight "q.weight" : tensor<64x128xbf16>
+  %wk = infer.weight "k.weight" : tensor<32x128xbf16>
+  %wv = infer.weight "v.weight" : tensor<32x128xbf16>
+  // CHECK: %[[W:.+]] = infer.concat_weights %{{.+}}, %{{.+}}, %{{.+}} : tensor<64x128xbf16>, tensor<32x128xbf16>, tensor<32x128xbf16> -> tensor<128x128xbf16>
+  %w = infer.concat_weights %wq, %wk, %wv : tensor<64x128xbf16>, tensor<32x128xbf16>, tensor<32x128xbf16> -> tensor<128x128xbf16>
+  %qkv = infer.linear %x, %w : tensor<?x128xf32>, tensor<128x128xbf16> -> tensor<?x128xf32>
+  // CHECK: %[[QKV:.+]]:3 = infer.split %{{.+}} : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
+  %q, %k, %v = infer.split %qkv : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
+  // CHECK: infer.rope_kv_cache_write %[[C0]], %[[QKV]]#1, %[[QKV]]#2, %[[SLOTS]], %[[POS]] {head_dim = 16 : i64, layer = 0 : i64, rope = #infer.rope<theta = 1.000000e+04, kind = default>, rotary_dim = 16 : i64}
+  %c1 = infer.rope_kv_cache_write %c0, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  %n = infer.weight "norm.weight" : tensor<128xbf16>
+  // CHECK: %[[SUM:.+]], %[[Y:.+]] = infer.add_rms_norm %[[X]], %[[R]], %{{.+}} {epsilon = 1.000000e-05 : f64} : tensor<?x128xf32>, tensor<?x128xf32>, tensor<128xbf16> -> tensor<?x128xf32>, tensor<?x128xf32>
+  %sum, %y = infer.add_rms_norm %x, %r, %n {epsilon = 1.0e-05 : f64} : tensor<?x128xf32>, tensor<?x128xf32>, tensor<128xbf16> -> tensor<?x128xf32>, tensor<?x128xf32>
+  // CHECK: infer.silu_mul %[[SUM]], %[[Y]] : tensor<?x128xf32>
+  %g = infer.silu_mul %sum, %y : tensor<?x128xf32>
+  // CHECK: infer.fused ins(%{{.+}}, %[[QKV]]#0 : tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // CHECK-NEXT: ^bb0(%[[A:[^:]+]]: tensor<?x64xf32>, %[[B:[^:]+]]: tensor<?x64xf32>):
+  // CHECK-NEXT: %[[M:.+]] = infer.mul %[[A]], %[[B]] : tensor<?x64xf32>
+  // CHECK-NEXT: %[[S:.+]] = infer.silu %[[M]] : tensor<?x64xf32>
+  // CHECK-NEXT: infer.yield %[[S]] : tensor<?x64xf32>
+  %f = infer.fused ins(%q, %q : tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32> {
+  ^bb0(%a: tensor<?x64xf32>, %b: tensor<?x64xf32>):
+    %m = infer.mul %a, %b : tensor<?x64xf32>
+    %s = infer.silu %m : tensor<?x64xf32>
+    infer.yield %s : tensor<?x64xf32>
+  }
+  return %g, %f, %c1 : tensor<?x128xf32>, tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+}
+
 }
