@@ -160,6 +160,7 @@ Status compileModel(const std::string &modelDir, const std::string &outDir,
   mlir::PassManager pm(&context);
   mlir::infer::DeployPipelineOptions pipelineOptions;
   pipelineOptions.blockSize = options.blockSize;
+  pipelineOptions.fuse = options.fuse;
   pipelineOptions.tp = options.tp;
   mlir::infer::buildDeployPipeline(pm, pipelineOptions);
   if (mlir::failed(pm.run(*module)) || mlir::failed(mlir::verify(*module)))

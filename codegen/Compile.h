@@ -19,6 +19,8 @@ namespace infer::compiler {
 struct CompileOptions {
   std::string target = "cpu"; ///< "cpu" or "cuda"
   int64_t blockSize = 16;
+  /// Run infer-fuse in the deploy pipeline.
+  bool fuse = true;
   /// Tensor-parallel ranks (`infer-shard-tensor-parallel`).
   int64_t tp = 1;
 };

@@ -5,8 +5,15 @@
 //   func argument {infer.input = "token_ids"}  -> input     [T]
 //   func argument {infer.input = "kv_cache"}   -> kv_cache  (no shape)
 //   infer.weight "model.norm.weight"           -> param     [384]
+//   infer.concat_weights of infer.weight ops   -> param     [192, 384], the
+//                    first tensor with a `concat` transform per further one
 //   infer.weight {shard = #infer.shard<...>}    -> param, the rank's slice
 //   any other op result                        -> activation, e.g. [T, 384]
+//
+// An infer.weight read only by infer.concat_weights gets no value of its own:
+// the runtime loads it as part of the concatenation. An infer.fused region
+// becomes one `fused` step whose body is the region's register program
+// (runtime/plan/FusedBody.h).
 //
 // Dynamic dimensions get the symbol of the batch-contract input they come
 // from (T tokens, B sequences, S logits rows, M blocks per sequence), traced
@@ -24,6 +31,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/PlanLowering.h"
+
+#include "runtime/plan/FusedBody.h"
 
 #include "ir/InferAttrs.h"
 #include "ir/InferDialect.h"
@@ -73,6 +82,7 @@ bool isDirectStep(StringRef name) {
   return llvm::StringSwitch<bool>(name)
       .Cases("embedding", "rms_norm", "linear", "rope", "paged_attention", true)
       .Cases("silu", "add", "mul", "gather_rows", "logits", true)
+      .Cases("add_rms_norm", "silu_mul", true)
       .Cases("all_reduce", "all_gather", true)
       .Default(false);
 }
@@ -91,8 +101,11 @@ private:
   int addValue(plan::Value value);
   mlir::LogicalResult lowerArgument(mlir::BlockArgument arg);
   mlir::LogicalResult lowerWeight(mlir::infer::WeightOp op);
+  mlir::LogicalResult lowerConcatWeights(mlir::infer::ConcatWeightsOp op);
   mlir::LogicalResult lowerStep(mlir::Operation *op, StringRef stepName);
-  mlir::LogicalResult lowerCacheWrite(mlir::infer::KVCacheWriteOp op);
+  mlir::LogicalResult lowerCacheUpdate(mlir::Operation *op, mlir::Value cache,
+                                       StringRef stepName);
+  mlir::LogicalResult lowerFused(mlir::infer::FusedOp op);
   FailureOr<std::vector<plan::Dim>> resultShape(mlir::Operation *op,
                                                 mlir::RankedTensorType type);
   mlir::LogicalResult lowerAttributes(mlir::Operation *op, plan::Step &step);
@@ -180,6 +193,11 @@ mlir::LogicalResult PlanLowering::lowerArgument(mlir::BlockArgument arg) {
 }
 
 mlir::LogicalResult PlanLowering::lowerWeight(mlir::infer::WeightOp op) {
+  if (!op->use_empty() &&
+      llvm::all_of(op->getUsers(), [](mlir::Operation *user) {
+        return mlir::isa<mlir::infer::ConcatWeightsOp>(user);
+      }))
+    return mlir::success();
   std::string name = op.getName().str();
   std::optional<mlir::infer::ShardAttr> shard = op.getShard();
   if (shard && shard->getNumRanks() != numRanks)
@@ -218,6 +236,53 @@ mlir::LogicalResult PlanLowering::lowerWeight(mlir::infer::WeightOp op) {
   paramIds[name] = id;
   if (shard)
     paramShards[id] = *shard;
+  ids[op.getResult()] = id;
+  return mlir::success();
+}
+
+mlir::LogicalResult
+PlanLowering::lowerConcatWeights(mlir::infer::ConcatWeightsOp op) {
+  auto type = mlir::cast<mlir::RankedTensorType>(op.getType());
+  FailureOr<plan::DType> dtype = dtypeOf(op, type.getElementType());
+  if (mlir::failed(dtype))
+    return mlir::failure();
+  plan::Value value;
+  value.kind = plan::ValueKind::kParam;
+  value.dtype = *dtype;
+  for (int64_t size : type.getShape())
+    value.shape.push_back(plan::Dim::fixed(size));
+  for (mlir::Value input : op.getInputs()) {
+    auto weight = input.getDefiningOp<mlir::infer::WeightOp>();
+    if (!weight || weight.getShard())
+      return op.emitError() << "can only concatenate whole infer.weight "
+                               "tensors (no shard) at load time";
+    std::string name = weight.getName().str();
+    auto file = tensorFiles.find(name);
+    if (file == tensorFiles.end())
+      return weight.emitError() << "tensor '" << name
+                                << "' is not in the model's safetensors files";
+    if (value.sourceTensor.empty()) {
+      value.name = name;
+      value.sourceFile = file->second;
+      value.sourceTensor = name;
+      continue;
+    }
+    value.name += "+" + name;
+    plan::WeightTransform concat;
+    concat.kind = "concat";
+    concat.attrs["axis"] = int64_t{0};
+    concat.attrs["source_file"] = file->second;
+    concat.attrs["source_tensor"] = name;
+    value.transforms.push_back(std::move(concat));
+  }
+  auto found = paramIds.find(value.name);
+  if (found != paramIds.end()) {
+    ids[op.getResult()] = found->second;
+    return mlir::success();
+  }
+  std::string name = value.name;
+  int id = addValue(std::move(value));
+  paramIds[name] = id;
   ids[op.getResult()] = id;
   return mlir::success();
 }
@@ -343,16 +408,65 @@ mlir::LogicalResult PlanLowering::lowerStep(mlir::Operation *op,
   return mlir::success();
 }
 
-mlir::LogicalResult
-PlanLowering::lowerCacheWrite(mlir::infer::KVCacheWriteOp op) {
+mlir::LogicalResult PlanLowering::lowerCacheUpdate(mlir::Operation *op,
+                                                   mlir::Value cache,
+                                                   StringRef stepName) {
   plan::Step step;
-  step.op = "kv_cache_write";
+  step.op = stepName.str();
   for (mlir::Value operand : op->getOperands())
     step.operands.push_back(ids.lookup(operand));
   if (mlir::failed(lowerAttributes(op, step)))
     return mlir::failure();
-  ids[op.getResult()] = ids.lookup(op.getCache());
+  ids[op->getResult(0)] = ids.lookup(cache);
   rank.steps.push_back(std::move(step));
+  return mlir::success();
+}
+
+/// Numbers the body's values as registers (block arguments first, then one
+/// per op) and records each op as an instruction of the step's program.
+mlir::LogicalResult PlanLowering::lowerFused(mlir::infer::FusedOp op) {
+  mlir::Block &block = op.getBody().front();
+  plan::FusedBody body;
+  body.numInputs = static_cast<int>(block.getNumArguments());
+  llvm::DenseMap<mlir::Value, int> registers;
+  for (mlir::BlockArgument arg : block.getArguments())
+    registers[arg] = static_cast<int>(arg.getArgNumber());
+  for (mlir::Operation &inner : block.without_terminator()) {
+    std::optional<plan::ElementwiseOp> kind =
+        llvm::TypeSwitch<mlir::Operation *, std::optional<plan::ElementwiseOp>>(
+            &inner)
+            .Case<mlir::infer::AddOp>(
+                [](auto) { return plan::ElementwiseOp::kAdd; })
+            .Case<mlir::infer::MulOp>(
+                [](auto) { return plan::ElementwiseOp::kMul; })
+            .Case<mlir::infer::SiluOp>(
+                [](auto) { return plan::ElementwiseOp::kSilu; })
+            .Case<mlir::infer::SiluMulOp>(
+                [](auto) { return plan::ElementwiseOp::kSiluMul; })
+            .Case<mlir::infer::GeluOp>(
+                [](mlir::infer::GeluOp gelu)
+                    -> std::optional<plan::ElementwiseOp> {
+                  if (gelu.getApproximate() != "tanh")
+                    return std::nullopt;
+                  return plan::ElementwiseOp::kGeluTanh;
+                })
+            .Default([](mlir::Operation *) { return std::nullopt; });
+    if (!kind)
+      return inner.emitError() << "has no elementwise op in plan format "
+                               << plan::kPlanFormatVersion;
+    plan::FusedInstruction instruction;
+    instruction.op = *kind;
+    for (mlir::Value operand : inner.getOperands())
+      instruction.args.push_back(registers.lookup(operand));
+    registers[inner.getResult(0)] = body.numRegisters();
+    body.instructions.push_back(std::move(instruction));
+  }
+  for (mlir::Value yielded : block.getTerminator()->getOperands())
+    body.yields.push_back(registers.lookup(yielded));
+
+  if (mlir::failed(lowerStep(op, "fused")))
+    return mlir::failure();
+  plan::setFusedBody(body, rank.steps.back());
   return mlir::success();
 }
 
@@ -364,16 +478,38 @@ FailureOr<plan::Plan> PlanLowering::lower() {
       return mlir::failure();
 
   for (mlir::Operation &op : func.getBody().front()) {
-    for (mlir::Value operand : op.getOperands())
-      if (!ids.count(operand))
-        return op.emitError() << "operand is not a plan value";
+    // The tensors a concatenation reads are loaded as part of it.
+    if (!mlir::isa<mlir::infer::ConcatWeightsOp>(op))
+      for (mlir::Value operand : op.getOperands())
+        if (!ids.count(operand))
+          return op.emitError() << "operand is not a plan value";
     StringRef name = op.getName().stripDialect();
     mlir::LogicalResult lowered =
         llvm::TypeSwitch<mlir::Operation *, mlir::LogicalResult>(&op)
             .Case<mlir::infer::WeightOp>(
                 [&](auto weight) { return lowerWeight(weight); })
-            .Case<mlir::infer::KVCacheWriteOp>(
-                [&](auto write) { return lowerCacheWrite(write); })
+            .Case<mlir::infer::ConcatWeightsOp>(
+                [&](auto concat) { return lowerConcatWeights(concat); })
+            .Case<mlir::infer::KVCacheWriteOp>([&](auto write) {
+              return lowerCacheUpdate(write, write.getCache(),
+                                      "kv_cache_write");
+            })
+            .Case<mlir::infer::RopeKVCacheWriteOp>([&](auto write) {
+              return lowerCacheUpdate(write, write.getCache(),
+                                      "rope_kv_cache_write");
+            })
+            .Case<mlir::infer::SplitOp>([&](auto split) -> mlir::LogicalResult {
+              if (mlir::failed(lowerStep(split, "split")))
+                return mlir::failure();
+              std::vector<int64_t> sizes;
+              for (mlir::Type type : split.getResultTypes())
+                sizes.push_back(
+                    mlir::cast<mlir::RankedTensorType>(type).getDimSize(1));
+              rank.steps.back().attrs["sizes"] = sizes;
+              return mlir::success();
+            })
+            .Case<mlir::infer::FusedOp>(
+                [&](auto fused) { return lowerFused(fused); })
             .Case<mlir::infer::AttentionOp>([&](auto attention) {
               return attention.emitError()
                      << "logical attention has no plan step: run "

@@ -28,10 +28,16 @@ struct DeployPipelineOptions
   PassOptions::Option<int64_t> tp{
       *this, "tp", llvm::cl::desc("Number of tensor-parallel ranks"),
       llvm::cl::init(1)};
+  PassOptions::Option<bool> fuse{
+      *this, "fuse",
+      llvm::cl::desc("Run infer-fuse (merged projections, fused norms, "
+                     "activations, cache writes and elementwise regions)"),
+      llvm::cl::init(true)};
 };
 
 /// Builds the pipeline that takes imported model IR to the form codegen
-/// lowers: tensor-parallel sharding, then paging of the KV cache.
+/// lowers: tensor-parallel sharding, paging of the KV cache, then fusion
+/// unless `fuse=false`.
 void buildDeployPipeline(OpPassManager &pm,
                          const DeployPipelineOptions &options);
 

@@ -74,6 +74,61 @@ def PageKVCachePass : Pass<"infer-page-kv-cache", "::mlir::func::FuncOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+def FusePass : Pass<"infer-fuse", "::mlir::func::FuncOp"> {
+  let summary = "Fuses projections, normalizations, activations and "
+                "elementwise chains";
+  let description = [{
+    Rewrites a model so that fewer, larger kernels run per layer:
+
+    - sibling `infer.linear`s of one input whose weights (and biases, all or
+      none) come from `infer.weight` become one GEMM over an
+      `infer.concat_weights` of their weights, followed by an `infer.split`
+      of its result (q/k/v, gate/up); the concatenation happens once, when the
+      runtime loads the checkpoint;
+    - `infer.rms_norm` of an `infer.add` becomes `infer.add_rms_norm`, which
+      returns the sum as well, provided no user of the sum comes before the
+      normalization;
+    - `infer.mul` of an `infer.silu` used only there becomes
+      `infer.silu_mul`;
+    - `infer.kv_cache_write` of keys from an `infer.rope` used only there
+      becomes `infer.rope_kv_cache_write` (run it after
+      `infer-page-kv-cache`);
+    - connected elementwise operations (`infer.add`, `infer.gelu`,
+      `infer.mul`, `infer.silu`, `infer.silu_mul`), at least two, become one
+      `infer.fused` region. A producer joins its consumer's region only if
+      every user of its result is in the region, so nothing is computed
+      twice; the region yields the value of its last operation.
+
+    Before:
+
+    ```mlir
+    %wg = infer.weight "mlp.gate_proj.weight" : tensor<256x128xbf16>
+    %g = infer.linear %x, %wg : tensor<?x128xf32>, tensor<256x128xbf16> -> tensor<?x256xf32>
+    %wu = infer.weight "mlp.up_proj.weight" : tensor<256x128xbf16>
+    %u = infer.linear %x, %wu : tensor<?x128xf32>, tensor<256x128xbf16> -> tensor<?x256xf32>
+    %s = infer.silu %g : tensor<?x256xf32>
+    %y = infer.mul %s, %u : tensor<?x256xf32>
+    ```
+
+    After `--infer-fuse`:
+
+    ```mlir
+    %wg = infer.weight "mlp.gate_proj.weight" : tensor<256x128xbf16>
+    %wu = infer.weight "mlp.up_proj.weight" : tensor<256x128xbf16>
+    %w = infer.concat_weights %wg, %wu : tensor<256x128xbf16>, tensor<256x128xbf16> -> tensor<512x128xbf16>
+    %gu = infer.linear %x, %w : tensor<?x128xf32>, tensor<512x128xbf16> -> tensor<?x512xf32>
+    %g, %u = infer.split %gu : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
+    %y = infer.silu_mul %g, %u : tensor<?x256xf32>
+    ```
+  }];
+
+  let dependentDialects = ["::mlir::infer::InferDialect"];
+}
+
+//===----------------------------------------------------------------------===//
 // Distribution
 //===----------------------------------------------------------------------===//
 

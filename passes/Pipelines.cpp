@@ -20,6 +20,8 @@ void mlir::infer::buildDeployPipeline(OpPassManager &pm,
   PageKVCachePassOptions pageOptions;
   pageOptions.blockSize = options.blockSize;
   pm.addNestedPass<func::FuncOp>(createPageKVCachePass(pageOptions));
+  if (options.fuse)
+    pm.addNestedPass<func::FuncOp>(createFusePass());
 }
 
 void mlir::infer::registerInferPipelines() {

@@ -1,7 +1,10 @@
-// RUN: rm -rf %t && infer compile %fixtures/rand/llama-gqa -o %t --block-size 32
+// RUN: rm -rf %t && infer compile %fixtures/rand/llama-gqa -o %t --block-size 32 --no-fuse
 // RUN: FileCheck %s --input-file=%t/manifest.json --check-prefix=MANIFEST
 // RUN: FileCheck %s --input-file=%t/plan.json --check-prefix=PLAN
 // RUN: infer inspect %t | FileCheck %s --check-prefix=INSPECT
+
+// --no-fuse keeps one plan step per model-level op, the lowering these checks
+// describe; codegen/fuse-numerics.test covers the fused plan.
 
 // The manifest: model info from the `infer.model` attribute, the options as
 // given, the KV-cache layout the paging pass chose, and the source weights
@@ -9,6 +12,7 @@
 
 // MANIFEST:      "compile_options": {
 // MANIFEST-NEXT:   "block_size": "32",
+// MANIFEST-NEXT:   "fuse": "false",
 // MANIFEST-NEXT:   "target": "cpu"
 // MANIFEST:      "kv_cache": {
 // MANIFEST-NEXT:   "block_size": 32,

@@ -3,6 +3,7 @@
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/ThreadPool.h"
+#include "runtime/plan/FusedBody.h"
 
 #include <algorithm>
 #include <cstring>
@@ -28,6 +29,11 @@ enum class OpKind {
   kMul,
   kGatherRows,
   kLogits,
+  kSplit,
+  kAddRmsNorm,
+  kSiluMul,
+  kRopeKVCacheWrite,
+  kFused,
   kAllReduce,
   kAllGather,
 };
@@ -73,6 +79,11 @@ std::optional<OpKind> parseOp(const std::string &op) {
       {"mul", OpKind::kMul},
       {"gather_rows", OpKind::kGatherRows},
       {"logits", OpKind::kLogits},
+      {"split", OpKind::kSplit},
+      {"add_rms_norm", OpKind::kAddRmsNorm},
+      {"silu_mul", OpKind::kSiluMul},
+      {"rope_kv_cache_write", OpKind::kRopeKVCacheWrite},
+      {"fused", OpKind::kFused},
       {"all_reduce", OpKind::kAllReduce},
       {"all_gather", OpKind::kAllGather},
   };
@@ -87,7 +98,11 @@ struct PreparedStep {
   OpKind op;
   std::vector<int> operands;
   int result = -1;
+  std::vector<int> results;
   double epsilon = 0.0;
+  /// split: columns of each result.
+  std::vector<int64_t> sizes;
+  plan::FusedBody fused;
   RopeConfig rope;
   std::vector<float> ropeInvFreq;
   AttentionParams attention;
@@ -156,6 +171,7 @@ private:
                      PreparedStep &out) const;
   Status runStep(const PreparedStep &step, const Batch &batch,
                  std::vector<Matrix> &values);
+  Status runFused(const PreparedStep &step, std::vector<Matrix> &values);
   StatusOr<const int32_t *> intInput(int id, const Batch &batch,
                                      int64_t &length) const;
 
@@ -236,6 +252,7 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
   out.op = *op;
   out.operands = step.operands;
   out.result = step.results.empty() ? -1 : step.results[0];
+  out.results = step.results;
   auto kindOf = [&](int id) { return valueById_[id]->kind; };
   auto expectKind = [&](size_t index, ValueKind kind) -> Status {
     if (index >= step.operands.size() || kindOf(step.operands[index]) != kind)
@@ -259,9 +276,12 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
     bool intOperand = (out.op == OpKind::kEmbedding && i == 1) ||
                       (out.op == OpKind::kRope && i == 1) ||
                       (out.op == OpKind::kKVCacheWrite && i == 3) ||
+                      (out.op == OpKind::kRopeKVCacheWrite && i >= 3) ||
                       (out.op == OpKind::kPagedAttention && i >= 2) ||
                       (out.op == OpKind::kGatherRows && i == 1);
-    bool cacheOperand = (out.op == OpKind::kKVCacheWrite && i == 0) ||
+    bool cacheOperand = ((out.op == OpKind::kKVCacheWrite ||
+                          out.op == OpKind::kRopeKVCacheWrite) &&
+                         i == 0) ||
                         (out.op == OpKind::kPagedAttention && i == 1);
     if (intOperand)
       INFER_RETURN_IF_ERROR(expectKind(i, ValueKind::kInput));
@@ -285,6 +305,28 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
   if (step.attrs.count("scaling"))
     if (StatusOr<std::string> v = step.getString("scaling"); !v.isOk())
       return withWhere(v.status());
+
+  auto prepareRope = [&]() -> Status {
+    RopeConfig &c = out.rope;
+    StatusOr<int64_t> headDim = step.getInt("head_dim");
+    if (!headDim.isOk())
+      return withWhere(headDim.status());
+    StatusOr<double> theta = step.getFloat("theta");
+    if (!theta.isOk())
+      return withWhere(theta.status());
+    c.headDim = *headDim;
+    c.theta = *theta;
+    c.rotaryDim = step.getInt("rotary_dim", c.headDim);
+    c.scaling = step.getString("scaling", "default");
+    c.factor = step.getFloat("factor", 1.0);
+    c.lowFreqFactor = step.getFloat("low_freq_factor", 1.0);
+    c.highFreqFactor = step.getFloat("high_freq_factor", 4.0);
+    c.originalMaxPositionEmbeddings =
+        step.getInt("original_max_position_embeddings", 0);
+    INFER_RETURN_IF_ERROR(withWhere(c.validate()));
+    out.ropeInvFreq = ropeInverseFrequencies(c);
+    return Status::ok();
+  };
 
   switch (out.op) {
   case OpKind::kEmbedding: {
@@ -322,34 +364,41 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
     out.gatherDim = *dim;
     break;
   }
-  case OpKind::kRmsNorm: {
+  case OpKind::kRmsNorm:
+  case OpKind::kAddRmsNorm: {
     StatusOr<double> eps = step.getFloat("epsilon");
     if (!eps.isOk())
       return withWhere(eps.status());
     out.epsilon = *eps;
     break;
   }
-  case OpKind::kRope: {
-    RopeConfig &c = out.rope;
-    StatusOr<int64_t> headDim = step.getInt("head_dim");
-    if (!headDim.isOk())
-      return withWhere(headDim.status());
-    StatusOr<double> theta = step.getFloat("theta");
-    if (!theta.isOk())
-      return withWhere(theta.status());
-    c.headDim = *headDim;
-    c.theta = *theta;
-    c.rotaryDim = step.getInt("rotary_dim", c.headDim);
-    c.scaling = step.getString("scaling", "default");
-    c.factor = step.getFloat("factor", 1.0);
-    c.lowFreqFactor = step.getFloat("low_freq_factor", 1.0);
-    c.highFreqFactor = step.getFloat("high_freq_factor", 4.0);
-    c.originalMaxPositionEmbeddings =
-        step.getInt("original_max_position_embeddings", 0);
-    INFER_RETURN_IF_ERROR(withWhere(c.validate()));
-    out.ropeInvFreq = ropeInverseFrequencies(c);
+  case OpKind::kRope:
+    INFER_RETURN_IF_ERROR(prepareRope());
+    break;
+  case OpKind::kSplit: {
+    auto it = step.attrs.find("sizes");
+    const auto *sizes = it == step.attrs.end()
+                            ? nullptr
+                            : std::get_if<std::vector<int64_t>>(&it->second);
+    if (!sizes || sizes->size() != step.results.size() ||
+        std::any_of(sizes->begin(), sizes->end(),
+                    [](int64_t size) { return size <= 0; }))
+      return invalidArgument("cpu backend: " + where +
+                             ": attribute 'sizes' must hold one positive "
+                             "width per result");
+    out.sizes = *sizes;
     break;
   }
+  case OpKind::kFused: {
+    StatusOr<plan::FusedBody> body = plan::getFusedBody(step);
+    if (!body.isOk())
+      return withWhere(body.status());
+    out.fused = std::move(*body);
+    break;
+  }
+  case OpKind::kRopeKVCacheWrite:
+    INFER_RETURN_IF_ERROR(prepareRope());
+    [[fallthrough]];
   case OpKind::kKVCacheWrite:
   case OpKind::kPagedAttention: {
     StatusOr<int64_t> layer = step.getInt("layer");
@@ -360,7 +409,7 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
                              std::to_string(*layer) + " outside the cache's " +
                              std::to_string(geometry_.numLayers) + " layers");
     out.layer = *layer;
-    if (out.op == OpKind::kKVCacheWrite)
+    if (out.op != OpKind::kPagedAttention)
       break;
     AttentionParams &a = out.attention;
     a.layer = *layer;
@@ -546,6 +595,59 @@ Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
         y[i] = a.data[i] * b.data[i];
     return Status::ok();
   }
+  case OpKind::kSplit: {
+    const Matrix &x = in(0);
+    int64_t total = 0;
+    for (int64_t size : s.sizes)
+      total += size;
+    if (total != x.cols)
+      return mismatch("split sizes do not add up to the input width");
+    int64_t column = 0;
+    for (size_t r = 0; r < s.results.size(); ++r) {
+      const int64_t width = s.sizes[r];
+      float *y = values[s.results[r]].allocate(x.rows, width);
+      for (int64_t i = 0; i < x.rows; ++i)
+        std::memcpy(y + i * width, x.data + i * x.cols + column,
+                    width * sizeof(float));
+      column += width;
+    }
+    return Status::ok();
+  }
+  case OpKind::kAddRmsNorm: {
+    const Matrix &a = in(0), &b = in(1), &w = in(2);
+    if (a.rows != b.rows || a.cols != b.cols || w.size() != a.cols)
+      return mismatch("add_rms_norm operands or weight do not match");
+    float *sum = values[s.results[0]].allocate(a.rows, a.cols);
+    float *y = values[s.results[1]].allocate(a.rows, a.cols);
+    addRmsNorm(a.data, b.data, w.data, sum, y, a.rows, a.cols, s.epsilon);
+    return Status::ok();
+  }
+  case OpKind::kSiluMul: {
+    const Matrix &gate = in(0), &up = in(1);
+    if (gate.rows != up.rows || gate.cols != up.cols)
+      return mismatch("silu_mul operands have different shapes");
+    float *y = result->allocate(gate.rows, gate.cols);
+    siluMul(gate.data, up.data, y, gate.size());
+    return Status::ok();
+  }
+  case OpKind::kRopeKVCacheWrite: {
+    const Matrix &k = in(1), &v = in(2);
+    if (inputOf_[s.operands[3]] != InputKind::kSlotMapping ||
+        inputOf_[s.operands[4]] != InputKind::kPositions)
+      return mismatch("rope_kv_cache_write needs slot_mapping and positions "
+                      "as operands 3 and 4");
+    if (k.cols != geometry_.slotElements() || v.cols != k.cols ||
+        k.rows != batch.numTokens() || v.rows != k.rows ||
+        s.rope.headDim != geometry_.headDim ||
+        static_cast<int64_t>(batch.positions.size()) != k.rows)
+      return mismatch("rope_kv_cache_write keys/values do not match the cache");
+    ropeKVCacheWrite(cache_.data(), geometry_, s.layer, k.data, v.data,
+                     batch.slotMapping.data(), batch.positions.data(), k.rows,
+                     s.rope, s.ropeInvFreq);
+    return Status::ok();
+  }
+  case OpKind::kFused:
+    return runFused(s, values);
   case OpKind::kAllReduce: {
     const Matrix &x = in(0);
     float *y = result->allocate(x.rows, x.cols);
@@ -571,6 +673,62 @@ Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
   }
   }
   return internalError("cpu backend: unhandled op");
+}
+
+/// Interprets the register program a chunk of elements at a time: every
+/// register is a chunk-sized array, and each instruction is one loop over
+/// it, computing exactly what the unfused step of the same op computes.
+Status CpuBackend::runFused(const PreparedStep &s,
+                            std::vector<Matrix> &values) {
+  const plan::FusedBody &body = s.fused;
+  const Matrix &first = values[s.operands[0]];
+  for (int id : s.operands)
+    if (values[id].rows != first.rows || values[id].cols != first.cols)
+      return invalidArgument("cpu backend: fused operands have different "
+                             "shapes");
+  std::vector<float *> outputs;
+  for (int id : s.results)
+    outputs.push_back(values[id].allocate(first.rows, first.cols));
+
+  constexpr int64_t kChunk = 256;
+  const int64_t n = first.size();
+  std::vector<float> scratch(body.instructions.size() * kChunk);
+  std::vector<const float *> regs(body.numRegisters());
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    const int64_t count = std::min(kChunk, n - begin);
+    for (int i = 0; i < body.numInputs; ++i)
+      regs[i] = values[s.operands[i]].data + begin;
+    for (size_t i = 0; i < body.instructions.size(); ++i) {
+      const plan::FusedInstruction &instr = body.instructions[i];
+      float *y = scratch.data() + i * kChunk;
+      const float *a = regs[instr.args[0]];
+      const float *b = instr.args.size() > 1 ? regs[instr.args[1]] : nullptr;
+      switch (instr.op) {
+      case plan::ElementwiseOp::kAdd:
+        for (int64_t j = 0; j < count; ++j)
+          y[j] = a[j] + b[j];
+        break;
+      case plan::ElementwiseOp::kMul:
+        for (int64_t j = 0; j < count; ++j)
+          y[j] = a[j] * b[j];
+        break;
+      case plan::ElementwiseOp::kSilu:
+        silu(a, y, count);
+        break;
+      case plan::ElementwiseOp::kGeluTanh:
+        geluTanh(a, y, count);
+        break;
+      case plan::ElementwiseOp::kSiluMul:
+        siluMul(a, b, y, count);
+        break;
+      }
+      regs[body.numInputs + i] = y;
+    }
+    for (size_t r = 0; r < outputs.size(); ++r)
+      std::memcpy(outputs[r] + begin, regs[body.yields[r]],
+                  count * sizeof(float));
+  }
+  return Status::ok();
 }
 
 /// Gathers rank-major blocks, then interleaves them for dim 1:

@@ -97,19 +97,38 @@ void rmsNorm(const float *x, const float *w, float *y, int64_t rows, int64_t h,
   }
 }
 
+void addRmsNorm(const float *a, const float *b, const float *w, float *sum,
+                float *y, int64_t rows, int64_t h, double epsilon) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *ar = a + r * h, *br = b + r * h;
+    float *sr = sum + r * h;
+    double sumSquares = 0.0;
+    for (int64_t i = 0; i < h; ++i) {
+      sr[i] = ar[i] + br[i];
+      sumSquares += static_cast<double>(sr[i]) * sr[i];
+    }
+    const float variance = static_cast<float>(sumSquares / h);
+    const float inv = static_cast<float>(
+        1.0 / std::sqrt(static_cast<double>(variance) + epsilon));
+    float *yr = y + r * h;
+    for (int64_t i = 0; i < h; ++i)
+      yr[i] = w[i] * (sr[i] * inv);
+  }
+}
+
 void silu(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
-    y[i] =
-        static_cast<float>(x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))));
+    y[i] = siluScalar(x[i]);
 }
 
 void geluTanh(const float *x, float *y, int64_t n) {
-  const double c = std::sqrt(2.0 / M_PI);
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = x[i];
-    y[i] = static_cast<float>(
-        0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v))));
-  }
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = geluTanhScalar(x[i]);
+}
+
+void siluMul(const float *gate, const float *up, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = siluScalar(gate[i]) * up[i];
 }
 
 //===----------------------------------------------------------------------===//
@@ -220,6 +239,18 @@ void kvCacheWrite(float *pool, const CacheGeometry &g, int64_t layer,
     std::memcpy(pool + g.offset(slots[i], layer, 1), v + i * width,
                 width * sizeof(float));
   }
+}
+
+void ropeKVCacheWrite(float *pool, const CacheGeometry &g, int64_t layer,
+                      const float *k, const float *v, const int64_t *slots,
+                      const int32_t *positions, int64_t t,
+                      const RopeConfig &rope,
+                      const std::vector<float> &invFreq) {
+  kvCacheWrite(pool, g, layer, k, v, slots, t);
+  for (int64_t i = 0; i < t; ++i)
+    if (slots[i] >= 0)
+      applyRope(pool + g.offset(slots[i], layer, 0), 1, g.numKVHeads,
+                positions + i, rope, invFreq);
 }
 
 void pagedAttention(const float *q, const float *cachePool,

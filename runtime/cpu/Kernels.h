@@ -14,6 +14,7 @@
 #include "runtime/plan/Plan.h"
 #include "runtime/support/Status.h"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,9 +31,26 @@ void linear(const float *x, int64_t t, int64_t k, const float *w, int64_t n,
 void rmsNorm(const float *x, const float *w, float *y, int64_t rows, int64_t h,
              double epsilon);
 
-void silu(const float *x, float *y, int64_t n);
+/// sum = a + b, y = rmsNorm(sum, w), one pass per row (add_rms_norm).
+void addRmsNorm(const float *a, const float *b, const float *w, float *sum,
+                float *y, int64_t rows, int64_t h, double epsilon);
+
+/// x * sigmoid(x), computed in double and rounded once, like HF's fp32 silu.
+inline float siluScalar(float x) {
+  return static_cast<float>(x / (1.0 + std::exp(-static_cast<double>(x))));
+}
 /// GELU with the tanh approximation (HF "gelu_pytorch_tanh").
+inline float geluTanhScalar(float x) {
+  const double v = x;
+  return static_cast<float>(
+      0.5 * v *
+      (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+}
+
+void silu(const float *x, float *y, int64_t n);
 void geluTanh(const float *x, float *y, int64_t n);
+/// y = silu(gate) * up.
+void siluMul(const float *gate, const float *up, float *y, int64_t n);
 
 /// Rotary embedding parameters of a `rope` step.
 struct RopeConfig {
@@ -85,6 +103,14 @@ struct CacheGeometry {
 void kvCacheWrite(float *pool, const CacheGeometry &geometry, int64_t layer,
                   const float *k, const float *v, const int64_t *slots,
                   int64_t t);
+
+/// kvCacheWrite of applyRope(k) and v: each key row is rotated in its cache
+/// slot (rope_kv_cache_write).
+void ropeKVCacheWrite(float *pool, const CacheGeometry &geometry, int64_t layer,
+                      const float *k, const float *v, const int64_t *slots,
+                      const int32_t *positions, int64_t t,
+                      const RopeConfig &rope,
+                      const std::vector<float> &invFreq);
 
 struct AttentionParams {
   int64_t layer = 0;

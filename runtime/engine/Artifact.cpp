@@ -81,58 +81,137 @@ static Status checkWeightFile(const plan::WeightFile &expected,
   return Status::ok();
 }
 
+namespace {
+
+/// Opens each safetensors file of the weights directory once.
+class WeightReader {
+public:
+  explicit WeightReader(std::string weightsDir)
+      : weightsDir_(std::move(weightsDir)) {}
+
+  /// The tensor as fp32 with its checkpoint shape.
+  StatusOr<HostTensor> read(const std::string &file,
+                            const std::string &tensor) {
+    auto &opened = files_[file];
+    if (!opened) {
+      INFER_ASSIGN_OR_RETURN(
+          opened, safetensors::File::open(joinPath(weightsDir_, file)));
+    }
+    const safetensors::TensorInfo *info = opened->header().find(tensor);
+    if (!info)
+      return notFound("tensor '" + tensor + "' not found in " + opened->path());
+    HostTensor result;
+    result.shape = info->shape;
+    INFER_ASSIGN_OR_RETURN(result.data, opened->readAsF32(tensor));
+    return result;
+  }
+
+private:
+  std::string weightsDir_;
+  std::map<std::string, std::unique_ptr<safetensors::File>> files_;
+};
+
+std::string formatShape(const std::vector<int64_t> &shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    text += (i ? "," : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+/// `concat`: appends another checkpoint tensor along axis 0.
+Status applyConcat(const plan::WeightTransform &transform, WeightReader &reader,
+                   HostTensor &tensor) {
+  auto attr = [&](const char *name) -> const plan::AttrValue * {
+    auto it = transform.attrs.find(name);
+    return it == transform.attrs.end() ? nullptr : &it->second;
+  };
+  const auto *axis =
+      attr("axis") ? std::get_if<int64_t>(attr("axis")) : nullptr;
+  const auto *file = attr("source_file")
+                         ? std::get_if<std::string>(attr("source_file"))
+                         : nullptr;
+  const auto *name = attr("source_tensor")
+                         ? std::get_if<std::string>(attr("source_tensor"))
+                         : nullptr;
+  if (!axis || !file || !name)
+    return invalidArgument("concat needs integer 'axis' and string "
+                           "'source_file' and 'source_tensor' attributes");
+  if (*axis != 0)
+    return unimplemented("concat along axis " + std::to_string(*axis) +
+                         " (only 0)");
+  INFER_ASSIGN_OR_RETURN(HostTensor part, reader.read(*file, *name));
+  if (part.shape.empty() || part.shape.size() != tensor.shape.size() ||
+      !std::equal(part.shape.begin() + 1, part.shape.end(),
+                  tensor.shape.begin() + 1))
+    return invalidArgument("cannot concatenate '" + *name + "' of shape " +
+                           formatShape(part.shape) + " to shape " +
+                           formatShape(tensor.shape) + " along axis 0");
+  tensor.shape[0] += part.shape[0];
+  tensor.data.insert(tensor.data.end(), part.data.begin(), part.data.end());
+  return Status::ok();
+}
+
 /// `slice` (dim, begin, size): indices begin .. begin+size of dimension dim,
 /// a tensor-parallel shard.
-static StatusOr<std::shared_ptr<const HostTensor>>
-sliceTensor(const HostTensor &source, const plan::WeightTransform &transform) {
+Status applySlice(const plan::WeightTransform &transform, HostTensor &tensor) {
   auto attr = [&](const char *name) -> StatusOr<int64_t> {
     auto it = transform.attrs.find(name);
     if (it == transform.attrs.end() ||
         !std::holds_alternative<int64_t>(it->second))
-      return invalidArgument(std::string("slice transform needs an integer '") +
-                             name + "'");
+      return invalidArgument(std::string("slice needs an integer '") + name +
+                             "' attribute");
     return std::get<int64_t>(it->second);
   };
   INFER_ASSIGN_OR_RETURN(int64_t dim, attr("dim"));
   INFER_ASSIGN_OR_RETURN(int64_t begin, attr("begin"));
   INFER_ASSIGN_OR_RETURN(int64_t size, attr("size"));
-  const int64_t rank = static_cast<int64_t>(source.shape.size());
+  const int64_t rank = static_cast<int64_t>(tensor.shape.size());
   if (dim < 0 || dim >= rank || begin < 0 || size < 0 ||
-      begin + size > source.shape[dim])
+      begin + size > tensor.shape[dim])
     return invalidArgument("slice {dim " + std::to_string(dim) + ", begin " +
                            std::to_string(begin) + ", size " +
-                           std::to_string(size) + "} is outside the tensor");
+                           std::to_string(size) + "} is outside shape " +
+                           formatShape(tensor.shape));
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d)
-    outer *= source.shape[d];
+    outer *= tensor.shape[d];
   for (int64_t d = dim + 1; d < rank; ++d)
-    inner *= source.shape[d];
-  auto result = std::make_shared<HostTensor>();
-  result->shape = source.shape;
-  result->shape[dim] = size;
-  result->data.resize(static_cast<size_t>(outer * size * inner));
+    inner *= tensor.shape[d];
+  std::vector<float> data(static_cast<size_t>(outer * size * inner));
   for (int64_t o = 0; o < outer; ++o)
-    std::copy_n(source.data.begin() + (o * source.shape[dim] + begin) * inner,
-                size * inner, result->data.begin() + o * size * inner);
-  return std::shared_ptr<const HostTensor>(std::move(result));
+    std::copy_n(tensor.data.begin() + (o * tensor.shape[dim] + begin) * inner,
+                size * inner, data.begin() + o * size * inner);
+  tensor.shape[dim] = size;
+  tensor.data = std::move(data);
+  return Status::ok();
 }
 
-static StatusOr<std::shared_ptr<const HostTensor>>
-applyTransforms(const plan::Value &v,
-                std::shared_ptr<const HostTensor> tensor) {
+/// Reads a param's source tensor and applies its transforms in order.
+StatusOr<HostTensor> loadParam(const plan::Value &v, WeightReader &reader) {
+  INFER_ASSIGN_OR_RETURN(HostTensor tensor,
+                         reader.read(v.sourceFile, v.sourceTensor));
   for (const plan::WeightTransform &transform : v.transforms) {
-    if (transform.kind != "slice")
-      return unimplemented("param '" + v.name +
-                           "': unknown weight transform '" + transform.kind +
-                           "'");
-    StatusOr<std::shared_ptr<const HostTensor>> sliced =
-        sliceTensor(*tensor, transform);
-    if (!sliced.isOk())
-      return sliced.status().withContext("param '" + v.name + "'");
-    tensor = std::move(*sliced);
+    if (transform.kind == "concat")
+      INFER_RETURN_IF_ERROR(
+          applyConcat(transform, reader, tensor).withContext("concat"));
+    else if (transform.kind == "slice")
+      INFER_RETURN_IF_ERROR(applySlice(transform, tensor).withContext("slice"));
+    else
+      return unimplemented("unknown weight transform '" + transform.kind + "'");
   }
+  std::vector<int64_t> shape;
+  for (const plan::Dim &d : v.shape)
+    shape.push_back(d.size);
+  if (tensor.shape != shape)
+    return invalidArgument(
+        "tensor '" + v.sourceTensor + "' in " + v.sourceFile + " has shape " +
+        formatShape(tensor.shape) +
+        (v.transforms.empty() ? "" : " after its transforms") +
+        ", the plan expects " + formatShape(shape));
   return tensor;
 }
+
+} // namespace
 
 StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
                                 const std::string &weightsDir) {
@@ -142,44 +221,27 @@ StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
   for (const plan::WeightFile &file : artifact.manifest.weightFiles)
     INFER_RETURN_IF_ERROR(checkWeightFile(file, weightsDir));
 
-  std::map<std::string, std::unique_ptr<safetensors::File>> files;
-  std::map<std::pair<std::string, std::string>,
-           std::shared_ptr<const HostTensor>>
-      loaded;
+  WeightReader reader(weightsDir);
+  // Values that read the same untransformed tensor share its data; a
+  // transformed param is loaded once per name.
+  std::map<std::string, std::shared_ptr<const HostTensor>> loaded;
   ParamTable params;
   for (const plan::Value &v : plan.ranks[rank].values) {
     if (v.kind != plan::ValueKind::kParam)
       continue;
-    auto key = std::make_pair(v.sourceFile, v.sourceTensor);
-    std::vector<int64_t> shape;
-    for (const plan::Dim &d : v.shape)
-      shape.push_back(d.size);
+    std::string key = v.transforms.empty()
+                          ? v.sourceFile + "\n" + v.sourceTensor
+                          : "transformed\n" + v.name;
     if (auto it = loaded.find(key); it != loaded.end()) {
-      INFER_ASSIGN_OR_RETURN(params[v.id], applyTransforms(v, it->second));
-      if (params[v.id]->shape != shape)
-        return invalidArgument("param '" + v.name +
-                               "': the transformed tensor has a different "
-                               "shape than the plan");
+      params[v.id] = it->second;
       continue;
     }
-    auto &file = files[v.sourceFile];
-    if (!file) {
-      INFER_ASSIGN_OR_RETURN(
-          file, safetensors::File::open(joinPath(weightsDir, v.sourceFile)));
-    }
-    const safetensors::TensorInfo *info = file->header().find(v.sourceTensor);
-    if (!info)
-      return notFound("param '" + v.name + "': tensor '" + v.sourceTensor +
-                      "' not found in " + file->path());
-    auto tensor = std::make_shared<HostTensor>();
-    tensor->shape = info->shape;
-    INFER_ASSIGN_OR_RETURN(tensor->data, file->readAsF32(v.sourceTensor));
-    loaded[key] = tensor;
-    INFER_ASSIGN_OR_RETURN(params[v.id], applyTransforms(v, tensor));
-    if (params[v.id]->shape != shape)
-      return invalidArgument("param '" + v.name + "': tensor '" +
-                             v.sourceTensor + "' in " + file->path() +
-                             " has a different shape than the plan");
+    StatusOr<HostTensor> tensor = loadParam(v, reader);
+    if (!tensor.isOk())
+      return tensor.status().withContext("param '" + v.name + "'");
+    auto shared = std::make_shared<const HostTensor>(std::move(*tensor));
+    loaded[key] = shared;
+    params[v.id] = std::move(shared);
   }
   return params;
 }

@@ -515,8 +515,11 @@ struct OpSignature {
   const char *op;
   int minOperands;
   int maxOperands;
+  /// kVariadic: one or more.
   int numResults;
 };
+constexpr int kVariadic = -1;
+constexpr int kManyOperands = 1 << 20;
 } // namespace
 
 static const OpSignature kOpSignatures[] = {
@@ -532,6 +535,11 @@ static const OpSignature kOpSignatures[] = {
     {"mul", 2, 2, 1},
     {"gather_rows", 2, 2, 1},
     {"logits", 2, 2, 1},
+    {"split", 1, 1, kVariadic},
+    {"add_rms_norm", 3, 3, 2},
+    {"silu_mul", 2, 2, 1},
+    {"rope_kv_cache_write", 5, 5, 0},
+    {"fused", 1, kManyOperands, kVariadic},
     {"all_reduce", 1, 1, 1},
     {"all_gather", 1, 1, 1},
 };
@@ -575,15 +583,22 @@ static Status validateRank(const RankPlan &rank, const std::string &where) {
       return invalidArgument(at + ": unknown op");
     int numOperands = static_cast<int>(s.operands.size());
     if (numOperands < sig->minOperands || numOperands > sig->maxOperands)
-      return invalidArgument(at + ": expected " +
-                             std::to_string(sig->minOperands) +
-                             (sig->maxOperands != sig->minOperands
-                                  ? " or " + std::to_string(sig->maxOperands)
-                                  : std::string()) +
-                             " operands, got " + std::to_string(numOperands));
-    if (static_cast<int>(s.results.size()) != sig->numResults)
       return invalidArgument(
-          at + ": expected " + std::to_string(sig->numResults) +
+          at + ": expected " +
+          (sig->maxOperands == kManyOperands ? "at least " : "") +
+          std::to_string(sig->minOperands) +
+          (sig->maxOperands != sig->minOperands &&
+                   sig->maxOperands != kManyOperands
+               ? " or " + std::to_string(sig->maxOperands)
+               : std::string()) +
+          " operands, got " + std::to_string(numOperands));
+    if (sig->numResults == kVariadic
+            ? s.results.empty()
+            : static_cast<int>(s.results.size()) != sig->numResults)
+      return invalidArgument(
+          at + ": expected " +
+          (sig->numResults == kVariadic ? std::string("at least 1")
+                                        : std::to_string(sig->numResults)) +
           " results, got " + std::to_string(s.results.size()));
     for (int id : s.operands) {
       if (id < 0 || id >= n)

@@ -44,8 +44,22 @@
 //   all_reduce       (x) -> same shape: the elementwise sum over all ranks
 //   all_gather       (x) -> x with dimension dim times num_ranks; dim. The
 //                    ranks' tensors concatenated along dim in rank order.
+// and the fused ops `infer-fuse` produces:
+//   split            (x[T,N0+N1+...]) -> [T,N0], [T,N1], ...; sizes (ints):
+//                    consecutive column blocks (the parts of a merged GEMM)
+//   add_rms_norm     (a[T,H], b[T,H], w[H]) -> sum[T,H], y[T,H]; epsilon:
+//                    sum = a + b, y = rms_norm(sum, w)
+//   silu_mul         (gate, up) -> same shape: silu(gate) * up
+//   rope_kv_cache_write (cache, k, v, slot_mapping[T], positions[T]) -> ();
+//                    the attributes of rope and kv_cache_write: writes
+//                    rope(k) and v into the cache
+//   fused            (x0, x1, ...) -> y0, ...; body (string), yields (ints):
+//                    an elementwise register program over same-shaped
+//                    operands and results (runtime/plan/FusedBody.h)
 //
-// Weight transforms of format version 1 (applied in order at load):
+// Param transforms, applied in order to the source tensor at load:
+//   concat           axis (0), source_file, source_tensor: appends that
+//                    tensor along `axis` (merged q/k/v or gate/up weights)
 //   slice            dim, begin, size: indices begin .. begin+size of
 //                    dimension dim of the source tensor (a tensor-parallel
 //                    shard; each rank's plan has its own begin).
