@@ -2,6 +2,7 @@
 
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cpu/Kernels.h"
+#include "runtime/cuda/Arena.h"
 #include "runtime/cuda/CudaStatus.h"
 #include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/Kernels.h"
@@ -158,6 +159,12 @@ private:
   Status capture(const Batch &batch, CapturedGraph &graph);
   Status destroyGraphs();
   Status allocate(Tensor &t, int64_t rows, int64_t cols);
+  /// A range of the activation buffer; when none is left, a
+  /// ResourceExhausted error and arenaFull_ (forward grows it and retries).
+  Status allocateBytes(size_t bytes, void **out);
+  void freeBytes(void *p);
+  Status growArena(size_t atLeast);
+  StatusOr<Logits> forwardOnce(const Batch &batch);
   Status releaseActivations();
   Status linear(int xId, const Tensor &x, const Tensor &w, const Tensor *bias,
                 Tensor &y, const std::string &where);
@@ -179,6 +186,9 @@ private:
   std::vector<Tensor> values_;
   /// bf16 copies of activations read by GEMMs, made once per value.
   std::vector<__nv_bfloat16 *> bf16Of_;
+  char *arenaBuffer_ = nullptr;
+  Arena arena_;
+  bool arenaFull_ = false;
   std::vector<PreparedStep> steps_;
   int output_ = -1;
 
@@ -204,12 +214,8 @@ CudaBackend::~CudaBackend() {
     cudaGraphExecDestroy(graph.exec);
     cudaFreeHost(graph.hostLogits);
   }
-  for (Tensor &t : values_)
-    if (t.owned)
-      cudaFree(t.f32);
-  for (__nv_bfloat16 *p : bf16Of_)
-    if (p)
-      cudaFree(p);
+  if (arenaBuffer_)
+    cudaFree(arenaBuffer_);
   for (void *p : deviceAllocations_)
     cudaFree(p);
   if (inputs_)
@@ -290,13 +296,7 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
   INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   INFER_CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  // Activations come from the device's stream-ordered pool; keeping what
-  // it holds between forward calls makes later allocations free.
-  cudaMemPool_t memPool;
-  INFER_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&memPool, device_));
-  uint64_t threshold = UINT64_MAX;
-  INFER_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(
-      memPool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  INFER_RETURN_IF_ERROR(growArena(64 << 20));
 
   inputOf_.assign(rank_.values.size(), std::nullopt);
   for (const Value &v : rank_.values) {
@@ -594,35 +594,55 @@ Status CudaBackend::allocate(Tensor &t, int64_t rows, int64_t cols) {
   t.rows = rows;
   t.cols = cols;
   t.owned = true;
-  INFER_CUDA_RETURN_IF_ERROR(cudaMallocAsync(
-      &t.f32, std::max<int64_t>(1, rows * cols) * sizeof(float), stream_));
+  return allocateBytes(rows * cols * sizeof(float),
+                       reinterpret_cast<void **>(&t.f32));
+}
+
+Status CudaBackend::allocateBytes(size_t bytes, void **out) {
+  std::optional<size_t> offset = arena_.allocate(bytes);
+  if (!offset) {
+    arenaFull_ = true;
+    return resourceExhausted("cuda backend: activation buffer full");
+  }
+  *out = arenaBuffer_ + *offset;
+  return Status::ok();
+}
+
+void CudaBackend::freeBytes(void *p) {
+  arena_.free(static_cast<size_t>(static_cast<char *>(p) - arenaBuffer_));
+}
+
+Status CudaBackend::growArena(size_t atLeast) {
+  // Captured graphs point into the old buffer.
+  INFER_RETURN_IF_ERROR(destroyGraphs());
+  if (arenaBuffer_) {
+    INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    INFER_CUDA_RETURN_IF_ERROR(cudaFree(arenaBuffer_));
+    arenaBuffer_ = nullptr;
+  }
+  const size_t bytes = std::max(atLeast, 2 * arena_.capacity());
+  INFER_CUDA_RETURN_IF_ERROR(cudaMalloc(&arenaBuffer_, bytes));
+  arena_.reset(bytes);
   return Status::ok();
 }
 
 Status CudaBackend::release(int id) {
-  Status status;
   if (values_[id].owned)
-    status = cudaStatus(cudaFreeAsync(values_[id].f32, stream_),
-                        "cudaFreeAsync", __FILE__, __LINE__);
+    freeBytes(values_[id].f32);
   values_[id] = Tensor();
   if (bf16Of_[id]) {
-    Status s = cudaStatus(cudaFreeAsync(bf16Of_[id], stream_), "cudaFreeAsync",
-                          __FILE__, __LINE__);
-    if (status.isOk())
-      status = s;
+    freeBytes(bf16Of_[id]);
     bf16Of_[id] = nullptr;
   }
-  return status;
+  return Status::ok();
 }
 
 Status CudaBackend::releaseActivations() {
-  Status first;
-  for (size_t id = 0; id < values_.size(); ++id) {
-    Status s = release(static_cast<int>(id));
-    if (first.isOk())
-      first = s;
-  }
-  return first;
+  for (Tensor &t : values_)
+    t = Tensor();
+  std::fill(bf16Of_.begin(), bf16Of_.end(), nullptr);
+  arena_.reset(arena_.capacity());
+  return Status::ok();
 }
 
 Status CudaBackend::linear(int xId, const Tensor &x, const Tensor &w,
@@ -643,8 +663,8 @@ Status CudaBackend::linear(int xId, const Tensor &x, const Tensor &w,
   // q/k/v and gate/up read the same activation: convert it once.
   __nv_bfloat16 *&xb = bf16Of_[xId];
   if (!xb) {
-    INFER_CUDA_RETURN_IF_ERROR(cudaMallocAsync(
-        &xb, std::max<int64_t>(1, x.size()) * sizeof(__nv_bfloat16), stream_));
+    INFER_RETURN_IF_ERROR(allocateBytes(x.size() * sizeof(__nv_bfloat16),
+                                        reinterpret_cast<void **>(&xb)));
     INFER_CUDA_RETURN_IF_ERROR(launchToBf16(x.f32, xb, x.size(), stream_));
   }
   INFER_RETURN_IF_ERROR(allocate(y, x.rows, w.rows));
@@ -897,6 +917,18 @@ StatusOr<Logits> CudaBackend::forward(const Batch &batch) {
   INFER_RETURN_IF_ERROR(batch.validate(numBlocks_, dims_.blockSize));
   INFER_RETURN_IF_ERROR(checkTokenIds(batch));
   INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  for (;;) {
+    arenaFull_ = false;
+    StatusOr<Logits> logits = forwardOnce(batch);
+    if (!arenaFull_)
+      return logits;
+    // Rerunning is harmless: the steps before the failure wrote the same
+    // keys and values to the same slots.
+    INFER_RETURN_IF_ERROR(growArena(2 * arena_.capacity()));
+  }
+}
+
+StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
   INFER_RETURN_IF_ERROR(uploadInputs(batch));
   Logits logits;
 
