@@ -71,9 +71,15 @@ StatusOr<RequestId> Engine::addRequest(std::vector<int32_t> promptTokenIds,
   r.maxTotalTokens = length + sampling.maxNewTokens;
   if (config_.maxModelLen > 0)
     r.maxTotalTokens = std::min(r.maxTotalTokens, config_.maxModelLen);
+  // Completion 0 of an n > 1 request; the others branch off when its
+  // prompt is computed (spawnCompletions).
+  r.sampling = completionParams(sampling, 0);
+  entry.parentId = id;
+  entry.baseSampling = sampling;
+  entry.numPendingCompletions = sampling.n - 1;
   entry.sampler =
-      std::make_unique<Sampler>(sampling, config_.eosTokenIds, r.tokens);
-  entry.stop = std::make_unique<StopChecker>(sampling, config_.eosTokenIds,
+      std::make_unique<Sampler>(r.sampling, config_.eosTokenIds, r.tokens);
+  entry.stop = std::make_unique<StopChecker>(r.sampling, config_.eosTokenIds,
                                              config_.tokenizer, r.tokens);
   if (sampling.maxNewTokens == 0) {
     r.status = RequestStatus::kFinished;
@@ -108,6 +114,8 @@ StatusOr<RequestId> Engine::fork(RequestId parentId,
     r.maxTotalTokens = std::min(r.maxTotalTokens, config_.maxModelLen);
   r.maxTotalTokens = std::max(r.maxTotalTokens, r.numTokens());
   r.numPreemptions = 0;
+  entry.parentId = id;
+  entry.baseSampling = sampling;
   const std::vector<int32_t> prompt(r.tokens.begin(),
                                     r.tokens.begin() + r.numPromptTokens);
   entry.sampler =
@@ -160,6 +168,8 @@ void Engine::emit(Entry &entry, std::vector<int32_t> newTokens,
   const Request &r = entry.request;
   RequestOutput out;
   out.id = r.id;
+  out.parentId = entry.parentId;
+  out.index = entry.index;
   out.newTokenIds = std::move(newTokens);
   out.outputTokenIds.assign(r.tokens.begin() + r.numPromptTokens,
                             r.tokens.end());
@@ -286,6 +296,11 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
       continue;
     }
     const std::vector<int32_t> draft = r.draftTokens;
+    // The other completions of an n > 1 request branch off here, sampling
+    // their first tokens from the same row.
+    if (entry.numPendingCompletions > 0)
+      spawnCompletions(entry, start + s.numTokens, logits.row(firstRow[i]),
+                       logits.vocab, outputs);
     std::vector<int32_t> accepted;
     std::vector<TokenLogprobs> logprobs;
     if (draft.empty()) {
@@ -298,23 +313,62 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     const int64_t numAccepted = static_cast<int64_t>(accepted.size()) - 1;
     stats_.numDraftTokens += static_cast<int64_t>(draft.size());
     stats_.numAcceptedTokens += numAccepted;
-    accepted.resize(appendTokens(entry, accepted));
-    stats_.numGeneratedTokens += static_cast<int64_t>(accepted.size());
     // The keys and values of the rejected drafts are rolled back.
     const int64_t numRejected =
         static_cast<int64_t>(draft.size()) - numAccepted;
     r.draftTokens.clear();
-    scheduler_.setComputed(r, start + s.numTokens - numRejected);
     if (proposer_ && !draft.empty())
       proposer_->onVerified(r, static_cast<int64_t>(draft.size()), numAccepted);
-    const bool done = r.finishReason != FinishReason::kNone;
-    if (done)
-      finish(entry, r.finishReason);
-    emit(entry, std::move(accepted), std::move(logprobs), outputs);
-    if (done)
-      requests_.erase(r.id);
+    commit(entry, std::move(accepted), std::move(logprobs),
+           start + s.numTokens - numRejected, outputs);
   }
   return outputs;
+}
+
+void Engine::commit(Entry &entry, std::vector<int32_t> tokens,
+                    std::vector<TokenLogprobs> logprobs,
+                    int64_t numComputedTokens,
+                    std::vector<RequestOutput> &outputs) {
+  Request &r = entry.request;
+  tokens.resize(appendTokens(entry, tokens));
+  logprobs.resize(std::min(logprobs.size(), tokens.size()));
+  stats_.numGeneratedTokens += static_cast<int64_t>(tokens.size());
+  scheduler_.setComputed(r, numComputedTokens);
+  const bool done = r.finishReason != FinishReason::kNone;
+  if (done)
+    finish(entry, r.finishReason);
+  emit(entry, std::move(tokens), std::move(logprobs), outputs);
+  if (done)
+    requests_.erase(r.id);
+}
+
+void Engine::spawnCompletions(Entry &parent, int64_t numComputedTokens,
+                              const float *row, int64_t vocab,
+                              std::vector<RequestOutput> &outputs) {
+  const Request &p = parent.request;
+  for (int64_t index = 1; index <= parent.numPendingCompletions; ++index) {
+    const RequestId id = nextId_++;
+    Entry &child = requests_[id];
+    child.parentId = parent.parentId;
+    child.index = index;
+    Request &r = child.request;
+    r = p;
+    r.id = id;
+    r.sampling = completionParams(parent.baseSampling, index);
+    child.sampler =
+        std::make_unique<Sampler>(r.sampling, config_.eosTokenIds, r.tokens);
+    child.stop = std::make_unique<StopChecker>(r.sampling, config_.eosTokenIds,
+                                               config_.tokenizer, r.tokens);
+    // The prompt's blocks are shared; the first write into the partial last
+    // block copies it.
+    kvCache_.fork(p.id, id);
+    scheduler_.addRunning(&r);
+    std::vector<TokenLogprobs> logprobs;
+    std::vector<int32_t> tokens{sampleToken(child, row, vocab, logprobs)};
+    commit(child, std::move(tokens), std::move(logprobs), numComputedTokens,
+           outputs);
+  }
+  parent.numPendingCompletions = 0;
 }
 
 StatusOr<Logits> promptLogits(Backend &backend, int64_t blockSize,

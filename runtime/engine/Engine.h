@@ -58,7 +58,13 @@ EngineConfig engineConfigFor(const Artifact &artifact);
 
 /// What one step produced for one request.
 struct RequestOutput {
+  /// The completion: for n > 1 (SamplingParams::n), completion 0 has the id
+  /// addRequest returned and the others new ids.
   RequestId id = 0;
+  /// The id addRequest returned, shared by all completions of a request,
+  /// and which completion this is.
+  RequestId parentId = 0;
+  int64_t index = 0;
   /// Tokens generated this step (several with speculative decoding).
   std::vector<int32_t> newTokenIds;
   /// Every token generated so far.
@@ -102,11 +108,12 @@ public:
   Engine(Backend &backend, EngineConfig config);
   ~Engine();
 
-  /// Queues a request. An invalid one (empty, a token outside the
-  /// vocabulary, longer than the model's context or than the whole pool) is
-  /// an error for that request alone. `arrivalTime` orders FCFS scheduling
-  /// (default: the order of the calls); lower `priority` runs first under
-  /// SchedulingPolicy::kPriority.
+  /// Queues a request; SamplingParams::n > 1 makes n completions that share
+  /// the prompt's blocks (see RequestOutput::parentId). An invalid one (empty,
+  /// a token outside the vocabulary, longer than the model's context or than
+  /// the whole pool) is an error for that request alone. `arrivalTime` orders
+  /// FCFS scheduling (default: the order of the calls); lower `priority` runs
+  /// first under SchedulingPolicy::kPriority.
   StatusOr<RequestId> addRequest(std::vector<int32_t> promptTokenIds,
                                  const SamplingParams &sampling,
                                  int64_t priority = 0,
@@ -139,6 +146,11 @@ private:
     Request request;
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<StopChecker> stop;
+    RequestId parentId = 0;
+    int64_t index = 0;
+    /// Completions still to branch off when the prompt is computed.
+    int64_t numPendingCompletions = 0;
+    SamplingParams baseSampling;
   };
 
   void propose();
@@ -148,6 +160,14 @@ private:
   void emit(Entry &entry, std::vector<int32_t> newTokens,
             std::vector<TokenLogprobs> logprobs,
             std::vector<RequestOutput> &outputs);
+  /// Appends the tokens a step produced, records the computed tokens, and
+  /// emits the output (finishing the request when it stops).
+  void commit(Entry &entry, std::vector<int32_t> tokens,
+              std::vector<TokenLogprobs> logprobs, int64_t numComputedTokens,
+              std::vector<RequestOutput> &outputs);
+  void spawnCompletions(Entry &parent, int64_t numComputedTokens,
+                        const float *row, int64_t vocab,
+                        std::vector<RequestOutput> &outputs);
   /// Appends `tokens` until a stop condition; returns how many were kept.
   size_t appendTokens(Entry &entry, const std::vector<int32_t> &tokens);
   void finish(Entry &entry, FinishReason reason);

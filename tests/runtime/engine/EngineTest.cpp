@@ -290,6 +290,48 @@ TEST_F(TinyPycode, StopTokensStopStringsAndLogprobs) {
   EXPECT_FALSE(noTokenizer.addRequest(prompts_[0], stopText).isOk());
 }
 
+TEST_F(TinyPycode, CompletionsOfOneRequestShareItsPrompt) {
+  // n = 3 sampled completions equal three requests seeded seed, seed + 1,
+  // seed + 2 run apart, while their prompt is computed once.
+  const std::vector<int32_t> prompt = prompts_[4];
+  SamplingParams params;
+  params.maxNewTokens = 12;
+  params.temperature = 0.8;
+  params.seed = 11;
+  params.ignoreEos = true;
+  std::vector<std::vector<int32_t>> expected;
+  for (int64_t i = 0; i < 3; ++i) {
+    std::unique_ptr<Backend> b = backend(8);
+    auto out = generate(*b, config_, {{prompt, completionParams(params, i)}});
+    ASSERT_TRUE(out.isOk()) << out.status().message();
+    expected.push_back((*out)[0].outputTokenIds);
+  }
+  EXPECT_NE(expected[0], expected[1]);
+
+  std::unique_ptr<Backend> b = backend(8);
+  Engine engine(*b, config_);
+  params.n = 3;
+  StatusOr<RequestId> id = engine.addRequest(prompt, params);
+  ASSERT_TRUE(id.isOk()) << id.status().message();
+  std::map<int64_t, std::vector<int32_t>> byIndex;
+  while (engine.hasUnfinished()) {
+    auto out = engine.step();
+    ASSERT_TRUE(out.isOk()) << out.status().message();
+    for (const RequestOutput &o : *out) {
+      EXPECT_EQ(o.parentId, *id);
+      if (o.finished)
+        byIndex[o.index] = o.outputTokenIds;
+    }
+  }
+  ASSERT_EQ(byIndex.size(), 3u);
+  for (int64_t i = 0; i < 3; ++i)
+    EXPECT_EQ(byIndex[i], expected[i]) << "completion " << i;
+  EXPECT_EQ(engine.stats().numComputedTokens,
+            static_cast<int64_t>(prompt.size()) + 3 * 11)
+      << "one prefill, then 11 decodes per completion";
+  EXPECT_EQ(engine.kvCache().numFreeBlocks(), 8);
+}
+
 /// Proposes what a given oracle says comes next (or a wrong guess).
 class ScriptedProposer : public Proposer {
 public:
