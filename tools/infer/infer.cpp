@@ -9,6 +9,7 @@
 #include "runtime/safetensors/Safetensors.h"
 #include "tools/infer/Args.h"
 #include "tools/infer/Model.h"
+#include "tools/infer/Speculation.h"
 
 #ifdef INFER_HAS_COMPILER
 #include "codegen/Compile.h"
@@ -187,7 +188,15 @@ Status runGenerate(const ParsedArgs &args) {
       std::unique_ptr<Backend> backend,
       createBackend(model.artifact, backendName, args.get("--weights", ""),
                     blocksForAll(prompts, sampling, config), threads));
+  INFER_ASSIGN_OR_RETURN(
+      Speculation speculation,
+      createSpeculation(args, model.artifact, config.eosTokenIds, backendName,
+                        blocksForAll(prompts, sampling, config), threads));
+  config.numSpeculativeTokens = speculation.numSpeculativeTokens;
+  const spec::Speculator *speculator = speculation.speculator.get();
   Engine engine(*backend, config);
+  if (speculation.speculator)
+    engine.setProposer(std::move(speculation.speculator));
   std::vector<RequestId> ids;
   for (size_t i = 0; i < prompts.size(); ++i) {
     SamplingParams params = sampling;
@@ -205,6 +214,8 @@ Status runGenerate(const ParsedArgs &args) {
       if (out.finished)
         results[out.id] = std::move(out);
   }
+  if (speculator)
+    INFER_RETURN_IF_ERROR(speculator->status());
 
   const bool asJson = args.has("--json");
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -218,6 +229,8 @@ Status runGenerate(const ParsedArgs &args) {
           {"text", text},
           {"finish_reason",
            result.finishReason == FinishReason::kStop ? "stop" : "length"}};
+      if (speculator)
+        line["acceptance_rate"] = speculator->stats(ids[i]).acceptanceRate();
       std::cout << dumpLine(line) << "\n";
     } else if (tokenizer) {
       std::cout << text << "\n";
@@ -227,6 +240,10 @@ Status runGenerate(const ParsedArgs &args) {
       std::cout << "\n";
     }
   }
+  if (speculator)
+    std::cerr << "acceptance rate " << speculator->stats().acceptanceRate()
+              << " (" << speculator->stats().numAccepted << " of "
+              << speculator->stats().numJudged << " judged draft tokens)\n";
   std::cout.flush();
   return Status::ok();
 }
@@ -342,7 +359,15 @@ Status runBench(const ParsedArgs &args) {
                          createBackend(model.artifact, backendName,
                                        args.get("--weights", ""), numBlocks,
                                        threads));
+  INFER_ASSIGN_OR_RETURN(Speculation speculation,
+                         createSpeculation(args, model.artifact,
+                                           config.eosTokenIds, backendName,
+                                           numBlocks, threads));
+  config.numSpeculativeTokens = speculation.numSpeculativeTokens;
+  const spec::Speculator *speculator = speculation.speculator.get();
   Engine engine(*backend, config);
+  if (speculation.speculator)
+    engine.setProposer(std::move(speculation.speculator));
   SamplingParams sampling;
   sampling.maxNewTokens = outputLen;
   sampling.ignoreEos = true;
@@ -427,6 +452,12 @@ Status runBench(const ParsedArgs &args) {
       {"acceptance_rate", stats.numDraftTokens
                               ? nlohmann::ordered_json(stats.acceptanceRate())
                               : nlohmann::ordered_json()}};
+  if (speculator) {
+    INFER_RETURN_IF_ERROR(speculator->status());
+    // Per judged draft token, as generate --json reports it.
+    result["acceptance_rate"] = speculator->stats().acceptanceRate();
+    result["num_speculative_tokens"] = config.numSpeculativeTokens;
+  }
   if (args.has("--json")) {
     std::cout << dumpLine(result) << "\n";
     std::cout.flush();
@@ -614,6 +645,13 @@ Status runInspect(const ParsedArgs &args) {
 // Dispatch
 //===----------------------------------------------------------------------===//
 
+/// `options` and the speculative-decoding options.
+std::vector<OptionSpec> withSpeculation(std::vector<OptionSpec> options) {
+  const std::vector<OptionSpec> speculation = speculationOptions();
+  options.insert(options.end(), speculation.begin(), speculation.end());
+  return options;
+}
+
 std::vector<Command> commands() {
   const OptionSpec output{"-o", true, "--output"};
   const OptionSpec backend{"--backend"};
@@ -641,7 +679,10 @@ std::vector<Command> commands() {
        "usage: infer generate MODEL (--prompt TEXT | --token-ids 1,2,3)...\n"
        "           [--max-new-tokens 32] [--temperature 0] [--seed 0]\n"
        "           [--ignore-eos] [--backend cpu|cuda] [--json]\n"
-       "           [--weights DIR] [--threads N]\n\n"
+       "           [--weights DIR] [--threads N]\n"
+       "           [--draft MODEL | --ngram-speculation [--ngram-max 4]\n"
+       "            [--ngram-min 1]] [--num-speculative-tokens 4]\n"
+       "           [--adaptive-speculation]\n\n"
        "MODEL is an artifact directory or a Hugging Face model directory\n"
        "(compiled on the fly). Every --prompt / --token-ids is one sequence;\n"
        "all run in one batch. --prompt text is encoded with the special "
@@ -656,8 +697,17 @@ std::vector<Command> commands() {
        "(token ids when the artifact has no tokenizer), or with --json one\n"
        "line per sequence: {\"prompt_token_ids\", \"output_token_ids\",\n"
        "\"text\", \"finish_reason\"}. --weights overrides the weights "
-       "directory.\n",
-       {{"--prompt"},
+       "directory.\n\n"
+       "Speculative decoding: --draft MODEL (an artifact or model directory\n"
+       "with the target's vocabulary) or --ngram-speculation (prompt lookup\n"
+       "of the last n tokens, n from --ngram-max down to --ngram-min) proposes\n"
+       "--num-speculative-tokens K tokens per step, verified in one target\n"
+       "forward: greedy output is unchanged, sampled output follows the\n"
+       "target distribution. --adaptive-speculation picks k <= K per step\n"
+       "from the measured acceptance and the running requests. With --json\n"
+       "each line also has \"acceptance_rate\": accepted per judged draft\n"
+       "token (drafts after a rejection are not judged).\n",
+       withSpeculation({{"--prompt"},
         {"--token-ids"},
         {"--max-new-tokens"},
         {"--temperature"},
@@ -666,7 +716,7 @@ std::vector<Command> commands() {
         {"--json", false},
         backend,
         weights,
-        threads},
+        threads}),
        runGenerate},
       {"bench",
        "usage: infer bench MODEL [--backend cpu|cuda] [--input-len 128]\n"
@@ -674,7 +724,8 @@ std::vector<Command> commands() {
        "           [--seed 0] [--max-num-seqs 256]\n"
        "           [--max-num-batched-tokens 2048] [--num-blocks N]\n"
        "           [--no-prefix-caching] [--json] [--weights DIR]\n"
-       "           [--threads N]\n\n"
+       "           [--threads N] [--draft MODEL | --ngram-speculation]\n"
+       "           [--num-speculative-tokens 4] [--adaptive-speculation]\n\n"
        "Runs --num-prompts requests of --input-len random tokens (seeded by\n"
        "--seed) through the engine, each generating exactly --output-len\n"
        "tokens. --request-rate R spaces arrivals as a Poisson process of R\n"
@@ -683,8 +734,10 @@ std::vector<Command> commands() {
        "counters and, with speculative decoding, the acceptance rate; --json\n"
        "prints one line with the same fields. The KV pool holds\n"
        "min(N, max-num-seqs) whole requests unless --num-blocks says. A\n"
-       "progress bar goes to stderr when it is a terminal.\n",
-       {{"--input-len"},
+       "progress bar goes to stderr when it is a terminal. Speculative\n"
+       "decoding options are generate's; acceptance_rate is then accepted per\n"
+       "judged draft token.\n",
+       withSpeculation({{"--input-len"},
         {"--output-len"},
         {"--num-prompts"},
         {"--request-rate"},
@@ -696,7 +749,7 @@ std::vector<Command> commands() {
         {"--json", false},
         backend,
         weights,
-        threads},
+        threads}),
        runBench},
       {"logits",
        "usage: infer logits MODEL --token-ids 1,2,3 -o OUT.safetensors\n"

@@ -1,0 +1,78 @@
+//===- Speculation.cpp - Speculative decoding options of the CLI ----------===//
+
+#include "tools/infer/Speculation.h"
+#include "runtime/spec/DraftModelProposer.h"
+#include "runtime/spec/NgramProposer.h"
+#include "tools/infer/Model.h"
+
+namespace infer::tool {
+
+std::vector<OptionSpec> speculationOptions() {
+  return {{"--draft"},
+          {"--num-speculative-tokens"},
+          {"--ngram-speculation", false},
+          {"--ngram-max"},
+          {"--ngram-min"},
+          {"--adaptive-speculation", false}};
+}
+
+StatusOr<Speculation> createSpeculation(const ParsedArgs &args,
+                                        const Artifact &target,
+                                        const std::vector<int32_t> &eosTokenIds,
+                                        const std::string &backendName,
+                                        int64_t numBlocks, int numThreads) {
+  Speculation out;
+  const bool draft = args.has("--draft");
+  const bool ngram = args.has("--ngram-speculation");
+  if (draft && ngram)
+    return invalidArgument(
+        "--draft and --ngram-speculation are alternatives: give one");
+  if (!draft && !ngram) {
+    if (args.has("--num-speculative-tokens") || args.has("--ngram-max") ||
+        args.has("--ngram-min") || args.has("--adaptive-speculation"))
+      return invalidArgument("speculation options need --draft MODEL or "
+                             "--ngram-speculation");
+    return out;
+  }
+  INFER_ASSIGN_OR_RETURN(out.numSpeculativeTokens,
+                         args.getInt("--num-speculative-tokens", 4));
+  if (out.numSpeculativeTokens < 1 || out.numSpeculativeTokens > 64)
+    return invalidArgument("--num-speculative-tokens must be in [1, 64]");
+
+  std::unique_ptr<spec::Proposer> drafter;
+  if (ngram) {
+    INFER_ASSIGN_OR_RETURN(int64_t maxN, args.getInt("--ngram-max", 4));
+    INFER_ASSIGN_OR_RETURN(int64_t minN, args.getInt("--ngram-min", 1));
+    if (minN < 1 || maxN < minN)
+      return invalidArgument("--ngram-min and --ngram-max need "
+                             "1 <= min <= max");
+    drafter = std::make_unique<spec::NgramProposer>(minN, maxN);
+  } else {
+    if (args.has("--ngram-max") || args.has("--ngram-min"))
+      return invalidArgument("--ngram-max and --ngram-min go with "
+                             "--ngram-speculation");
+    INFER_ASSIGN_OR_RETURN(LoadedModel model, loadModel(*args.get("--draft")));
+    if (model.artifact.manifest.model.vocabSize !=
+        target.manifest.model.vocabSize)
+      return invalidArgument(
+          "the draft model's vocabulary (" +
+          std::to_string(model.artifact.manifest.model.vocabSize) +
+          ") differs from the target's (" +
+          std::to_string(target.manifest.model.vocabSize) + ")");
+    INFER_ASSIGN_OR_RETURN(
+        std::unique_ptr<Backend> backend,
+        createBackend(model.artifact, backendName, "", numBlocks, numThreads));
+    drafter = std::make_unique<spec::DraftModelProposer>(
+        std::move(backend), model.artifact.plan.kvCache.blockSize);
+  }
+  std::optional<spec::AdaptiveOptions> adaptive;
+  if (args.has("--adaptive-speculation")) {
+    adaptive.emplace();
+    adaptive->maxK = out.numSpeculativeTokens;
+  }
+  out.speculator = std::make_unique<spec::Speculator>(std::move(drafter),
+                                                      eosTokenIds, adaptive);
+  return out;
+}
+
+} // namespace infer::tool
