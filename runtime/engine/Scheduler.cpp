@@ -111,8 +111,29 @@ void Scheduler::scheduleWaiting(SchedulerOutput &out, int64_t &budget) {
     if (!config_.enableChunkedPrefill && pending > budget)
       break;
     const int64_t numTokens = std::min(pending, budget);
-    if (!kvCache_.allocateSlots(r->id, prefix.numTokens, numTokens, &prefix,
-                                out.blockCopies)) {
+    // Under the priority policy a waiting request displaces running ones
+    // of lower priority, even those already scheduled this step.
+    bool allocated = false;
+    while (
+        !(allocated = kvCache_.allocateSlots(r->id, prefix.numTokens, numTokens,
+                                             &prefix, out.blockCopies))) {
+      if (config_.policy != SchedulingPolicy::kPriority || running_.empty())
+        break;
+      Request *victim = *std::max_element(
+          running_.begin(), running_.end(),
+          [this](const Request *a, const Request *b) { return before(a, b); });
+      if (!before(r, victim))
+        break;
+      auto it = std::find_if(
+          out.scheduled.begin(), out.scheduled.end(),
+          [victim](const ScheduledRequest &s) { return s.request == victim; });
+      if (it != out.scheduled.end()) {
+        budget += it->numTokens;
+        out.scheduled.erase(it);
+      }
+      preempt(victim, out);
+    }
+    if (!allocated) {
       if (!running_.empty() || !out.scheduled.empty() ||
           kvCache_.numFreeBlocks() < kvCache_.numBlocks())
         break;

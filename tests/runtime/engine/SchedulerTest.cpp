@@ -173,6 +173,36 @@ TEST_F(SchedulerTest, PriorityPolicyPreemptsTheLowestPriority) {
   EXPECT_EQ(summary(out), (Summary{{0, 1}, {2, 1}}));
 }
 
+TEST_F(SchedulerTest, AHigherPriorityArrivalDisplacesRunningRequests) {
+  SchedulerConfig config;
+  config.policy = SchedulingPolicy::kPriority;
+  init(6, config);
+  add(7, 0, /*priority=*/5);
+  add(6, 1, /*priority=*/3);
+  SchedulerOutput out = scheduler_->schedule();
+  EXPECT_EQ(summary(out), (Summary{{1, 6}, {0, 7}}));
+  complete(out);
+  // Priority 1 needs three blocks and two are free: request 0 (priority 5)
+  // makes room, although it was already scheduled for this step.
+  add(12, 2, /*priority=*/1);
+  out = scheduler_->schedule();
+  EXPECT_EQ(out.preempted, (std::vector<RequestId>{0}));
+  EXPECT_EQ(summary(out), (Summary{{1, 1}, {2, 12}}));
+  EXPECT_EQ(out.numScheduledTokens, 13);
+
+  // FCFS never displaces running requests for waiting ones.
+  config.policy = SchedulingPolicy::kFcfs;
+  requests_.clear();
+  init(6, config);
+  add(7, 0);
+  add(6, 1);
+  complete(scheduler_->schedule());
+  add(12, 2);
+  out = scheduler_->schedule();
+  EXPECT_TRUE(out.preempted.empty());
+  EXPECT_EQ(summary(out), (Summary{{0, 1}, {1, 1}}));
+}
+
 TEST_F(SchedulerTest, ARequestThatOutgrowsThePoolAloneEnds) {
   SchedulerConfig config;
   init(2, config);
