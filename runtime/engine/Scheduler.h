@@ -16,9 +16,8 @@
 // blocks are freed and it returns to the waiting queue, to be recomputed when
 // there is room again. Under the priority policy a waiting request also
 // displaces running requests of lower priority when the pool is full. With a
-// prefill ratio (Colossal-Inference), a step is
-// either all prefill or all decode: prefill when
-// prefilling / decoding requests >= ratio.
+// prefill ratio (Colossal-Inference), a step is either all prefill or all
+// decode: prefill when prefilling / decoding requests >= ratio.
 //
 //===----------------------------------------------------------------------===//
 
