@@ -806,9 +806,8 @@ createCpuBackend(const plan::Plan &plan, int rank, ParamTable params,
                            "-rank plan needs that rank's communicator");
   int threads = options.numThreads > 0 ? options.numThreads
                                        : ThreadPool::defaultNumThreads();
-  auto backend = std::make_unique<CpuBackend>(
-      layout, options.numBlocks, threads,
-      plan.numRanks > 1 ? options.communicator : nullptr);
+  auto backend = std::make_unique<CpuBackend>(layout, options.numBlocks,
+                                              threads, options.communicator);
   INFER_RETURN_IF_ERROR(backend->prepare(plan.ranks[rank], std::move(params)));
   return std::unique_ptr<Backend>(std::move(backend));
 }
