@@ -5,7 +5,8 @@
 // so the target's exact distribution of every continuation is known). Many
 // seeded requests decode 3 tokens with draft-model speculation (k = 3) under
 // temperature and top-k; a chi-square test compares the observed joint
-// distribution of the 3 output tokens with the target's exact one.
+// distribution of the 3 output tokens with the target's exact one, for the
+// verification loop of runtime/spec and for the Engine with a Speculator.
 //
 // Significance: the test fails when p < 1e-3 (a correct implementation fails
 // one run in a thousand; the seeds are fixed, so CI is deterministic). A
@@ -16,6 +17,8 @@
 
 #include "runtime/spec/DraftModelProposer.h"
 #include "runtime/spec/SpeculativeGenerator.h"
+#include "runtime/spec/Speculator.h"
+#include "tests/runtime/support/Generate.h"
 
 #include <gtest/gtest.h>
 
@@ -187,6 +190,46 @@ std::vector<int64_t> sampleJoint(const SamplingParams &params,
   return counts;
 }
 
+/// The same through the Engine with a Speculator as its proposer.
+std::vector<int64_t> sampleJointThroughEngine(const SamplingParams &params,
+                                              int64_t numSamples,
+                                              SpecStats &stats) {
+  MarkovBackend target(kTarget);
+  EngineConfig config;
+  config.vocabSize = kVocab;
+  config.numSpeculativeTokens = 3;
+  std::vector<int64_t> counts(kVocab * kVocab * kVocab, 0);
+  constexpr int64_t kBatch = 500;
+  for (int64_t first = 0; first < numSamples; first += kBatch) {
+    Engine engine(target, config);
+    auto speculator = std::make_unique<Speculator>(
+        std::make_unique<DraftModelProposer>(
+            std::make_unique<MarkovBackend>(kDraft), 16),
+        std::vector<int32_t>());
+    Speculator *spec = speculator.get();
+    engine.setProposer(std::move(speculator));
+    std::vector<infer::testing::PromptRequest> requests;
+    for (int64_t i = first; i < first + kBatch; ++i) {
+      infer::testing::PromptRequest r;
+      r.promptTokenIds = {0};
+      r.sampling = params;
+      r.sampling.seed = static_cast<uint64_t>(i);
+      requests.push_back(r);
+    }
+    auto outputs = infer::testing::runToCompletion(engine, requests);
+    EXPECT_TRUE(outputs.isOk()) << outputs.status().message();
+    if (!outputs.isOk())
+      return counts;
+    for (const RequestOutput &o : *outputs) {
+      EXPECT_EQ(o.outputTokenIds.size(), 3u);
+      ++counts[(o.outputTokenIds[0] * kVocab + o.outputTokenIds[1]) * kVocab +
+               o.outputTokenIds[2]];
+    }
+    stats.add(spec->stats());
+  }
+  return counts;
+}
+
 std::vector<double> exactJoint(const SamplingParams &params) {
   std::vector<double> probs(kVocab * kVocab * kVocab, 0.0);
   const std::vector<double> p1 = targetNext(params, 0);
@@ -223,6 +266,26 @@ TEST_P(SpecDistributionTest, SampledSpeculationFollowsTheTarget) {
       << "chi2 " << chi.statistic << " df " << chi.degreesOfFreedom;
   EXPECT_GT(stats.numAccepted, 0);
   EXPECT_LT(stats.numAccepted, stats.numJudged);
+}
+
+TEST_P(SpecDistributionTest,
+       SampledSpeculationThroughTheEngineFollowsTheTarget) {
+  SamplingParams params;
+  params.temperature = GetParam().first;
+  params.topK = GetParam().second;
+  params.maxNewTokens = kOutputLen;
+  constexpr int64_t kSamples = 20000;
+  SpecStats stats;
+  const std::vector<int64_t> counts =
+      sampleJointThroughEngine(params, kSamples, stats);
+  const ChiSquare chi = chiSquare(counts, exactJoint(params), kSamples);
+  std::cout << "[ chi2     ] engine T=" << params.temperature
+            << " top_k=" << params.topK << ": chi2 " << chi.statistic << ", df "
+            << chi.degreesOfFreedom << ", p " << chi.pValue << "; acceptance "
+            << stats.acceptanceRate() << "\n";
+  EXPECT_GT(chi.pValue, kSignificance)
+      << "chi2 " << chi.statistic << " df " << chi.degreesOfFreedom;
+  EXPECT_GT(stats.numAccepted, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transforms, SpecDistributionTest,
