@@ -139,6 +139,7 @@ Status writeArtifact(const std::string &outDir,
       {"target", contents.options.target},
       {"block_size", std::to_string(contents.options.blockSize)},
       {"fuse", contents.options.fuse ? "true" : "false"},
+      {"plan_memory", contents.options.planMemory ? "true" : "false"},
       {"tp", std::to_string(contents.options.tp)}};
   manifest.numRanks = contents.plan->numRanks;
   manifest.targets = {contents.options.target};

@@ -161,6 +161,7 @@ Status compileModel(const std::string &modelDir, const std::string &outDir,
   mlir::infer::DeployPipelineOptions pipelineOptions;
   pipelineOptions.blockSize = options.blockSize;
   pipelineOptions.fuse = options.fuse;
+  pipelineOptions.planMemory = options.planMemory;
   pipelineOptions.tp = options.tp;
   mlir::infer::buildDeployPipeline(pm, pipelineOptions);
   if (mlir::failed(pm.run(*module)) || mlir::failed(mlir::verify(*module)))

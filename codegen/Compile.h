@@ -21,6 +21,8 @@ struct CompileOptions {
   int64_t blockSize = 16;
   /// Run infer-fuse in the deploy pipeline.
   bool fuse = true;
+  /// Run infer-plan-memory: activations share one workspace.
+  bool planMemory = true;
   /// Tensor-parallel ranks (`infer-shard-tensor-parallel`).
   int64_t tp = 1;
 };

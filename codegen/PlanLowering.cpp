@@ -32,6 +32,7 @@
 
 #include "codegen/PlanLowering.h"
 
+#include "passes/MemoryPlan.h"
 #include "runtime/plan/FusedBody.h"
 
 #include "ir/InferAttrs.h"
@@ -340,6 +341,9 @@ mlir::LogicalResult PlanLowering::lowerAttributes(mlir::Operation *op,
     mlir::Attribute attr = named.getValue();
     if (mlir::isa<mlir::infer::GeluOp>(op) && name == "approximate")
       continue;
+    // The memory plan becomes workspace offsets of the result values.
+    if (name == mlir::infer::kWorkspaceOffsetsAttrName)
+      continue;
     // Rank-dependent: specializeRank writes vocab_offset and vocab_size.
     if (mlir::isa<mlir::infer::EmbeddingOp>(op) && name == "vocab_shards")
       continue;
@@ -384,6 +388,12 @@ mlir::LogicalResult PlanLowering::lowerStep(mlir::Operation *op,
       vocabParallelSteps[rank.steps.size()] = shards.getInt();
     }
   }
+  auto offsets = op->getAttrOfType<mlir::DenseI64ArrayAttr>(
+      mlir::infer::kWorkspaceOffsetsAttrName);
+  if (offsets && offsets.size() != static_cast<int64_t>(op->getNumResults()))
+    return op->emitError() << "has " << offsets.size()
+                           << " workspace offsets for " << op->getNumResults()
+                           << " results";
   for (mlir::Value res : op->getResults()) {
     auto type = mlir::dyn_cast<mlir::RankedTensorType>(res.getType());
     if (!type)
@@ -400,6 +410,9 @@ mlir::LogicalResult PlanLowering::lowerStep(mlir::Operation *op,
     os.flush();
     value.dtype = *dtype;
     value.shape = std::move(*shape);
+    if (offsets)
+      value.workspaceOffset =
+          offsets[mlir::cast<mlir::OpResult>(res).getResultNumber()];
     int id = addValue(std::move(value));
     ids[res] = id;
     step.results.push_back(id);
@@ -540,6 +553,9 @@ FailureOr<plan::Plan> PlanLowering::lower() {
     if (mlir::failed(lowered))
       return mlir::failure();
   }
+  if (auto peak = func->getAttrOfType<mlir::IntegerAttr>(
+          mlir::infer::kWorkspaceBytesPerRowAttrName))
+    rank.workspaceBytesPerRow = peak.getInt();
   result.numRanks = static_cast<int>(numRanks);
   for (int r = 0; r < numRanks; ++r)
     result.ranks.push_back(specializeRank(r));

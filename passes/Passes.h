@@ -33,11 +33,15 @@ struct DeployPipelineOptions
       llvm::cl::desc("Run infer-fuse (merged projections, fused norms, "
                      "activations, cache writes and elementwise regions)"),
       llvm::cl::init(true)};
+  PassOptions::Option<bool> planMemory{
+      *this, "plan-memory",
+      llvm::cl::desc("Run infer-plan-memory (activations in one workspace)"),
+      llvm::cl::init(true)};
 };
 
 /// Builds the pipeline that takes imported model IR to the form codegen
-/// lowers: tensor-parallel sharding, paging of the KV cache, then fusion
-/// unless `fuse=false`.
+/// lowers: tensor-parallel sharding, paging of the KV cache, fusion unless
+/// `fuse=false`, then the memory plan unless `plan-memory=false`.
 void buildDeployPipeline(OpPassManager &pm,
                          const DeployPipelineOptions &options);
 

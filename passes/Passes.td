@@ -205,4 +205,42 @@ def ShardTensorParallelPass
   let dependentDialects = ["::mlir::infer::InferDialect"];
 }
 
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+def PlanMemoryPass : Pass<"infer-plan-memory", "::mlir::func::FuncOp"> {
+  let summary = "Places activations in one reused workspace";
+  let description = [{
+    Computes the live range of every activation of the function's entry
+    block (from its defining op to its last user, in program order), builds
+    the interference graph of the ranges (Boost.Graph) and places the
+    activations largest first, each at the lowest offset where it overlaps
+    no activation alive at the same time. The token count T is only known
+    per forward call, so sizes and offsets are bytes per token row: an
+    activation `tensor<?x384xf32>` takes 1536 bytes per row, and a batch of
+    T tokens places it at `offset * T` in a workspace of
+    `infer.workspace_bytes_per_row * T` bytes. Function results, weights
+    and the KV cache stay outside the workspace.
+
+    Each op with workspace results gets `infer.workspace_offsets`, one
+    offset per result (-1: not in the workspace), and the function gets the
+    peak, `infer.workspace_bytes_per_row`.
+
+    ```mlir
+    func.func @forward(...) -> tensor<?x512xf32>
+        attributes {infer.workspace_bytes_per_row = 1024 : i64} {
+      %h = infer.embedding %table[%ids] {infer.workspace_offsets = array<i64: 0>}
+          : tensor<512x128xbf16>, tensor<?xi32> -> tensor<?x128xf32>
+      %y = infer.rms_norm %h, %w {epsilon = 1.0e-06 : f64,
+                                  infer.workspace_offsets = array<i64: 512>}
+          : tensor<?x128xf32>, tensor<128xbf16> -> tensor<?x128xf32>
+      ...
+    }
+    ```
+  }];
+
+  let dependentDialects = ["::mlir::infer::InferDialect"];
+}
+
 #endif // INFER_PASSES_PASSES_TD

@@ -22,6 +22,8 @@ void mlir::infer::buildDeployPipeline(OpPassManager &pm,
   pm.addNestedPass<func::FuncOp>(createPageKVCachePass(pageOptions));
   if (options.fuse)
     pm.addNestedPass<func::FuncOp>(createFusePass());
+  if (options.planMemory)
+    pm.addNestedPass<func::FuncOp>(createPlanMemoryPass());
 }
 
 void mlir::infer::registerInferPipelines() {

@@ -13,6 +13,7 @@
 // MANIFEST:      "compile_options": {
 // MANIFEST-NEXT:   "block_size": "32",
 // MANIFEST-NEXT:   "fuse": "false",
+// MANIFEST-NEXT:   "plan_memory": "true",
 // MANIFEST-NEXT:   "target": "cpu"
 // MANIFEST:      "kv_cache": {
 // MANIFEST-NEXT:   "block_size": 32,

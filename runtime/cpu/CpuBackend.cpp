@@ -117,17 +117,26 @@ struct PreparedStep {
   std::vector<int> release;
 };
 
-/// A dense fp32 matrix, owned (activations) or borrowed (parameters).
+/// A dense fp32 matrix: owned, borrowed (parameters), or placed in the
+/// workspace (activations the memory plan gave an offset).
 struct Matrix {
   const float *data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
   std::vector<float> storage;
+  /// Workspace slot of `capacity` floats the result is computed into.
+  float *placement = nullptr;
+  int64_t capacity = 0;
 
   int64_t size() const { return rows * cols; }
   float *allocate(int64_t r, int64_t c) {
     rows = r;
     cols = c;
+    if (placement && r * c <= capacity) {
+      std::fill_n(placement, r * c, 0.0f);
+      data = placement;
+      return placement;
+    }
     storage.assign(static_cast<size_t>(r * c), 0.0f);
     data = storage.data();
     return storage.data();
@@ -172,6 +181,7 @@ private:
   Status runStep(const PreparedStep &step, const Batch &batch,
                  std::vector<Matrix> &values);
   Status runFused(const PreparedStep &step, std::vector<Matrix> &values);
+  Status prepareWorkspace(const plan::RankPlan &rank);
   StatusOr<const int32_t *> intInput(int id, const Batch &batch,
                                      int64_t &length) const;
 
@@ -188,6 +198,10 @@ private:
   std::vector<const Value *> valueById_;
   std::vector<std::optional<InputKind>> inputOf_;
   std::vector<PreparedStep> steps_;
+  /// Per value: workspace offset and width in floats per token row, or -1.
+  std::vector<int64_t> workspaceOffset_;
+  std::vector<int64_t> workspaceWidth_;
+  int64_t workspaceFloatsPerRow_ = 0;
   int output_ = -1;
   int64_t vocab_ = 0;
 };
@@ -225,6 +239,7 @@ Status CpuBackend::prepare(const plan::RankPlan &plan, ParamTable params) {
                          std::to_string(rank.outputs.size()) +
                          " outputs (expected the logits only)");
   output_ = rank.outputs[0];
+  INFER_RETURN_IF_ERROR(prepareWorkspace(rank));
 
   std::vector<int> lastUse(rank.values.size(), -1);
   for (size_t i = 0; i < rank.steps.size(); ++i) {
@@ -440,6 +455,37 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
   }
   default:
     break;
+  }
+  return Status::ok();
+}
+
+/// Checks the memory plan against the values: every placed f32 activation
+/// ([rows, static columns...], rows <= T) fits in the workspace. This backend
+/// computes in fp32, so activations of other dtypes keep their own memory.
+Status CpuBackend::prepareWorkspace(const plan::RankPlan &rank) {
+  const int64_t bytesPerRow = rank.workspaceBytesPerRow;
+  workspaceOffset_.assign(rank.values.size(), -1);
+  workspaceWidth_.assign(rank.values.size(), 0);
+  if (bytesPerRow % sizeof(float) != 0)
+    return invalidArgument("cpu backend: workspace_bytes_per_row " +
+                           std::to_string(bytesPerRow) +
+                           " is not a whole number of floats");
+  workspaceFloatsPerRow_ = bytesPerRow / sizeof(float);
+  for (const Value &v : rank.values) {
+    if (v.workspaceOffset < 0 || v.dtype != plan::DType::kF32)
+      continue;
+    int64_t width = 1;
+    for (size_t d = 1; d < v.shape.size(); ++d)
+      width *= v.shape[d].isDynamic() ? -1 : v.shape[d].size;
+    if (v.kind != ValueKind::kActivation || v.shape.empty() || width < 0 ||
+        v.workspaceOffset % sizeof(float) != 0 ||
+        v.workspaceOffset + width * static_cast<int64_t>(sizeof(float)) >
+            bytesPerRow)
+      return invalidArgument("cpu backend: value " + std::to_string(v.id) +
+                             " ('" + v.name +
+                             "') does not fit its workspace offset");
+    workspaceOffset_[v.id] = v.workspaceOffset / sizeof(float);
+    workspaceWidth_[v.id] = width;
   }
   return Status::ok();
 }
@@ -764,6 +810,16 @@ StatusOr<Logits> CpuBackend::forward(const Batch &batch) {
     m.data = tensor->data.data();
     m.rows = tensor->shape.size() == 2 ? tensor->shape[0] : 1;
     m.cols = tensor->shape.back();
+  }
+  // One workspace for the placed activations: offsets and widths are per
+  // token row, so a batch of T tokens scales them by T.
+  const int64_t t = batch.numTokens();
+  std::vector<float> workspace(static_cast<size_t>(workspaceFloatsPerRow_ * t));
+  for (size_t id = 0; id < values.size(); ++id) {
+    if (workspaceOffset_[id] < 0)
+      continue;
+    values[id].placement = workspace.data() + workspaceOffset_[id] * t;
+    values[id].capacity = workspaceWidth_[id] * t;
   }
   for (const PreparedStep &step : steps_) {
     INFER_RETURN_IF_ERROR(runStep(step, batch, values));

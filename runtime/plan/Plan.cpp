@@ -101,7 +101,8 @@ static std::optional<ValueKind> parseValueKind(std::string_view name) {
 bool Value::operator==(const Value &o) const {
   return id == o.id && kind == o.kind && name == o.name && dtype == o.dtype &&
          shape == o.shape && sourceFile == o.sourceFile &&
-         sourceTensor == o.sourceTensor && transforms == o.transforms;
+         sourceTensor == o.sourceTensor && transforms == o.transforms &&
+         workspaceOffset == o.workspaceOffset;
 }
 
 bool ModelInfo::operator==(const ModelInfo &o) const {
@@ -247,6 +248,8 @@ static json valueToJson(const Value &v) {
           json{{"kind", t.kind}, {"attrs", attrsToJson(t.attrs)}});
     j["transforms"] = transforms;
   }
+  if (v.workspaceOffset >= 0)
+    j["workspace_offset"] = v.workspaceOffset;
   return j;
 }
 
@@ -262,10 +265,13 @@ std::string planToJson(const Plan &plan) {
                            {"operands", s.operands},
                            {"results", s.results},
                            {"attrs", attrsToJson(s.attrs)}});
-    ranks.push_back(json{{"rank", rank.rank},
-                         {"values", values},
-                         {"steps", steps},
-                         {"outputs", rank.outputs}});
+    json r{{"rank", rank.rank},
+           {"values", values},
+           {"steps", steps},
+           {"outputs", rank.outputs}};
+    if (rank.workspaceBytesPerRow > 0)
+      r["workspace_bytes_per_row"] = rank.workspaceBytesPerRow;
+    ranks.push_back(std::move(r));
   }
   json j{{"format_version", plan.formatVersion},
          {"num_ranks", plan.numRanks},
@@ -475,6 +481,12 @@ static StatusOr<Value> readValue(const Reader &r) {
   INFER_ASSIGN_OR_RETURN(v.name, r.getString("name", ""));
   INFER_ASSIGN_OR_RETURN(v.dtype, readDType(r, "dtype"));
   INFER_ASSIGN_OR_RETURN(v.shape, readShape(r));
+  if (r.has("workspace_offset")) {
+    INFER_ASSIGN_OR_RETURN(v.workspaceOffset, r.getInt("workspace_offset"));
+    if (v.kind != ValueKind::kActivation || v.workspaceOffset < 0)
+      return r.error("workspace_offset",
+                     "must be a non-negative offset of an activation");
+  }
   if (v.kind == ValueKind::kParam) {
     INFER_ASSIGN_OR_RETURN(v.sourceFile, r.getString("source_file"));
     INFER_ASSIGN_OR_RETURN(v.sourceTensor, r.getString("source_tensor"));
@@ -684,6 +696,18 @@ StatusOr<Plan> parsePlanJson(std::string_view text) {
       rank.steps.push_back(std::move(s));
     }
     INFER_ASSIGN_OR_RETURN(rank.outputs, rr.getIdList("outputs"));
+    if (rr.has("workspace_bytes_per_row")) {
+      INFER_ASSIGN_OR_RETURN(rank.workspaceBytesPerRow,
+                             rr.getInt("workspace_bytes_per_row"));
+    }
+    for (const Value &v : rank.values)
+      if (v.workspaceOffset >= rank.workspaceBytesPerRow &&
+          v.workspaceOffset >= 0)
+        return rr.error("values",
+                        "place value " + std::to_string(v.id) +
+                            " at or past the end of the workspace "
+                            "(workspace_bytes_per_row " +
+                            std::to_string(rank.workspaceBytesPerRow) + ")");
     INFER_RETURN_IF_ERROR(validateRank(rank, "rank " + std::to_string(i)));
     plan.ranks.push_back(std::move(rank));
   }

@@ -57,6 +57,15 @@
 //                    an elementwise register program over same-shaped
 //                    operands and results (runtime/plan/FusedBody.h)
 //
+// Workspace (infer-plan-memory): an activation with a workspace_offset lives
+// in the rank's one workspace of workspace_bytes_per_row * T bytes for a
+// batch of T tokens, at byte workspace_offset * T; its rows (at most T) take
+// bytes_per_element * columns each. Offsets are planned per token row so
+// that one plan serves every T; activations alive at the same step never
+// overlap. Activations without an offset (the outputs) own their memory.
+//
+//   workspace, T = 4:  [ %1: 4 rows @ 0 | %3: 4 rows @ 512*4 | ... ]
+//
 // Param transforms, applied in order to the source tensor at load:
 //   concat           axis (0), source_file, source_tensor: appends that
 //                    tensor along `axis` (merged q/k/v or gate/up weights)
@@ -145,6 +154,8 @@ struct Value {
   std::string sourceFile;
   std::string sourceTensor;
   std::vector<WeightTransform> transforms;
+  /// Activations only: byte offset per token row in the workspace, or -1.
+  int64_t workspaceOffset = -1;
 
   bool operator==(const Value &o) const;
 };
@@ -195,10 +206,13 @@ struct RankPlan {
   std::vector<Step> steps;
   /// Value ids of the function results (the logits).
   std::vector<int> outputs;
+  /// Workspace bytes per token row; 0 when no activation is placed in it.
+  int64_t workspaceBytesPerRow = 0;
 
   bool operator==(const RankPlan &o) const {
     return rank == o.rank && values == o.values && steps == o.steps &&
-           outputs == o.outputs;
+           outputs == o.outputs &&
+           workspaceBytesPerRow == o.workspaceBytesPerRow;
   }
 };
 

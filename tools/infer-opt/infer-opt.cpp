@@ -12,6 +12,7 @@
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
 #include "passes/Passes.h"
+#include "passes/test/TestPasses.h"
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
@@ -20,6 +21,7 @@ int main(int argc, char **argv) {
   mlir::registerTransformsPasses();
   mlir::infer::registerInferPasses();
   mlir::infer::registerInferPipelines();
+  mlir::infer::registerTestPrintMemoryPlanPass();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "infer optimizer driver\n", registry));
 }

@@ -111,6 +111,7 @@ Status runCompile(const ParsedArgs &args) {
   options.target = target;
   options.blockSize = blockSize;
   options.fuse = !args.has("--no-fuse");
+  options.planMemory = !args.has("--no-plan-memory");
   options.tp = tp;
   return compiler::compileModel(args.positional[0], *args.get("-o"), options);
 #else
@@ -666,14 +667,22 @@ std::vector<Command> commands() {
        runImport},
       {"compile",
        "usage: infer compile MODEL_DIR -o ARTIFACT_DIR [--target cpu|cuda]\n"
-       "                     [--block-size 16] [--no-fuse] [--tp 1]\n\n"
+       "                     [--block-size 16] [--no-fuse] [--no-plan-memory]\n"
+       "                     [--tp 1]\n\n"
        "Compiles a Hugging Face model directory into an artifact directory.\n"
        "--no-fuse leaves out infer-fuse (merged projections, fused norms,\n"
        "activations and cache writes, elementwise regions).\n"
+       "--no-plan-memory gives every activation its own memory instead of a\n"
+       "place in one reused workspace (infer-plan-memory).\n"
        "--tp N splits the model over N tensor-parallel ranks (one SPMD plan;\n"
        "generate and logits run every rank, one thread each on the cpu\n"
        "backend).\n",
-       {output, {"--target"}, {"--block-size"}, {"--no-fuse", false}, {"--tp"}},
+       {output,
+        {"--target"},
+        {"--block-size"},
+        {"--no-fuse", false},
+        {"--no-plan-memory", false},
+        {"--tp"}},
        runCompile},
       {"generate",
        "usage: infer generate MODEL (--prompt TEXT | --token-ids 1,2,3)...\n"
