@@ -3,7 +3,8 @@
 // The Engine with a Speculator (draft model or n-gram) on tiny-pycode:
 // greedy outputs equal the golden (non-speculative) ones on every prompt,
 // while the engine schedules k + 1 tokens per request and rolls back the
-// rejected drafts' slots.
+// rejected drafts' slots; seeded speculative sampling gives each request the
+// same tokens whatever else is in the batch.
 //
 //===----------------------------------------------------------------------===//
 
@@ -104,6 +105,40 @@ TEST_F(SpecEngineTest, NgramGreedyEqualsGolden) {
             << " (" << stats.numAccepted << "/" << stats.numJudged
             << " judged)\n";
   EXPECT_GT(stats.numAccepted, 0);
+}
+
+TEST_F(SpecEngineTest, SeededSpeculativeSamplingIsTheSameInAnyBatch) {
+  for (PromptRequest &r : requests_) {
+    r.sampling.maxNewTokens = 24;
+    r.sampling.temperature = 0.8;
+    r.sampling.topK = 50;
+    r.sampling.seed = 77;
+  }
+  auto run = [&](const std::vector<PromptRequest> &requests) {
+    const int64_t blocks = infer::testing::blocksForAll(requests, config_) + 8;
+    auto target = infer::testing::createTestBackend(target_, blocks);
+    auto draft = infer::testing::createTestBackend(draft_, blocks);
+    EXPECT_TRUE(target.isOk() && draft.isOk());
+    Engine engine(**target, config_);
+    engine.setProposer(std::make_unique<Speculator>(
+        std::make_unique<DraftModelProposer>(std::move(draft).value(),
+                                             draft_.plan.kvCache.blockSize),
+        config_.eosTokenIds));
+    auto outputs = infer::testing::runToCompletion(engine, requests);
+    EXPECT_TRUE(outputs.isOk()) << outputs.status().message();
+    std::vector<std::vector<int32_t>> tokens;
+    for (const RequestOutput &o : *outputs)
+      tokens.push_back(o.outputTokenIds);
+    return tokens;
+  };
+  const std::vector<std::vector<int32_t>> together = run(requests_);
+  ASSERT_EQ(together.size(), requests_.size());
+  for (size_t i : {size_t{1}, size_t{3}})
+    EXPECT_EQ(run({requests_[i]}).front(), together[i]) << "prompt " << i;
+  std::vector<PromptRequest> reversed(requests_.rbegin(), requests_.rend());
+  const std::vector<std::vector<int32_t>> other = run(reversed);
+  for (size_t i = 0; i < requests_.size(); ++i)
+    EXPECT_EQ(other[requests_.size() - 1 - i], together[i]) << "prompt " << i;
 }
 
 } // namespace
