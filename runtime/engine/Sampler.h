@@ -90,7 +90,6 @@ public:
   void addOutput(int32_t token);
   bool seen(int32_t token) const;
   int64_t outputCount(int32_t token) const;
-  bool empty() const { return prompt_.empty() && output_.empty(); }
 
 private:
   std::unordered_set<int32_t> prompt_;

@@ -62,7 +62,6 @@ StatusOr<Logits> DraftModelProposer::forward(std::vector<Active> &active) {
     batch.blockTables.insert(batch.blockTables.end(), row.begin(), row.end());
   }
   INFER_ASSIGN_OR_RETURN(Logits logits, backend_->forward(batch));
-  numTokensComputed_ += batch.numTokens();
   for (Active &a : active) {
     a.state->cached.insert(a.state->cached.end(), a.pending.begin(),
                            a.pending.end());

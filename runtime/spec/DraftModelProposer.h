@@ -35,9 +35,6 @@ public:
   propose(const std::vector<ProposalRequest> &requests) override;
   void release(int64_t seqId) override;
 
-  /// Draft tokens fed to the draft model so far (prefill included).
-  int64_t numTokensComputed() const { return numTokensComputed_; }
-
 private:
   struct SeqState {
     /// Tokens whose keys and values are in the draft's cache.
@@ -51,7 +48,6 @@ private:
   std::unique_ptr<Backend> backend_;
   BlockFreeList blocks_;
   std::map<int64_t, SeqState> seqs_;
-  int64_t numTokensComputed_ = 0;
 };
 
 } // namespace infer::spec
