@@ -507,7 +507,7 @@ Status runBench(const ParsedArgs &args) {
   std::cout << line;
   if (stats.numDraftTokens) {
     std::snprintf(line, sizeof(line), "acceptance rate %.3f\n",
-                  stats.acceptanceRate());
+                  result["acceptance_rate"].get<double>());
     std::cout << line;
   }
   std::cout.flush();
