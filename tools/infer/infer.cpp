@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/engine/Engine.h"
+#include "runtime/engine/MemoryEstimate.h"
 #include "runtime/safetensors/Safetensors.h"
 #include "tools/infer/Args.h"
 #include "tools/infer/Model.h"
@@ -113,7 +114,24 @@ Status runCompile(const ParsedArgs &args) {
   options.fuse = !args.has("--no-fuse");
   options.planMemory = !args.has("--no-plan-memory");
   options.tp = tp;
-  return compiler::compileModel(args.positional[0], *args.get("-o"), options);
+  const std::string artifactDir = *args.get("-o");
+  MemoryEstimateOptions memory;
+  INFER_ASSIGN_OR_RETURN(memory.deviceMemoryBytes,
+                         parseByteSize(args.get("--gpu-memory", "80GiB")));
+  INFER_RETURN_IF_ERROR(
+      compiler::compileModel(args.positional[0], artifactDir, options));
+  if (!args.has("--estimate-memory"))
+    return Status::ok();
+  INFER_ASSIGN_OR_RETURN(
+      plan::Manifest manifest,
+      plan::readManifestFile(artifactDir + "/manifest.json"));
+  INFER_ASSIGN_OR_RETURN(
+      plan::Plan plan,
+      plan::readPlanFile(artifactDir + "/" + manifest.planFile));
+  INFER_ASSIGN_OR_RETURN(MemoryEstimate estimate,
+                         estimateMemory(manifest, plan, memory));
+  std::cout << formatMemoryEstimate(estimate, memory);
+  return Status::ok();
 #else
   return unimplemented(kNoCompilerMessage);
 #endif
@@ -668,7 +686,8 @@ std::vector<Command> commands() {
       {"compile",
        "usage: infer compile MODEL_DIR -o ARTIFACT_DIR [--target cpu|cuda]\n"
        "                     [--block-size 16] [--no-fuse] [--no-plan-memory]\n"
-       "                     [--tp 1]\n\n"
+       "                     [--tp 1] [--estimate-memory [--gpu-memory "
+       "80GiB]]\n\n"
        "Compiles a Hugging Face model directory into an artifact directory.\n"
        "--no-fuse leaves out infer-fuse (merged projections, fused norms,\n"
        "activations and cache writes, elementwise regions).\n"
@@ -676,13 +695,18 @@ std::vector<Command> commands() {
        "place in one reused workspace (infer-plan-memory).\n"
        "--tp N splits the model over N tensor-parallel ranks (one SPMD plan;\n"
        "generate and logits run every rank, one thread each on the cpu\n"
-       "backend).\n",
+       "backend).\n"
+       "--estimate-memory prints, per rank, the weights, activations and KV\n"
+       "bytes per token, and how many tokens and full-context sequences fit\n"
+       "in --gpu-memory (default 80GiB, 90% usable, bf16 KV cache).\n",
        {output,
         {"--target"},
         {"--block-size"},
         {"--no-fuse", false},
         {"--no-plan-memory", false},
-        {"--tp"}},
+        {"--tp"},
+        {"--estimate-memory", false},
+        {"--gpu-memory"}},
        runCompile},
       {"generate",
        "usage: infer generate MODEL (--prompt TEXT | --token-ids 1,2,3)...\n"
@@ -709,7 +733,8 @@ std::vector<Command> commands() {
        "directory.\n\n"
        "Speculative decoding: --draft MODEL (an artifact or model directory\n"
        "with the target's vocabulary) or --ngram-speculation (prompt lookup\n"
-       "of the last n tokens, n from --ngram-max down to --ngram-min) proposes\n"
+       "of the last n tokens, n from --ngram-max down to --ngram-min) "
+       "proposes\n"
        "--num-speculative-tokens K tokens per step, verified in one target\n"
        "forward: greedy output is unchanged, sampled output follows the\n"
        "target distribution. --adaptive-speculation picks k <= K per step\n"
@@ -717,15 +742,15 @@ std::vector<Command> commands() {
        "each line also has \"acceptance_rate\": accepted per judged draft\n"
        "token (drafts after a rejection are not judged).\n",
        withSpeculation({{"--prompt"},
-        {"--token-ids"},
-        {"--max-new-tokens"},
-        {"--temperature"},
-        {"--seed"},
-        {"--ignore-eos", false},
-        {"--json", false},
-        backend,
-        weights,
-        threads}),
+                        {"--token-ids"},
+                        {"--max-new-tokens"},
+                        {"--temperature"},
+                        {"--seed"},
+                        {"--ignore-eos", false},
+                        {"--json", false},
+                        backend,
+                        weights,
+                        threads}),
        runGenerate},
       {"bench",
        "usage: infer bench MODEL [--backend cpu|cuda] [--input-len 128]\n"
@@ -747,18 +772,18 @@ std::vector<Command> commands() {
        "decoding options are generate's; acceptance_rate is then accepted per\n"
        "judged draft token.\n",
        withSpeculation({{"--input-len"},
-        {"--output-len"},
-        {"--num-prompts"},
-        {"--request-rate"},
-        {"--seed"},
-        {"--max-num-seqs"},
-        {"--max-num-batched-tokens"},
-        {"--num-blocks"},
-        {"--no-prefix-caching", false},
-        {"--json", false},
-        backend,
-        weights,
-        threads}),
+                        {"--output-len"},
+                        {"--num-prompts"},
+                        {"--request-rate"},
+                        {"--seed"},
+                        {"--max-num-seqs"},
+                        {"--max-num-batched-tokens"},
+                        {"--num-blocks"},
+                        {"--no-prefix-caching", false},
+                        {"--json", false},
+                        backend,
+                        weights,
+                        threads}),
        runBench},
       {"logits",
        "usage: infer logits MODEL --token-ids 1,2,3 -o OUT.safetensors\n"
