@@ -6,6 +6,7 @@
 #include "runtime/cuda/CudaStatus.h"
 #include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/Kernels.h"
+#include "runtime/plan/FusedBody.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -37,7 +38,23 @@ enum class OpKind {
   kMul,
   kGatherRows,
   kLogits,
+  // The fused ops of infer-fuse.
+  kSplit,
+  kAddRmsNorm,
+  kSiluMul,
+  kRopeKVCacheWrite,
+  kFused,
 };
+
+static_assert(static_cast<int>(FusedOp::kSiluMul) ==
+                      static_cast<int>(plan::ElementwiseOp::kSiluMul) &&
+                  static_cast<int>(FusedOp::kGeluTanh) ==
+                      static_cast<int>(plan::ElementwiseOp::kGeluTanh) &&
+                  static_cast<int>(FusedOp::kSilu) ==
+                      static_cast<int>(plan::ElementwiseOp::kSilu) &&
+                  static_cast<int>(FusedOp::kMul) ==
+                      static_cast<int>(plan::ElementwiseOp::kMul),
+              "FusedOp mirrors plan::ElementwiseOp");
 
 std::optional<OpKind> parseOp(const std::string &op) {
   static const std::pair<const char *, OpKind> kOps[] = {
@@ -53,6 +70,11 @@ std::optional<OpKind> parseOp(const std::string &op) {
       {"mul", OpKind::kMul},
       {"gather_rows", OpKind::kGatherRows},
       {"logits", OpKind::kLogits},
+      {"split", OpKind::kSplit},
+      {"add_rms_norm", OpKind::kAddRmsNorm},
+      {"silu_mul", OpKind::kSiluMul},
+      {"rope_kv_cache_write", OpKind::kRopeKVCacheWrite},
+      {"fused", OpKind::kFused},
   };
   for (const auto &[name, kind] : kOps)
     if (op == name)
@@ -112,6 +134,12 @@ struct PreparedStep {
   std::string where;
   std::vector<int> operands;
   int result = -1;
+  /// Every result (split, add_rms_norm and fused have several).
+  std::vector<int> results;
+  /// split: the columns of each result.
+  std::vector<int64_t> sizes;
+  /// fused: the body, with the tensors filled in per run.
+  FusedProgram fused;
   float epsilon = 0.0f;
   int ropeHeadDim = 0;
   int ropeRotaryDim = 0;
@@ -364,26 +392,41 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
   out.where = where;
   out.operands = step.operands;
   out.result = step.results.empty() ? -1 : step.results[0];
+  out.results = step.results;
   auto withWhere = [&](const Status &s) {
     return s.withContext("cuda backend: " + where);
   };
   auto kindOf = [&](size_t i) { return rank_.values[step.operands[i]].kind; };
-  static const size_t kArity[] = {2, 2, 3, 2, 4, 5, 1, 1, 2, 2, 2, 2};
+  // fused: any number of operands (checked against its body below).
+  static const size_t kArity[] = {2, 2, 3, 2, 4, 5, 1, 1, 2,
+                                  2, 2, 2, 1, 3, 2, 5, 0};
   const size_t arity = kArity[static_cast<int>(out.op)];
-  if (step.operands.size() != arity &&
-      !(out.op == OpKind::kLinear && step.operands.size() == 2))
+  if ((step.operands.size() != arity &&
+       !(out.op == OpKind::kLinear && step.operands.size() == 2) &&
+       out.op != OpKind::kFused) ||
+      step.operands.empty())
     return invalidArgument("cuda backend: " + where + ": " +
                            std::to_string(step.operands.size()) + " operands");
-  if ((out.op == OpKind::kKVCacheWrite) != out.result < 0)
+  const bool writesCache =
+      out.op == OpKind::kKVCacheWrite || out.op == OpKind::kRopeKVCacheWrite;
+  const bool severalResults = out.op == OpKind::kSplit ||
+                              out.op == OpKind::kAddRmsNorm ||
+                              out.op == OpKind::kFused;
+  if (writesCache ? !step.results.empty()
+      : severalResults
+          ? step.results.empty() ||
+                (out.op == OpKind::kAddRmsNorm && step.results.size() != 2)
+          : step.results.size() != 1)
     return invalidArgument("cuda backend: " + where +
                            ": wrong number of results");
   for (size_t i = 0; i < step.operands.size(); ++i) {
     const bool intOperand = (out.op == OpKind::kEmbedding && i == 1) ||
                             (out.op == OpKind::kRope && i == 1) ||
                             (out.op == OpKind::kKVCacheWrite && i == 3) ||
+                            (out.op == OpKind::kRopeKVCacheWrite && i >= 3) ||
                             (out.op == OpKind::kPagedAttention && i >= 2) ||
                             (out.op == OpKind::kGatherRows && i == 1);
-    const bool cacheOperand = (out.op == OpKind::kKVCacheWrite && i == 0) ||
+    const bool cacheOperand = (writesCache && i == 0) ||
                               (out.op == OpKind::kPagedAttention && i == 1);
     const ValueKind k = kindOf(i);
     const bool ok = intOperand ? k == ValueKind::kInput
@@ -394,10 +437,13 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
       return invalidArgument("cuda backend: " + where + ": operand " +
                              std::to_string(i) + " has the wrong kind");
   }
-  if (out.op == OpKind::kKVCacheWrite &&
-      inputOf_[step.operands[3]] != InputKind::kSlotMapping)
+  if (writesCache && inputOf_[step.operands[3]] != InputKind::kSlotMapping)
     return invalidArgument("cuda backend: " + where +
                            ": operand 3 must be slot_mapping");
+  if (out.op == OpKind::kRopeKVCacheWrite &&
+      inputOf_[step.operands[4]] != InputKind::kPositions)
+    return invalidArgument("cuda backend: " + where +
+                           ": operand 4 must be positions");
   if (out.op == OpKind::kPagedAttention &&
       (inputOf_[step.operands[2]] != InputKind::kBlockTables ||
        inputOf_[step.operands[3]] != InputKind::kContextLens ||
@@ -412,15 +458,7 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
     return invalidArgument("cuda backend: " + where +
                            ": operand 1 must be a 1-D i32 input");
 
-  switch (out.op) {
-  case OpKind::kRmsNorm: {
-    StatusOr<double> eps = step.getFloat("epsilon");
-    if (!eps.isOk())
-      return withWhere(eps.status());
-    out.epsilon = static_cast<float>(*eps);
-    break;
-  }
-  case OpKind::kRope: {
+  auto prepareRope = [&]() -> Status {
     cpu::RopeConfig c;
     StatusOr<int64_t> headDim = step.getInt("head_dim");
     if (!headDim.isOk())
@@ -440,10 +478,73 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
     INFER_RETURN_IF_ERROR(withWhere(c.validate()));
     out.ropeHeadDim = static_cast<int>(c.headDim);
     out.ropeRotaryDim = static_cast<int>(c.rotaryDim);
-    INFER_RETURN_IF_ERROR(upload(cpu::ropeInverseFrequencies(c),
-                                 &out.ropeInvFreq, deviceAllocations_));
+    return upload(cpu::ropeInverseFrequencies(c), &out.ropeInvFreq,
+                  deviceAllocations_);
+  };
+
+  switch (out.op) {
+  case OpKind::kRmsNorm:
+  case OpKind::kAddRmsNorm: {
+    StatusOr<double> eps = step.getFloat("epsilon");
+    if (!eps.isOk())
+      return withWhere(eps.status());
+    out.epsilon = static_cast<float>(*eps);
     break;
   }
+  case OpKind::kRope:
+    INFER_RETURN_IF_ERROR(prepareRope());
+    break;
+  case OpKind::kSplit: {
+    auto it = step.attrs.find("sizes");
+    const auto *sizes = it == step.attrs.end()
+                            ? nullptr
+                            : std::get_if<std::vector<int64_t>>(&it->second);
+    if (!sizes || sizes->size() != step.results.size() ||
+        std::any_of(sizes->begin(), sizes->end(),
+                    [](int64_t size) { return size <= 0; }))
+      return invalidArgument("cuda backend: " + where +
+                             ": attribute 'sizes' must hold one positive "
+                             "width per result");
+    out.sizes = *sizes;
+    break;
+  }
+  case OpKind::kFused: {
+    StatusOr<plan::FusedBody> body = plan::getFusedBody(step);
+    if (!body.isOk())
+      return withWhere(body.status());
+    if (body->numInputs != static_cast<int>(step.operands.size()) ||
+        body->yields.size() != step.results.size())
+      return invalidArgument("cuda backend: " + where +
+                             ": body does not match the operands/results");
+    if (body->numInputs > kMaxFusedInputs ||
+        static_cast<int>(body->instructions.size()) > kMaxFusedInstructions ||
+        static_cast<int>(body->yields.size()) > kMaxFusedOutputs)
+      return unimplemented("cuda backend: " + where + ": a body of more than " +
+                           std::to_string(kMaxFusedInputs) + " inputs, " +
+                           std::to_string(kMaxFusedInstructions) +
+                           " instructions or " +
+                           std::to_string(kMaxFusedOutputs) + " results");
+    FusedProgram &p = out.fused;
+    p.numInputs = body->numInputs;
+    p.numInstructions = static_cast<int>(body->instructions.size());
+    p.numOutputs = static_cast<int>(body->yields.size());
+    for (int i = 0; i < p.numInstructions; ++i) {
+      const plan::FusedInstruction &instr = body->instructions[i];
+      p.op[i] = static_cast<FusedOp>(static_cast<int>(instr.op));
+      p.arg0[i] = static_cast<int8_t>(instr.args[0]);
+      p.arg1[i] = static_cast<int8_t>(instr.args.size() > 1 ? instr.args[1]
+                                                            : instr.args[0]);
+    }
+    for (int r = 0; r < p.numOutputs; ++r)
+      p.yields[r] = static_cast<int8_t>(body->yields[r]);
+    break;
+  }
+  case OpKind::kRopeKVCacheWrite:
+    INFER_RETURN_IF_ERROR(prepareRope());
+    if (out.ropeHeadDim != dims_.headDim)
+      return invalidArgument("cuda backend: " + where +
+                             ": head_dim differs from the cache's");
+    [[fallthrough]];
   case OpKind::kKVCacheWrite:
   case OpKind::kPagedAttention: {
     StatusOr<int64_t> layer = step.getInt("layer");
@@ -453,7 +554,7 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
       return invalidArgument("cuda backend: " + where + ": layer " +
                              std::to_string(*layer) + " outside the cache");
     out.layer = static_cast<int>(*layer);
-    if (out.op == OpKind::kKVCacheWrite)
+    if (out.op != OpKind::kPagedAttention)
       break;
     AttentionDims &a = out.attention;
     a.layer = out.layer;
@@ -829,6 +930,84 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
     INFER_CUDA_RETURN_IF_ERROR(
         launchGatherRows(x.f32, x.cols, static_cast<const int32_t *>(indices),
                          count, result->f32, stream_));
+    return Status::ok();
+  }
+  case OpKind::kSplit: {
+    INFER_RETURN_IF_ERROR(needF32(0));
+    const Tensor &x = in(0);
+    int64_t total = 0;
+    for (int64_t size : s.sizes)
+      total += size;
+    if (total != x.cols)
+      return mismatch("split sizes do not add up to the input width");
+    int64_t column = 0;
+    for (size_t r = 0; r < s.results.size(); ++r) {
+      Tensor &y = values_[s.results[r]];
+      INFER_RETURN_IF_ERROR(allocate(y, x.rows, s.sizes[r]));
+      INFER_CUDA_RETURN_IF_ERROR(launchSplitColumns(
+          x.f32, x.rows, x.cols, column, s.sizes[r], y.f32, stream_));
+      column += s.sizes[r];
+    }
+    return Status::ok();
+  }
+  case OpKind::kAddRmsNorm: {
+    for (size_t i = 0; i < 3; ++i)
+      INFER_RETURN_IF_ERROR(needF32(i));
+    const Tensor &a = in(0), &b = in(1), &w = in(2);
+    if (a.rows != b.rows || a.cols != b.cols || w.size() != a.cols)
+      return mismatch("add_rms_norm operands or weight do not match");
+    Tensor &sum = values_[s.results[0]], &y = values_[s.results[1]];
+    INFER_RETURN_IF_ERROR(allocate(sum, a.rows, a.cols));
+    INFER_RETURN_IF_ERROR(allocate(y, a.rows, a.cols));
+    INFER_CUDA_RETURN_IF_ERROR(launchAddRmsNorm(a.f32, b.f32, w.f32, sum.f32,
+                                                y.f32, a.rows, a.cols,
+                                                s.epsilon, stream_));
+    return Status::ok();
+  }
+  case OpKind::kSiluMul: {
+    INFER_RETURN_IF_ERROR(needF32(0));
+    INFER_RETURN_IF_ERROR(needF32(1));
+    const Tensor &gate = in(0), &up = in(1);
+    if (gate.rows != up.rows || gate.cols != up.cols)
+      return mismatch("silu_mul operands have different shapes");
+    INFER_RETURN_IF_ERROR(allocate(*result, gate.rows, gate.cols));
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchSiluMul(gate.f32, up.f32, result->f32, gate.size(), stream_));
+    return Status::ok();
+  }
+  case OpKind::kRopeKVCacheWrite: {
+    INFER_RETURN_IF_ERROR(needF32(1));
+    INFER_RETURN_IF_ERROR(needF32(2));
+    const Tensor &k = in(1), &v = in(2);
+    int64_t t, numPositions;
+    const void *slots = input(s.operands[3], &t, batch);
+    const void *positions = input(s.operands[4], &numPositions, batch);
+    if (k.cols != int64_t(dims_.numKVHeads) * dims_.headDim ||
+        v.cols != k.cols || k.rows != t || v.rows != t || numPositions != t)
+      return mismatch("rope_kv_cache_write keys/values do not match the "
+                      "cache");
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchRopeKVCacheWrite(pool_, dims_, s.layer, k.f32, v.f32,
+                               static_cast<const int64_t *>(slots),
+                               static_cast<const int32_t *>(positions), t,
+                               s.ropeRotaryDim, s.ropeInvFreq, stream_));
+    return Status::ok();
+  }
+  case OpKind::kFused: {
+    FusedProgram program = s.fused;
+    const Tensor &first = in(0);
+    for (size_t i = 0; i < s.operands.size(); ++i) {
+      INFER_RETURN_IF_ERROR(needF32(i));
+      if (in(i).rows != first.rows || in(i).cols != first.cols)
+        return mismatch("fused operands have different shapes");
+      program.inputs[i] = in(i).f32;
+    }
+    for (size_t r = 0; r < s.results.size(); ++r) {
+      Tensor &y = values_[s.results[r]];
+      INFER_RETURN_IF_ERROR(allocate(y, first.rows, first.cols));
+      program.outputs[r] = y.f32;
+    }
+    INFER_CUDA_RETURN_IF_ERROR(launchFused(program, first.size(), stream_));
     return Status::ok();
   }
   }

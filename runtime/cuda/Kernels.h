@@ -68,6 +68,49 @@ cudaError_t launchToBf16(const float *x, __nv_bfloat16 *y, int64_t n,
 cudaError_t launchAddBias(float *y, const float *bias, int64_t rows,
                           int64_t cols, cudaStream_t stream);
 
+/// split: y[r, :] = x[r, column .. column + width) of x[rows, cols].
+cudaError_t launchSplitColumns(const float *x, int64_t rows, int64_t cols,
+                               int64_t column, int64_t width, float *y,
+                               cudaStream_t stream);
+/// add_rms_norm: sum = a + b, y = rmsNorm(sum, w), one block per row.
+cudaError_t launchAddRmsNorm(const float *a, const float *b, const float *w,
+                             float *sum, float *y, int64_t rows, int64_t h,
+                             float epsilon, cudaStream_t stream);
+/// silu_mul: y = silu(gate) * up.
+cudaError_t launchSiluMul(const float *gate, const float *up, float *y,
+                          int64_t n, cudaStream_t stream);
+
+/// The ops of a `fused` step's register program (plan::ElementwiseOp).
+enum class FusedOp : int8_t { kAdd, kMul, kSilu, kGeluTanh, kSiluMul };
+
+inline constexpr int kMaxFusedInputs = 8;
+inline constexpr int kMaxFusedInstructions = 32;
+inline constexpr int kMaxFusedOutputs = 4;
+
+/// A `fused` step's body (runtime/plan/FusedBody.h) and its tensors, passed
+/// by value as the kernel's parameter: registers 0 .. numInputs-1 are the
+/// inputs, instruction i defines register numInputs + i, output r stores
+/// register yields[r]. Every tensor has the same n elements.
+struct FusedProgram {
+  int numInputs = 0;
+  int numInstructions = 0;
+  int numOutputs = 0;
+  FusedOp op[kMaxFusedInstructions] = {};
+  int8_t arg0[kMaxFusedInstructions] = {};
+  int8_t arg1[kMaxFusedInstructions] = {};
+  int8_t yields[kMaxFusedOutputs] = {};
+  const float *inputs[kMaxFusedInputs] = {};
+  float *outputs[kMaxFusedOutputs] = {};
+};
+
+/// fused: one generic kernel that interprets the register program for each
+/// element (one thread per element, registers in thread-local memory).
+/// Each op computes what its standalone kernel computes. Code generation of
+/// one kernel per body (NVRTC, from the same FusedBody) replaces this
+/// interpreter later; the interpreter stays the reference for it.
+cudaError_t launchFused(const FusedProgram &program, int64_t n,
+                        cudaStream_t stream);
+
 /// HF rotate_half rotary embedding of x[t, heads*headDim] into y, with the
 /// rotaryDim/2 inverse frequencies on the device.
 cudaError_t launchRope(const float *x, float *y, int64_t t, int64_t heads,
@@ -79,6 +122,16 @@ cudaError_t launchKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims, int layer,
                                const float *k, const float *v,
                                const int64_t *slots, int64_t t,
                                cudaStream_t stream);
+
+/// rope_kv_cache_write: launchRope of the keys (head_dim = dims.headDim)
+/// and launchKVCacheWrite of the rotated keys and v, in one pass that never
+/// stores the rotated keys in fp32.
+cudaError_t launchRopeKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims,
+                                   int layer, const float *k, const float *v,
+                                   const int64_t *slots,
+                                   const int32_t *positions, int64_t t,
+                                   int rotaryDim, const float *invFreq,
+                                   cudaStream_t stream);
 
 /// Causal attention of q[t, h*d] over the cached keys and values of each
 /// sequence (query i of sequence s at position

@@ -1,10 +1,13 @@
-//===- Attention.cu - KV-cache write and paged attention ------------------===//
+//===- Attention.cu - KV-cache writes and paged attention ----------------===//
 //
 // The pool is bf16 in the layout of plan::KVCacheLayout
 // ("block_layer_kv_slot_head_dim"):
 //
 //   pool[block][layer][k|v][slot in block][kv_head][head_dim]
 //   token at position p of a sequence: block = table[p / bs], slot p % bs
+//
+// rope_kv_cache_write rotates each key as Rope.cu does and stores it in the
+// same pass, so the rotated keys never land in fp32 memory.
 //
 // paged attention: one thread block of 16 warps per (query token, head).
 // Warp w visits the keys w, w+16, ...; each lane holds head_dim/32 dimensions
@@ -43,6 +46,37 @@ __global__ void kvCacheWriteKernel(__nv_bfloat16 *pool, CacheDims dims,
     if (slot < 0)
       continue;
     pool[slotOffset(dims, slot, layer, 0) + e] = __float2bfloat16_rn(k[i]);
+    pool[slotOffset(dims, slot, layer, 1) + e] = __float2bfloat16_rn(v[i]);
+  }
+}
+
+/// kvCacheWriteKernel of rope(k) and v; the rotation is ropeKernel's
+/// (runtime/cuda/kernels/Rope.cu), head_dim = the cache's.
+__global__ void ropeKVCacheWriteKernel(__nv_bfloat16 *pool, CacheDims dims,
+                                       int layer, const float *k,
+                                       const float *v, const int64_t *slots,
+                                       const int32_t *positions, int rotaryDim,
+                                       const float *invFreq, int64_t n) {
+  const int64_t width = int64_t(dims.numKVHeads) * dims.headDim;
+  const int half = rotaryDim / 2;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t token = i / width, e = i % width;
+    const int64_t slot = slots[token];
+    if (slot < 0)
+      continue;
+    const int d = static_cast<int>(e % dims.headDim);
+    float key = k[i];
+    if (d < rotaryDim) {
+      const int f = d < half ? d : d - half;
+      const float angle = static_cast<float>(positions[token]) * invFreq[f];
+      const float c = static_cast<float>(cos(static_cast<double>(angle)));
+      const float s = static_cast<float>(sin(static_cast<double>(angle)));
+      const int64_t base = i - d;
+      const float x1 = k[base + f], x2 = k[base + f + half];
+      key = d < half ? x1 * c - x2 * s : x2 * c + x1 * s;
+    }
+    pool[slotOffset(dims, slot, layer, 0) + e] = __float2bfloat16_rn(key);
     pool[slotOffset(dims, slot, layer, 1) + e] = __float2bfloat16_rn(v[i]);
   }
 }
@@ -159,6 +193,24 @@ cudaError_t launchKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims, int layer,
   kvCacheWriteKernel<<<static_cast<unsigned>(blocks < 524280 ? blocks : 524280),
                        kThreads, 0, stream>>>(pool, dims, layer, k, v, slots,
                                               n);
+  return cudaGetLastError();
+}
+
+cudaError_t launchRopeKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims,
+                                   int layer, const float *k, const float *v,
+                                   const int64_t *slots,
+                                   const int32_t *positions, int64_t t,
+                                   int rotaryDim, const float *invFreq,
+                                   cudaStream_t stream) {
+  const int64_t n = t * dims.numKVHeads * dims.headDim;
+  if (n <= 0)
+    return cudaSuccess;
+  constexpr int kThreads = 256;
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  ropeKVCacheWriteKernel<<<static_cast<unsigned>(blocks < 524280 ? blocks
+                                                                 : 524280),
+                           kThreads, 0, stream>>>(
+      pool, dims, layer, k, v, slots, positions, rotaryDim, invFreq, n);
   return cudaGetLastError();
 }
 

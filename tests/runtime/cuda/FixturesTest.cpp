@@ -19,6 +19,7 @@
 
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/cuda/CudaBackend.h"
+#include "runtime/plan/FusedBody.h"
 #include "runtime/safetensors/Safetensors.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -137,11 +139,25 @@ protected:
         case_ = c;
     if (case_.name.empty())
       GTEST_SKIP() << "fixture " << GetParam() << " not found";
-    StatusOr<Artifact> artifact = buildLlamaArtifact(case_.modelDir);
+    // A compiled (default: fused) artifact of the fixture when
+    // INFER_CUDA_ARTIFACTS names a folder of them (tests/runtime/cuda/
+    // gpu_check.sh makes them with `infer compile`), else the plan built
+    // without the compiler (unfused).
+    const char *compiled = std::getenv("INFER_CUDA_ARTIFACTS");
+    const std::string dir =
+        compiled ? std::string(compiled) + "/" + case_.name : "";
+    StatusOr<Artifact> artifact = !dir.empty() && fs::is_directory(dir)
+                                      ? loadArtifact(dir)
+                                      : buildLlamaArtifact(case_.modelDir);
     ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
     artifact_ = std::move(artifact).value();
-    StatusOr<ParamTable> params =
-        loadParams(artifact_, 0, artifact_.manifest.weightsDir);
+    fusedSteps_ = 0;
+    for (const plan::Step &step : artifact_.plan.ranks[0].steps)
+      fusedSteps_ += step.op == "split" || step.op == "add_rms_norm" ||
+                     step.op == "silu_mul" ||
+                     step.op == "rope_kv_cache_write" || step.op == "fused";
+    compiled_ = !dir.empty() && fs::is_directory(dir);
+    StatusOr<ParamTable> params = loadParams(artifact_, 0, case_.modelDir);
     ASSERT_TRUE(params.isOk()) << params.status().message();
     params_ = std::move(params).value();
     blockSize_ = artifact_.plan.kvCache.blockSize;
@@ -177,9 +193,69 @@ protected:
 
   Case case_;
   Artifact artifact_;
+  /// Loaded from INFER_CUDA_ARTIFACTS; steps of the infer-fuse ops in it.
+  bool compiled_ = false;
+  int fusedSteps_ = 0;
   ParamTable params_;
   int64_t blockSize_ = 16;
 };
+
+TEST_P(CudaFixturesTest, RunsTheFusedArtifact) {
+  if (!compiled_)
+    GTEST_SKIP() << "INFER_CUDA_ARTIFACTS has no artifact of " << case_.name;
+  std::cout << "[ fixture  ] " << case_.name
+            << " compiled artifact: " << artifact_.plan.ranks[0].steps.size()
+            << " steps, " << fusedSteps_ << " of them fused ops\n";
+  EXPECT_GT(fusedSteps_, 0) << "expected an artifact compiled with infer-fuse";
+  const std::vector<int32_t> &input = case_.inputs.back();
+  std::unique_ptr<Backend> g = gpuBackend(blocksFor(input.size()));
+  std::unique_ptr<Backend> c = cpuBackend(blocksFor(input.size()));
+  ASSERT_TRUE(g && c);
+  Logits got = promptLogits(*g, input), ref = promptLogits(*c, input);
+  ASSERT_EQ(got.data.size(), ref.data.size());
+  const double err =
+      maxRelativeError(got.data.data(), ref.data.data(), got.data.size());
+  std::cout << "[ fixture  ] " << case_.name << " fused plan T=" << input.size()
+            << " max rel err vs CPU backend " << err << "\n";
+  EXPECT_LT(err, kLogitsTol);
+}
+
+TEST_P(CudaFixturesTest, FusedRegionStepsEqualSiluMul) {
+  // No compiled llama plan has a `fused` region yet: rewrite each silu_mul
+  // step as the region "silu(0); mul(2, 1)" and run the same prompt.
+  const std::vector<int32_t> &input = case_.inputs.back();
+  std::unique_ptr<Backend> before = gpuBackend(blocksFor(input.size()));
+  ASSERT_TRUE(before);
+  Logits ref = promptLogits(*before, input);
+  plan::FusedBody body;
+  body.numInputs = 2;
+  body.instructions = {{plan::ElementwiseOp::kSilu, {0}},
+                       {plan::ElementwiseOp::kMul, {2, 1}}};
+  body.yields = {3};
+  int rewritten = 0;
+  for (plan::Step &step : artifact_.plan.ranks[0].steps)
+    if (step.op == "silu_mul") {
+      step.op = "fused";
+      plan::setFusedBody(body, step);
+      ++rewritten;
+    }
+  if (rewritten == 0)
+    GTEST_SKIP() << "no silu_mul step in this plan";
+  std::unique_ptr<Backend> g = gpuBackend(blocksFor(input.size()));
+  std::unique_ptr<Backend> c = cpuBackend(blocksFor(input.size()));
+  ASSERT_TRUE(g && c);
+  Logits got = promptLogits(*g, input), cpu = promptLogits(*c, input);
+  ASSERT_EQ(got.data.size(), ref.data.size());
+  const double errSame =
+      maxRelativeError(got.data.data(), ref.data.data(), got.data.size());
+  const double errCpu =
+      maxRelativeError(got.data.data(), cpu.data.data(), got.data.size());
+  std::cout << "[ fixture  ] " << case_.name << " " << rewritten
+            << " fused regions: max rel err vs silu_mul " << errSame
+            << ", vs CPU backend " << errCpu << "\n";
+  EXPECT_LT(errSame, 1e-5);
+  EXPECT_LT(errCpu, kLogitsTol);
+}
 
 TEST_P(CudaFixturesTest, LogitsMatchTransformersInBf16) {
   for (size_t k = 0; k < case_.inputs.size(); ++k) {

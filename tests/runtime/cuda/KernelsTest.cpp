@@ -246,6 +246,199 @@ TEST_F(CudaKernelsTest, LinearThroughCublasLt) {
   }
 }
 
+TEST_F(CudaKernelsTest, Split) {
+  // The parts of a merged q/k/v and a merged gate/up GEMM.
+  for (auto [rows, sizes] :
+       {std::pair{5, std::vector<int64_t>{128, 32, 32}},
+        std::pair{33, std::vector<int64_t>{2048, 256, 256}},
+        std::pair{1, std::vector<int64_t>{5632, 5632}},
+        std::pair{7, std::vector<int64_t>{3, 100, 1}}}) {
+    int64_t cols = 0;
+    for (int64_t size : sizes)
+      cols += size;
+    std::vector<float> x = random(size_t(rows) * cols);
+    DeviceArray<float> dx(x);
+    int64_t column = 0;
+    for (int64_t width : sizes) {
+      auto y = DeviceArray<float>::poisoned(size_t(rows) * width);
+      ASSERT_EQ(cuda::launchSplitColumns(dx.get(), rows, cols, column, width,
+                                         y.get(), nullptr),
+                cudaSuccess);
+      std::vector<float> ref;
+      for (int64_t r = 0; r < rows; ++r)
+        ref.insert(ref.end(), x.begin() + r * cols + column,
+                   x.begin() + r * cols + column + width);
+      EXPECT_EQ(relError(y.download(), ref), 0.0)
+          << rows << "x" << cols << " column " << column;
+      column += width;
+    }
+    report("split", std::to_string(rows) + "x" + std::to_string(cols), 0.0);
+  }
+}
+
+TEST_F(CudaKernelsTest, AddRmsNorm) {
+  for (auto [rows, h] : {std::pair{1, 64}, {5, 2048}, {33, 4096}, {3, 100}}) {
+    std::vector<float> a = random(size_t(rows) * h, 3.0f),
+                       b = random(size_t(rows) * h), w = random(h);
+    DeviceArray<float> da(a), db(b), dw(w);
+    auto sum = DeviceArray<float>::poisoned(a.size());
+    auto y = DeviceArray<float>::poisoned(a.size());
+    ASSERT_EQ(cuda::launchAddRmsNorm(da.get(), db.get(), dw.get(), sum.get(),
+                                     y.get(), rows, h, 1e-5f, nullptr),
+              cudaSuccess);
+    std::vector<float> refSum(a.size()), refY(a.size());
+    cpu::addRmsNorm(a.data(), b.data(), w.data(), refSum.data(), refY.data(),
+                    rows, h, 1e-5);
+    EXPECT_EQ(relError(sum.download(), refSum), 0.0);
+    const double err = relError(y.download(), refY);
+    report("add_rms_norm", std::to_string(rows) + "x" + std::to_string(h), err);
+    EXPECT_LT(err, kF32Tol);
+  }
+}
+
+TEST_F(CudaKernelsTest, SiluMul) {
+  for (int64_t n : {1, 1000, 5632 * 17}) {
+    std::vector<float> gate = random(n, 4.0f), up = random(n);
+    DeviceArray<float> dg(gate), du(up);
+    auto y = DeviceArray<float>::poisoned(n);
+    ASSERT_EQ(cuda::launchSiluMul(dg.get(), du.get(), y.get(), n, nullptr),
+              cudaSuccess);
+    std::vector<float> ref(n);
+    cpu::siluMul(gate.data(), up.data(), ref.data(), n);
+    const double err = relError(y.download(), ref);
+    report("silu_mul", std::to_string(n), err);
+    EXPECT_LT(err, kF32Tol);
+  }
+}
+
+TEST_F(CudaKernelsTest, FusedRegisterProgram) {
+  // gelu_tanh(0); mul(3, 1); add(4, 2); silu_mul(2, 5); silu(6); mul(7, 0)
+  // with yields [5, 8]: every op, two results, registers read twice.
+  using cuda::FusedOp;
+  cuda::FusedProgram p;
+  p.numInputs = 3;
+  const std::tuple<FusedOp, int, int> instrs[] = {
+      {FusedOp::kGeluTanh, 0, 0}, {FusedOp::kMul, 3, 1},
+      {FusedOp::kAdd, 4, 2},      {FusedOp::kSiluMul, 2, 5},
+      {FusedOp::kSilu, 6, 6},     {FusedOp::kMul, 7, 0}};
+  for (auto [op, a, b] : instrs) {
+    p.op[p.numInstructions] = op;
+    p.arg0[p.numInstructions] = static_cast<int8_t>(a);
+    p.arg1[p.numInstructions] = static_cast<int8_t>(b);
+    ++p.numInstructions;
+  }
+  p.numOutputs = 2;
+  p.yields[0] = 5;
+  p.yields[1] = 8;
+  for (int64_t n : {1, 1000, 5632 * 17}) {
+    std::vector<float> x0 = random(n, 3.0f), x1 = random(n), x2 = random(n);
+    DeviceArray<float> d0(x0), d1(x1), d2(x2);
+    auto y0 = DeviceArray<float>::poisoned(n),
+         y1 = DeviceArray<float>::poisoned(n);
+    p.inputs[0] = d0.get();
+    p.inputs[1] = d1.get();
+    p.inputs[2] = d2.get();
+    p.outputs[0] = y0.get();
+    p.outputs[1] = y1.get();
+    ASSERT_EQ(cuda::launchFused(p, n, nullptr), cudaSuccess);
+    // The CPU kernels, one op at a time (as the CPU backend's interpreter).
+    std::vector<float> r3(n), r4(n), r5(n), r6(n), r7(n), r8(n);
+    cpu::geluTanh(x0.data(), r3.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      r4[i] = r3[i] * x1[i];
+    for (int64_t i = 0; i < n; ++i)
+      r5[i] = r4[i] + x2[i];
+    cpu::siluMul(x2.data(), r5.data(), r6.data(), n);
+    cpu::silu(r6.data(), r7.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      r8[i] = r7[i] * x0[i];
+    const double err0 = relError(y0.download(), r5);
+    const double err1 = relError(y1.download(), r8);
+    report("fused (interpreted, 6 ops, 2 results)", std::to_string(n),
+           std::max(err0, err1));
+    EXPECT_LT(err0, kF32Tol);
+    EXPECT_LT(err1, kF32Tol);
+  }
+  p.numInstructions = cuda::kMaxFusedInstructions + 1;
+  EXPECT_EQ(cuda::launchFused(p, 10, nullptr), cudaErrorInvalidValue);
+}
+
+TEST_F(CudaKernelsTest, RopeKVCacheWrite) {
+  struct Case {
+    int kvHeads, headDim, rotaryDim, blockSize, t;
+  };
+  for (Case c : {Case{2, 64, 64, 16, 20}, Case{8, 128, 128, 16, 5},
+                 Case{1, 64, 32, 8, 9}, Case{4, 256, 256, 16, 3}}) {
+    cpu::RopeConfig config;
+    config.headDim = c.headDim;
+    config.rotaryDim = c.rotaryDim;
+    config.theta = 10000.0;
+    ASSERT_TRUE(config.validate().isOk());
+    std::vector<float> invFreq = cpu::ropeInverseFrequencies(config);
+    cpu::CacheGeometry g;
+    g.numLayers = 2;
+    g.numKVHeads = c.kvHeads;
+    g.headDim = c.headDim;
+    g.blockSize = c.blockSize;
+    cuda::CacheDims dims{2, c.kvHeads, c.headDim, c.blockSize};
+    const int layer = 1, width = c.kvHeads * c.headDim;
+    const int64_t numBlocks = (c.t + c.blockSize - 1) / c.blockSize + 2;
+    // Distinct shuffled slots, one token skipped (slot -1).
+    std::vector<int64_t> slots(numBlocks * c.blockSize);
+    for (size_t i = 0; i < slots.size(); ++i)
+      slots[i] = int64_t(i);
+    std::shuffle(slots.begin(), slots.end(), rng_);
+    slots.resize(c.t);
+    slots[c.t / 2] = -1;
+    std::uniform_int_distribution<int32_t> pos(0, 5000);
+    std::vector<int32_t> positions(c.t);
+    for (int32_t &p : positions)
+      p = pos(rng_);
+    std::vector<float> k = random(size_t(c.t) * width),
+                       v = random(size_t(c.t) * width);
+    DeviceArray<float> dk(k), dv(v), dFreq(invFreq);
+    DeviceArray<int64_t> dSlots(slots);
+    DeviceArray<int32_t> dPos(positions);
+    const size_t poolSize = numBlocks * g.blockElements();
+    std::vector<__nv_bfloat16> zeros(poolSize, __float2bfloat16_rn(0.0f));
+    DeviceArray<__nv_bfloat16> fused(zeros), unfused(zeros);
+    ASSERT_EQ(cuda::launchRopeKVCacheWrite(
+                  fused.get(), dims, layer, dk.get(), dv.get(), dSlots.get(),
+                  dPos.get(), c.t, c.rotaryDim, dFreq.get(), nullptr),
+              cudaSuccess);
+    // rope then kv_cache_write, the unfused steps: bit-identical.
+    auto rotated = DeviceArray<float>::poisoned(k.size());
+    ASSERT_EQ(cuda::launchRope(dk.get(), rotated.get(), c.t, c.kvHeads,
+                               c.headDim, c.rotaryDim, dPos.get(), dFreq.get(),
+                               nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::launchKVCacheWrite(unfused.get(), dims, layer,
+                                       rotated.get(), dv.get(), dSlots.get(),
+                                       c.t, nullptr),
+              cudaSuccess);
+    std::vector<__nv_bfloat16> got = fused.download(),
+                               same = unfused.download();
+    std::vector<float> gotF(poolSize), sameF(poolSize);
+    for (size_t i = 0; i < poolSize; ++i) {
+      gotF[i] = __bfloat162float(got[i]);
+      sameF[i] = __bfloat162float(same[i]);
+    }
+    EXPECT_EQ(relError(gotF, sameF), 0.0);
+    // The CPU kernel on an fp32 pool, rounded to bf16 as the GPU stores it.
+    std::vector<float> ref(poolSize, 0.0f);
+    cpu::ropeKVCacheWrite(ref.data(), g, layer, k.data(), v.data(),
+                          slots.data(), positions.data(), c.t, config, invFreq);
+    const double err = relError(gotF, roundedToBf16(ref));
+    report("rope_kv_cache_write",
+           "T=" + std::to_string(c.t) + " kvh=" + std::to_string(c.kvHeads) +
+               " d=" + std::to_string(c.headDim) +
+               " rot=" + std::to_string(c.rotaryDim),
+           err);
+    // One bf16 rounding apart at most where fp32 sums differ in a last bit.
+    EXPECT_LT(err, 1e-2);
+  }
+}
+
 /// Sequences as (cached tokens, new tokens).
 using SeqShape = std::vector<std::pair<int, int>>;
 

@@ -4,9 +4,12 @@
 # Run from the repository root on a machine with a GPU, the CUDA toolkit,
 # cmake and ninja. Headers and static libraries the machine lacks (PCRE2,
 # ICU headers, GoogleTest, nlohmann_json) come from .deps/, fixtures from
-# .gpu/fixtures, a compiled artifact from .gpu/art-llama-gqa; SRC names
-# another source tree than the current directory. Logs go to
-# $OUT; a short table is printed last.
+# .gpu/fixtures, compiled artifacts from .gpu/artifacts/NAME (one per fixture
+# model, made where the compiler is built with the default pipeline, i.e.
+# fused: `infer compile MODEL_DIR -o .gpu/artifacts/NAME`; the fixture tests
+# run them through INFER_CUDA_ARTIFACTS, the CLI runs llama-gqa); SRC names
+# another source tree than the current directory. Logs go to $OUT; a short
+# table is printed last.
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
@@ -29,10 +32,10 @@ cmake -G Ninja -S "$SRC" -B "$BUILD" -DINFER_ENABLE_COMPILER=OFF \
 ninja -C "$BUILD" -j16 InferCudaTests infer infer-cuda-decode-bench \
   >"$OUT/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$OUT/build.log"; exit 1; }
 
-"$BUILD/bin/InferCudaTests" 2>&1 | tee "$OUT/gtest.log" |
+INFER_CUDA_ARTIFACTS=$ROOT/.gpu/artifacts "$BUILD/bin/InferCudaTests" 2>&1 | tee "$OUT/gtest.log" |
   grep -E "FAILED|Failure|error|PASSED|SKIPPED" | head -40
 
-ART=$ROOT/.gpu/art-llama-gqa
+ART=$ROOT/.gpu/artifacts/llama-gqa
 W=$ROOT/.gpu/fixtures/rand/llama-gqa
 for b in cpu cuda; do
   "$BUILD/bin/infer" generate "$ART" --weights "$W" --backend $b --json \
