@@ -1,33 +1,18 @@
 //===- BenchCliTest.cpp - infer bench, end to end -------------------------===//
 
+#include "tests/runtime/support/InferTool.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
 #include <filesystem>
-#include <sys/wait.h>
 
 namespace infer::testing {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-/// stdout of `infer ARGS` (stderr dropped) and its exit status.
-std::pair<int, std::string> runInfer(const std::string &args) {
-  FILE *pipe = ::popen(
-      (std::string(INFER_TOOL_PATH) + " " + args + " 2>/dev/null").c_str(),
-      "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0)
-    out.append(buf, n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
 
 TEST(InferBench, ReportsThroughputAndLatencies) {
   const std::string model = std::string(INFER_FIXTURES_DIR) + "/rand/llama-gqa";
@@ -39,13 +24,16 @@ TEST(InferBench, ReportsThroughputAndLatencies) {
   fs::remove_all(dir);
   ASSERT_TRUE(writeTestArtifact(*a, dir).isOk());
 
-  for (const char *extra : {"", " --max-num-seqs 1", " --request-rate 200"}) {
-    auto [code, out] = runInfer("bench " + dir +
-                                " --input-len 9 --output-len 5 "
-                                "--num-prompts 4 --seed 3 --json" +
-                                extra);
-    ASSERT_EQ(code, 0) << extra;
-    json j = json::parse(out);
+  const std::vector<std::vector<std::string>> extras = {
+      {}, {"--max-num-seqs", "1"}, {"--request-rate", "200"}};
+  for (const std::vector<std::string> &extra : extras) {
+    std::vector<std::string> args = {"bench",        dir, "--input-len",   "9",
+                                     "--output-len", "5", "--num-prompts", "4",
+                                     "--seed",       "3", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ToolRun run = runTool(INFER_TOOL_PATH, args);
+    ASSERT_EQ(run.exitCode, 0) << run.err;
+    json j = json::parse(run.out);
     EXPECT_EQ(j["num_prompts"], 4);
     EXPECT_GT(j["request_throughput"].get<double>(), 0.0);
     EXPECT_GT(j["output_throughput"].get<double>(), 0.0);
@@ -57,13 +45,15 @@ TEST(InferBench, ReportsThroughputAndLatencies) {
     EXPECT_EQ(j["num_computed_tokens"], 4 * 9 + 4 * 4);
     EXPECT_TRUE(j["acceptance_rate"].is_null());
   }
-  auto [code, out] = runInfer("bench " + dir +
-                              " --input-len 4 --output-len 3 "
-                              "--num-prompts 2");
-  ASSERT_EQ(code, 0);
-  EXPECT_NE(out.find("req/s"), std::string::npos) << out;
-  EXPECT_NE(out.find("TTFT"), std::string::npos);
-  EXPECT_NE(runInfer("bench " + dir + " --num-prompts 0").first, 0);
+  ToolRun run =
+      runTool(INFER_TOOL_PATH, {"bench", dir, "--input-len", "4",
+                                "--output-len", "3", "--num-prompts", "2"});
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  EXPECT_NE(run.out.find("req/s"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("TTFT"), std::string::npos);
+  run = runTool(INFER_TOOL_PATH, {"bench", dir, "--num-prompts", "0"});
+  EXPECT_EQ(run.exitCode, 1);
+  EXPECT_NE(run.err.find("error"), std::string::npos) << run.err;
 }
 
 } // namespace

@@ -6,17 +6,15 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/safetensors/Safetensors.h"
+#include "tests/runtime/support/InferTool.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace infer::testing {
 namespace {
@@ -24,53 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct ToolRun {
-  int exitCode = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string quote(const std::string &s) {
-  std::string q = "'";
-  for (char c : s)
-    q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 ToolRun runInfer(const std::vector<std::string> &args) {
-  // ctest runs each test in its own process, several at once: one file each.
-  static int calls = 0;
-  const std::string errFile = ::testing::TempDir() + "/infer_cli_stderr." +
-                              std::to_string(::getpid()) + "." +
-                              std::to_string(calls++) + ".txt";
-  std::string cmd = quote(INFER_TOOL_PATH);
-  for (const std::string &a : args)
-    cmd += " " + quote(a);
-  cmd += " 2>" + quote(errFile);
-  ToolRun run;
-  FILE *pipe = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0)
-    run.out.append(buf, n);
-  int status = ::pclose(pipe);
-  run.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(errFile);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  run.err = ss.str();
-  std::remove(errFile.c_str());
-  return run;
-}
-
-std::vector<json> jsonLines(const std::string &text) {
-  std::vector<json> lines;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty())
-      lines.push_back(json::parse(line));
-  return lines;
+  return runTool(INFER_TOOL_PATH, args);
 }
 
 std::string join(const std::vector<int32_t> &ids) {
@@ -212,8 +165,8 @@ TEST_F(InferCli, ErrorsAreMessagesWithExitOne) {
   expectError({"generate", "/nonexistent", "--token-ids", "1"},
               "not a directory");
   // Built without CUDA, or no GPU here: a message; with a GPU it runs.
-  ToolRun cuda = runInfer(
-      {"generate", artifact, "--token-ids", "1", "--backend", "cuda"});
+  ToolRun cuda =
+      runInfer({"generate", artifact, "--token-ids", "1", "--backend", "cuda"});
   if (cuda.exitCode != 0)
     EXPECT_NE(cuda.err.find("CUDA"), std::string::npos) << cuda.err;
   expectError({"generate", artifact, "--token-ids", "1,x"}, "bad token id");

@@ -7,16 +7,15 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tests/runtime/support/InferTool.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <sys/wait.h>
 #include <unistd.h>
 
 namespace infer::testing {
@@ -27,39 +26,8 @@ using nlohmann::json;
 
 const std::string kModels = std::string(INFER_FIXTURES_DIR) + "/models/";
 
-struct ToolRun {
-  int exitCode = -1;
-  std::string out;
-};
-
-/// Runs the infer tool; stderr goes to the test log.
 ToolRun runInfer(const std::vector<std::string> &args) {
-  std::string cmd = std::string("'") + INFER_TOOL_PATH + "'";
-  for (const std::string &a : args) {
-    std::string q = "'";
-    for (char c : a)
-      q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    cmd += " " + q + "'";
-  }
-  ToolRun run;
-  FILE *pipe = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0)
-    run.out.append(buf, n);
-  const int status = ::pclose(pipe);
-  run.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
-
-std::vector<json> jsonLines(const std::string &text) {
-  std::vector<json> lines;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty())
-      lines.push_back(json::parse(line));
-  return lines;
+  return runTool(INFER_TOOL_PATH, args);
 }
 
 class SpecCli : public ::testing::Test {
