@@ -39,7 +39,7 @@ def main():
     scale = max(abs(x) for x in reference)
     err = max(abs(a - b) for a, b in zip(actual, reference)) / scale
     print(f"max_rel_err={err:.3e}")
-    if not err < args.tolerance:
+    if not err <= args.tolerance:
         sys.exit(f"max relative error {err:.3e} exceeds {args.tolerance:.0e}")
 
 
