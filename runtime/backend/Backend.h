@@ -1,5 +1,4 @@
-//===- Backend.h - The interface every execution backend implements -*- C++
-//-*-===//
+//===- Backend.h - The interface of execution backends ----------*- C++ -*-===//
 //
 // A backend owns a rank's parameters and KV-cache pool and runs the plan's
 // forward function on one flat batch (DESIGN.md, "One batch contract"):

@@ -1,5 +1,4 @@
-//===- Communicator.h - Collectives between tensor-parallel ranks -*- C++
-//-*-===//
+//===- Communicator.h - Collectives between TP ranks ------------*- C++ -*-===//
 //
 // What a rank's backend calls to complete the collectives of a
 // tensor-parallel plan (`all_reduce`, `all_gather` steps). Every rank of a

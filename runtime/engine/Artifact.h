@@ -1,5 +1,4 @@
-//===- Artifact.h - Loading a compiled artifact directory ---------*- C++
-//-*-===//
+//===- Artifact.h - Loading a compiled artifact directory -------*- C++ -*-===//
 //
 //   artifact/ manifest.json   what was compiled, the KV-cache layout, the
 //             plan.json       weight files and their header fingerprints

@@ -1,5 +1,4 @@
-//===- Safetensors.h - Reader for the safetensors format ----------*- C++
-//-*-===//
+//===- Safetensors.h - Reader for the safetensors format --------*- C++ -*-===//
 //
 // https://github.com/huggingface/safetensors: an 8-byte little-endian header
 // length N, N bytes of JSON ({"name": {"dtype", "shape", "data_offsets"}, ...,

@@ -1,5 +1,4 @@
-//===- Args.h - Command-line parsing for the infer tool -----------*- C++
-//-*-===//
+//===- Args.h - Command-line parsing for the infer tool ---------*- C++ -*-===//
 
 #ifndef INFER_TOOLS_INFER_ARGS_H
 #define INFER_TOOLS_INFER_ARGS_H

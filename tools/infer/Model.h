@@ -1,5 +1,4 @@
-//===- Model.h - Turning the tool's MODEL argument into a backend -*- C++
-//-*-===//
+//===- Model.h - The tool's MODEL argument ----------------------*- C++ -*-===//
 
 #ifndef INFER_TOOLS_INFER_MODEL_H
 #define INFER_TOOLS_INFER_MODEL_H

@@ -1,5 +1,4 @@
-//===- LlamaPlan.h - Hand-built plans for llama-style test models -*- C++
-//-*-===//
+//===- LlamaPlan.h - Hand-built llama plans for tests -----------*- C++ -*-===//
 //
 // Builds, without the compiler, the plan the compiler is expected to produce
 // for a Llama / Mistral / Qwen2 model directory, so the runtime can be
