@@ -1,4 +1,4 @@
-//===- Status.h - Error values for the runtime --------------------*- C++ -*-===//
+//===- Status.h - Error values for the runtime ------------------*- C++ -*-===//
 //
 // The runtime reports every failure (bad input files, resource exhaustion,
 // device errors) as a Status that carries a message for the user. No
