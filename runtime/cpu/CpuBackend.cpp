@@ -16,27 +16,7 @@ using plan::Step;
 using plan::Value;
 using plan::ValueKind;
 
-enum class OpKind {
-  kEmbedding,
-  kRmsNorm,
-  kLinear,
-  kRope,
-  kKVCacheWrite,
-  kPagedAttention,
-  kSilu,
-  kGeluTanh,
-  kAdd,
-  kMul,
-  kGatherRows,
-  kLogits,
-  kSplit,
-  kAddRmsNorm,
-  kSiluMul,
-  kRopeKVCacheWrite,
-  kFused,
-  kAllReduce,
-  kAllGather,
-};
+using OpKind = plan::StepOp;
 
 /// The batch-contract inputs a plan may bind by name.
 enum class InputKind {
@@ -61,34 +41,6 @@ std::optional<InputKind> parseInputName(const std::string &name) {
   };
   for (const auto &[n, kind] : kInputs)
     if (name == n)
-      return kind;
-  return std::nullopt;
-}
-
-std::optional<OpKind> parseOp(const std::string &op) {
-  static const std::pair<const char *, OpKind> kOps[] = {
-      {"embedding", OpKind::kEmbedding},
-      {"rms_norm", OpKind::kRmsNorm},
-      {"linear", OpKind::kLinear},
-      {"rope", OpKind::kRope},
-      {"kv_cache_write", OpKind::kKVCacheWrite},
-      {"paged_attention", OpKind::kPagedAttention},
-      {"silu", OpKind::kSilu},
-      {"gelu_tanh", OpKind::kGeluTanh},
-      {"add", OpKind::kAdd},
-      {"mul", OpKind::kMul},
-      {"gather_rows", OpKind::kGatherRows},
-      {"logits", OpKind::kLogits},
-      {"split", OpKind::kSplit},
-      {"add_rms_norm", OpKind::kAddRmsNorm},
-      {"silu_mul", OpKind::kSiluMul},
-      {"rope_kv_cache_write", OpKind::kRopeKVCacheWrite},
-      {"fused", OpKind::kFused},
-      {"all_reduce", OpKind::kAllReduce},
-      {"all_gather", OpKind::kAllGather},
-  };
-  for (const auto &[n, kind] : kOps)
-    if (op == n)
       return kind;
   return std::nullopt;
 }
@@ -261,7 +213,7 @@ Status CpuBackend::prepare(const plan::RankPlan &plan, ParamTable params) {
 
 Status CpuBackend::prepareStep(const Step &step, const std::string &where,
                                PreparedStep &out) const {
-  std::optional<OpKind> op = parseOp(step.op);
+  std::optional<OpKind> op = plan::parseStepOp(step.op);
   if (!op)
     return unimplemented("cpu backend: " + where + ": unknown op");
   out.op = *op;

@@ -25,26 +25,7 @@ using plan::Step;
 using plan::Value;
 using plan::ValueKind;
 
-enum class OpKind {
-  kEmbedding,
-  kRmsNorm,
-  kLinear,
-  kRope,
-  kKVCacheWrite,
-  kPagedAttention,
-  kSilu,
-  kGeluTanh,
-  kAdd,
-  kMul,
-  kGatherRows,
-  kLogits,
-  // The fused ops of infer-fuse.
-  kSplit,
-  kAddRmsNorm,
-  kSiluMul,
-  kRopeKVCacheWrite,
-  kFused,
-};
+using OpKind = plan::StepOp;
 
 static_assert(static_cast<int>(FusedOp::kSiluMul) ==
                       static_cast<int>(plan::ElementwiseOp::kSiluMul) &&
@@ -55,32 +36,6 @@ static_assert(static_cast<int>(FusedOp::kSiluMul) ==
                   static_cast<int>(FusedOp::kMul) ==
                       static_cast<int>(plan::ElementwiseOp::kMul),
               "FusedOp mirrors plan::ElementwiseOp");
-
-std::optional<OpKind> parseOp(const std::string &op) {
-  static const std::pair<const char *, OpKind> kOps[] = {
-      {"embedding", OpKind::kEmbedding},
-      {"rms_norm", OpKind::kRmsNorm},
-      {"linear", OpKind::kLinear},
-      {"rope", OpKind::kRope},
-      {"kv_cache_write", OpKind::kKVCacheWrite},
-      {"paged_attention", OpKind::kPagedAttention},
-      {"silu", OpKind::kSilu},
-      {"gelu_tanh", OpKind::kGeluTanh},
-      {"add", OpKind::kAdd},
-      {"mul", OpKind::kMul},
-      {"gather_rows", OpKind::kGatherRows},
-      {"logits", OpKind::kLogits},
-      {"split", OpKind::kSplit},
-      {"add_rms_norm", OpKind::kAddRmsNorm},
-      {"silu_mul", OpKind::kSiluMul},
-      {"rope_kv_cache_write", OpKind::kRopeKVCacheWrite},
-      {"fused", OpKind::kFused},
-  };
-  for (const auto &[name, kind] : kOps)
-    if (op == name)
-      return kind;
-  return std::nullopt;
-}
 
 /// The batch-contract inputs, in the order they are packed for upload.
 enum class InputKind {
@@ -270,7 +225,7 @@ Status CudaBackend::uploadParams(const ParamTable &params) {
   // and which as fp32 (everything else).
   std::set<int> asBf16, asF32;
   for (const Step &step : rank_.steps) {
-    std::optional<OpKind> op = parseOp(step.op);
+    std::optional<OpKind> op = plan::parseStepOp(step.op);
     for (size_t i = 0; i < step.operands.size(); ++i) {
       const int id = step.operands[i];
       if (rank_.values[id].kind != ValueKind::kParam)
@@ -385,9 +340,13 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
 
 Status CudaBackend::prepareStep(const Step &step, const std::string &where,
                                 PreparedStep &out) {
-  std::optional<OpKind> op = parseOp(step.op);
+  std::optional<OpKind> op = plan::parseStepOp(step.op);
   if (!op)
     return unimplemented("cuda backend: " + where + ": unknown op");
+  if (*op == OpKind::kAllReduce || *op == OpKind::kAllGather)
+    return unimplemented("cuda backend: " + where +
+                         ": collectives (tensor parallelism) are not "
+                         "supported by the cuda backend yet");
   out.op = *op;
   out.where = where;
   out.operands = step.operands;

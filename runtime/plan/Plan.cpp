@@ -524,6 +524,7 @@ static StatusOr<Step> readStep(const Reader &r) {
 namespace {
 /// Operand and result counts of the format-1 ops.
 struct OpSignature {
+  StepOp kind;
   const char *op;
   int minOperands;
   int maxOperands;
@@ -535,32 +536,45 @@ constexpr int kManyOperands = 1 << 20;
 } // namespace
 
 static const OpSignature kOpSignatures[] = {
-    {"embedding", 2, 2, 1},
-    {"rms_norm", 2, 2, 1},
-    {"linear", 2, 3, 1},
-    {"rope", 2, 2, 1},
-    {"kv_cache_write", 4, 4, 0},
-    {"paged_attention", 5, 5, 1},
-    {"silu", 1, 1, 1},
-    {"gelu_tanh", 1, 1, 1},
-    {"add", 2, 2, 1},
-    {"mul", 2, 2, 1},
-    {"gather_rows", 2, 2, 1},
-    {"logits", 2, 2, 1},
-    {"split", 1, 1, kVariadic},
-    {"add_rms_norm", 3, 3, 2},
-    {"silu_mul", 2, 2, 1},
-    {"rope_kv_cache_write", 5, 5, 0},
-    {"fused", 1, kManyOperands, kVariadic},
-    {"all_reduce", 1, 1, 1},
-    {"all_gather", 1, 1, 1},
+    {StepOp::kEmbedding, "embedding", 2, 2, 1},
+    {StepOp::kRmsNorm, "rms_norm", 2, 2, 1},
+    {StepOp::kLinear, "linear", 2, 3, 1},
+    {StepOp::kRope, "rope", 2, 2, 1},
+    {StepOp::kKVCacheWrite, "kv_cache_write", 4, 4, 0},
+    {StepOp::kPagedAttention, "paged_attention", 5, 5, 1},
+    {StepOp::kSilu, "silu", 1, 1, 1},
+    {StepOp::kGeluTanh, "gelu_tanh", 1, 1, 1},
+    {StepOp::kAdd, "add", 2, 2, 1},
+    {StepOp::kMul, "mul", 2, 2, 1},
+    {StepOp::kGatherRows, "gather_rows", 2, 2, 1},
+    {StepOp::kLogits, "logits", 2, 2, 1},
+    {StepOp::kSplit, "split", 1, 1, kVariadic},
+    {StepOp::kAddRmsNorm, "add_rms_norm", 3, 3, 2},
+    {StepOp::kSiluMul, "silu_mul", 2, 2, 1},
+    {StepOp::kRopeKVCacheWrite, "rope_kv_cache_write", 5, 5, 0},
+    {StepOp::kFused, "fused", 1, kManyOperands, kVariadic},
+    {StepOp::kAllReduce, "all_reduce", 1, 1, 1},
+    {StepOp::kAllGather, "all_gather", 1, 1, 1},
 };
 
-static const OpSignature *findOp(const std::string &op) {
+static const OpSignature *findOp(std::string_view op) {
   for (const OpSignature &sig : kOpSignatures)
     if (op == sig.op)
       return &sig;
   return nullptr;
+}
+
+std::optional<StepOp> parseStepOp(std::string_view name) {
+  if (const OpSignature *sig = findOp(name))
+    return sig->kind;
+  return std::nullopt;
+}
+
+std::string_view stepOpName(StepOp op) {
+  for (const OpSignature &sig : kOpSignatures)
+    if (sig.kind == op)
+      return sig.op;
+  return "unknown";
 }
 
 /// Checks the rank's SSA structure: value ids are unique and in range, every

@@ -124,6 +124,34 @@ struct Dim {
   }
 };
 
+/// The step ops of format 1 (the list above), shared by the plan validator
+/// and every backend.
+enum class StepOp {
+  kEmbedding,
+  kRmsNorm,
+  kLinear,
+  kRope,
+  kKVCacheWrite,
+  kPagedAttention,
+  kSilu,
+  kGeluTanh,
+  kAdd,
+  kMul,
+  kGatherRows,
+  kLogits,
+  kSplit,
+  kAddRmsNorm,
+  kSiluMul,
+  kRopeKVCacheWrite,
+  kFused,
+  kAllReduce,
+  kAllGather,
+};
+
+/// "embedding" -> StepOp::kEmbedding; nothing for an unknown op.
+std::optional<StepOp> parseStepOp(std::string_view name);
+std::string_view stepOpName(StepOp op);
+
 using AttrValue = std::variant<int64_t, double, std::string,
                                std::vector<int64_t>, std::vector<double>>;
 using AttrMap = std::map<std::string, AttrValue>;
