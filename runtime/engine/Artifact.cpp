@@ -2,8 +2,10 @@
 
 #include "runtime/engine/Artifact.h"
 #include "runtime/safetensors/Safetensors.h"
+#include "runtime/support/Fp8.h"
 
 #include <algorithm>
+#include <cmath>
 #include <variant>
 
 #include <sys/stat.h>
@@ -186,6 +188,48 @@ Status applySlice(const plan::WeightTransform &transform, HostTensor &tensor) {
   return Status::ok();
 }
 
+/// `quantize_fp8_e4m3` (granularity "per-tensor" | "per-channel"): rounds
+/// the weights through FP8 E4M3 with scale = amax / 448 over the tensor or
+/// over each output channel (row of dimension 0). The values kept are those
+/// an fp8 backend computes when it dequantizes (decode(code) * scale), so a
+/// backend without fp8 storage runs the quantized model exactly.
+Status applyQuantizeFp8(const plan::WeightTransform &transform,
+                        HostTensor &tensor) {
+  auto it = transform.attrs.find("granularity");
+  const auto *granularity = it == transform.attrs.end()
+                                ? nullptr
+                                : std::get_if<std::string>(&it->second);
+  if (!granularity)
+    return invalidArgument("quantize_fp8_e4m3 needs a string 'granularity' "
+                           "attribute");
+  if (*granularity != "per-tensor" && *granularity != "per-channel")
+    return invalidArgument("quantize_fp8_e4m3: unknown granularity '" +
+                           *granularity +
+                           "' (expected per-tensor or per-channel)");
+  const size_t rows = *granularity == "per-channel" && !tensor.shape.empty()
+                          ? static_cast<size_t>(tensor.shape[0])
+                          : 1;
+  if (rows == 0)
+    return Status::ok();
+  const size_t rowSize = tensor.data.size() / rows;
+  for (size_t r = 0; r < rows; ++r) {
+    float *row = tensor.data.data() + r * rowSize;
+    float amax = 0.0f;
+    for (size_t i = 0; i < rowSize; ++i)
+      amax = std::max(amax, std::fabs(row[i]));
+    if (!std::isfinite(amax))
+      return invalidArgument("cannot quantize a tensor holding inf or NaN");
+    if (amax == 0.0f)
+      continue;
+    const float scale = amax / kFp8E4M3Max;
+    for (size_t i = 0; i < rowSize; ++i)
+      row[i] = decodeFp8(encodeFp8(row[i] / scale, Fp8Format::kE4M3),
+                         Fp8Format::kE4M3) *
+               scale;
+  }
+  return Status::ok();
+}
+
 /// Reads a param's source tensor and applies its transforms in order.
 StatusOr<HostTensor> loadParam(const plan::Value &v, WeightReader &reader) {
   INFER_ASSIGN_OR_RETURN(HostTensor tensor,
@@ -196,6 +240,9 @@ StatusOr<HostTensor> loadParam(const plan::Value &v, WeightReader &reader) {
           applyConcat(transform, reader, tensor).withContext("concat"));
     else if (transform.kind == "slice")
       INFER_RETURN_IF_ERROR(applySlice(transform, tensor).withContext("slice"));
+    else if (transform.kind == "quantize_fp8_e4m3")
+      INFER_RETURN_IF_ERROR(
+          applyQuantizeFp8(transform, tensor).withContext("quantize_fp8_e4m3"));
     else
       return unimplemented("unknown weight transform '" + transform.kind + "'");
   }
