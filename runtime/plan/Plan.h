@@ -72,6 +72,11 @@
 //   slice            dim, begin, size: indices begin .. begin+size of
 //                    dimension dim of the source tensor (a tensor-parallel
 //                    shard; each rank's plan has its own begin).
+//   quantize_fp8_e4m3 granularity ("per-tensor" | "per-channel"): rounds
+//                    the (sliced) tensor to FP8 E4M3 with scale amax / 448
+//                    per tensor or per row of dim 0, computed at load
+//                    (runtime/support/Fp8.h: CUDA's saturating conversion).
+//                    The CPU backend keeps decode(code) * scale in fp32.
 //
 // Tensor parallelism (num_ranks > 1) arrived within format version 1: the
 // rank plans are the same program (SPMD) and differ only in their params'
