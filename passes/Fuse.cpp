@@ -1,5 +1,4 @@
-//===- Fuse.cpp - the infer-fuse pass ----------------------------*- C++
-//-*-===//
+//===- Fuse.cpp - the infer-fuse pass ---------------------------*- C++ -*-===//
 //
 // Implements `infer-fuse`: applies the fusion pattern families to a fixed
 // point, then groups the elementwise chains that remain into `infer.fused`

@@ -1,5 +1,4 @@
-//===- FuseActivation.cpp - gated activations --------------------*- C++
-//-*-===//
+//===- FuseActivation.cpp - gated activations -------------------*- C++ -*-===//
 //
 // The SwiGLU gate of Llama-style MLPs, silu(gate) * up, as one
 // `infer.silu_mul`. The silu must have no other user: fusing it would

@@ -1,5 +1,4 @@
-//===- FuseCacheWrite.cpp - rotary embedding into the cache write -*- C++
-//-*-===//
+//===- FuseCacheWrite.cpp - rotary embedding into the cache -----*- C++ -*-===//
 //
 // After paging, rotated keys are read by nothing but the cache write:
 // attention reads them back from the cache. `infer.rope_kv_cache_write`

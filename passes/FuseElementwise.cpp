@@ -1,5 +1,4 @@
-//===- FuseElementwise.cpp - elementwise chains -> infer.fused ---*- C++
-//-*-===//
+//===- FuseElementwise.cpp - elementwise chains -> infer.fused --*- C++ -*-===//
 //
 // Groups connected elementwise operations into `infer.fused` regions, each of
 // which code generation turns into one kernel. Groups grow from a consumer

@@ -1,5 +1,4 @@
-//===- FuseNormalization.cpp - residual add + RMS norm -----------*- C++
-//-*-===//
+//===- FuseNormalization.cpp - residual add + RMS norm ----------*- C++ -*-===//
 //
 // A decoder layer adds a block's output to the residual stream and normalizes
 // the sum for the next block; `infer.add_rms_norm` does both in one pass over

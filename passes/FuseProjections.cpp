@@ -1,5 +1,4 @@
-//===- FuseProjections.cpp - merge sibling linears into one GEMM -*- C++
-//-*-===//
+//===- FuseProjections.cpp - merge sibling linears into one -----*- C++ -*-===//
 //
 // Linears that read the same activations (q/k/v of attention, gate/up of the
 // MLP) become one GEMM whose weight is their weights stacked row-wise:

@@ -1,5 +1,4 @@
-//===- PageKVCache.cpp - attention -> paged KV cache -------------*- C++
-//-*-===//
+//===- PageKVCache.cpp - attention -> paged KV cache ------------*- C++ -*-===//
 //
 // Implements `infer-page-kv-cache`: makes the KV cache an explicit function
 // argument and rewrites logical attention into cache writes and paged

@@ -1,5 +1,4 @@
-//===- PlanMemory.cpp - the infer-plan-memory pass ---------------*- C++
-//-*-===//
+//===- PlanMemory.cpp - the infer-plan-memory pass --------------*- C++ -*-===//
 //
 // Implements `infer-plan-memory`: records the memory plan of each forward
 // function (passes/MemoryPlan.h) as attributes codegen copies into the

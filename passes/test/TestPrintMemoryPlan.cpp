@@ -1,5 +1,4 @@
-//===- TestPrintMemoryPlan.cpp - prints the memory plan ----------*- C++
-//-*-===//
+//===- TestPrintMemoryPlan.cpp - prints the memory plan ---------*- C++ -*-===//
 //
 // `test-infer-print-memory-plan` prints, per function, the workspace peak
 // and each activation's bytes per token row, offset and live range:

@@ -1,5 +1,4 @@
-//===- CpuBackend.h - The fp32 reference backend ------------------*- C++
-//-*-===//
+//===- CpuBackend.h - The fp32 reference backend ----------------*- C++ -*-===//
 //
 // Interprets one rank of a plan step by step in fp32 on the host. It is the
 // reference every other backend is checked against, and what CI runs.

@@ -1,5 +1,4 @@
-//===- Kernels.h - fp32 reference kernels of the CPU backend -----*- C++
-//-*-===//
+//===- Kernels.h - fp32 reference kernels of the CPU backend ----*- C++ -*-===//
 //
 // One function per plan op, on dense row-major fp32 buffers. They follow the
 // Hugging Face transformers fp32 computation closely (same rope frequency

@@ -1,5 +1,4 @@
-//===- ThreadPool.h - A fixed pool of workers for parallel loops -*- C++
-//-*-===//
+//===- ThreadPool.h - A fixed pool of worker threads ------------*- C++ -*-===//
 //
 // The CPU backend splits matrix rows and attention heads across a few
 // persistent threads; starting threads per kernel would cost more than the

@@ -1,5 +1,4 @@
-//===- Plan.h - The kernel plan: the seam between compiler and runtime -*- C++
-//-*-===//
+//===- Plan.h - The kernel plan, between compiler and runtime ---*- C++ -*-===//
 //
 // codegen/ lowers the final `infer` IR to a Plan and writes it as plan.json in
 // the artifact; the runtime reads it back and executes it. Nothing here needs
