@@ -164,6 +164,16 @@ Status compileModel(const std::string &modelDir, const std::string &outDir,
   pipelineOptions.planMemory = options.planMemory;
   pipelineOptions.tp = options.tp;
   mlir::infer::buildDeployPipeline(pm, pipelineOptions);
+  if (options.printIrAfterAll) {
+    // Module-scope printing needs the passes to run one at a time.
+    context.disableMultithreading();
+    pm.enableIRPrinting(
+        /*shouldPrintBeforePass=*/[](mlir::Pass *,
+                                     mlir::Operation *) { return false; },
+        /*shouldPrintAfterPass=*/
+        [](mlir::Pass *, mlir::Operation *) { return true; },
+        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+  }
   if (mlir::failed(pm.run(*module)) || mlir::failed(mlir::verify(*module)))
     return diagnostics
         .failure(StatusCode::kInternal, "infer-deploy-pipeline failed")

@@ -25,6 +25,8 @@ struct CompileOptions {
   bool planMemory = true;
   /// Tensor-parallel ranks (`infer-shard-tensor-parallel`).
   int64_t tp = 1;
+  /// Print the module to stderr after every pass of the pipeline.
+  bool printIrAfterAll = false;
 };
 
 /// Imports the HF model directory and prints the model-level IR to `outPath`

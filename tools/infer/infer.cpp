@@ -114,6 +114,7 @@ Status runCompile(const ParsedArgs &args) {
   options.fuse = !args.has("--no-fuse");
   options.planMemory = !args.has("--no-plan-memory");
   options.tp = tp;
+  options.printIrAfterAll = args.has("--mlir-print-ir-after-all");
   const std::string artifactDir = *args.get("-o");
   MemoryEstimateOptions memory;
   INFER_ASSIGN_OR_RETURN(memory.deviceMemoryBytes,
@@ -687,7 +688,8 @@ std::vector<Command> commands() {
        "usage: infer compile MODEL_DIR -o ARTIFACT_DIR [--target cpu|cuda]\n"
        "                     [--block-size 16] [--no-fuse] [--no-plan-memory]\n"
        "                     [--tp 1] [--estimate-memory [--gpu-memory "
-       "80GiB]]\n\n"
+       "80GiB]]\n"
+       "                     [--mlir-print-ir-after-all]\n\n"
        "Compiles a Hugging Face model directory into an artifact directory.\n"
        "--no-fuse leaves out infer-fuse (merged projections, fused norms,\n"
        "activations and cache writes, elementwise regions).\n"
@@ -696,6 +698,8 @@ std::vector<Command> commands() {
        "--tp N splits the model over N tensor-parallel ranks (one SPMD plan;\n"
        "generate and logits run every rank, one thread each on the cpu\n"
        "backend).\n"
+       "--mlir-print-ir-after-all prints the module to stderr after every\n"
+       "pass of the pipeline.\n"
        "--estimate-memory prints, per rank, the weights, activations and KV\n"
        "bytes per token, and how many tokens and full-context sequences fit\n"
        "in --gpu-memory (default 80GiB, 90% usable, bf16 KV cache).\n",
@@ -706,6 +710,7 @@ std::vector<Command> commands() {
         {"--no-plan-memory", false},
         {"--tp"},
         {"--estimate-memory", false},
+        {"--mlir-print-ir-after-all", false},
         {"--gpu-memory"}},
        runCompile},
       {"generate",
