@@ -21,6 +21,7 @@
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/plan/FusedBody.h"
 #include "runtime/safetensors/Safetensors.h"
+#include "tests/runtime/support/FixtureCases.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
 #include <gtest/gtest.h>
@@ -40,68 +41,10 @@ using nlohmann::json;
 
 constexpr double kLogitsTol = 5e-2;
 
-struct Case {
-  std::string name;
-  std::string modelDir;
-  std::vector<std::vector<int32_t>> inputs;
-  /// safetensors file and tensor of each input's HF logits.
-  std::vector<std::pair<std::string, std::string>> logits;
-  std::vector<std::vector<int32_t>> greedy;
-};
+using Case = FixtureCase;
 
 std::vector<Case> fixtureCases() {
-  std::vector<Case> cases;
-  for (const std::string root : {std::string(INFER_FIXTURES_DIR) + "/rand",
-                                 std::string(INFER_PROJECT_FIXTURES_DIR)}) {
-    if (!fs::is_directory(root))
-      continue;
-    std::vector<fs::path> dirs;
-    for (const auto &entry : fs::directory_iterator(root))
-      if (fs::exists(entry.path() / "expected.json"))
-        dirs.push_back(entry.path());
-    std::sort(dirs.begin(), dirs.end());
-    for (const fs::path &dir : dirs) {
-      Case c{dir.filename().string(), dir.string(), {}, {}, {}};
-      std::ifstream in(dir / "expected.json");
-      json expected = json::parse(in);
-      for (size_t k = 0; k < expected["inputs"].size(); ++k) {
-        c.inputs.push_back(expected["inputs"][k].get<std::vector<int32_t>>());
-        c.logits.emplace_back((dir / "expected_logits.safetensors").string(),
-                              "logits_" + std::to_string(k));
-        c.greedy.push_back(expected["greedy"][k].get<std::vector<int32_t>>());
-      }
-      cases.push_back(std::move(c));
-    }
-  }
-  const std::string golden =
-      std::string(INFER_FIXTURES_DIR) + "/golden/tiny-pycode.json";
-  if (fs::exists(golden)) {
-    std::ifstream in(golden);
-    json all = json::parse(in);
-    for (const std::string model :
-         {"tiny-pycode-target", "tiny-pycode-draft"}) {
-      Case c{model,
-             std::string(INFER_FIXTURES_DIR) + "/models/" + model,
-             {},
-             {},
-             {}};
-      for (size_t k = 0; k < all[model].size(); ++k) {
-        const std::string ref = std::string(INFER_FIXTURES_DIR) + "/golden/" +
-                                model + "-logits-" + std::to_string(k) +
-                                ".safetensors";
-        if (!fs::exists(ref))
-          continue;
-        c.inputs.push_back(
-            all[model][k]["input_ids"].get<std::vector<int32_t>>());
-        c.logits.emplace_back(ref, "logits");
-        c.greedy.push_back(
-            all[model][k]["greedy_fp32"].get<std::vector<int32_t>>());
-      }
-      if (fs::is_directory(c.modelDir))
-        cases.push_back(std::move(c));
-    }
-  }
-  return cases;
+  return loadFixtureCases(INFER_FIXTURES_DIR, INFER_PROJECT_FIXTURES_DIR);
 }
 
 /// One sequence in blocks 0, 1, ...: `fresh` new tokens after `cached`.

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/safetensors/Safetensors.h"
+#include "tests/runtime/support/FixtureCases.h"
 #include "tests/runtime/support/Generate.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
@@ -23,67 +24,10 @@ using nlohmann::json;
 
 constexpr double kRelTol = 1e-4;
 
-struct Case {
-  std::string name;
-  std::string modelDir;
-  /// Inputs and the path of a safetensors file + tensor name of their logits.
-  std::vector<std::vector<int32_t>> inputs;
-  std::vector<std::pair<std::string, std::string>> logits;
-  std::vector<std::vector<int32_t>> greedy;
-};
+using Case = FixtureCase;
 
 std::vector<Case> fixtureCases() {
-  std::vector<Case> cases;
-  for (const std::string root : {std::string(INFER_FIXTURES_DIR) + "/rand",
-                                 std::string(INFER_PROJECT_FIXTURES_DIR)}) {
-    if (!fs::is_directory(root))
-      continue;
-    std::vector<fs::path> dirs;
-    for (const auto &entry : fs::directory_iterator(root))
-      if (fs::exists(entry.path() / "expected.json"))
-        dirs.push_back(entry.path());
-    std::sort(dirs.begin(), dirs.end());
-    for (const fs::path &dir : dirs) {
-      Case c;
-      c.name = dir.filename().string();
-      c.modelDir = dir.string();
-      std::ifstream in(dir / "expected.json");
-      json expected = json::parse(in);
-      for (size_t k = 0; k < expected["inputs"].size(); ++k) {
-        c.inputs.push_back(expected["inputs"][k].get<std::vector<int32_t>>());
-        c.logits.emplace_back((dir / "expected_logits.safetensors").string(),
-                              "logits_" + std::to_string(k));
-        c.greedy.push_back(expected["greedy"][k].get<std::vector<int32_t>>());
-      }
-      cases.push_back(std::move(c));
-    }
-  }
-  const std::string golden =
-      std::string(INFER_FIXTURES_DIR) + "/golden/tiny-pycode.json";
-  if (fs::exists(golden)) {
-    std::ifstream in(golden);
-    json all = json::parse(in);
-    for (const std::string model :
-         {"tiny-pycode-target", "tiny-pycode-draft"}) {
-      Case c;
-      c.name = model;
-      c.modelDir = std::string(INFER_FIXTURES_DIR) + "/models/" + model;
-      for (size_t k = 0; k < all[model].size(); ++k) {
-        const std::string ref = std::string(INFER_FIXTURES_DIR) + "/golden/" +
-                                model + "-logits-" + std::to_string(k) +
-                                ".safetensors";
-        if (!fs::exists(ref))
-          continue;
-        c.inputs.push_back(
-            all[model][k]["input_ids"].get<std::vector<int32_t>>());
-        c.logits.emplace_back(ref, "logits");
-        c.greedy.push_back(
-            all[model][k]["greedy_fp32"].get<std::vector<int32_t>>());
-      }
-      cases.push_back(std::move(c));
-    }
-  }
-  return cases;
+  return loadFixtureCases(INFER_FIXTURES_DIR, INFER_PROJECT_FIXTURES_DIR);
 }
 
 class HfParityTest : public ::testing::TestWithParam<std::string> {

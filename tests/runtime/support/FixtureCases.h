@@ -1,0 +1,34 @@
+//===- FixtureCases.h - HF reference cases of the fixture models -*- C++
+//-*-===//
+
+#ifndef INFER_TESTS_RUNTIME_SUPPORT_FIXTURECASES_H
+#define INFER_TESTS_RUNTIME_SUPPORT_FIXTURECASES_H
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace infer::testing {
+
+/// One fixture model with Hugging Face reference outputs.
+struct FixtureCase {
+  std::string name;
+  std::string modelDir;
+  std::vector<std::vector<int32_t>> inputs;
+  /// safetensors file and tensor name of each input's HF fp32 logits.
+  std::vector<std::pair<std::string, std::string>> logits;
+  /// HF greedy tokens of each input.
+  std::vector<std::vector<int32_t>> greedy;
+};
+
+/// The random-weight models under `sharedFixtures`/rand and
+/// `projectFixtures` (expected.json + expected_logits.safetensors), then the
+/// tiny-pycode pair's golden cases that have logits; models whose directory
+/// is missing are left out.
+std::vector<FixtureCase> loadFixtureCases(const std::string &sharedFixtures,
+                                          const std::string &projectFixtures);
+
+} // namespace infer::testing
+
+#endif // INFER_TESTS_RUNTIME_SUPPORT_FIXTURECASES_H
