@@ -343,17 +343,10 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
     INFER_RETURN_IF_ERROR(prepareRope());
     break;
   case OpKind::kSplit: {
-    auto it = step.attrs.find("sizes");
-    const auto *sizes = it == step.attrs.end()
-                            ? nullptr
-                            : std::get_if<std::vector<int64_t>>(&it->second);
-    if (!sizes || sizes->size() != step.results.size() ||
-        std::any_of(sizes->begin(), sizes->end(),
-                    [](int64_t size) { return size <= 0; }))
-      return invalidArgument("cpu backend: " + where +
-                             ": attribute 'sizes' must hold one positive "
-                             "width per result");
-    out.sizes = *sizes;
+    StatusOr<std::vector<int64_t>> sizes = step.getSplitSizes();
+    if (!sizes.isOk())
+      return withWhere(sizes.status());
+    out.sizes = std::move(*sizes);
     break;
   }
   case OpKind::kFused: {

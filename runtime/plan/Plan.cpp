@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -196,6 +197,19 @@ std::string Step::getString(const std::string &name,
                             const std::string &defaultValue) const {
   StatusOr<std::string> v = getString(name);
   return v.isOk() ? *v : defaultValue;
+}
+
+StatusOr<std::vector<int64_t>> Step::getSplitSizes() const {
+  auto it = attrs.find("sizes");
+  const auto *sizes = it == attrs.end()
+                          ? nullptr
+                          : std::get_if<std::vector<int64_t>>(&it->second);
+  if (!sizes || sizes->size() != results.size() ||
+      std::any_of(sizes->begin(), sizes->end(),
+                  [](int64_t size) { return size <= 0; }))
+    return invalidArgument("attribute 'sizes' must hold one positive width "
+                           "per result");
+  return *sizes;
 }
 
 //===----------------------------------------------------------------------===//

@@ -211,6 +211,8 @@ struct Step {
   double getFloat(const std::string &name, double defaultValue) const;
   std::string getString(const std::string &name,
                         const std::string &defaultValue) const;
+  /// A `split` step's "sizes": one positive width per result.
+  StatusOr<std::vector<int64_t>> getSplitSizes() const;
 };
 
 struct KVCacheLayout {
