@@ -29,8 +29,10 @@ cmake -G Ninja -S "$SRC" -B "$BUILD" -DINFER_ENABLE_COMPILER=OFF \
   -DINFER_FIXTURES_DIR="$ROOT/.gpu/fixtures" -Dnlohmann_json_DIR="$D/cmake" \
   -DGTEST_ROOT="$D" -DPKG_CONFIG_EXECUTABLE="$PKG" >"$OUT/cmake.log" 2>&1 ||
   { tail -30 "$OUT/cmake.log"; exit 1; }
-ninja -C "$BUILD" -j16 InferCudaTests infer infer-cuda-decode-bench \
+ninja -C "$BUILD" -j16 ${TARGETS:-InferCudaTests infer infer-cuda-decode-bench} \
   >"$OUT/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$OUT/build.log"; exit 1; }
+# BUILD_ONLY=1: configure and build TARGETS, run nothing (bench/ scripts).
+[ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 
 INFER_CUDA_ARTIFACTS=$ROOT/.gpu/artifacts "$BUILD/bin/InferCudaTests" 2>&1 | tee "$OUT/gtest.log" |
   grep -E "FAILED|Failure|error|PASSED|SKIPPED" | head -40

@@ -1,0 +1,377 @@
+//===- CudaBench.cpp - Decode and prefill sweeps of the CUDA backend ------===//
+//
+//   infer-cuda-bench (ARTIFACT [--weights DIR] | MODEL_DIR)
+//       [--decode-batches 1,8,32] [--context 128] [--steps 32]
+//       [--prefill 128,512,2048] [--repeats 3] [--graph-tokens 256]
+//
+// Times forward calls of the CUDA backend alone (no scheduler, no sampling):
+//   decode  B sequences that each hold `context` cached tokens advance by one
+//           token per call; the median call time, B / median tokens/s, and
+//           the memory roofline of one call: (bytes of the weights a step
+//           reads + bytes of the KV cache it reads) / device copy bandwidth
+//           measured in the same run.
+//   prefill one sequence of N tokens in one call (time to first token
+//           without queueing); the FLOP roofline: (2 * N * matrix params +
+//           causal attention 2 * layers * heads * head_dim * N^2) / peak.
+// Each figure is the median over `repeats` runs (each run's median of its
+// steps for decode); the runs are printed too. An ARTIFACT is what `infer
+// compile` wrote (the fused pipeline users run); a MODEL_DIR is built into
+// the unfused test plan (tests/runtime/support/LlamaPlan.h).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/CudaBackend.h"
+#include "runtime/engine/Artifact.h"
+#include "tests/runtime/support/LlamaPlan.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace infer;
+
+namespace {
+
+/// bf16 GEMM ceiling of an H100 measured with cuBLASLt (DESIGN.md).
+constexpr double kPeakFlops = 780e12;
+
+[[noreturn]] void die(const std::string &message) {
+  std::fprintf(stderr, "infer-cuda-bench: error: %s\n", message.c_str());
+  std::exit(1);
+}
+
+std::vector<int64_t> parseList(const char *text) {
+  std::vector<int64_t> values;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ','))
+    if (!item.empty())
+      values.push_back(std::atoll(item.c_str()));
+  for (int64_t value : values)
+    if (value <= 0)
+      die(std::string("not a list of positive integers: ") + text);
+  return values;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+double copyBandwidth() {
+  const size_t bytes = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess ||
+      cudaMalloc(&b, bytes) != cudaSuccess)
+    die("cannot allocate 2 GiB to measure the copy bandwidth");
+  cudaMemset(a, 1, bytes);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<double> ms;
+  for (int i = 0; i < 12; ++i) {
+    cudaEventRecord(start);
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    if (i >= 2)
+      ms.push_back(t);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / (median(ms) * 1e-3); // read + write
+}
+
+struct Options {
+  std::string model;
+  std::string weights;
+  std::vector<int64_t> decodeBatches = {1, 8, 32};
+  std::vector<int64_t> prefill;
+  int64_t context = 128;
+  int64_t steps = 32;
+  int64_t repeats = 3;
+  int64_t graphTokens = 256;
+};
+
+Options parseArgs(int argc, char **argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto next = [&]() -> const char * {
+      if (i + 1 >= argc)
+        die(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--weights")
+      options.weights = next();
+    else if (arg == "--decode-batches")
+      options.decodeBatches = parseList(next());
+    else if (arg == "--prefill")
+      options.prefill = parseList(next());
+    else if (arg == "--context")
+      options.context = parseList(next()).at(0);
+    else if (arg == "--steps")
+      options.steps = parseList(next()).at(0);
+    else if (arg == "--repeats")
+      options.repeats = parseList(next()).at(0);
+    else if (arg == "--graph-tokens")
+      options.graphTokens = std::atoll(next());
+    else if (arg == "--no-decode")
+      options.decodeBatches.clear();
+    else if (!arg.empty() && arg[0] == '-')
+      die("unknown option " + arg);
+    else if (options.model.empty())
+      options.model = arg;
+    else
+      die("unexpected argument " + arg);
+  }
+  if (options.model.empty())
+    die("usage: infer-cuda-bench (ARTIFACT [--weights DIR] | MODEL_DIR) "
+        "[--decode-batches 1,8] [--context N] [--steps N] [--prefill "
+        "128,512] [--repeats N] [--graph-tokens N] [--no-decode]");
+  return options;
+}
+
+/// What one forward call of the model reads and computes.
+struct ModelCost {
+  /// Bytes of the weights a decode step reads on the device: matrices in
+  /// bf16, vectors in fp32; a table used only for embedding lookups is not
+  /// read whole and is left out.
+  double weightBytes = 0;
+  /// Parameters of the matrices multiplied by every token (FLOPs / 2 / T).
+  double matrixParams = 0;
+  double kvBytesPerToken = 0;
+  int64_t layers = 0, heads = 0, headDim = 0;
+};
+
+ModelCost modelCost(const Artifact &artifact) {
+  const plan::RankPlan &rank = artifact.plan.ranks.at(0);
+  std::set<int> embeddingOnly, used;
+  for (const plan::Step &step : rank.steps) {
+    for (size_t i = 0; i < step.operands.size(); ++i) {
+      const int id = step.operands[i];
+      if (rank.values[id].kind != plan::ValueKind::kParam)
+        continue;
+      if (step.op == "embedding" && i == 0)
+        embeddingOnly.insert(id);
+      else
+        used.insert(id);
+    }
+  }
+  ModelCost cost;
+  for (const plan::Value &value : rank.values) {
+    if (value.kind != plan::ValueKind::kParam)
+      continue;
+    double elements = 1;
+    for (const plan::Dim &dim : value.shape)
+      elements *= double(dim.size);
+    const bool matrix = value.shape.size() >= 2;
+    if (used.count(value.id)) {
+      cost.weightBytes += elements * (matrix ? 2 : 4);
+      if (matrix)
+        cost.matrixParams += elements;
+    }
+  }
+  const plan::KVCacheLayout &kv = artifact.plan.kvCache;
+  cost.kvBytesPerToken = double(kv.numLayers) * 2 * kv.numKVHeads *
+                         kv.headDim * 2; // bf16 pool
+  cost.layers = artifact.manifest.model.numLayers;
+  cost.heads = artifact.manifest.model.numHeads;
+  cost.headDim = artifact.manifest.model.headDim;
+  return cost;
+}
+
+class Runner {
+public:
+  Runner(Backend &backend, int64_t blockSize, int64_t vocab)
+      : backend(backend), blockSize(blockSize), rng(1), token(0, vocab - 1) {}
+
+  /// The sequences `seqs` (indices into `lengths`, the tokens each holds)
+  /// get `fresh` new tokens each in one forward call; sequence s owns the
+  /// blocks s * blocksPerSeq .. (s + 1) * blocksPerSeq - 1. Returns the
+  /// call's wall time in ms, the logits' copy to the host included.
+  double step(std::vector<int64_t> &lengths, const std::vector<int64_t> &seqs,
+              int64_t fresh, int64_t blocksPerSeq) {
+    Batch batch;
+    batch.maxBlocksPerSeq = blocksPerSeq;
+    batch.queryStartLoc.push_back(0);
+    for (int64_t s : seqs) {
+      for (int64_t i = 0; i < fresh; ++i) {
+        const int64_t pos = lengths[s] + i;
+        batch.tokenIds.push_back(token(rng));
+        batch.positions.push_back(int32_t(pos));
+        const int64_t block = int64_t(s) * blocksPerSeq + pos / blockSize;
+        batch.slotMapping.push_back(block * blockSize + pos % blockSize);
+      }
+      lengths[s] += fresh;
+      batch.queryStartLoc.push_back(int32_t(batch.tokenIds.size()));
+      batch.contextLens.push_back(int32_t(lengths[s]));
+      batch.logitsIndices.push_back(int32_t(batch.tokenIds.size() - 1));
+      for (int64_t j = 0; j < blocksPerSeq; ++j)
+        batch.blockTables.push_back(int32_t(s * blocksPerSeq + j));
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    StatusOr<Logits> logits = backend.forward(batch);
+    auto t1 = std::chrono::steady_clock::now();
+    if (!logits.isOk())
+      die(logits.status().message());
+    return std::chrono::duration<double, std::milli>(t1 - t0).count();
+  }
+
+private:
+  Backend &backend;
+  int64_t blockSize;
+  std::mt19937 rng;
+  std::uniform_int_distribution<int32_t> token;
+};
+
+std::string joined(const std::vector<double> &values) {
+  std::string text;
+  char buffer[32];
+  for (double value : values) {
+    std::snprintf(buffer, sizeof(buffer), "%s%.3f", text.empty() ? "" : ", ",
+                  value);
+    text += buffer;
+  }
+  return text;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options options = parseArgs(argc, argv);
+  StatusOr<Artifact> artifact =
+      isArtifactDir(options.model)
+          ? loadArtifact(options.model)
+          : testing::buildLlamaArtifact(options.model);
+  if (!artifact.isOk())
+    die(artifact.status().message());
+  if (artifact->plan.numRanks != 1)
+    die("a tensor-parallel artifact: this tool times one rank on one GPU");
+  const std::string weightsDir = weightsDirOf(*artifact, options.weights);
+  auto loadStart = std::chrono::steady_clock::now();
+  StatusOr<ParamTable> params = loadParams(*artifact, 0, weightsDir);
+  if (!params.isOk())
+    die(params.status().message());
+  const ModelCost cost = modelCost(*artifact);
+  const int64_t blockSize = artifact->plan.kvCache.blockSize;
+  const int64_t vocab = artifact->manifest.model.vocabSize;
+
+  // One pool that fits the largest decode batch or the longest prompt.
+  int64_t decodeBlocksPerSeq =
+      (options.context + options.repeats * options.steps + 8 + blockSize) /
+      blockSize;
+  int64_t maxBatch = 0;
+  for (int64_t b : options.decodeBatches)
+    maxBatch = std::max(maxBatch, b);
+  int64_t maxPrefill = 0;
+  for (int64_t n : options.prefill)
+    maxPrefill = std::max(maxPrefill, n);
+  const int64_t prefillBlocks = (maxPrefill + blockSize - 1) / blockSize;
+  cuda::CudaBackendOptions backendOptions;
+  backendOptions.numBlocks =
+      std::max<int64_t>({maxBatch * decodeBlocksPerSeq, prefillBlocks, 1});
+  backendOptions.maxGraphTokens = options.graphTokens;
+  auto backend =
+      cuda::createCudaBackend(artifact->plan, 0, *params, backendOptions);
+  if (!backend.isOk())
+    die(backend.status().message());
+  params->clear();
+  const double loadSeconds = std::chrono::duration<double>(
+                                 std::chrono::steady_clock::now() - loadStart)
+                                 .count();
+
+  const double bandwidth = copyBandwidth();
+  cudaDeviceProp prop{};
+  int device = 0;
+  cudaGetDevice(&device);
+  cudaGetDeviceProperties(&prop, device);
+  std::printf("model %s on %s\n", options.model.c_str(), prop.name);
+  std::printf("weights read per decode step %.3f GB (bf16 matrices), "
+              "KV %.1f KiB/token, load %.1f s\n",
+              cost.weightBytes / 1e9, cost.kvBytesPerToken / 1024,
+              loadSeconds);
+  std::printf("copy bandwidth %.2f TB/s (measured), peak %.0f TFLOP/s "
+              "(bf16 GEMM ceiling, DESIGN.md)\n\n",
+              bandwidth / 1e12, kPeakFlops / 1e12);
+
+  Runner runner(**backend, blockSize, vocab);
+  if (!options.decodeBatches.empty()) {
+    std::printf("| decode batch | context | ms/step (median of %lld runs) | "
+                "tokens/s | roofline ms/step | %% of roofline | runs |\n"
+                "|---|---|---|---|---|---|---|\n",
+                (long long)options.repeats);
+    for (int64_t batch : options.decodeBatches) {
+      std::vector<int64_t> lengths(batch, 0);
+      // Prefill every sequence's context, whole prompts of at most 8192
+      // tokens per call.
+      const int64_t perCall = std::max<int64_t>(1, 8192 / options.context);
+      for (int64_t first = 0; first < batch; first += perCall) {
+        std::vector<int64_t> seqs;
+        for (int64_t s = first; s < std::min(batch, first + perCall); ++s)
+          seqs.push_back(s);
+        runner.step(lengths, seqs, options.context, decodeBlocksPerSeq);
+      }
+      std::vector<int64_t> everyone(batch);
+      for (int64_t s = 0; s < batch; ++s)
+        everyone[s] = s;
+      std::vector<double> runs;
+      for (int64_t r = 0; r < options.repeats; ++r) {
+        std::vector<double> ms;
+        for (int64_t i = 0; i < options.steps; ++i)
+          ms.push_back(
+              runner.step(lengths, everyone, 1, decodeBlocksPerSeq));
+        runs.push_back(median(ms));
+      }
+      const double stepMs = median(runs);
+      const double avgContext =
+          options.context + options.repeats * options.steps / 2.0;
+      const double rooflineMs =
+          (cost.weightBytes + batch * avgContext * cost.kvBytesPerToken) /
+          bandwidth * 1e3;
+      std::printf("| %lld | %lld | %.3f | %.0f | %.3f | %.0f%% | %s |\n",
+                  (long long)batch, (long long)options.context, stepMs,
+                  batch / stepMs * 1e3, rooflineMs,
+                  100.0 * rooflineMs / stepMs, joined(runs).c_str());
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+  if (!options.prefill.empty()) {
+    std::printf("| prefill tokens | TTFT ms (median of %lld) | tokens/s | "
+                "roofline ms | %% of roofline | TFLOP/s | runs |\n"
+                "|---|---|---|---|---|---|---|\n",
+                (long long)options.repeats);
+    for (int64_t n : options.prefill) {
+      std::vector<double> runs;
+      for (int64_t r = 0; r <= options.repeats; ++r) {
+        std::vector<int64_t> lengths(1, 0);
+        const double ms = runner.step(lengths, {0}, n, prefillBlocks);
+        if (r > 0) // the first call of a size warms up (allocations)
+          runs.push_back(ms);
+      }
+      const double ms = median(runs);
+      const double flops =
+          2.0 * n * cost.matrixParams +
+          2.0 * cost.layers * cost.heads * cost.headDim * double(n) * n;
+      const double rooflineMs = flops / kPeakFlops * 1e3;
+      std::printf("| %lld | %.2f | %.0f | %.2f | %.0f%% | %.0f | %s |\n",
+                  (long long)n, ms, n / ms * 1e3, rooflineMs,
+                  100.0 * rooflineMs / ms, flops / (ms * 1e-3) / 1e12,
+                  joined(runs).c_str());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
