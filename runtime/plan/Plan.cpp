@@ -124,7 +124,7 @@ bool Manifest::operator==(const Manifest &o) const {
          tokenizerFile == o.tokenizerFile &&
          tokenizerConfigFile == o.tokenizerConfigFile &&
          programFile == o.programFile && planFile == o.planFile &&
-         numRanks == o.numRanks;
+         numRanks == o.numRanks && kernels == o.kernels;
 }
 
 std::string fingerprint(std::string_view bytes) {
@@ -922,6 +922,24 @@ StatusOr<Manifest> parseManifestJson(std::string_view text) {
     if (numRanks < 1)
       return r.error("num_ranks", "must be >= 1");
     m.numRanks = static_cast<int>(numRanks);
+  }
+  if (r.has("kernels")) {
+    Reader k = r.child("kernels");
+    INFER_RETURN_IF_ERROR(k.expectObject());
+    INFER_ASSIGN_OR_RETURN(m.kernels.source, k.getString("source", ""));
+    INFER_ASSIGN_OR_RETURN(m.kernels.ptx, k.getString("ptx", ""));
+    INFER_ASSIGN_OR_RETURN(m.kernels.ptxArch, k.getString("ptx_arch", ""));
+    if (k.has("cubins")) {
+      Reader cubins = k.child("cubins");
+      INFER_RETURN_IF_ERROR(cubins.expectObject());
+      for (const auto &[arch, file] : cubins.raw().items()) {
+        if (!file.is_string())
+          return cubins.error(arch, "must be a string");
+        m.kernels.cubins[arch] = file.get<std::string>();
+      }
+    }
+    if (!m.kernels.ptx.empty() && m.kernels.ptxArch.empty())
+      return k.error("ptx_arch", "is missing");
   }
   return m;
 }

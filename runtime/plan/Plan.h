@@ -54,7 +54,12 @@
 //                    rope(k) and v into the cache
 //   fused            (x0, x1, ...) -> y0, ...; body (string), yields (ints):
 //                    an elementwise register program over same-shaped
-//                    operands and results (runtime/plan/FusedBody.h)
+//                    operands and results (runtime/plan/FusedBody.h);
+//                    kernel (string, optional): the extern "C" kernel of
+//                    the artifact's generated code (Manifest::kernels)
+//                    that computes it, with parameters (const float *x0,
+//                    ..., float *y0, ..., long long n), launched with 256
+//                    threads per block and any grid (grid-stride loop)
 //
 // Workspace (infer-plan-memory): an activation with a workspace_offset lives
 // in the rank's one workspace of workspace_bytes_per_row * T bytes for a
@@ -301,6 +306,26 @@ struct WeightFile {
   }
 };
 
+/// The generated CUDA kernels of the `fused` steps (`infer compile --target
+/// cuda`), paths relative to the artifact; empty for other targets:
+///
+///   "kernels": {"source": "kernels/fused.cu",
+///               "cubins": {"sm_90a": "kernels/fused.sm_90a.cubin"},
+///               "ptx": "kernels/fused.ptx", "ptx_arch": "compute_90"}
+struct KernelFiles {
+  std::string source; ///< the CUDA C++ translation unit, for people
+  /// Real GPU architecture -> cubin compiled for it.
+  std::map<std::string, std::string> cubins;
+  std::string ptx;     ///< the same unit as PTX, JIT-compiled at load
+  std::string ptxArch; ///< the PTX's virtual architecture
+
+  bool empty() const { return cubins.empty() && ptx.empty(); }
+  bool operator==(const KernelFiles &o) const {
+    return source == o.source && cubins == o.cubins && ptx == o.ptx &&
+           ptxArch == o.ptxArch;
+  }
+};
+
 struct Manifest {
   int formatVersion = kManifestFormatVersion;
   std::string inferVersion;
@@ -318,6 +343,8 @@ struct Manifest {
   std::string planFile = "plan.json";
   /// Tensor-parallel ranks the plan runs on ("num_ranks"; absent reads 1).
   int numRanks = 1;
+  /// "kernels"; absent reads empty.
+  KernelFiles kernels;
 
   bool operator==(const Manifest &o) const;
 };

@@ -99,6 +99,26 @@ TEST(ManifestJson, RoundTripsOptionalFields) {
   EXPECT_FALSE(parsed->model.padTokenId.has_value());
 }
 
+TEST(ManifestJson, RoundTripsGeneratedKernels) {
+  Manifest m;
+  m.kernels.source = "kernels/fused.cu";
+  m.kernels.cubins = {{"sm_90a", "kernels/fused.sm_90a.cubin"}};
+  m.kernels.ptx = "kernels/fused.ptx";
+  m.kernels.ptxArch = "compute_90";
+  StatusOr<Manifest> parsed = parseManifestJson(manifestToJson(m));
+  ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+  EXPECT_EQ(parsed->kernels, m.kernels);
+  // A manifest without kernels (--target cpu) reads as empty.
+  EXPECT_TRUE(parseManifestJson(manifestToJson(Manifest()))->kernels.empty());
+
+  json j = json::parse(manifestToJson(m));
+  j["kernels"].erase("ptx_arch");
+  StatusOr<Manifest> bad = parseManifestJson(j.dump());
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("kernels.ptx_arch"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(ManifestJson, RejectsUnknownVersionAndBadJson) {
   json j = json::parse(manifestToJson(Manifest()));
   j["format_version"] = 99;
