@@ -817,6 +817,11 @@ std::string manifestToJson(const Manifest &m) {
          {"program_file", m.programFile},
          {"plan_file", m.planFile},
          {"num_ranks", m.numRanks}};
+  if (!m.kernels.empty())
+    j["kernels"] = json{{"source", m.kernels.source},
+                        {"cubins", m.kernels.cubins},
+                        {"ptx", m.kernels.ptx},
+                        {"ptx_arch", m.kernels.ptxArch}};
   return j.dump(1) + "\n";
 }
 
