@@ -57,6 +57,17 @@ RopeAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
 }
 
 LogicalResult
+StreamingAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                      int64_t sinkTokens, int64_t window) {
+  if (sinkTokens < 0)
+    return emitError() << "streaming sink_tokens must be non-negative, got "
+                       << sinkTokens;
+  if (window <= 0)
+    return emitError() << "streaming window must be positive, got " << window;
+  return success();
+}
+
+LogicalResult
 ShardAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
                   int64_t dim, int64_t shards, int64_t replication) {
   if (dim < 0)

@@ -84,6 +84,41 @@ def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
 }
 
 //===----------------------------------------------------------------------===//
+// KV cache policy
+//===----------------------------------------------------------------------===//
+
+def Infer_StreamingAttr : Infer_Attr<"Streaming", "streaming"> {
+  let summary = "Attention sinks and a rolling window of the KV cache";
+  let description = [{
+    StreamingLLM (Xiao et al., 2023): the KV cache of a sequence keeps the
+    keys and values of its first `sink_tokens` tokens (the attention sinks)
+    and of at least its `window` most recent tokens; the tokens between are
+    evicted, a whole KV-cache block at a time, so a sequence runs in bounded
+    memory however long it grows. Positions are assigned inside the cache:
+    keys are cached without rotary embedding and rotated at their index in
+    the sequence's cache when attention reads them, and queries at theirs.
+
+    ```
+      sink blocks      evicted            window (>= `window` tokens)
+      [ s0 .. s7 ] [ x x x ][ x x x ] [ w ... ][ w ... ][ w .. new ]
+      in-cache:  0 .. 7                 8 ...                  ctx-1
+    ```
+
+    The sinks are rounded up to whole blocks. `sink_tokens` must be
+    non-negative and `window` positive.
+
+    ```mlir
+    module attributes {infer.streaming = #infer.streaming<sink_tokens = 4,
+                                                          window = 1024>}
+    ```
+  }];
+
+  let parameters = (ins "int64_t":$sink_tokens, "int64_t":$window);
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Tensor parallelism
 //===----------------------------------------------------------------------===//
 

@@ -50,6 +50,10 @@ def Infer_Dialect : Dialect {
     /// Name of the module attribute that holds the number of tensor-parallel
     /// ranks of an SPMD program (absent: one rank).
     static constexpr ::llvm::StringLiteral kTensorParallelAttrName = "infer.tp";
+    /// Name of the module attribute (`#infer.streaming`) that makes the KV
+    /// cache keep attention sinks and a rolling window (infer-streaming-kv).
+    static constexpr ::llvm::StringLiteral kStreamingAttrName =
+        "infer.streaming";
 
     void registerAttributes();
     void registerTypes();

@@ -62,6 +62,13 @@ LogicalResult InferDialect::verifyOperationAttribute(Operation *op,
                                 "module";
     return success();
   }
+  if (attr.getName() == kStreamingAttrName) {
+    if (!isa<ModuleOp>(op) || !isa<StreamingAttr>(attr.getValue()))
+      return op->emitError() << "'" << kStreamingAttrName
+                             << "' must be an #infer.streaming attribute of a "
+                                "module";
+    return success();
+  }
   if (attr.getName() != kModelAttrName)
     return success();
   if (!isa<ModuleOp>(op) || !isa<DictionaryAttr>(attr.getValue()))

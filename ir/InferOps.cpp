@@ -383,6 +383,18 @@ LogicalResult PagedAttentionOp::verify() {
   if (layer >= cacheType.getNumLayers())
     return emitOpError() << "expects layer in [0, num_layers = "
                          << cacheType.getNumLayers() << "), got " << layer;
+  if (static_cast<bool>(getKeyRopeAttr()) !=
+      static_cast<bool>(getKeyRotaryDimAttr()))
+    return emitOpError() << "expects key_rope and key_rotary_dim together";
+  if (!getKeyRopeAttr())
+    return success();
+  int64_t rotaryDim = getKeyRotaryDimAttr().getInt();
+  if (rotaryDim <= 0 || rotaryDim > headDim || rotaryDim % 2 != 0)
+    return emitOpError() << "expects an even key_rotary_dim in (0, head_dim = "
+                         << headDim << "], got " << rotaryDim;
+  if (getSlidingWindowAttr().getInt() != 0)
+    return emitOpError() << "cannot rotate keys at their cache index "
+                            "(key_rope) with a sliding_window";
   return success();
 }
 

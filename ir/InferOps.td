@@ -472,6 +472,13 @@ def Infer_PagedAttentionOp : Infer_Op<"paged_attention", [Pure]> {
       tokens 0-3 -> block 7, 4-7 -> block 2, 8-9 -> block 9 (slots 36, 37)
     ```
 
+    With `key_rope` (and `key_rotary_dim`, both or neither) the cache holds
+    keys without rotary embedding, and each key is rotated by `key_rope` at
+    its index `0 .. context_lens[s])` in the sequence's cache when it is
+    read: the position shift of StreamingLLM (`infer-streaming-kv`), under
+    which evicting tokens renumbers the keys after them without rewriting
+    the cache. Such an attention has no `sliding_window`.
+
     ```mlir
     %o = infer.paged_attention %q, %c1, %block_tables, %context_lens,
                                %query_start_loc
@@ -496,7 +503,9 @@ def Infer_PagedAttentionOp : Infer_Op<"paged_attention", [Pure]> {
     I64Attr:$num_kv_heads,
     I64Attr:$head_dim,
     F64Attr:$scale,
-    I64Attr:$sliding_window
+    I64Attr:$sliding_window,
+    OptionalAttr<Infer_RopeAttr>:$key_rope,
+    OptionalAttr<I64Attr>:$key_rotary_dim
   );
   let results = (outs Infer_Activation:$result);
   let assemblyFormat = [{

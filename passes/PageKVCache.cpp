@@ -120,7 +120,8 @@ static Value pageAttention(OpBuilder &builder, AttentionOp op, Value cache,
       op.getLoc(), op.getType(), op.getQuery(), write.getResult(),
       inputs.blockTables, inputs.contextLens, op.getQueryStartLoc(),
       op.getLayerAttr(), op.getNumHeadsAttr(), op.getNumKvHeadsAttr(),
-      op.getHeadDimAttr(), op.getScaleAttr(), op.getSlidingWindowAttr());
+      op.getHeadDimAttr(), op.getScaleAttr(), op.getSlidingWindowAttr(),
+      /*key_rope=*/nullptr, /*key_rotary_dim=*/nullptr);
   op.replaceAllUsesWith(paged.getResult());
   op.erase();
   return write.getResult();

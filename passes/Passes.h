@@ -33,6 +33,15 @@ struct DeployPipelineOptions
       llvm::cl::desc("Run infer-fuse (merged projections, fused norms, "
                      "activations, cache writes and elementwise regions)"),
       llvm::cl::init(true)};
+  PassOptions::Option<int64_t> sinkTokens{
+      *this, "sink-tokens",
+      llvm::cl::desc("Attention-sink tokens kept by infer-streaming-kv"),
+      llvm::cl::init(4)};
+  PassOptions::Option<int64_t> window{
+      *this, "window",
+      llvm::cl::desc("Recent tokens kept by infer-streaming-kv (0: no "
+                     "streaming, the whole context is cached)"),
+      llvm::cl::init(0)};
   PassOptions::Option<bool> planMemory{
       *this, "plan-memory",
       llvm::cl::desc("Run infer-plan-memory (activations in one workspace)"),
@@ -40,8 +49,9 @@ struct DeployPipelineOptions
 };
 
 /// Builds the pipeline that takes imported model IR to the form codegen
-/// lowers: tensor-parallel sharding, paging of the KV cache, fusion unless
-/// `fuse=false`, then the memory plan unless `plan-memory=false`.
+/// lowers: tensor-parallel sharding, paging of the KV cache, attention sinks
+/// and a rolling window when `window > 0`, fusion unless `fuse=false`, then
+/// the memory plan unless `plan-memory=false`.
 void buildDeployPipeline(OpPassManager &pm,
                          const DeployPipelineOptions &options);
 

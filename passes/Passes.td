@@ -73,6 +73,69 @@ def PageKVCachePass : Pass<"infer-page-kv-cache", "::mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::infer::InferDialect"];
 }
 
+def StreamingKVPass : Pass<"infer-streaming-kv", "::mlir::ModuleOp"> {
+  let summary = "Attention sinks and a rolling KV window (StreamingLLM)";
+  let description = [{
+    Makes a paged program run indefinitely in bounded KV-cache memory, as
+    StreamingLLM (Xiao et al., 2023) and SwiftInfer do: the cache of a
+    sequence keeps its first `sink-tokens` tokens (rounded up to whole
+    blocks) and at least its `window` most recent ones; the runtime evicts
+    the blocks between before each step. Run it after
+    `infer-page-kv-cache` and before `infer-fuse`.
+
+    Positions are assigned inside the cache. The keys' `infer.rope` moves
+    from before the cache write into `infer.paged_attention` (`key_rope`,
+    `key_rotary_dim`): the cache holds unrotated keys and attention rotates
+    each at its index in the sequence's cache, so eviction never rewrites
+    the cache. Queries keep their `infer.rope`; the runtime feeds
+    `positions` = in-cache index of each new token. The module gets
+    `infer.streaming = #infer.streaming<sink_tokens = .., window = ..>`,
+    which codegen records in the plan's and manifest's KV-cache layout.
+    With the rope gone from the cache write, `infer-fuse` has no
+    `infer.rope_kv_cache_write` to form for the keys.
+
+    Errors: `sink-tokens < 0`, `window <= 0`; logical `infer.attention`
+    left (page the cache first) or `infer.rope_kv_cache_write` present
+    (fused already); an attention with a `sliding_window` (sliding-window
+    models are not combined with attention sinks); keys not rotated by an
+    `infer.rope` (no position to shift).
+
+    Before (after `infer-page-kv-cache`):
+
+    ```mlir
+    %kr = infer.rope %k, %pos {head_dim = 64 : i64, rotary_dim = 64 : i64,
+                               rope = #infer.rope<theta = 1.0e+04, kind = default>}
+        : tensor<?x128xf32>, tensor<?xi32> -> tensor<?x128xf32>
+    %c = infer.kv_cache_write %cache, %kr, %v, %slots {layer = 0 : i64} : ...
+    %o = infer.paged_attention %qr, %c, %tables, %lens, %qsl
+        {layer = 0 : i64, ..., sliding_window = 0 : i64} : ...
+    ```
+
+    After `--infer-streaming-kv="sink-tokens=4 window=1024"`:
+
+    ```mlir
+    module attributes {infer.streaming = #infer.streaming<sink_tokens = 4,
+                                                          window = 1024>} {
+      %c = infer.kv_cache_write %cache, %k, %v, %slots {layer = 0 : i64} : ...
+      %o = infer.paged_attention %qr, %c, %tables, %lens, %qsl
+          {layer = 0 : i64, ..., sliding_window = 0 : i64,
+           key_rope = #infer.rope<theta = 1.0e+04, kind = default>,
+           key_rotary_dim = 64 : i64} : ...
+    }
+    ```
+  }];
+
+  let options = [
+    Option<"sinkTokens", "sink-tokens", "int64_t", /*default=*/"4",
+           "Leading tokens whose keys and values are never evicted (rounded "
+           "up to whole KV-cache blocks)">,
+    Option<"window", "window", "int64_t", /*default=*/"1024",
+           "Most recent tokens kept in the cache, at least; eviction is by "
+           "whole blocks">
+  ];
+  let dependentDialects = ["::mlir::infer::InferDialect"];
+}
+
 //===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//

@@ -20,6 +20,12 @@ void mlir::infer::buildDeployPipeline(OpPassManager &pm,
   PageKVCachePassOptions pageOptions;
   pageOptions.blockSize = options.blockSize;
   pm.addNestedPass<func::FuncOp>(createPageKVCachePass(pageOptions));
+  if (options.window != 0) {
+    StreamingKVPassOptions streamingOptions;
+    streamingOptions.sinkTokens = options.sinkTokens;
+    streamingOptions.window = options.window;
+    pm.addPass(createStreamingKVPass(streamingOptions));
+  }
   if (options.fuse)
     pm.addNestedPass<func::FuncOp>(createFusePass());
   if (options.planMemory)
