@@ -16,7 +16,9 @@
 // Each figure is the median over `repeats` runs (each run's median of its
 // steps for decode); the runs are printed too. An ARTIFACT is what `infer
 // compile` wrote (the fused pipeline users run); a MODEL_DIR is built into
-// the unfused test plan (tests/runtime/support/LlamaPlan.h).
+// the unfused test plan (tests/runtime/support/LlamaPlan.h). A
+// tensor-parallel artifact (`infer compile --tp N`) runs on N GPUs; its
+// rooflines are per rank (each GPU reads its shard in parallel).
 //
 //===----------------------------------------------------------------------===//
 
@@ -257,13 +259,16 @@ int main(int argc, char **argv) {
           : testing::buildLlamaArtifact(options.model);
   if (!artifact.isOk())
     die(artifact.status().message());
-  if (artifact->plan.numRanks != 1)
-    die("a tensor-parallel artifact: this tool times one rank on one GPU");
+  const int numRanks = artifact->plan.numRanks;
   const std::string weightsDir = weightsDirOf(*artifact, options.weights);
   auto loadStart = std::chrono::steady_clock::now();
-  StatusOr<ParamTable> params = loadParams(*artifact, 0, weightsDir);
-  if (!params.isOk())
-    die(params.status().message());
+  std::vector<ParamTable> params;
+  for (int r = 0; r < numRanks; ++r) {
+    StatusOr<ParamTable> rankParams = loadParams(*artifact, r, weightsDir);
+    if (!rankParams.isOk())
+      die(rankParams.status().message());
+    params.push_back(std::move(rankParams).value());
+  }
   const ModelCost cost = modelCost(*artifact);
   const int64_t blockSize = artifact->plan.kvCache.blockSize;
   const int64_t vocab = artifact->manifest.model.vocabSize;
@@ -283,11 +288,15 @@ int main(int argc, char **argv) {
   backendOptions.numBlocks =
       std::max<int64_t>({maxBatch * decodeBlocksPerSeq, prefillBlocks, 1});
   backendOptions.maxGraphTokens = options.graphTokens;
-  auto backend =
-      cuda::createCudaBackend(artifact->plan, 0, *params, backendOptions);
+  // A tensor-parallel artifact runs rank r on GPU r (NCCL).
+  auto backend = numRanks == 1
+                     ? cuda::createCudaBackend(artifact->plan, 0, params[0],
+                                               backendOptions)
+                     : cuda::createCudaTensorParallelBackend(
+                           artifact->plan, params, backendOptions);
   if (!backend.isOk())
     die(backend.status().message());
-  params->clear();
+  params.clear();
   const double loadSeconds = std::chrono::duration<double>(
                                  std::chrono::steady_clock::now() - loadStart)
                                  .count();
@@ -297,11 +306,11 @@ int main(int argc, char **argv) {
   int device = 0;
   cudaGetDevice(&device);
   cudaGetDeviceProperties(&prop, device);
-  std::printf("model %s on %s\n", options.model.c_str(), prop.name);
-  std::printf("weights read per decode step %.3f GB (bf16 matrices), "
-              "KV %.1f KiB/token, load %.1f s\n",
-              cost.weightBytes / 1e9, cost.kvBytesPerToken / 1024,
-              loadSeconds);
+  std::printf("model %s on %s, tp %d\n", options.model.c_str(), prop.name,
+              numRanks);
+  std::printf("weights read per decode step %.3f GB (bf16 matrices, per "
+              "rank), KV %.1f KiB/token, load %.1f s\n",
+              cost.weightBytes / 1e9, cost.kvBytesPerToken / 1024, loadSeconds);
   std::printf("copy bandwidth %.2f TB/s (measured), peak %.0f TFLOP/s "
               "(bf16 GEMM ceiling, DESIGN.md)\n\n",
               bandwidth / 1e12, kPeakFlops / 1e12);
@@ -330,8 +339,7 @@ int main(int argc, char **argv) {
       for (int64_t r = 0; r < options.repeats; ++r) {
         std::vector<double> ms;
         for (int64_t i = 0; i < options.steps; ++i)
-          ms.push_back(
-              runner.step(lengths, everyone, 1, decodeBlocksPerSeq));
+          ms.push_back(runner.step(lengths, everyone, 1, decodeBlocksPerSeq));
         runs.push_back(median(ms));
       }
       const double stepMs = median(runs);
@@ -342,8 +350,8 @@ int main(int argc, char **argv) {
           bandwidth * 1e3;
       std::printf("| %lld | %lld | %.3f | %.0f | %.3f | %.0f%% | %s |\n",
                   (long long)batch, (long long)options.context, stepMs,
-                  batch / stepMs * 1e3, rooflineMs,
-                  100.0 * rooflineMs / stepMs, joined(runs).c_str());
+                  batch / stepMs * 1e3, rooflineMs, 100.0 * rooflineMs / stepMs,
+                  joined(runs).c_str());
       std::fflush(stdout);
     }
     std::printf("\n");

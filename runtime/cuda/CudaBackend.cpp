@@ -6,6 +6,7 @@
 #include "runtime/cuda/CudaStatus.h"
 #include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/NcclCommunicator.h"
 #include "runtime/plan/FusedBody.h"
 
 #include <cuda_bf16.h>
@@ -101,6 +102,12 @@ struct PreparedStep {
   float *ropeInvFreq = nullptr;
   AttentionDims attention;
   int layer = 0;
+  /// embedding: the table's first vocabulary id and the full vocabulary
+  /// (vocabulary-parallel; vocabSize 0 means the table is all of it).
+  int64_t vocabOffset = 0;
+  int64_t vocabSize = 0;
+  /// all_gather: the dimension concatenated.
+  int64_t gatherDim = 0;
   std::vector<int> release;
 };
 
@@ -151,11 +158,14 @@ private:
   Status releaseActivations();
   Status linear(int xId, const Tensor &x, const Tensor &w, const Tensor *bias,
                 Tensor &y, const std::string &where);
+  Status allGather(const PreparedStep &s, const Tensor &x, Tensor &y);
   Status release(int id);
   /// The device copy and host length of an integer input.
   const void *input(int id, int64_t *length, const Batch &batch) const;
 
   int device_;
+  NcclCommunicator *communicator_ = nullptr;
+  bool copyLogits_ = true;
   CacheDims dims_;
   int64_t numBlocks_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -185,6 +195,8 @@ private:
 
   int64_t maxGraphTokens_ = 0;
   std::map<GraphKey, CapturedGraph> graphs_;
+  /// Shapes that ran eagerly once (tensor-parallel ranks only).
+  std::set<GraphKey> warmShapes_;
   /// gather_rows steps' input rows in the last run (step -> rows).
   std::vector<std::pair<size_t, int64_t>> gatherRows_;
 };
@@ -276,9 +288,13 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
                          const CudaBackendOptions &options) {
   rank_ = plan;
   maxGraphTokens_ = options.maxGraphTokens;
+  communicator_ = options.communicator;
+  copyLogits_ = options.copyLogits;
   INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   INFER_CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (communicator_)
+    communicator_->setStream(stream_);
   INFER_RETURN_IF_ERROR(growArena(64 << 20));
 
   inputOf_.assign(rank_.values.size(), std::nullopt);
@@ -343,10 +359,12 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
   std::optional<OpKind> op = plan::parseStepOp(step.op);
   if (!op)
     return unimplemented("cuda backend: " + where + ": unknown op");
-  if (*op == OpKind::kAllReduce || *op == OpKind::kAllGather)
-    return unimplemented("cuda backend: " + where +
-                         ": collectives (tensor parallelism) are not "
-                         "supported by the cuda backend yet");
+  if ((*op == OpKind::kAllReduce || *op == OpKind::kAllGather) &&
+      !communicator_)
+    return invalidArgument("cuda backend: " + where +
+                           ": a collective in a plan run without a "
+                           "communicator (tensor-parallel plans run through "
+                           "createCudaTensorParallelBackend)");
   out.op = *op;
   out.where = where;
   out.operands = step.operands;
@@ -357,8 +375,8 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
   };
   auto kindOf = [&](size_t i) { return rank_.values[step.operands[i]].kind; };
   // fused: any number of operands (checked against its body below).
-  static const size_t kArity[] = {2, 2, 3, 2, 4, 5, 1, 1, 2,
-                                  2, 2, 2, 1, 3, 2, 5, 0};
+  static const size_t kArity[] = {2, 2, 3, 2, 4, 5, 1, 1, 2, 2,
+                                  2, 2, 1, 3, 2, 5, 0, 1, 1};
   const size_t arity = kArity[static_cast<int>(out.op)];
   if ((step.operands.size() != arity &&
        !(out.op == OpKind::kLinear && step.operands.size() == 2) &&
@@ -442,6 +460,34 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
   };
 
   switch (out.op) {
+  case OpKind::kEmbedding: {
+    for (const char *name : {"vocab_offset", "vocab_size"})
+      if (step.attrs.count(name))
+        if (StatusOr<int64_t> v = step.getInt(name); !v.isOk())
+          return withWhere(v.status());
+    out.vocabOffset = step.getInt("vocab_offset", 0);
+    out.vocabSize = step.getInt("vocab_size", 0);
+    const Value &table = rank_.values[step.operands[0]];
+    const int64_t rows = table.shape.empty() ? 0 : table.shape[0].size;
+    if (out.vocabSize != 0 &&
+        (out.vocabOffset < 0 || out.vocabOffset + rows > out.vocabSize))
+      return invalidArgument(
+          "cuda backend: " + where + ": vocab_offset " +
+          std::to_string(out.vocabOffset) + " + " + std::to_string(rows) +
+          " table rows exceed vocab_size " + std::to_string(out.vocabSize));
+    break;
+  }
+  case OpKind::kAllGather: {
+    StatusOr<int64_t> dim = step.getInt("dim");
+    if (!dim.isOk())
+      return withWhere(dim.status());
+    if (*dim != 0 && *dim != 1)
+      return invalidArgument("cuda backend: " + where +
+                             ": all_gather dim must be 0 or 1, got " +
+                             std::to_string(*dim));
+    out.gatherDim = *dim;
+    break;
+  }
   case OpKind::kRmsNorm:
   case OpKind::kAddRmsNorm: {
     StatusOr<double> eps = step.getFloat("epsilon");
@@ -729,11 +775,42 @@ Status CudaBackend::linear(int xId, const Tensor &x, const Tensor &w,
   return Status::ok();
 }
 
+/// Gathers rank-major blocks straight into the result for dim 0; for dim 1
+/// into a scratch buffer, then each rank's block becomes a column block:
+///
+///   scratch [rank 0: rows x c][rank 1: rows x c]
+///   y       row i = [rank 0 row i | rank 1 row i]
+Status CudaBackend::allGather(const PreparedStep &s, const Tensor &x,
+                              Tensor &y) {
+  const int64_t n = communicator_->size();
+  auto withWhere = [&](const Status &status) {
+    return status.withContext("cuda backend: " + s.where);
+  };
+  if (s.gatherDim == 0) {
+    INFER_RETURN_IF_ERROR(allocate(y, x.rows * n, x.cols));
+    return withWhere(communicator_->allGather(x.f32, x.size(), y.f32));
+  }
+  INFER_RETURN_IF_ERROR(allocate(y, x.rows, x.cols * n));
+  float *scratch = nullptr;
+  INFER_RETURN_IF_ERROR(allocateBytes(x.size() * n * sizeof(float),
+                                      reinterpret_cast<void **>(&scratch)));
+  INFER_RETURN_IF_ERROR(
+      withWhere(communicator_->allGather(x.f32, x.size(), scratch)));
+  const size_t rowBytes = x.cols * sizeof(float);
+  for (int64_t r = 0; r < n; ++r)
+    INFER_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+        y.f32 + r * x.cols, rowBytes * n, scratch + r * x.size(), rowBytes,
+        rowBytes, x.rows, cudaMemcpyDeviceToDevice, stream_));
+  freeBytes(scratch);
+  return Status::ok();
+}
+
 Status CudaBackend::checkTokenIds(const Batch &batch) const {
   for (const PreparedStep &s : steps_) {
     if (s.op != OpKind::kEmbedding)
       continue;
-    const int64_t vocab = params_[s.operands[0]].rows;
+    const int64_t vocab =
+        s.vocabSize ? s.vocabSize : params_[s.operands[0]].rows;
     int64_t n;
     input(s.operands[1], &n, batch);
     const int32_t *ids = hostInput(*inputOf_[s.operands[1]], batch);
@@ -768,10 +845,20 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
     const void *ids = input(s.operands[1], &t, batch);
     INFER_RETURN_IF_ERROR(allocate(*result, t, table.cols));
     INFER_CUDA_RETURN_IF_ERROR(launchEmbedding(
-        table.bf16, table.cols, static_cast<const int32_t *>(ids), t,
-        result->f32, stream_));
+        table.bf16, table.rows, table.cols, s.vocabOffset,
+        static_cast<const int32_t *>(ids), t, result->f32, stream_));
     return Status::ok();
   }
+  case OpKind::kAllReduce: {
+    INFER_RETURN_IF_ERROR(needF32(0));
+    const Tensor &x = in(0);
+    INFER_RETURN_IF_ERROR(allocate(*result, x.rows, x.cols));
+    return communicator_->allReduceSum(x.f32, result->f32, x.size())
+        .withContext("cuda backend: " + s.where);
+  }
+  case OpKind::kAllGather:
+    INFER_RETURN_IF_ERROR(needF32(0));
+    return allGather(s, in(0), *result);
   case OpKind::kRmsNorm: {
     INFER_RETURN_IF_ERROR(needF32(0));
     INFER_RETURN_IF_ERROR(needF32(1));
@@ -1011,7 +1098,7 @@ Status CudaBackend::capture(const Batch &batch, CapturedGraph &graph) {
       status = internalError(
           "cuda backend: the logits have " + std::to_string(out.size()) +
           " elements, the plan's shape says " + std::to_string(size));
-    else
+    else if (copyLogits_)
       status = cudaStatus(cudaMemcpyAsync(graph.hostLogits, out.f32,
                                           out.size() * sizeof(float),
                                           cudaMemcpyDeviceToHost, stream_),
@@ -1067,8 +1154,13 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
   const GraphKey key{batch.numTokens(), batch.numSeqs(), paddedBlocksPerSeq_,
                      static_cast<int64_t>(batch.logitsIndices.size())};
   auto it = graphs_.find(key);
-  if (batch.numTokens() <= maxGraphTokens_ &&
-      (it != graphs_.end() || graphs_.size() < kMaxGraphs)) {
+  bool replay = batch.numTokens() <= maxGraphTokens_ &&
+                (it != graphs_.end() || graphs_.size() < kMaxGraphs);
+  // NCCL connects peers lazily, with host allocations a capture forbids:
+  // a shape's collectives run once eagerly before they are captured.
+  if (replay && communicator_ && warmShapes_.insert(key).second)
+    replay = false;
+  if (replay) {
     if (it == graphs_.end()) {
       CapturedGraph graph;
       INFER_RETURN_IF_ERROR(capture(batch, graph));
@@ -1090,8 +1182,9 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
     INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     logits.rows = graph.rows;
     logits.vocab = graph.cols;
-    logits.data.assign(graph.hostLogits,
-                       graph.hostLogits + graph.rows * graph.cols);
+    if (copyLogits_)
+      logits.data.assign(graph.hostLogits,
+                         graph.hostLogits + graph.rows * graph.cols);
     return logits;
   }
 
@@ -1100,11 +1193,13 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
     const Tensor &out = values_[output_];
     logits.rows = out.rows;
     logits.vocab = out.cols;
-    logits.data.resize(out.size());
-    status = cudaStatus(cudaMemcpyAsync(logits.data.data(), out.f32,
-                                        out.size() * sizeof(float),
-                                        cudaMemcpyDeviceToHost, stream_),
-                        "cudaMemcpyAsync", __FILE__, __LINE__);
+    if (copyLogits_) {
+      logits.data.resize(out.size());
+      status = cudaStatus(cudaMemcpyAsync(logits.data.data(), out.f32,
+                                          out.size() * sizeof(float),
+                                          cudaMemcpyDeviceToHost, stream_),
+                          "cudaMemcpyAsync", __FILE__, __LINE__);
+    }
   }
   Status released = releaseActivations();
   Status synced = cudaStatus(cudaStreamSynchronize(stream_),
@@ -1164,12 +1259,28 @@ createCudaBackend(const plan::Plan &plan, int rank, const ParamTable &params,
   if (layout.layout != "block_layer_kv_slot_head_dim")
     return unimplemented("cuda backend: KV-cache layout '" + layout.layout +
                          "'");
+  // Its paged attention reads keys rotated at their sequence positions.
+  if (layout.isStreaming())
+    return unimplemented(
+        "cuda backend: a streaming plan (attention sinks, window " +
+        std::to_string(layout.window) +
+        ", keys rotated at their cache index): run it on the cpu backend or "
+        "compile without --window");
   if (options.numBlocks < 0)
     return invalidArgument("cuda backend: negative number of KV blocks");
   if (!(options.kvCacheMemoryFraction > 0 &&
         options.kvCacheMemoryFraction <= 1))
     return invalidArgument(
         "cuda backend: the KV-cache memory fraction must be in (0, 1]");
+  if (plan.numRanks > 1 &&
+      (!options.communicator || options.communicator->size() != plan.numRanks ||
+       options.communicator->rank() != rank ||
+       options.communicator->device() != options.device))
+    return invalidArgument("cuda backend: rank " + std::to_string(rank) +
+                           " of a " + std::to_string(plan.numRanks) +
+                           "-rank plan needs that rank's NCCL communicator "
+                           "on device " +
+                           std::to_string(options.device));
   auto backend = std::make_unique<CudaBackend>(options.device, layout);
   INFER_RETURN_IF_ERROR(backend->init(plan.ranks[rank], params, options));
   return std::unique_ptr<Backend>(std::move(backend));

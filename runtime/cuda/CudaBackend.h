@@ -17,8 +17,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace infer::cuda {
+
+class NcclCommunicator;
 
 struct CudaBackendOptions {
   int device = 0;
@@ -30,6 +33,12 @@ struct CudaBackendOptions {
   /// graphs, captured once per (tokens, sequences, block-table bucket,
   /// logits rows); 0 runs every call eagerly.
   int64_t maxGraphTokens = 64;
+  /// The rank's collectives, needed by a plan of more than one rank; on
+  /// `device`. The backend enqueues them on its stream.
+  NcclCommunicator *communicator = nullptr;
+  /// Whether forward() copies the logits to the host; ranks other than 0 of
+  /// a tensor-parallel group return only the logits' shape.
+  bool copyLogits = true;
 };
 
 /// Whether a CUDA device can be used; `why` says why not.
@@ -41,6 +50,16 @@ bool cudaDeviceAvailable(std::string *why = nullptr);
 StatusOr<std::unique_ptr<Backend>>
 createCudaBackend(const plan::Plan &plan, int rank, const ParamTable &params,
                   const CudaBackendOptions &options);
+
+/// Every rank of a tensor-parallel plan in this process, rank r on device r
+/// with its own KV pool (its key/value heads), `paramsPerRank[r]` and a NCCL
+/// communicator, driven by its own host thread; forward() runs all ranks on
+/// the batch and returns rank 0's logits. A plan of more ranks than devices
+/// is an error. `options.device` and `options.communicator` are ignored.
+StatusOr<std::unique_ptr<Backend>>
+createCudaTensorParallelBackend(const plan::Plan &plan,
+                                const std::vector<ParamTable> &paramsPerRank,
+                                const CudaBackendOptions &options);
 
 } // namespace infer::cuda
 

@@ -41,8 +41,11 @@ struct AttentionDims {
 /// Largest head_dim the attention kernel supports.
 inline constexpr int kMaxHeadDim = 256;
 
-/// y[t, :] = table[ids[t], :] as fp32; ids are checked by the caller.
-cudaError_t launchEmbedding(const __nv_bfloat16 *table, int64_t hidden,
+/// y[t, :] = table[ids[t] - vocabOffset, :] as fp32, or zeros where that row
+/// is outside the table's `rows` (another rank's vocabulary slice); ids are
+/// checked against the full vocabulary by the caller.
+cudaError_t launchEmbedding(const __nv_bfloat16 *table, int64_t rows,
+                            int64_t hidden, int64_t vocabOffset,
                             const int32_t *ids, int64_t t, float *y,
                             cudaStream_t stream);
 /// y = x / sqrt(mean(x^2) + eps) * w, per row of h.

@@ -65,16 +65,13 @@ StatusOr<LoadedModel> loadModel(const std::string &model) {
   return loaded;
 }
 
-/// All ranks of a tensor-parallel artifact in this process, one thread each.
+/// All ranks of a tensor-parallel artifact in this process, one thread each
+/// (and one GPU each on cuda).
 static StatusOr<std::unique_ptr<Backend>>
 createTensorParallelBackend(const Artifact &artifact, const std::string &name,
                             const std::string &weightsDirOverride,
                             int64_t numBlocks, int numThreads) {
   const int numRanks = artifact.plan.numRanks;
-  if (name != "cpu")
-    return unimplemented("the artifact is tensor-parallel (" +
-                         std::to_string(numRanks) +
-                         " ranks); only the cpu backend runs it so far");
   std::vector<ParamTable> params;
   for (int rank = 0; rank < numRanks; ++rank) {
     INFER_ASSIGN_OR_RETURN(
@@ -82,6 +79,14 @@ createTensorParallelBackend(const Artifact &artifact, const std::string &name,
         loadParams(artifact, rank, weightsDirOf(artifact, weightsDirOverride)));
     params.push_back(std::move(rankParams));
   }
+#ifdef INFER_HAS_CUDA
+  if (name == "cuda") {
+    cuda::CudaBackendOptions options;
+    options.numBlocks = numBlocks;
+    return cuda::createCudaTensorParallelBackend(artifact.plan, params,
+                                                 options);
+  }
+#endif
   cpu::CpuBackendOptions options;
   options.numBlocks = numBlocks;
   options.numThreads = numThreads;

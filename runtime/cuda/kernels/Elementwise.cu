@@ -143,12 +143,14 @@ __global__ void fusedKernel(FusedProgram p, int64_t n) {
 
 } // namespace
 
-cudaError_t launchEmbedding(const __nv_bfloat16 *table, int64_t hidden,
+cudaError_t launchEmbedding(const __nv_bfloat16 *table, int64_t rows,
+                            int64_t hidden, int64_t vocabOffset,
                             const int32_t *ids, int64_t t, float *y,
                             cudaStream_t stream) {
   return launchMap(t * hidden, stream, [=] __device__(int64_t i) {
-    const int64_t row = i / hidden, col = i % hidden;
-    y[i] = __bfloat162float(table[ids[row] * hidden + col]);
+    const int64_t row = ids[i / hidden] - vocabOffset, col = i % hidden;
+    y[i] = row >= 0 && row < rows ? __bfloat162float(table[row * hidden + col])
+                                  : 0.0f;
   });
 }
 

@@ -100,8 +100,8 @@ TEST_F(CudaKernelsTest, Embedding) {
     DeviceArray<__nv_bfloat16> dTable(toBf16(table));
     DeviceArray<int32_t> dIds(ids);
     auto y = DeviceArray<float>::poisoned(size_t(t) * hidden);
-    ASSERT_EQ(cuda::launchEmbedding(dTable.get(), hidden, dIds.get(), t,
-                                    y.get(), nullptr),
+    ASSERT_EQ(cuda::launchEmbedding(dTable.get(), vocab, hidden, 0, dIds.get(),
+                                    t, y.get(), nullptr),
               cudaSuccess);
     std::vector<float> ref(size_t(t) * hidden);
     for (int i = 0; i < t; ++i)
@@ -110,6 +110,20 @@ TEST_F(CudaKernelsTest, Embedding) {
     const double err = relError(y.download(), ref);
     report("embedding", std::to_string(t) + "x" + std::to_string(hidden), err);
     EXPECT_EQ(err, 0.0);
+
+    // Vocabulary-parallel: the second half of the table as one rank's
+    // slice; ids of the first half give zero rows.
+    const int64_t offset = vocab / 2, rows = vocab - offset;
+    DeviceArray<__nv_bfloat16> dSlice(toBf16(std::vector<float>(
+        table.begin() + size_t(offset) * hidden, table.end())));
+    auto ySlice = DeviceArray<float>::poisoned(size_t(t) * hidden);
+    ASSERT_EQ(cuda::launchEmbedding(dSlice.get(), rows, hidden, offset,
+                                    dIds.get(), t, ySlice.get(), nullptr),
+              cudaSuccess);
+    for (int i = 0; i < t; ++i)
+      if (ids[i] < offset)
+        std::fill_n(ref.begin() + size_t(i) * hidden, hidden, 0.0f);
+    EXPECT_EQ(relError(ySlice.download(), ref), 0.0);
   }
 }
 
