@@ -119,6 +119,34 @@ def Infer_StreamingAttr : Infer_Attr<"Streaming", "streaming"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Quantization
+//===----------------------------------------------------------------------===//
+
+def Infer_Fp8Attr : Infer_Attr<"Fp8", "fp8"> {
+  let summary = "An FP8 E4M3 weight with scales computed at load";
+  let description = [{
+    Marks an `infer.weight` of element type `f8E4M3FN` as quantized from the
+    checkpoint (bf16, f16 or f32) when the runtime loads it: each scale is
+    `amax / 448` over the tensor (`per_tensor`) or over each output channel,
+    a row of dimension 0 (`per_channel`), and each element is the saturating,
+    round-to-nearest-even E4M3 code of `x / scale`, so that `decode(code) *
+    scale` approximates `x`. In a tensor-parallel program the scales are
+    those of the rank's slice. Only projection weights (`infer.linear`,
+    `infer.logits`) may be fp8; embeddings and norms keep the checkpoint's
+    type.
+
+    ```mlir
+    %w = infer.weight "model.layers.0.mlp.down_proj.weight"
+        {quant = #infer.fp8<granularity = per_channel>}
+        : tensor<384x1024xf8E4M3FN>
+    ```
+  }];
+
+  let parameters = (ins EnumParameter<Infer_Fp8Granularity>:$granularity);
+  let assemblyFormat = "`<` struct(params) `>`";
+}
+
+//===----------------------------------------------------------------------===//
 // Tensor parallelism
 //===----------------------------------------------------------------------===//
 

@@ -27,4 +27,19 @@ def Infer_RopeScalingKind : I32EnumAttr<"RopeScalingKind",
   }];
 }
 
+def Infer_Fp8Granularity : I32EnumAttr<"Fp8Granularity",
+    "how many scales an fp8 weight has", [
+      I32EnumAttrCase<"PerTensor", 0, "per_tensor">,
+      I32EnumAttrCase<"PerChannel", 1, "per_channel">
+    ]> {
+  let cppNamespace = "::mlir::infer";
+  let genSpecializedAttr = 0;
+  let description = [{
+    The scale granularity of an FP8 E4M3 weight (`#infer.fp8`):
+
+    - `per_tensor`: one scale for the whole (per-rank) tensor;
+    - `per_channel`: one scale per output channel (row of dimension 0).
+  }];
+}
+
 #endif // INFER_IR_INFERENUMS_TD

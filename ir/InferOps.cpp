@@ -60,9 +60,31 @@ verifyResultShape(Operation *op, ArrayRef<int64_t> expected, StringRef how) {
                            << " (" << how << "), got " << resultType;
 }
 
+/// Whether `type` is a tensor of 8-bit floats.
+static bool hasFp8Elements(Type type) {
+  auto floatType = dyn_cast<FloatType>(cast<ShapedType>(type).getElementType());
+  return floatType && floatType.getWidth() == 8;
+}
+
+/// Checks that a parameter other than a projection weight is not fp8:
+/// `infer-quantize-fp8` quantizes only infer.linear and infer.logits weights.
+static LogicalResult verifyNotFp8(Operation *op, Value value, StringRef what) {
+  if (!hasFp8Elements(value.getType()))
+    return success();
+  return op->emitOpError() << "expects a " << what
+                           << " of at least 16-bit floats (only projection "
+                              "weights may be fp8), got "
+                           << value.getType();
+}
+
 /// Checks that a `[N, K]` projection weight matches `[T, K]` input features.
 static LogicalResult verifyProjectionWeight(Operation *op, Value input,
                                             Value weight) {
+  if (hasFp8Elements(weight.getType()) &&
+      !cast<ShapedType>(weight.getType()).getElementType().isFloat8E4M3FN())
+    return op->emitOpError() << "expects an fp8 weight of f8E4M3FN elements "
+                                "(E4M3 with scales), got "
+                             << weight.getType();
   int64_t features = featureDim(input);
   if (isCompatibleDim(featureDim(weight), features))
     return success();
@@ -117,6 +139,13 @@ LogicalResult WeightOp::verify() {
   if (!isa<FloatType>(type.getElementType()))
     return emitOpError() << "expects a float element type, got "
                          << type.getElementType();
+  if (getQuant() && !type.getElementType().isFloat8E4M3FN())
+    return emitOpError() << "expects f8E4M3FN elements with a 'quant' "
+                            "attribute, got "
+                         << type.getElementType();
+  if (!getQuant() && hasFp8Elements(type))
+    return emitOpError() << "expects a 'quant' attribute (#infer.fp8) on a "
+                            "weight of fp8 elements";
   if (std::optional<ShardAttr> shard = getShard();
       shard && shard->getDim() >= type.getRank())
     return emitOpError() << "expects shard dim " << shard->getDim()
@@ -132,6 +161,8 @@ LogicalResult EmbeddingOp::verify() {
   if (IntegerAttr shards = getVocabShardsAttr(); shards && shards.getInt() <= 0)
     return emitOpError() << "expects a positive vocab_shards, got "
                          << shards.getInt();
+  if (failed(verifyNotFp8(*this, getTable(), "table")))
+    return failure();
   return verifyResultShape(
       *this, {getIds().getType().getDimSize(0), featureDim(getTable())},
       "ids rows, table columns");
@@ -145,6 +176,8 @@ LogicalResult GatherRowsOp::verify() {
 
 LogicalResult LinearOp::verify() {
   if (failed(verifyProjectionWeight(*this, getInput(), getWeight())))
+    return failure();
+  if (Value bias = getBias(); bias && failed(verifyNotFp8(*this, bias, "bias")))
     return failure();
   int64_t outFeatures = getWeight().getType().getDimSize(0);
   if (Value bias = getBias();
@@ -198,6 +231,8 @@ LogicalResult SplitOp::verify() {
 /// Checks an RMS-norm weight against the normalized input and the epsilon.
 static LogicalResult verifyRMSNorm(Operation *op, Value input, Value weight,
                                    const APFloat &epsilon) {
+  if (failed(verifyNotFp8(op, weight, "weight")))
+    return failure();
   int64_t features = featureDim(input);
   if (!isCompatibleDim(featureDim(weight), features))
     return op->emitOpError()

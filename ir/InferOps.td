@@ -68,14 +68,27 @@ def Infer_WeightOp : Infer_Op<"weight", [Pure]> {
     In a tensor-parallel program, `shard` says which slice of the checkpoint
     tensor each rank holds; the result type is the slice's shape.
 
+    A weight quantized by `infer-quantize-fp8` has element type `f8E4M3FN`
+    and `quant = #infer.fp8<...>`, which says how its scales are computed
+    when the runtime loads (and, with `shard`, slices) the checkpoint tensor.
+    One goes with the other: an fp8 result needs `quant`, `quant` needs
+    `f8E4M3FN`.
+
     ```mlir
     %w = infer.weight "model.embed_tokens.weight" : tensor<4096x384xbf16>
     %q = infer.weight "model.layers.0.self_attn.q_proj.weight"
         {shard = #infer.shard<dim = 0, shards = 2>} : tensor<192x384xbf16>
+    %o = infer.weight "model.layers.0.self_attn.o_proj.weight"
+        {quant = #infer.fp8<granularity = per_tensor>}
+        : tensor<384x384xf8E4M3FN>
     ```
   }];
 
-  let arguments = (ins StrAttr:$name, OptionalAttr<Infer_ShardAttr>:$shard);
+  let arguments = (ins
+    StrAttr:$name,
+    OptionalAttr<Infer_ShardAttr>:$shard,
+    OptionalAttr<Infer_Fp8Attr>:$quant
+  );
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = "$name attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -143,7 +156,10 @@ def Infer_LinearOp : Infer_Op<"linear", [Pure]> {
   let summary = "Fully connected layer: y = x * w^T + b";
   let description = [{
     Multiplies `[T, K]` activations by the transpose of a `[N, K]` weight (the
-    PyTorch `nn.Linear` layout) and adds an optional `[N]` bias.
+    PyTorch `nn.Linear` layout) and adds an optional `[N]` bias. The weight
+    may be FP8 E4M3 (`f8E4M3FN`, an `infer.weight` with `#infer.fp8` scales,
+    or their `infer.concat_weights`): the product uses `decode(code) * scale`.
+    The bias is never fp8.
 
     ```mlir
     %y = infer.linear %x, %w
@@ -172,6 +188,7 @@ def Infer_LogitsOp : Infer_Op<"logits", [Pure]> {
   let description = [{
     Projects `[S, H]` hidden states onto the `[V, H]` vocabulary weight (the
     LM head, or the tied embedding table) and produces f32 logits `[S, V]`.
+    The weight may be FP8 E4M3, as that of `infer.linear`.
 
     ```mlir
     %l = infer.logits %x, %w

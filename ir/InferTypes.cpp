@@ -36,5 +36,10 @@ KVCacheType::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
   if (!llvm::isa<FloatType>(elementType))
     return emitError() << "kv_cache element type must be a float type, got "
                        << elementType;
+  if (elementType.getIntOrFloatBitWidth() == 8 && !elementType.isFloat8E5M2() &&
+      !elementType.isFloat8E4M3FN())
+    return emitError() << "kv_cache element type of 8 bits must be f8E5M2 or "
+                          "f8E4M3FN, got "
+                       << elementType;
   return success();
 }

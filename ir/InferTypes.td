@@ -35,6 +35,17 @@ def Infer_KVCacheType : Infer_Type<"KVCache", "kv_cache"> {
     ```
 
     All parameters must be positive and the element type must be a float.
+    An 8-bit element type stores one byte per element (`infer-quantize-fp8`):
+
+    - `f8E5M2`: each key/value element is its saturating E5M2 code, no scale
+      (as Colossal-Inference's fp8 cache);
+    - `f8E4M3FN`: each head's `head_dim` keys (or values) of one token in one
+      layer share a dynamic fp32 scale `amax / 448`, computed when the cache
+      write quantizes them and stored beside the codes; attention reads
+      `decode(code) * scale`. A per-(token, head) scale needs no calibration
+      (vLLM's static per-layer scales do) and follows outlier heads.
+
+    Other 8-bit floats are rejected.
 
     ```mlir
     !infer.kv_cache<num_layers = 8, num_kv_heads = 2, block_size = 16,

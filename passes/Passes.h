@@ -8,6 +8,7 @@
 #ifndef INFER_PASSES_PASSES_H
 #define INFER_PASSES_PASSES_H
 
+#include "ir/InferAttrs.h"
 #include "ir/InferDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
@@ -15,8 +16,17 @@
 
 namespace mlir::infer {
 
+/// What `infer-quantize-fp8` does to projection weights.
+enum class Fp8WeightQuant { None, E4M3 };
+/// What `infer-quantize-fp8` does to the paged KV cache.
+enum class Fp8KVCacheQuant { None, E5M2, E4M3 };
+
 #define GEN_PASS_DECL
 #include "passes/Passes.h.inc"
+
+/// `infer-deploy-pipeline`'s `quant` and `kv-cache-dtype` (vLLM's names).
+enum class DeployQuant { None, Fp8 };
+enum class DeployKVCacheDtype { Auto, Fp8E5M2, Fp8E4M3 };
 
 /// Options of `infer-deploy-pipeline`.
 struct DeployPipelineOptions
@@ -42,6 +52,33 @@ struct DeployPipelineOptions
       llvm::cl::desc("Recent tokens kept by infer-streaming-kv (0: no "
                      "streaming, the whole context is cached)"),
       llvm::cl::init(0)};
+  PassOptions::Option<DeployQuant> quant{
+      *this, "quant",
+      llvm::cl::desc("Weight quantization: none or fp8 (E4M3 projection "
+                     "weights, infer-quantize-fp8)"),
+      llvm::cl::init(DeployQuant::None),
+      llvm::cl::values(
+          clEnumValN(DeployQuant::None, "none", "checkpoint weights"),
+          clEnumValN(DeployQuant::Fp8, "fp8", "FP8 E4M3 projection weights"))};
+  PassOptions::Option<Fp8Granularity> quantGranularity{
+      *this, "quant-granularity",
+      llvm::cl::desc("Scales of fp8 weights: per-tensor or per-channel"),
+      llvm::cl::init(Fp8Granularity::PerTensor),
+      llvm::cl::values(clEnumValN(Fp8Granularity::PerTensor, "per-tensor",
+                                  "one scale per tensor"),
+                       clEnumValN(Fp8Granularity::PerChannel, "per-channel",
+                                  "one scale per output row"))};
+  PassOptions::Option<DeployKVCacheDtype> kvCacheDtype{
+      *this, "kv-cache-dtype",
+      llvm::cl::desc("KV-cache element type: auto (the activations'), "
+                     "fp8_e5m2 or fp8_e4m3"),
+      llvm::cl::init(DeployKVCacheDtype::Auto),
+      llvm::cl::values(
+          clEnumValN(DeployKVCacheDtype::Auto, "auto", "the activations'"),
+          clEnumValN(DeployKVCacheDtype::Fp8E5M2, "fp8_e5m2",
+                     "FP8 E5M2, no scale"),
+          clEnumValN(DeployKVCacheDtype::Fp8E4M3, "fp8_e4m3",
+                     "FP8 E4M3, an fp32 scale per token and head"))};
   PassOptions::Option<bool> planMemory{
       *this, "plan-memory",
       llvm::cl::desc("Run infer-plan-memory (activations in one workspace)"),
@@ -50,7 +87,9 @@ struct DeployPipelineOptions
 
 /// Builds the pipeline that takes imported model IR to the form codegen
 /// lowers: tensor-parallel sharding, paging of the KV cache, attention sinks
-/// and a rolling window when `window > 0`, fusion unless `fuse=false`, then
+/// and a rolling window when `window > 0`, fp8 quantization when
+/// `quant=fp8` or `kv-cache-dtype` asks for it, fusion unless `fuse=false`,
+/// then
 /// the memory plan unless `plan-memory=false`.
 void buildDeployPipeline(OpPassManager &pm,
                          const DeployPipelineOptions &options);

@@ -137,6 +137,85 @@ def StreamingKVPass : Pass<"infer-streaming-kv", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Quantization
+//===----------------------------------------------------------------------===//
+
+def QuantizeFp8Pass : Pass<"infer-quantize-fp8", "::mlir::func::FuncOp"> {
+  let summary = "FP8 projection weights (E4M3) and FP8 KV cache";
+  let description = [{
+    Weight-only and KV-cache FP8 quantization, with scales computed by the
+    runtime from the checkpoint when it loads the artifact (no calibration).
+
+    `weights=e4m3` gives the weight of every `infer.linear` and
+    `infer.logits` element type `f8E4M3FN` and `quant = #infer.fp8<...>`:
+    one scale `amax / 448` per tensor (`granularity=per-tensor`) or per
+    output row (`per-channel`), computed on the rank's slice when the weight
+    is a tensor-parallel shard. Embeddings, norms and biases keep their
+    type; a checkpoint tensor read both as a projection weight and otherwise
+    (a tied embedding) gets a second, quantized `infer.weight` for the
+    projection.
+
+    `kv-cache=e5m2` or `e4m3` changes the element type of the paged KV cache
+    (`!infer.kv_cache`, so run it after `infer-page-kv-cache`) to `f8E5M2`
+    (codes only) or `f8E4M3FN` (codes and one dynamic fp32 scale per token,
+    layer, key/value and head): the cache writes quantize, paged attention
+    dequantizes.
+
+    Run it before `infer-fuse`: merged projections then concatenate fp8
+    weights (each part keeps its own scales).
+
+    Before:
+
+    ```mlir
+    %w = infer.weight "model.layers.0.mlp.down_proj.weight"
+        : tensor<128x256xbf16>
+    %y = infer.linear %x, %w : tensor<?x256xf32>, tensor<128x256xbf16>
+        -> tensor<?x128xf32>
+    ```
+
+    After `--infer-quantize-fp8="weights=e4m3 granularity=per-channel"`:
+
+    ```mlir
+    %w = infer.weight "model.layers.0.mlp.down_proj.weight"
+        {quant = #infer.fp8<granularity = per_channel>}
+        : tensor<128x256xf8E4M3FN>
+    %y = infer.linear %x, %w : tensor<?x256xf32>, tensor<128x256xf8E4M3FN>
+        -> tensor<?x128xf32>
+    ```
+  }];
+
+  let options = [
+    Option<"weights", "weights", "::mlir::infer::Fp8WeightQuant",
+           /*default=*/"::mlir::infer::Fp8WeightQuant::E4M3",
+           "Projection weights: e4m3 or none",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::infer::Fp8WeightQuant::E4M3, "e4m3",
+                        "FP8 E4M3 with scales computed at load"),
+             clEnumValN(::mlir::infer::Fp8WeightQuant::None, "none",
+                        "keep the checkpoint's type"))}]>,
+    Option<"kvCache", "kv-cache", "::mlir::infer::Fp8KVCacheQuant",
+           /*default=*/"::mlir::infer::Fp8KVCacheQuant::None",
+           "KV cache: e5m2, e4m3 or none",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::infer::Fp8KVCacheQuant::E5M2, "e5m2",
+                        "FP8 E5M2 codes, no scale"),
+             clEnumValN(::mlir::infer::Fp8KVCacheQuant::E4M3, "e4m3",
+                        "FP8 E4M3 codes, an fp32 scale per token and head"),
+             clEnumValN(::mlir::infer::Fp8KVCacheQuant::None, "none",
+                        "keep the cache's type"))}]>,
+    Option<"granularity", "granularity", "::mlir::infer::Fp8Granularity",
+           /*default=*/"::mlir::infer::Fp8Granularity::PerTensor",
+           "Weight scales: per-tensor or per-channel (per output row)",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::infer::Fp8Granularity::PerTensor,
+                        "per-tensor", "one scale per tensor"),
+             clEnumValN(::mlir::infer::Fp8Granularity::PerChannel,
+                        "per-channel", "one scale per output row"))}]>
+  ];
+  let dependentDialects = ["::mlir::infer::InferDialect"];
+}
+
+//===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//
 

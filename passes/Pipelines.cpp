@@ -12,6 +12,28 @@
 using namespace mlir;
 using namespace mlir::infer;
 
+/// The infer-quantize-fp8 options that `quant`, `quant-granularity` and
+/// `kv-cache-dtype` ask for.
+static QuantizeFp8PassOptions
+getQuantizeFp8Options(const DeployPipelineOptions &options) {
+  QuantizeFp8PassOptions quantize;
+  quantize.weights = options.quant == DeployQuant::Fp8 ? Fp8WeightQuant::E4M3
+                                                       : Fp8WeightQuant::None;
+  quantize.granularity = options.quantGranularity;
+  switch (options.kvCacheDtype) {
+  case DeployKVCacheDtype::Auto:
+    quantize.kvCache = Fp8KVCacheQuant::None;
+    break;
+  case DeployKVCacheDtype::Fp8E5M2:
+    quantize.kvCache = Fp8KVCacheQuant::E5M2;
+    break;
+  case DeployKVCacheDtype::Fp8E4M3:
+    quantize.kvCache = Fp8KVCacheQuant::E4M3;
+    break;
+  }
+  return quantize;
+}
+
 void mlir::infer::buildDeployPipeline(OpPassManager &pm,
                                       const DeployPipelineOptions &options) {
   ShardTensorParallelPassOptions shardOptions;
@@ -26,6 +48,10 @@ void mlir::infer::buildDeployPipeline(OpPassManager &pm,
     streamingOptions.window = options.window;
     pm.addPass(createStreamingKVPass(streamingOptions));
   }
+  if (options.quant != DeployQuant::None ||
+      options.kvCacheDtype != DeployKVCacheDtype::Auto)
+    pm.addNestedPass<func::FuncOp>(
+        createQuantizeFp8Pass(getQuantizeFp8Options(options)));
   if (options.fuse)
     pm.addNestedPass<func::FuncOp>(createFusePass());
   if (options.planMemory)

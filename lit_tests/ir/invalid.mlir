@@ -112,6 +112,61 @@ func.func @kv_cache_element_type(%c: !infer.kv_cache<num_layers = 2, num_kv_head
 
 // -----
 
+// expected-error @+1 {{kv_cache element type of 8 bits must be f8E5M2 or f8E4M3FN, got 'f8E4M3FNUZ'}}
+func.func @kv_cache_fp8_format(%c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f8E4M3FNUZ>) {
+  return
+}
+
+// -----
+
+func.func @weight_quant_element_type() {
+  // expected-error @+1 {{'infer.weight' op expects f8E4M3FN elements with a 'quant' attribute, got 'bf16'}}
+  %w = infer.weight "w" {quant = #infer.fp8<granularity = per_tensor>} : tensor<32x64xbf16>
+  return
+}
+
+// -----
+
+func.func @weight_fp8_without_quant() {
+  // expected-error @+1 {{'infer.weight' op expects a 'quant' attribute (#infer.fp8) on a weight of fp8 elements}}
+  %w = infer.weight "w" : tensor<32x64xf8E4M3FN>
+  return
+}
+
+// -----
+
+func.func @linear_fp8_format(%x: tensor<?x64xf32>, %w: tensor<32x64xf8E5M2>) {
+  // expected-error @+1 {{'infer.linear' op expects an fp8 weight of f8E4M3FN elements (E4M3 with scales), got 'tensor<32x64xf8E5M2>'}}
+  %y = infer.linear %x, %w : tensor<?x64xf32>, tensor<32x64xf8E5M2> -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @linear_fp8_bias(%x: tensor<?x64xf32>, %w: tensor<32x64xf8E4M3FN>, %b: tensor<32xf8E4M3FN>) {
+  // expected-error @+1 {{'infer.linear' op expects a bias of at least 16-bit floats (only projection weights may be fp8), got 'tensor<32xf8E4M3FN>'}}
+  %y = infer.linear %x, %w, %b : tensor<?x64xf32>, tensor<32x64xf8E4M3FN>, tensor<32xf8E4M3FN> -> tensor<?x32xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_fp8(%t: tensor<100x64xf8E4M3FN>, %ids: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.embedding' op expects a table of at least 16-bit floats (only projection weights may be fp8), got 'tensor<100x64xf8E4M3FN>'}}
+  %e = infer.embedding %t[%ids] : tensor<100x64xf8E4M3FN>, tensor<?xi32> -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_fp8(%x: tensor<?x64xf32>, %w: tensor<64xf8E4M3FN>) {
+  // expected-error @+1 {{'infer.rms_norm' op expects a weight of at least 16-bit floats (only projection weights may be fp8), got 'tensor<64xf8E4M3FN>'}}
+  %y = infer.rms_norm %x, %w {epsilon = 1.0e-05 : f64} : tensor<?x64xf32>, tensor<64xf8E4M3FN> -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // Parameters
 //===----------------------------------------------------------------------===//

@@ -217,4 +217,25 @@ func.func @fused_ops(%x: tensor<?x128xf32>, %r: tensor<?x128xf32>, %pos: tensor<
   return %g, %f, %c1 : tensor<?x128xf32>, tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
 }
 
+// FP8 projection weights (infer-quantize-fp8) and fp8 KV caches.
+// CHECK-LABEL: func.func @fp8
+func.func @fp8(%x: tensor<?x64xf32>,
+               %c5: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f8E5M2>,
+               %c4: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f8E4M3FN>)
+    -> (tensor<?x96xf32>, tensor<?x100xf32>) {
+  // CHECK: %[[Q:.+]] = infer.weight "q" {quant = #infer.fp8<granularity = per_tensor>} : tensor<64x64xf8E4M3FN>
+  %q = infer.weight "q" {quant = #infer.fp8<granularity = per_tensor>} : tensor<64x64xf8E4M3FN>
+  // CHECK: %[[K:.+]] = infer.weight "k" {quant = #infer.fp8<granularity = per_tensor>, shard = #infer.shard<dim = 0, shards = 2>} : tensor<32x64xf8E4M3FN>
+  %k = infer.weight "k" {quant = #infer.fp8<granularity = per_tensor>, shard = #infer.shard<dim = 0, shards = 2>} : tensor<32x64xf8E4M3FN>
+  // CHECK: %[[W:.+]] = infer.concat_weights %[[Q]], %[[K]] : tensor<64x64xf8E4M3FN>, tensor<32x64xf8E4M3FN> -> tensor<96x64xf8E4M3FN>
+  %w = infer.concat_weights %q, %k : tensor<64x64xf8E4M3FN>, tensor<32x64xf8E4M3FN> -> tensor<96x64xf8E4M3FN>
+  // CHECK: infer.linear %{{.+}}, %[[W]] : tensor<?x64xf32>, tensor<96x64xf8E4M3FN> -> tensor<?x96xf32>
+  %y = infer.linear %x, %w : tensor<?x64xf32>, tensor<96x64xf8E4M3FN> -> tensor<?x96xf32>
+  // CHECK: %[[H:.+]] = infer.weight "head" {quant = #infer.fp8<granularity = per_channel>} : tensor<100x64xf8E4M3FN>
+  %h = infer.weight "head" {quant = #infer.fp8<granularity = per_channel>} : tensor<100x64xf8E4M3FN>
+  // CHECK: infer.logits %{{.+}}, %[[H]] : tensor<?x64xf32>, tensor<100x64xf8E4M3FN> -> tensor<?x100xf32>
+  %l = infer.logits %x, %h : tensor<?x64xf32>, tensor<100x64xf8E4M3FN> -> tensor<?x100xf32>
+  return %y, %l : tensor<?x96xf32>, tensor<?x100xf32>
+}
+
 }
