@@ -13,6 +13,10 @@
 //   prefill one sequence of N tokens in one call (time to first token
 //           without queueing); the FLOP roofline: (2 * N * matrix params +
 //           causal attention 2 * layers * heads * head_dim * N^2) / peak.
+//   gemms   (--gemms 1,16) every distinct weight shape of the plan's linear
+//           and logits steps through the backend's cuBLASLt path at M rows:
+//           achieved bandwidth against the measured copy bandwidth, and the
+//           shapes' summed time per forward call against the weight roofline.
 // Each figure is the median over `repeats` runs (each run's median of its
 // steps for decode); the runs are printed too. An ARTIFACT is what `infer
 // compile` wrote (the fused pipeline users run); a MODEL_DIR is built into
@@ -23,6 +27,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/Gemm.h"
 #include "runtime/engine/Artifact.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
@@ -33,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -100,6 +106,7 @@ struct Options {
   std::string weights;
   std::vector<int64_t> decodeBatches = {1, 8, 32};
   std::vector<int64_t> prefill;
+  std::vector<int64_t> gemmRows;
   int64_t context = 128;
   int64_t steps = 32;
   int64_t repeats = 3;
@@ -121,6 +128,8 @@ Options parseArgs(int argc, char **argv) {
       options.decodeBatches = parseList(next());
     else if (arg == "--prefill")
       options.prefill = parseList(next());
+    else if (arg == "--gemms")
+      options.gemmRows = parseList(next());
     else if (arg == "--context")
       options.context = parseList(next()).at(0);
     else if (arg == "--steps")
@@ -141,7 +150,8 @@ Options parseArgs(int argc, char **argv) {
   if (options.model.empty())
     die("usage: infer-cuda-bench (ARTIFACT [--weights DIR] | MODEL_DIR) "
         "[--decode-batches 1,8] [--context N] [--steps N] [--prefill "
-        "128,512] [--repeats N] [--graph-tokens N] [--no-decode]");
+        "128,512] [--gemms 1,16] [--repeats N] [--graph-tokens N] "
+        "[--no-decode]");
   return options;
 }
 
@@ -186,8 +196,8 @@ ModelCost modelCost(const Artifact &artifact) {
     }
   }
   const plan::KVCacheLayout &kv = artifact.plan.kvCache;
-  cost.kvBytesPerToken = double(kv.numLayers) * 2 * kv.numKVHeads *
-                         kv.headDim * 2; // bf16 pool
+  cost.kvBytesPerToken =
+      double(kv.numLayers) * 2 * kv.numKVHeads * kv.headDim * 2; // bf16 pool
   cost.layers = artifact.manifest.model.numLayers;
   cost.heads = artifact.manifest.model.numHeads;
   cost.headDim = artifact.manifest.model.headDim;
@@ -249,14 +259,98 @@ std::string joined(const std::vector<double> &values) {
   return text;
 }
 
+/// (N, K) of every weight a linear or logits step multiplies, with how many
+/// steps of one forward call use that shape.
+std::map<std::pair<int64_t, int64_t>, int>
+gemmShapes(const Artifact &artifact) {
+  const plan::RankPlan &rank = artifact.plan.ranks.at(0);
+  std::map<std::pair<int64_t, int64_t>, int> shapes;
+  for (const plan::Step &step : rank.steps) {
+    if ((step.op != "linear" && step.op != "logits") ||
+        step.operands.size() < 2)
+      continue;
+    const plan::Value &w = rank.values[step.operands[1]];
+    if (w.shape.size() == 2)
+      ++shapes[{w.shape[0].size, w.shape[1].size}];
+  }
+  return shapes;
+}
+
+#define BENCH_CHECK(expr)                                                      \
+  do {                                                                         \
+    if ((expr) != cudaSuccess)                                                 \
+      die(std::string(#expr) + " failed");                                     \
+  } while (0)
+
+void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
+                double bandwidth, double weightBytes) {
+  auto gemm = cuda::Gemm::create(size_t(32) << 20);
+  if (!gemm.isOk())
+    die(gemm.status().message());
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreate(&stream));
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  const auto shapes = gemmShapes(artifact);
+  std::printf("| M | N x K (uses per call) | us | GB/s | %% of copy "
+              "bandwidth |\n|---|---|---|---|---|\n");
+  for (int64_t m : rows) {
+    double totalUs = 0;
+    for (const auto &[shape, uses] : shapes) {
+      const auto [n, k] = shape;
+      __nv_bfloat16 *w = nullptr, *x = nullptr;
+      float *y = nullptr;
+      BENCH_CHECK(cudaMalloc(reinterpret_cast<void **>(&w), size_t(n) * k * 2));
+      BENCH_CHECK(cudaMalloc(reinterpret_cast<void **>(&x), size_t(m) * k * 2));
+      BENCH_CHECK(cudaMalloc(reinterpret_cast<void **>(&y), size_t(m) * n * 4));
+      BENCH_CHECK(cudaMemset(w, 0x3c, size_t(n) * k * 2)); // bf16 ~0.0115
+      BENCH_CHECK(cudaMemset(x, 0x3c, size_t(m) * k * 2));
+      auto once = [&] {
+        Status status = (*gemm)->run(x, w, y, m, n, k, stream);
+        if (!status.isOk())
+          die(status.message());
+      };
+      for (int i = 0; i < 3; ++i)
+        once();
+      std::vector<double> us;
+      constexpr int kPerSample = 20;
+      for (int sample = 0; sample < 7; ++sample) {
+        BENCH_CHECK(cudaEventRecord(start, stream));
+        for (int i = 0; i < kPerSample; ++i)
+          once();
+        BENCH_CHECK(cudaEventRecord(stop, stream));
+        BENCH_CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        us.push_back(ms * 1e3 / kPerSample);
+      }
+      const double t = median(us);
+      const double bytes =
+          double(n) * k * 2 + double(m) * k * 2 + double(m) * n * 4;
+      std::printf("| %lld | %lld x %lld (%d) | %.1f | %.0f | %.0f%% |\n",
+                  (long long)m, (long long)n, (long long)k, uses, t,
+                  bytes / t / 1e3, 100.0 * bytes / (t * 1e-6) / bandwidth);
+      totalUs += t * uses;
+      cudaFree(w);
+      cudaFree(x);
+      cudaFree(y);
+    }
+    std::printf("| %lld | all GEMMs of one forward call | %.1f | | "
+                "weight roofline %.1f us |\n",
+                (long long)m, totalUs, weightBytes / bandwidth * 1e6);
+  }
+  std::printf("\n");
+  cudaStreamDestroy(stream);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   Options options = parseArgs(argc, argv);
   StatusOr<Artifact> artifact =
-      isArtifactDir(options.model)
-          ? loadArtifact(options.model)
-          : testing::buildLlamaArtifact(options.model);
+      isArtifactDir(options.model) ? loadArtifact(options.model)
+                                   : testing::buildLlamaArtifact(options.model);
   if (!artifact.isOk())
     die(artifact.status().message());
   const int numRanks = artifact->plan.numRanks;
@@ -315,6 +409,8 @@ int main(int argc, char **argv) {
               "(bf16 GEMM ceiling, DESIGN.md)\n\n",
               bandwidth / 1e12, kPeakFlops / 1e12);
 
+  if (!options.gemmRows.empty())
+    benchGemms(*artifact, options.gemmRows, bandwidth, cost.weightBytes);
   Runner runner(**backend, blockSize, vocab);
   if (!options.decodeBatches.empty()) {
     std::printf("| decode batch | context | ms/step (median of %lld runs) | "
