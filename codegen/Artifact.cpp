@@ -141,6 +141,11 @@ Status writeArtifact(const std::string &outDir,
       {"fuse", contents.options.fuse ? "true" : "false"},
       {"plan_memory", contents.options.planMemory ? "true" : "false"},
       {"tp", std::to_string(contents.options.tp)}};
+  if (contents.options.window > 0) {
+    manifest.compileOptions["sink_tokens"] =
+        std::to_string(contents.options.sinkTokens);
+    manifest.compileOptions["window"] = std::to_string(contents.options.window);
+  }
   manifest.numRanks = contents.plan->numRanks;
   manifest.targets = {contents.options.target};
   manifest.kvCache = contents.plan->kvCache;

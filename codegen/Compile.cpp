@@ -113,6 +113,11 @@ Status checkOptions(const CompileOptions &options) {
   if (options.blockSize <= 0)
     return invalidArgument("block size must be positive, got " +
                            std::to_string(options.blockSize));
+  if (options.window < 0 || options.sinkTokens < 0)
+    return invalidArgument("streaming needs --window >= 0 and --sink-tokens "
+                           ">= 0, got --window " +
+                           std::to_string(options.window) + " --sink-tokens " +
+                           std::to_string(options.sinkTokens));
   return Status::ok();
 }
 
@@ -163,6 +168,8 @@ Status compileModel(const std::string &modelDir, const std::string &outDir,
   pipelineOptions.fuse = options.fuse;
   pipelineOptions.planMemory = options.planMemory;
   pipelineOptions.tp = options.tp;
+  pipelineOptions.sinkTokens = options.sinkTokens;
+  pipelineOptions.window = options.window;
   mlir::infer::buildDeployPipeline(pm, pipelineOptions);
   if (options.printIrAfterAll) {
     // Module-scope printing needs the passes to run one at a time.

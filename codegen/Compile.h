@@ -25,6 +25,11 @@ struct CompileOptions {
   bool planMemory = true;
   /// Tensor-parallel ranks (`infer-shard-tensor-parallel`).
   int64_t tp = 1;
+  /// StreamingLLM (`infer-streaming-kv`): attention sinks and the rolling
+  /// window of recent tokens each sequence keeps; window 0 caches the whole
+  /// context.
+  int64_t sinkTokens = 4;
+  int64_t window = 0;
   /// Print the module to stderr after every pass of the pipeline.
   bool printIrAfterAll = false;
 };

@@ -594,7 +594,27 @@ FailureOr<plan::Plan> lowerToPlan(mlir::ModuleOp module,
   if (auto tp = module->getAttrOfType<mlir::IntegerAttr>(
           mlir::infer::InferDialect::kTensorParallelAttrName))
     numRanks = tp.getInt();
-  return PlanLowering(func, tensorFiles, numRanks).lower();
+  FailureOr<plan::Plan> lowered =
+      PlanLowering(func, tensorFiles, numRanks).lower();
+  auto streaming = module->getAttrOfType<mlir::infer::StreamingAttr>(
+      mlir::infer::InferDialect::kStreamingAttrName);
+  if (mlir::failed(lowered) || !streaming)
+    return lowered;
+  // Eviction renumbers the cached keys: only keys rotated when attention
+  // reads them (infer-streaming-kv) stay correct.
+  mlir::WalkResult walk = func.walk([](mlir::infer::PagedAttentionOp op) {
+    if (op.getKeyRopeAttr())
+      return mlir::WalkResult::advance();
+    op.emitError() << "reads keys rotated before the cache in a module with "
+                   << mlir::infer::InferDialect::kStreamingAttrName
+                   << ": run infer-streaming-kv on the paged program";
+    return mlir::WalkResult::interrupt();
+  });
+  if (walk.wasInterrupted())
+    return mlir::failure();
+  lowered->kvCache.sinkTokens = streaming.getSinkTokens();
+  lowered->kvCache.window = streaming.getWindow();
+  return lowered;
 }
 
 } // namespace infer::compiler

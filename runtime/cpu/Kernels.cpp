@@ -265,6 +265,31 @@ void pagedAttention(const float *q, const float *cachePool,
   for (int64_t s = 0; s < numSeqs; ++s)
     for (int64_t i = queryStartLoc[s]; i < queryStartLoc[s + 1]; ++i)
       seqOfToken[i] = static_cast<int32_t>(s);
+  // Unrotated cached keys: each sequence's keys [context_len, kvh*d],
+  // rotated at their index in its cache.
+  const bool rotateKeys = p.keyRope.rotaryDim > 0;
+  const int64_t width = g.slotElements();
+  std::vector<std::vector<float>> rotatedKeys(rotateKeys ? numSeqs : 0);
+  if (rotateKeys)
+    pool.parallelFor(numSeqs, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t s = begin; s < end; ++s) {
+        const int32_t *table = blockTables + s * maxBlocksPerSeq;
+        std::vector<float> &keys = rotatedKeys[s];
+        std::vector<int32_t> positions(contextLens[s]);
+        keys.resize(positions.size() * width);
+        for (int64_t j = 0; j < contextLens[s]; ++j) {
+          const int64_t slot =
+              static_cast<int64_t>(table[j / g.blockSize]) * g.blockSize +
+              j % g.blockSize;
+          std::memcpy(keys.data() + j * width,
+                      cachePool + g.offset(slot, p.layer, 0),
+                      width * sizeof(float));
+          positions[j] = static_cast<int32_t>(j);
+        }
+        applyRope(keys.data(), contextLens[s], p.numKVHeads, positions.data(),
+                  p.keyRope, p.keyRopeInvFreq);
+      }
+    });
 
   const int64_t items = t * p.numHeads;
   pool.parallelFor(items, 4, [&](int64_t begin, int64_t end) {
@@ -291,7 +316,9 @@ void pagedAttention(const float *q, const float *cachePool,
       float maxScore = -std::numeric_limits<float>::infinity();
       for (int64_t j = first; j <= position; ++j) {
         const float *kj =
-            cachePool + g.offset(slotOf(j), p.layer, 0) + kvHead * d;
+            (rotateKeys ? rotatedKeys[s].data() + j * width
+                        : cachePool + g.offset(slotOf(j), p.layer, 0)) +
+            kvHead * d;
         const float score = dot(qh, kj, d) * static_cast<float>(p.scale);
         scores[j - first] = score;
         maxScore = std::max(maxScore, score);

@@ -119,11 +119,17 @@ struct AttentionParams {
   double scale = 1.0;
   /// 0: none; else a query at position p sees keys in (p - window, p].
   int64_t slidingWindow = 0;
+  /// keyRope.rotaryDim > 0: the cache holds unrotated keys, and key j of a
+  /// sequence is rotated at position j, its index in the sequence's cache
+  /// (StreamingLLM's position shift).
+  RopeConfig keyRope;
+  std::vector<float> keyRopeInvFreq;
 };
 
 /// Causal attention of q[T, h*d] over the cached keys and values of each
 /// sequence; query i of sequence s sits at position
-/// context_lens[s] - new_tokens(s) + i. Writes out[T, h*d].
+/// context_lens[s] - new_tokens(s) + i. Writes out[T, h*d]. With a key rope,
+/// each sequence's keys are first gathered and rotated at their positions.
 void pagedAttention(const float *q, const float *cache,
                     const CacheGeometry &geometry, const AttentionParams &p,
                     const int32_t *blockTables, int64_t maxBlocksPerSeq,

@@ -14,13 +14,19 @@ EngineConfig engineConfigFor(const Artifact &artifact) {
   config.vocabSize = artifact.manifest.model.vocabSize;
   for (int64_t id : artifact.manifest.model.eosTokenIds)
     config.eosTokenIds.push_back(static_cast<int32_t>(id));
+  const plan::KVCacheLayout &kv = artifact.plan.kvCache;
+  if (kv.isStreaming()) {
+    config.streaming = {kv.sinkTokens, kv.window};
+    config.maxModelLen = 0;
+    config.enablePrefixCaching = false;
+  }
   return config;
 }
 
 Engine::Engine(Backend &backend, EngineConfig config)
     : backend_(backend), config_(std::move(config)),
       kvCache_(backend.numBlocks(), config_.blockSize,
-               config_.enablePrefixCaching),
+               config_.enablePrefixCaching, config_.streaming),
       scheduler_(config_.scheduler, kvCache_) {}
 
 Engine::~Engine() = default;
@@ -52,7 +58,9 @@ StatusOr<RequestId> Engine::addRequest(std::vector<int32_t> promptTokenIds,
     return outOfRange("the prompt has " + std::to_string(length) +
                       " tokens, more than max_position_embeddings (" +
                       std::to_string(config_.maxModelLen) + ")");
-  if (kvCache_.blocksFor(length) > kvCache_.numBlocks())
+  // A streaming cache holds a prompt chunk plus the sinks and the window.
+  if (!config_.streaming.enabled() &&
+      kvCache_.blocksFor(length) > kvCache_.numBlocks())
     return resourceExhausted("the prompt has " + std::to_string(length) +
                              " tokens, more than the KV cache holds (" +
                              std::to_string(kvCache_.numBlocks()) +
@@ -260,13 +268,16 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     const std::vector<BlockId> &table = kvCache_.blockTable(r.id);
     const int64_t start = r.numComputedTokens;
     const int64_t numKnown = s.numTokens - s.numDraftTokens;
+    // Streaming: positions and slots are indices in the request's cache.
+    const int64_t evicted = kvCache_.numEvictedTokens(r.id);
     for (int64_t j = 0; j < s.numTokens; ++j) {
       const int64_t p = start + j;
+      const int64_t c = p - evicted;
       batch.tokenIds.push_back(j < numKnown ? r.tokens[p]
                                             : r.draftTokens[j - numKnown]);
-      batch.positions.push_back(static_cast<int32_t>(p));
-      batch.slotMapping.push_back(static_cast<int64_t>(table[p / bs]) * bs +
-                                  p % bs);
+      batch.positions.push_back(static_cast<int32_t>(c));
+      batch.slotMapping.push_back(static_cast<int64_t>(table[c / bs]) * bs +
+                                  c % bs);
     }
     // Logits only where the request reaches its last known token: a
     // prompt chunk short of it samples nothing.
@@ -277,7 +288,8 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
         batch.logitsIndices.push_back(end - 1 - static_cast<int32_t>(j));
     }
     batch.queryStartLoc.push_back(static_cast<int32_t>(batch.tokenIds.size()));
-    batch.contextLens.push_back(static_cast<int32_t>(start + s.numTokens));
+    batch.contextLens.push_back(
+        static_cast<int32_t>(start + s.numTokens - evicted));
     std::vector<int32_t> row(table.begin(), table.end());
     row.resize(batch.maxBlocksPerSeq, -1);
     batch.blockTables.insert(batch.blockTables.end(), row.begin(), row.end());
@@ -396,6 +408,52 @@ StatusOr<Logits> promptLogits(Backend &backend, int64_t blockSize,
     batch.logitsIndices.push_back(static_cast<int32_t>(p));
   }
   return backend.forward(batch);
+}
+
+int64_t streamingBlockBound(const StreamingPolicy &streaming,
+                            int64_t blockSize, int64_t maxStepTokens) {
+  auto blocksFor = [blockSize](int64_t tokens) {
+    return (tokens + blockSize - 1) / blockSize;
+  };
+  return blocksFor(streaming.sinkTokens) +
+         blocksFor(streaming.window + blockSize - 1 + maxStepTokens);
+}
+
+StatusOr<Logits> streamingLogits(Backend &backend, int64_t blockSize,
+                                 const StreamingPolicy &streaming,
+                                 const std::vector<int32_t> &tokens) {
+  if (tokens.empty())
+    return invalidArgument("the prompt has no tokens");
+  KVCacheManager kvCache(backend.numBlocks(), blockSize,
+                         /*enablePrefixCaching=*/false, streaming);
+  constexpr RequestId kId = 0;
+  Logits logits;
+  for (int64_t p = 0; p < static_cast<int64_t>(tokens.size()); ++p) {
+    std::vector<BlockCopy> copies;
+    if (!kvCache.allocateSlots(kId, p, 1, nullptr, copies))
+      return resourceExhausted(
+          "the KV cache is full: the sinks and window of " +
+          std::to_string(streaming.window) + " tokens do not fit in the pool "
+          "of " + std::to_string(backend.numBlocks()) + " blocks");
+    const std::vector<BlockId> &table = kvCache.blockTable(kId);
+    const int64_t c = p - kvCache.numEvictedTokens(kId);
+    Batch batch;
+    batch.tokenIds = {tokens[p]};
+    batch.positions = {static_cast<int32_t>(c)};
+    batch.queryStartLoc = {0, 1};
+    batch.contextLens = {static_cast<int32_t>(c + 1)};
+    batch.blockTables.assign(table.begin(), table.end());
+    batch.maxBlocksPerSeq = static_cast<int64_t>(table.size());
+    batch.slotMapping = {static_cast<int64_t>(table[c / blockSize]) *
+                             blockSize +
+                         c % blockSize};
+    batch.logitsIndices = {0};
+    INFER_ASSIGN_OR_RETURN(Logits row, backend.forward(batch));
+    logits.vocab = row.vocab;
+    logits.data.insert(logits.data.end(), row.data.begin(), row.data.end());
+    ++logits.rows;
+  }
+  return logits;
 }
 
 } // namespace infer

@@ -48,12 +48,18 @@ struct EngineConfig {
   /// null (then requests with stop strings are rejected). Not owned.
   const Tokenizer *tokenizer = nullptr;
   bool enablePrefixCaching = true;
+  /// StreamingLLM attention sinks + rolling window (off by default): the
+  /// KV cache of a request stays bounded and positions are indices in its
+  /// cache, so generation goes on past maxModelLen (set it to 0). Turns
+  /// prefix caching off.
+  StreamingPolicy streaming;
   SchedulerConfig scheduler;
   /// Draft tokens asked of the proposer per step (0 = no speculation).
   int64_t numSpeculativeTokens = 0;
 };
 
-/// The model limits of an artifact with default scheduling.
+/// The model limits of an artifact with default scheduling; a streaming
+/// artifact gets its policy and no length limit.
 EngineConfig engineConfigFor(const Artifact &artifact);
 
 /// What one step produced for one request.
@@ -189,6 +195,20 @@ private:
 /// the first blocks of `backend`'s pool.
 StatusOr<Logits> promptLogits(Backend &backend, int64_t blockSize,
                               const std::vector<int32_t> &tokens);
+
+/// The most KV blocks one request holds under `streaming` when a step
+/// computes at most `maxStepTokens` of its tokens (a prompt chunk, or a
+/// decode with its drafts): the sink blocks, fewer than window + block_size
+/// tokens after them before the step, and the step's tokens.
+int64_t streamingBlockBound(const StreamingPolicy &streaming,
+                            int64_t blockSize, int64_t maxStepTokens);
+
+/// Logits [T, vocab] of every position of `tokens` under a streaming
+/// policy, as decoding sees them: one token per forward call, the cache
+/// evicting what falls out of the window before each.
+StatusOr<Logits> streamingLogits(Backend &backend, int64_t blockSize,
+                                 const StreamingPolicy &streaming,
+                                 const std::vector<int32_t> &tokens);
 
 } // namespace infer
 

@@ -7,9 +7,11 @@
 namespace infer {
 
 KVCacheManager::KVCacheManager(int64_t numBlocks, int64_t blockSize,
-                               bool enablePrefixCaching)
-    : blockSize_(blockSize), enablePrefixCaching_(enablePrefixCaching),
-      pool_(numBlocks) {}
+                               bool enablePrefixCaching,
+                               StreamingPolicy streaming)
+    : blockSize_(blockSize),
+      enablePrefixCaching_(enablePrefixCaching && !streaming.enabled()),
+      streaming_(streaming), pool_(numBlocks) {}
 
 CachedPrefix
 KVCacheManager::findCachedPrefix(const std::vector<int32_t> &tokens) const {
@@ -39,6 +41,10 @@ bool KVCacheManager::allocateSlots(RequestId id, int64_t numComputedTokens,
                                    const CachedPrefix *prefix,
                                    std::vector<BlockCopy> &copies) {
   Table &table = tables_[id];
+  if (streaming_.enabled())
+    evictOutsideWindow(table, numComputedTokens);
+  // From here on, token counts are positions in the cache.
+  numComputedTokens -= table.numEvictedTokens;
   const int64_t numPrefixBlocks =
       prefix ? static_cast<int64_t>(prefix->blocks.size()) : 0;
   const int64_t held =
@@ -109,7 +115,7 @@ void KVCacheManager::truncate(RequestId id, int64_t numTokens) {
   if (it == tables_.end())
     return;
   Table &table = it->second;
-  const int64_t keep = blocksFor(numTokens);
+  const int64_t keep = blocksFor(numTokens - table.numEvictedTokens);
   if (static_cast<int64_t>(table.blocks.size()) <= keep)
     return;
   std::vector<BlockId> tail(table.blocks.rbegin(), table.blocks.rend() - keep);
@@ -132,6 +138,26 @@ void KVCacheManager::fork(RequestId parent, RequestId child) {
   Table copy = tables_[parent];
   pool_.touch(copy.blocks);
   tables_[child] = std::move(copy);
+}
+
+int64_t KVCacheManager::numEvictedTokens(RequestId id) const {
+  auto it = tables_.find(id);
+  return it == tables_.end() ? 0 : it->second.numEvictedTokens;
+}
+
+void KVCacheManager::evictOutsideWindow(Table &table,
+                                        int64_t numComputedTokens) {
+  const int64_t sinkBlocks = numSinkBlocks();
+  const int64_t afterSinks =
+      numComputedTokens - table.numEvictedTokens - sinkBlocks * blockSize_;
+  if (afterSinks < streaming_.window + blockSize_)
+    return;
+  // Whole blocks from the oldest on, keeping at least `window` tokens.
+  const int64_t numEvict = (afterSinks - streaming_.window) / blockSize_;
+  auto first = table.blocks.begin() + sinkBlocks;
+  pool_.release(std::vector<BlockId>(first, first + numEvict));
+  table.blocks.erase(first, first + numEvict);
+  table.numEvictedTokens += numEvict * blockSize_;
 }
 
 const std::vector<BlockId> &KVCacheManager::blockTable(RequestId id) const {

@@ -239,12 +239,17 @@ static json dimsToJson(const std::vector<Dim> &shape) {
 }
 
 static json kvCacheToJson(const KVCacheLayout &kv) {
-  return json{{"layout", kv.layout},
-              {"num_layers", kv.numLayers},
-              {"num_kv_heads", kv.numKVHeads},
-              {"head_dim", kv.headDim},
-              {"block_size", kv.blockSize},
-              {"dtype", std::string(dtypeName(kv.dtype))}};
+  json j{{"layout", kv.layout},
+         {"num_layers", kv.numLayers},
+         {"num_kv_heads", kv.numKVHeads},
+         {"head_dim", kv.headDim},
+         {"block_size", kv.blockSize},
+         {"dtype", std::string(dtypeName(kv.dtype))}};
+  if (kv.isStreaming()) {
+    j["sink_tokens"] = kv.sinkTokens;
+    j["window"] = kv.window;
+  }
+  return j;
 }
 
 static json valueToJson(const Value &v) {
@@ -477,6 +482,12 @@ static StatusOr<KVCacheLayout> readKVCache(const Reader &r) {
   if (kv.numLayers < 0 || kv.numKVHeads < 0 || kv.headDim < 0 ||
       kv.blockSize <= 0)
     return r.error("", "has a negative size or a block_size <= 0");
+  if (r.has("window")) {
+    INFER_ASSIGN_OR_RETURN(kv.window, r.getInt("window"));
+    INFER_ASSIGN_OR_RETURN(kv.sinkTokens, r.getInt("sink_tokens"));
+    if (kv.window <= 0 || kv.sinkTokens < 0)
+      return r.error("", "needs window > 0 and sink_tokens >= 0 (streaming)");
+  }
   return kv;
 }
 

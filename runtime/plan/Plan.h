@@ -35,7 +35,11 @@
 //                    query_start_loc[B+1]) -> [T,h*d]; layer, num_heads,
 //                    num_kv_heads, head_dim, scale (double), sliding_window
 //                    (0: none). Causal: query i of a sequence sits at position
-//                    context_len - num_new_tokens + i.
+//                    context_len - num_new_tokens + i. With key_rotary_dim
+//                    (> 0) and the rope attributes (theta, scaling, ...) the
+//                    cache holds unrotated keys and key j of a sequence is
+//                    rotated at position j, its index in the sequence's
+//                    cache (StreamingLLM, see "Streaming" below).
 //   silu, gelu_tanh  (x) -> same shape
 //   add, mul         (a, b) -> same shape
 //   gather_rows      (x[T,H], indices[S]) -> [S,H]
@@ -92,6 +96,19 @@
 //   [num_blocks][num_layers][2 (k, v)][block_size][num_kv_heads][head_dim]
 // so a block holds every layer's keys and values of block_size tokens, and
 // slot s lives in block s / block_size at offset s % block_size.
+//
+// Streaming (StreamingLLM attention sinks, `infer-streaming-kv`): a layout
+// with window > 0 (kv_cache "sink_tokens", "window"; absent: 0, off) keeps,
+// per sequence, its first ceil(sink_tokens / block_size) blocks and at least
+// its `window` most recent tokens; the runtime evicts the whole blocks
+// between before each step. Positions, context_lens and slot_mapping are
+// then indices in the sequence's cache (its block table without the evicted
+// blocks), not in the sequence:
+//
+//   block_size 4, sink_tokens 2, window 8, 16 tokens computed, 1 new:
+//   tokens   [t0..t3 | t4..t7 | t8..t11 | t12..t15 | t16 new]
+//   table    [  b3   | evicted | b5     |   b1     |  b6 ]  -> [b3, b5, b1, b6]
+//   positions [12], context_lens [13], slot_mapping [b6 * 4 + 0]
 //
 //===----------------------------------------------------------------------===//
 
@@ -227,6 +244,12 @@ struct KVCacheLayout {
   int64_t headDim = 0;
   int64_t blockSize = 16;
   DType dtype = DType::kF32;
+  /// StreamingLLM: attention-sink tokens and the rolling window of recent
+  /// tokens each sequence keeps (window 0: the whole context is cached).
+  int64_t sinkTokens = 0;
+  int64_t window = 0;
+
+  bool isStreaming() const { return window > 0; }
 
   /// Elements of one block (all layers, keys and values).
   int64_t blockElements() const {
@@ -235,7 +258,8 @@ struct KVCacheLayout {
   bool operator==(const KVCacheLayout &o) const {
     return layout == o.layout && numLayers == o.numLayers &&
            numKVHeads == o.numKVHeads && headDim == o.headDim &&
-           blockSize == o.blockSize && dtype == o.dtype;
+           blockSize == o.blockSize && dtype == o.dtype &&
+           sinkTokens == o.sinkTokens && window == o.window;
   }
 };
 

@@ -107,6 +107,12 @@ Status runCompile(const ParsedArgs &args) {
   INFER_ASSIGN_OR_RETURN(int64_t tp, args.getInt("--tp", 1));
   if (tp < 1)
     return invalidArgument("--tp must be >= 1");
+  INFER_ASSIGN_OR_RETURN(int64_t window, args.getInt("--window", 0));
+  INFER_ASSIGN_OR_RETURN(int64_t sinkTokens, args.getInt("--sink-tokens", 4));
+  if (window < 0 || sinkTokens < 0)
+    return invalidArgument("--window and --sink-tokens must be >= 0");
+  if (args.has("--sink-tokens") && window == 0)
+    return invalidArgument("--sink-tokens needs --window N (N > 0)");
 #ifdef INFER_HAS_COMPILER
   compiler::CompileOptions options;
   options.target = target;
@@ -114,6 +120,8 @@ Status runCompile(const ParsedArgs &args) {
   options.fuse = !args.has("--no-fuse");
   options.planMemory = !args.has("--no-plan-memory");
   options.tp = tp;
+  options.sinkTokens = sinkTokens;
+  options.window = window;
   options.printIrAfterAll = args.has("--mlir-print-ir-after-all");
   const std::string artifactDir = *args.get("-o");
   MemoryEstimateOptions memory;
@@ -152,8 +160,17 @@ int64_t blocksForAll(const std::vector<std::vector<int32_t>> &prompts,
         static_cast<int64_t>(prompt.size()) + sampling.maxNewTokens;
     if (config.maxModelLen > 0)
       tokens = std::min(tokens, config.maxModelLen);
-    blocks += (std::max<int64_t>(tokens, 1) + config.blockSize - 1) /
-              config.blockSize;
+    int64_t needed = (std::max<int64_t>(tokens, 1) + config.blockSize - 1) /
+                     config.blockSize;
+    // Streaming: the sinks, the window and one step, the prompt or a decode
+    // with up to 64 drafts (the --num-speculative-tokens limit).
+    if (config.streaming.enabled())
+      needed = std::min(
+          needed, streamingBlockBound(
+                      config.streaming, config.blockSize,
+                      std::max<int64_t>(static_cast<int64_t>(prompt.size()),
+                                        1 + 64)));
+    blocks += needed;
   }
   return blocks;
 }
@@ -549,15 +566,24 @@ Status runLogits(const ParsedArgs &args) {
   const std::string backendName = args.get("--backend", "cpu");
   INFER_ASSIGN_OR_RETURN(LoadedModel model, loadModel(args.positional[0]));
   const EngineConfig config = engineConfigFor(model.artifact);
-  const int64_t blocks =
+  int64_t blocks =
       (static_cast<int64_t>(tokens.size()) + config.blockSize - 1) /
       config.blockSize;
+  // A streaming artifact's logits are those decoding sees, one token per
+  // forward call with the cache evicting what falls out of the window.
+  if (config.streaming.enabled())
+    blocks = std::min(blocks, streamingBlockBound(config.streaming,
+                                                  config.blockSize, 1));
   INFER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                          createBackend(model.artifact, backendName,
                                        args.get("--weights", ""), blocks,
                                        threads));
-  INFER_ASSIGN_OR_RETURN(Logits logits,
-                         promptLogits(*backend, config.blockSize, tokens));
+  INFER_ASSIGN_OR_RETURN(
+      Logits logits,
+      config.streaming.enabled()
+          ? streamingLogits(*backend, config.blockSize, config.streaming,
+                            tokens)
+          : promptLogits(*backend, config.blockSize, tokens));
   safetensors::TensorToWrite tensor;
   tensor.name = "logits";
   tensor.dtype = safetensors::DType::kF32;
@@ -631,6 +657,9 @@ Status runInspect(const ParsedArgs &args) {
       << kv.numKVHeads << " kv heads, head_dim " << kv.headDim
       << ", block_size " << kv.blockSize << ", " << plan::dtypeName(kv.dtype)
       << " (" << kv.blockElements() * 4 << " bytes per block)\n";
+  if (kv.isStreaming())
+    out << "streaming: " << kv.sinkTokens << " sink tokens, window "
+        << kv.window << "\n";
   out << "weights: " << (m.weightsDir.empty() ? "-" : m.weightsDir) << "\n";
   for (const plan::WeightFile &f : m.weightFiles)
     out << "  " << f.name << " (" << f.size << " bytes, header "
@@ -687,8 +716,8 @@ std::vector<Command> commands() {
       {"compile",
        "usage: infer compile MODEL_DIR -o ARTIFACT_DIR [--target cpu|cuda]\n"
        "                     [--block-size 16] [--no-fuse] [--no-plan-memory]\n"
-       "                     [--tp 1] [--estimate-memory [--gpu-memory "
-       "80GiB]]\n"
+       "                     [--tp 1] [--sink-tokens 4 --window N]\n"
+       "                     [--estimate-memory [--gpu-memory 80GiB]]\n"
        "                     [--mlir-print-ir-after-all]\n\n"
        "Compiles a Hugging Face model directory into an artifact directory.\n"
        "--no-fuse leaves out infer-fuse (merged projections, fused norms,\n"
@@ -698,6 +727,11 @@ std::vector<Command> commands() {
        "--tp N splits the model over N tensor-parallel ranks (one SPMD plan;\n"
        "generate and logits run every rank, one thread each on the cpu\n"
        "backend).\n"
+       "--window N (> 0) keeps attention sinks, the first --sink-tokens\n"
+       "tokens (default 4, rounded up to whole blocks), and at least the N\n"
+       "most recent tokens of each sequence in the KV cache (StreamingLLM,\n"
+       "infer-streaming-kv): memory stays bounded and generation runs past\n"
+       "the model's max_position_embeddings.\n"
        "--mlir-print-ir-after-all prints the module to stderr after every\n"
        "pass of the pipeline.\n"
        "--estimate-memory prints, per rank, the weights, activations and KV\n"
@@ -709,6 +743,8 @@ std::vector<Command> commands() {
         {"--no-fuse", false},
         {"--no-plan-memory", false},
         {"--tp"},
+        {"--sink-tokens"},
+        {"--window"},
         {"--estimate-memory", false},
         {"--mlir-print-ir-after-all", false},
         {"--gpu-memory"}},
