@@ -10,8 +10,8 @@
 //   tp=1 on the same backend within the bf16 bound of FixturesTest.cpp
 //   (5e-2; both sides round weights and GEMM operands to bf16, only the
 //   summation order differs, so the error seen is far below it), and
-//   greedy decoding gives the same tokens until a position where tp=1's
-//   top-2 logits are closer than that bound.
+//   greedy decoding of tp=1's tokens picks the same token at tp=2 wherever
+//   tp=1's top-2 logits are not a near-tie (kTieTol), else one of the two.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,6 +36,10 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr double kLogitsTol = 5e-2;
+/// Top-2 logits of tp=1 closer than this (relative to the largest
+/// magnitude) may swap at tp=2: 5x the largest tp=2-vs-tp=1 logit error
+/// seen on these fixtures (2e-3).
+constexpr double kTieTol = 1e-2;
 
 /// Why this machine cannot run the tests, or "" when it can.
 std::string missingForTwoGpus() {
@@ -257,33 +261,35 @@ TEST_P(CudaTensorParallelTest, PromptLogitsMatchOneRank) {
 TEST_P(CudaTensorParallelTest, GreedyTokensMatchOneRank) {
   constexpr int kNewTokens = 24;
   for (const std::vector<int32_t> &prompt : case_.inputs) {
-    std::vector<int32_t> tokens[2] = {prompt, prompt};
-    Backend *backends[2] = {tp1_.get(), tp2_.get()};
-    int compared = 0;
-    bool tie = false;
-    // Prefill, then one decode step a token (the CUDA-graph path).
-    for (int step = 0; step < kNewTokens && !tie; ++step) {
-      int32_t next[2];
-      for (int b = 0; b < 2; ++b) {
-        const int64_t cached =
-            step == 0 ? 0 : static_cast<int64_t>(tokens[b].size()) - 1;
-        StatusOr<Logits> logits =
-            backends[b]->forward(batchOf(tokens[b], cached, false));
-        ASSERT_TRUE(logits.isOk()) << logits.status().message();
-        next[b] = argmax(logits->row(0), logits->vocab);
-        if (b == 0)
-          tie = nearTie(logits->row(0), logits->vocab, kLogitsTol);
+    // Both sides decode tp=1's greedy sequence (prefill, then one token a
+    // call: the CUDA-graph path), so a near-tie does not end the check.
+    std::vector<int32_t> tokens = prompt;
+    int equal = 0, ties = 0;
+    for (int step = 0; step < kNewTokens; ++step) {
+      const int64_t cached =
+          step == 0 ? 0 : static_cast<int64_t>(tokens.size()) - 1;
+      const Batch batch = batchOf(tokens, cached, false);
+      StatusOr<Logits> one = tp1_->forward(batch), two = tp2_->forward(batch);
+      ASSERT_TRUE(one.isOk()) << one.status().message();
+      ASSERT_TRUE(two.isOk()) << two.status().message();
+      const int32_t want = argmax(one->row(0), one->vocab);
+      const int32_t got = argmax(two->row(0), two->vocab);
+      if (nearTie(one->row(0), one->vocab, kTieTol)) {
+        // Either of tp=1's top two.
+        ++ties;
+        std::vector<float> row(one->row(0), one->row(0) + one->vocab);
+        row[want] = -INFINITY;
+        EXPECT_TRUE(got == want || got == argmax(row.data(), one->vocab))
+            << "step " << step << ": tp=2 chose " << got;
+      } else {
+        ASSERT_EQ(got, want) << "step " << step;
+        ++equal;
       }
-      if (tie)
-        break;
-      ASSERT_EQ(next[0], next[1]) << "step " << step;
-      tokens[0].push_back(next[0]);
-      tokens[1].push_back(next[1]);
-      ++compared;
+      tokens.push_back(want);
     }
-    std::cout << "[ tp       ] " << GetParam() << " greedy: " << compared
-              << " tokens equal" << (tie ? " (then a near-tie)" : "") << "\n";
-    EXPECT_GT(compared, 0);
+    std::cout << "[ tp       ] " << GetParam() << " greedy: " << equal << "/"
+              << kNewTokens << " tokens equal, " << ties
+              << " near-ties in tp=1's top 2\n";
   }
 }
 
