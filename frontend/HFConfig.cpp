@@ -398,7 +398,8 @@ mlir::LogicalResult parseActivation(const ConfigReader &config,
       config.getOptionalString("hidden_act");
   if (mlir::failed(name))
     return mlir::failure();
-  StringRef act = name->value_or("silu");
+  // value_or returns a temporary: keep the string, not a view of it.
+  const std::string act = name->value_or("silu");
   if (act == "silu" || act == "swish")
     activation = Activation::kSilu;
   else if (act == "gelu")
