@@ -75,6 +75,35 @@ StatusOr<bool> copyIfPresent(const std::string &modelDir,
 
 } // namespace
 
+/// Writes kernels/ and returns the manifest's record of it.
+static StatusOr<plan::KernelFiles>
+writeKernels(const std::string &outDir, const GeneratedKernels &kernels) {
+  const std::string dir = joinPath(outDir, "kernels");
+  if (std::error_code error = llvm::sys::fs::create_directories(dir))
+    return invalidArgument("cannot create " + dir + ": " + error.message());
+  plan::KernelFiles files;
+  files.source = "kernels/fused.cu";
+  files.cubins[kernels.arch] = "kernels/fused." + kernels.arch + ".cubin";
+  files.ptx = "kernels/fused.ptx";
+  files.ptxArch = kernels.ptxArch;
+  const std::pair<std::string, const std::string *> outputs[] = {
+      {files.source, &kernels.source},
+      {files.cubins[kernels.arch], &kernels.cubin},
+      {files.ptx, &kernels.ptx}};
+  for (const auto &[name, bytes] : outputs) {
+    const std::string path = joinPath(outDir, name);
+    std::error_code error;
+    llvm::raw_fd_ostream os(path, error);
+    if (error)
+      return invalidArgument("cannot write " + path + ": " + error.message());
+    os << *bytes;
+    os.close();
+    if (os.has_error())
+      return dataLoss("error writing " + path + ": " + os.error().message());
+  }
+  return files;
+}
+
 StatusOr<plan::ModelInfo> readModelInfo(mlir::ModuleOp module) {
   auto dict = module->getAttrOfType<mlir::DictionaryAttr>(
       mlir::infer::InferDialect::kModelAttrName);
@@ -148,6 +177,13 @@ Status writeArtifact(const std::string &outDir,
   }
   manifest.numRanks = contents.plan->numRanks;
   manifest.targets = {contents.options.target};
+  if (contents.kernels) {
+    manifest.targets.push_back(contents.kernels->arch);
+    manifest.targets.push_back(contents.kernels->ptxArch);
+    INFER_ASSIGN_OR_RETURN(manifest.kernels,
+                           writeKernels(outDir, *contents.kernels));
+    manifest.compileOptions["cuda_arch"] = contents.kernels->arch;
+  }
   manifest.kvCache = contents.plan->kvCache;
   manifest.weightsDir = contents.modelDir;
   INFER_ASSIGN_OR_RETURN(

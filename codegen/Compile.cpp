@@ -4,6 +4,8 @@
 
 #include "codegen/Artifact.h"
 #include "codegen/PlanLowering.h"
+#include "codegen/cuda/CudaEmitter.h"
+#include "codegen/cuda/Nvrtc.h"
 #include "frontend/ImportHF.h"
 #include "passes/Passes.h"
 #include "runtime/safetensors/Safetensors.h"
@@ -100,11 +102,27 @@ std::string absolutePath(const std::string &path) {
   return std::string(absolute);
 }
 
+/// "sm_90a" -> "compute_90": the virtual architecture of a real one.
+std::string virtualArchOf(llvm::StringRef arch) {
+  return ("compute_" + arch.drop_front(3).rtrim("af")).str();
+}
+
 Status checkOptions(const CompileOptions &options) {
-  if (options.target == "cuda")
-    return unimplemented("target 'cuda' is not yet supported by the "
-                         "compiler (supported: cpu)");
-  if (options.target != "cpu")
+  if (options.target == "cuda") {
+    std::string why;
+    if (!nvrtcAvailable(&why))
+      return unimplemented("target 'cuda' compiles the generated kernels "
+                           "with NVRTC: " +
+                           why + " (use --target cpu)");
+    llvm::StringRef arch = options.cudaArch;
+    if (!arch.starts_with("sm_") ||
+        arch.drop_front(3).rtrim("af").find_first_not_of("0123456789") !=
+            llvm::StringRef::npos ||
+        arch.size() < 5)
+      return invalidArgument("CUDA architecture '" + options.cudaArch +
+                             "' is not of the form sm_XY (e.g. sm_90a)");
+  }
+  if (options.target != "cpu" && options.target != "cuda")
     return invalidArgument("unknown target '" + options.target +
                            "' (supported: cpu, cuda)");
   if (options.tp < 1)
@@ -195,12 +213,31 @@ Status compileModel(const std::string &modelDir, const std::string &outDir,
     return diagnostics.failure(StatusCode::kInternal, "cannot lower to a plan")
         .withContext("lowering " + modelDir + " to a plan");
 
+  GeneratedKernels kernels;
+  if (options.target == "cuda") {
+    StatusOr<std::vector<FusedKernel>> fused = assignFusedKernels(*plan);
+    if (!fused.isOk())
+      return fused.status().withContext("generating CUDA kernels");
+    kernels.source = emitCudaUnit(*fused);
+    kernels.arch = options.cudaArch;
+    kernels.ptxArch = virtualArchOf(options.cudaArch);
+    StatusOr<CudaBinaries> binaries = compileCuda(
+        kernels.source, "kernels/fused.cu", kernels.arch, kernels.ptxArch);
+    if (!binaries.isOk())
+      return binaries.status().withContext("compiling the generated kernels "
+                                           "of " +
+                                           modelDir);
+    kernels.cubin = std::move(binaries->cubin);
+    kernels.ptx = std::move(binaries->ptx);
+  }
+
   ArtifactContents contents;
   contents.modelDir = weightsDir;
   contents.options = options;
   contents.program = *module;
   contents.plan = &*plan;
   contents.tensorFiles = &*tensorFiles;
+  contents.kernels = options.target == "cuda" ? &kernels : nullptr;
   return writeArtifact(outDir, contents)
       .withContext("writing artifact " + outDir);
 }

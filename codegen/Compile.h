@@ -18,6 +18,10 @@ namespace infer::compiler {
 
 struct CompileOptions {
   std::string target = "cpu"; ///< "cpu" or "cuda"
+  /// Target "cuda": the real GPU architecture the generated kernels are
+  /// compiled for; PTX for its virtual architecture (sm_90a -> compute_90)
+  /// goes along for other GPUs.
+  std::string cudaArch = "sm_90a";
   int64_t blockSize = 16;
   /// Run infer-fuse in the deploy pipeline.
   bool fuse = true;
@@ -39,7 +43,8 @@ struct CompileOptions {
 Status importModel(const std::string &modelDir, const std::string &outPath);
 
 /// HF model directory -> artifact directory (manifest.json, program.mlir,
-/// plan.json, tokenizer files). Diagnostics become the Status message.
+/// plan.json, tokenizer files; kernels/ for target "cuda"). Diagnostics
+/// become the Status message.
 Status compileModel(const std::string &modelDir, const std::string &outDir,
                     const CompileOptions &options);
 

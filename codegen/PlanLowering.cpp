@@ -435,51 +435,11 @@ mlir::LogicalResult PlanLowering::lowerCacheUpdate(mlir::Operation *op,
   return mlir::success();
 }
 
-/// Numbers the body's values as registers (block arguments first, then one
-/// per op) and records each op as an instruction of the step's program.
 mlir::LogicalResult PlanLowering::lowerFused(mlir::infer::FusedOp op) {
-  mlir::Block &block = op.getBody().front();
-  plan::FusedBody body;
-  body.numInputs = static_cast<int>(block.getNumArguments());
-  llvm::DenseMap<mlir::Value, int> registers;
-  for (mlir::BlockArgument arg : block.getArguments())
-    registers[arg] = static_cast<int>(arg.getArgNumber());
-  for (mlir::Operation &inner : block.without_terminator()) {
-    std::optional<plan::ElementwiseOp> kind =
-        llvm::TypeSwitch<mlir::Operation *, std::optional<plan::ElementwiseOp>>(
-            &inner)
-            .Case<mlir::infer::AddOp>(
-                [](auto) { return plan::ElementwiseOp::kAdd; })
-            .Case<mlir::infer::MulOp>(
-                [](auto) { return plan::ElementwiseOp::kMul; })
-            .Case<mlir::infer::SiluOp>(
-                [](auto) { return plan::ElementwiseOp::kSilu; })
-            .Case<mlir::infer::SiluMulOp>(
-                [](auto) { return plan::ElementwiseOp::kSiluMul; })
-            .Case<mlir::infer::GeluOp>(
-                [](mlir::infer::GeluOp gelu)
-                    -> std::optional<plan::ElementwiseOp> {
-                  if (gelu.getApproximate() != "tanh")
-                    return std::nullopt;
-                  return plan::ElementwiseOp::kGeluTanh;
-                })
-            .Default([](mlir::Operation *) { return std::nullopt; });
-    if (!kind)
-      return inner.emitError() << "has no elementwise op in plan format "
-                               << plan::kPlanFormatVersion;
-    plan::FusedInstruction instruction;
-    instruction.op = *kind;
-    for (mlir::Value operand : inner.getOperands())
-      instruction.args.push_back(registers.lookup(operand));
-    registers[inner.getResult(0)] = body.numRegisters();
-    body.instructions.push_back(std::move(instruction));
-  }
-  for (mlir::Value yielded : block.getTerminator()->getOperands())
-    body.yields.push_back(registers.lookup(yielded));
-
-  if (mlir::failed(lowerStep(op, "fused")))
+  FailureOr<plan::FusedBody> body = fusedBodyOf(op);
+  if (mlir::failed(body) || mlir::failed(lowerStep(op, "fused")))
     return mlir::failure();
-  plan::setFusedBody(body, rank.steps.back());
+  plan::setFusedBody(*body, rank.steps.back());
   return mlir::success();
 }
 
@@ -584,6 +544,51 @@ plan::RankPlan PlanLowering::specializeRank(int rankIndex) const {
 }
 
 } // namespace
+
+/// Numbers the body's values as registers (block arguments first, then one
+/// per op) and records each op as an instruction of the step's program.
+FailureOr<plan::FusedBody> fusedBodyOf(mlir::infer::FusedOp op) {
+  mlir::Block &block = op.getBody().front();
+  plan::FusedBody body;
+  body.numInputs = static_cast<int>(block.getNumArguments());
+  llvm::DenseMap<mlir::Value, int> registers;
+  for (mlir::BlockArgument arg : block.getArguments())
+    registers[arg] = static_cast<int>(arg.getArgNumber());
+  for (mlir::Operation &inner : block.without_terminator()) {
+    std::optional<plan::ElementwiseOp> kind =
+        llvm::TypeSwitch<mlir::Operation *, std::optional<plan::ElementwiseOp>>(
+            &inner)
+            .Case<mlir::infer::AddOp>(
+                [](auto) { return plan::ElementwiseOp::kAdd; })
+            .Case<mlir::infer::MulOp>(
+                [](auto) { return plan::ElementwiseOp::kMul; })
+            .Case<mlir::infer::SiluOp>(
+                [](auto) { return plan::ElementwiseOp::kSilu; })
+            .Case<mlir::infer::SiluMulOp>(
+                [](auto) { return plan::ElementwiseOp::kSiluMul; })
+            .Case<mlir::infer::GeluOp>(
+                [](mlir::infer::GeluOp gelu)
+                    -> std::optional<plan::ElementwiseOp> {
+                  if (gelu.getApproximate() != "tanh")
+                    return std::nullopt;
+                  return plan::ElementwiseOp::kGeluTanh;
+                })
+            .Default([](mlir::Operation *) { return std::nullopt; });
+    if (!kind)
+      return inner.emitError() << "has no elementwise op in plan format "
+                               << plan::kPlanFormatVersion;
+    plan::FusedInstruction instruction;
+    instruction.op = *kind;
+    for (mlir::Value operand : inner.getOperands())
+      instruction.args.push_back(registers.lookup(operand));
+    registers[inner.getResult(0)] = body.numRegisters();
+    body.instructions.push_back(std::move(instruction));
+  }
+  for (mlir::Value yielded : block.getTerminator()->getOperands())
+    body.yields.push_back(registers.lookup(yielded));
+
+  return body;
+}
 
 FailureOr<plan::Plan> lowerToPlan(mlir::ModuleOp module,
                                   const TensorFileMap &tensorFiles) {

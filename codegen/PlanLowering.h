@@ -9,6 +9,8 @@
 #ifndef INFER_CODEGEN_PLANLOWERING_H
 #define INFER_CODEGEN_PLANLOWERING_H
 
+#include "ir/InferOps.h"
+#include "runtime/plan/FusedBody.h"
 #include "runtime/plan/Plan.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -29,6 +31,10 @@ using TensorFileMap = std::map<std::string, std::string>;
 /// (notably `infer.attention`: the paging pass has not run).
 mlir::FailureOr<plan::Plan> lowerToPlan(mlir::ModuleOp module,
                                         const TensorFileMap &tensorFiles);
+
+/// The register program of an `infer.fused` region, as a `fused` step
+/// carries it; an error on an op the plan format has no elementwise op for.
+mlir::FailureOr<plan::FusedBody> fusedBodyOf(mlir::infer::FusedOp op);
 
 } // namespace infer::compiler
 

@@ -46,3 +46,6 @@ llvm_config.add_tool_substitutions(
 
 if config.infer_enable_cuda:
     config.available_features.add("cuda")
+# `infer compile --target cuda` compiles the generated kernels with NVRTC.
+if config.infer_has_nvrtc:
+    config.available_features.add("nvrtc")

@@ -13,6 +13,9 @@ namespace mlir::infer {
 /// Registers `test-infer-print-memory-plan`.
 void registerTestPrintMemoryPlanPass();
 
+/// Registers `test-infer-emit-cuda`.
+void registerTestEmitCudaPass();
+
 } // namespace mlir::infer
 
 #endif // INFER_PASSES_TEST_TESTPASSES_H

@@ -22,6 +22,7 @@ int main(int argc, char **argv) {
   mlir::infer::registerInferPasses();
   mlir::infer::registerInferPipelines();
   mlir::infer::registerTestPrintMemoryPlanPass();
+  mlir::infer::registerTestEmitCudaPass();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "infer optimizer driver\n", registry));
 }

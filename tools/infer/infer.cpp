@@ -116,6 +116,7 @@ Status runCompile(const ParsedArgs &args) {
 #ifdef INFER_HAS_COMPILER
   compiler::CompileOptions options;
   options.target = target;
+  options.cudaArch = args.get("--cuda-arch", options.cudaArch);
   options.blockSize = blockSize;
   options.fuse = !args.has("--no-fuse");
   options.planMemory = !args.has("--no-plan-memory");
@@ -715,11 +716,17 @@ std::vector<Command> commands() {
        runImport},
       {"compile",
        "usage: infer compile MODEL_DIR -o ARTIFACT_DIR [--target cpu|cuda]\n"
+       "                     [--cuda-arch sm_90a]\n"
        "                     [--block-size 16] [--no-fuse] [--no-plan-memory]\n"
        "                     [--tp 1] [--sink-tokens 4 --window N]\n"
        "                     [--estimate-memory [--gpu-memory 80GiB]]\n"
        "                     [--mlir-print-ir-after-all]\n\n"
        "Compiles a Hugging Face model directory into an artifact directory.\n"
+       "--target cuda also generates one CUDA kernel per fused elementwise\n"
+       "region (kernels/fused.cu), compiled with NVRTC to a cubin for\n"
+       "--cuda-arch (default sm_90a) and to PTX for other GPUs; no GPU is\n"
+       "needed. Artifacts of either target run on both backends (the cuda\n"
+       "backend interprets fused regions that have no generated kernel).\n"
        "--no-fuse leaves out infer-fuse (merged projections, fused norms,\n"
        "activations and cache writes, elementwise regions).\n"
        "--no-plan-memory gives every activation its own memory instead of a\n"
@@ -739,6 +746,7 @@ std::vector<Command> commands() {
        "in --gpu-memory (default 80GiB, 90% usable, bf16 KV cache).\n",
        {output,
         {"--target"},
+        {"--cuda-arch"},
         {"--block-size"},
         {"--no-fuse", false},
         {"--no-plan-memory", false},

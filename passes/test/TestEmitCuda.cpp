@@ -1,0 +1,69 @@
+//===- TestEmitCuda.cpp - prints the CUDA C++ of infer.fused regions ------===//
+//
+// `test-infer-emit-cuda` prints the translation unit `infer compile --target
+// cuda` would generate for the module's `infer.fused` regions, in program
+// order (equal bodies share one kernel), so lit tests can FileCheck the
+// emitted code from small functions instead of whole models.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/PlanLowering.h"
+#include "codegen/cuda/CudaEmitter.h"
+#include "passes/test/TestPasses.h"
+
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <numeric>
+
+using namespace mlir;
+using namespace mlir::infer;
+
+namespace {
+
+struct TestEmitCudaPass
+    : PassWrapper<TestEmitCudaPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(TestEmitCudaPass)
+
+  StringRef getArgument() const final { return "test-infer-emit-cuda"; }
+  StringRef getDescription() const final {
+    return "Prints the generated CUDA C++ of the module's infer.fused regions";
+  }
+
+  void runOnOperation() override {
+    // Each region becomes a `fused` step of a one-rank plan, as plan lowering
+    // makes it, so the kernels are named and shared as in an artifact.
+    ::infer::plan::Plan plan;
+    plan.ranks.emplace_back();
+    WalkResult walk = getOperation().walk([&](FusedOp op) {
+      FailureOr<::infer::plan::FusedBody> body =
+          ::infer::compiler::fusedBodyOf(op);
+      if (failed(body))
+        return WalkResult::interrupt();
+      ::infer::plan::Step step;
+      step.op = "fused";
+      step.operands.resize(body->numInputs);
+      std::iota(step.operands.begin(), step.operands.end(), 0);
+      step.results.resize(body->yields.size());
+      ::infer::plan::setFusedBody(*body, step);
+      plan.ranks[0].steps.push_back(std::move(step));
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return signalPassFailure();
+    ::infer::StatusOr<std::vector<::infer::compiler::FusedKernel>> kernels =
+        ::infer::compiler::assignFusedKernels(plan);
+    if (!kernels.isOk()) {
+      getOperation().emitError() << kernels.status().message();
+      return signalPassFailure();
+    }
+    llvm::outs() << ::infer::compiler::emitCudaUnit(*kernels);
+  }
+};
+
+} // namespace
+
+void mlir::infer::registerTestEmitCudaPass() {
+  PassRegistration<TestEmitCudaPass>();
+}
