@@ -14,12 +14,14 @@
 #                                        llama3-8b DIR --header-only)
 # It builds with NCCL, runs the CUDA tests (the tensor-parallel ones
 # included), checks the CLI on a tp=2 artifact, then times Llama-3-8B decode
-# (random weights) at tp=1 and tp=2 with infer-cuda-bench. Logs go to $OUT;
-# a short table is printed last.
+# (random weights) at tp=1 and tp=2 with infer-cuda-bench. SRC names another
+# source tree than the current directory (e.g. `git archive HEAD`). Logs go
+# to $OUT; a short table is printed last.
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
 ROOT=$PWD
+SRC=${SRC:-$ROOT}
 D=$ROOT/.deps
 TP=$ROOT/.gpu-tp
 OUT=${OUT:-/tmp/tp-check}
@@ -31,7 +33,7 @@ mkdir -p "$OUT" "$D/pkgconfig" "$D/icu"
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
 nvidia-smi topo -m 2>/dev/null | head -4
 # The full random Llama-3-8B checkpoint, drawn while the build runs.
-python3 bench/random_checkpoint.py llama3-8b /tmp/l8b >"$OUT/ckpt.log" 2>&1 &
+python3 "$SRC/bench/random_checkpoint.py" llama3-8b /tmp/l8b >"$OUT/ckpt.log" 2>&1 &
 CKPT=$!
 
 # NCCL: the toolkit's, else PyTorch's pip package (header from .gpu-tp).
@@ -48,7 +50,7 @@ printf 'Name: libpcre2-8\nDescription: PCRE2\nVersion: 10.42\nLibs: -L%s/lib -lp
 printf 'Name: icu-uc\nDescription: ICU\nVersion: 74.2\nLibs: -L%s/icu -licuuc\nCflags: -I%s/include\n' "$D" "$D" >"$D/pkgconfig/icu-uc.pc"
 export PKG_CONFIG_PATH=$D/pkgconfig
 PKG=$(command -v pkg-config || echo "$D/bin/pkg-config")
-cmake -G Ninja -S "$ROOT" -B "$BUILD" -DINFER_ENABLE_COMPILER=OFF \
+cmake -G Ninja -S "$SRC" -B "$BUILD" -DINFER_ENABLE_COMPILER=OFF \
   -DINFER_FIXTURES_DIR="$TP/fixtures" -Dnlohmann_json_DIR="$D/cmake" \
   -DGTEST_ROOT="$D" -DPKG_CONFIG_EXECUTABLE="$PKG" \
   -DNCCL_INCLUDE_DIR="$NCCL_INC" -DNCCL_LIBRARY="$NCCL_LIB" \
