@@ -138,7 +138,11 @@ cudaError_t launchRopeKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims,
 
 /// Causal attention of q[t, h*d] over the cached keys and values of each
 /// sequence (query i of sequence s at position
-/// context_lens[s] - new_tokens(s) + i); writes out[t, h*d].
+/// context_lens[s] - new_tokens(s) + i); writes out[t, h*d]. When the batch
+/// has more tokens than sequences and launchPrefillAttention supports the
+/// shape, the rows of sequences with two or more new tokens go to it (bf16
+/// q and probabilities, ~1e-3 relative error) and the rest to the fp32
+/// kernel; the batch stays on the device either way.
 cudaError_t launchPagedAttention(const float *q, const __nv_bfloat16 *pool,
                                  CacheDims dims, AttentionDims attention,
                                  const int32_t *blockTables,
@@ -146,6 +150,22 @@ cudaError_t launchPagedAttention(const float *q, const __nv_bfloat16 *pool,
                                  const int32_t *contextLens,
                                  const int32_t *queryStartLoc, int64_t numSeqs,
                                  int64_t t, float *out, cudaStream_t stream);
+
+/// Whether launchPrefillAttention takes this shape on the current device:
+/// head_dim 64 or 128, whole groups of heads per kv head, sm_80 or newer.
+bool prefillAttentionSupports(const AttentionDims &attention);
+
+/// launchPagedAttention's function on tensor cores (FlashAttention-2,
+/// mma.sync bf16, fp32 softmax) for the rows of the sequences with two or
+/// more new tokens; the rows of other sequences are left unwritten.
+cudaError_t launchPrefillAttention(const float *q, const __nv_bfloat16 *pool,
+                                   CacheDims dims, AttentionDims attention,
+                                   const int32_t *blockTables,
+                                   int64_t maxBlocksPerSeq,
+                                   const int32_t *contextLens,
+                                   const int32_t *queryStartLoc,
+                                   int64_t numSeqs, int64_t t, float *out,
+                                   cudaStream_t stream);
 
 } // namespace infer::cuda
 

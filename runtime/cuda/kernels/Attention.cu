@@ -13,7 +13,10 @@
 // Warp w visits the keys w, w+16, ...; each lane holds head_dim/32 dimensions
 // of q, of the running output and of every key/value it reads, and keeps
 // an online softmax (running max and sum); the warps merge at the end.
-// Prefill (many tokens of a sequence) and decode (one) are the same launch.
+// It serves every row of a batch, or, when launchPrefillAttention
+// (PrefillAttention.cu) takes the rows of sequences with two or more new
+// tokens, only the decode rows: one block per (sequence, head), exiting
+// unless the sequence has exactly one new token.
 //
 //===----------------------------------------------------------------------===//
 
@@ -87,22 +90,30 @@ __global__ void __launch_bounds__(kWarps * 32)
                          const int32_t *blockTables, int64_t maxBlocksPerSeq,
                          const int32_t *contextLens,
                          const int32_t *queryStartLoc, int64_t numSeqs,
-                         float *out) {
-  const int64_t token = blockIdx.x;
+                         bool decodeRowsOnly, float *out) {
   const int head = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int d = a.headDim;
 
-  // The sequence of this token: the last s with query_start_loc[s] <= token.
-  int64_t lo = 0, hi = numSeqs - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (queryStartLoc[mid] <= token)
-      lo = mid;
-    else
-      hi = mid - 1;
+  int64_t token, seq;
+  if (decodeRowsOnly) {
+    seq = blockIdx.x;
+    token = queryStartLoc[seq];
+    if (queryStartLoc[seq + 1] - token != 1)
+      return;
+  } else {
+    // The sequence of this token: the last s with query_start_loc[s] <= token.
+    token = blockIdx.x;
+    int64_t lo = 0, hi = numSeqs - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (queryStartLoc[mid] <= token)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    seq = lo;
   }
-  const int64_t seq = lo;
   const int64_t newTokens = queryStartLoc[seq + 1] - queryStartLoc[seq];
   const int64_t position =
       contextLens[seq] - newTokens + (token - queryStartLoc[seq]);
@@ -225,11 +236,24 @@ cudaError_t launchPagedAttention(const float *q, const __nv_bfloat16 *pool,
     return cudaSuccess;
   if (attention.headDim > kMaxHeadDim || attention.numHeads > 65535)
     return cudaErrorInvalidValue;
-  dim3 grid(static_cast<unsigned>(t),
+  // A batch of more tokens than sequences has prefill rows: they go to the
+  // tensor-core kernel where it supports the shape, the decode rows to one
+  // block per (sequence, head). Both launches read the batch on the device.
+  const bool prefillRows = t > numSeqs && prefillAttentionSupports(attention) &&
+                           attention.headDim == dims.headDim &&
+                           attention.numKVHeads == dims.numKVHeads;
+  if (prefillRows) {
+    const cudaError_t status = launchPrefillAttention(
+        q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
+        queryStartLoc, numSeqs, t, out, stream);
+    if (status != cudaSuccess)
+      return status;
+  }
+  dim3 grid(static_cast<unsigned>(prefillRows ? numSeqs : t),
             static_cast<unsigned>(attention.numHeads));
   pagedAttentionKernel<<<grid, kWarps * 32, 0, stream>>>(
       q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
-      queryStartLoc, numSeqs, out);
+      queryStartLoc, numSeqs, prefillRows, out);
   return cudaGetLastError();
 }
 

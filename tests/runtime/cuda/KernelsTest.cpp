@@ -577,7 +577,10 @@ TEST_F(CudaKernelsTest, KVCacheWriteAndPagedAttention) {
             " d=" + std::to_string(c.headDim) +
             " window=" + std::to_string(c.window) + " T=" + std::to_string(t),
         err);
-    EXPECT_LT(err, kF32Tol);
+    // Batches with prefill rows take the tensor-core kernel where it supports
+    // the shape: bf16 q and probabilities (PrefillAttentionTest covers it).
+    const bool tensorCores = t > b && cuda::prefillAttentionSupports(a);
+    EXPECT_LT(err, tensorCores ? 1e-2 : kF32Tol);
   }
 }
 

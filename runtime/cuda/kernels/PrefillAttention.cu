@@ -1,0 +1,386 @@
+//===- PrefillAttention.cu - Tensor-core attention of prefill rows --------===//
+//
+// FlashAttention-2 over the paged bf16 pool for the queries of sequences with
+// two or more new tokens (prefill and chunked-prefill rows of a batch); the
+// decode rows stay with pagedAttentionKernel (Attention.cu).
+//
+// One thread block of 4 warps per (tile of 64 rows, kv head). The rows of a
+// sequence are its (query, head of the kv head's group) pairs, query-major:
+//
+//   row f of the sequence = query f / group, head kvHead * group + f % group
+//
+// so the heads sharing a kv head read each K/V tile once (GQA/MQA), and a
+// tile of a sequence with few new tokens still fills the MMA rows. Warp w
+// owns rows 16w .. 16w+15. Each step moves 64 keys through shared memory
+// (cp.async, rows XOR-swizzled in 16-byte chunks so ldmatrix is conflict
+// free) and computes
+//
+//   S = Q K^T        mma.sync m16n8k16 bf16, Q fragments kept in registers
+//   online softmax   fp32, base 2, running max and sum per row
+//   O += P V         P re-packed from the S accumulators as bf16 A fragments
+//
+// with the V load overlapping Q K^T and the next K load overlapping P V.
+//
+// Tiles of the flat batch: sequence s owns the grid indices
+//   [qsl[s] * group / 64 + s, qsl[s + 1] * group / 64 + s + 1)
+// (at least ceil(new_tokens * group / 64) of them), so a block finds its
+// sequence by binary search on the device and the launch needs no host copy
+// of the batch: it can be captured in a CUDA graph. Blocks run in reverse
+// order, the longest (last, causal) tiles first.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/Kernels.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace infer::cuda {
+
+namespace {
+
+constexpr int kRows = 64;
+constexpr int kKeys = 64;
+constexpr int kThreads = 128;
+
+__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ uint32_t sharedAddress(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16 bytes global -> shared; bytes = 0 fills zeros and reads nothing.
+__device__ __forceinline__ void copyAsync16(uint32_t dst, const void *src,
+                                            int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(bytes));
+}
+
+__device__ __forceinline__ void copyAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+__device__ __forceinline__ void copyAsyncWaitAll() {
+  asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+__device__ __forceinline__ void ldmatrixX4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrixX4Trans(uint32_t (&r)[4],
+                                                uint32_t addr) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, "
+      "[%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(addr));
+}
+
+/// c += a * b, m16n8k16, bf16 operands, fp32 accumulators.
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4],
+                                    uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// Element offset of 16-byte chunk `chunk` of tile row `row`.
+template <int D> __device__ __forceinline__ int swizzled(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) * 8);
+}
+
+__device__ __forceinline__ int64_t poolOffset(CacheDims d, int64_t slot,
+                                              int layer, int kv) {
+  const int64_t slotElements = int64_t(d.numKVHeads) * d.headDim;
+  const int64_t block = slot / d.blockSize, inBlock = slot % d.blockSize;
+  return ((block * d.numLayers + layer) * 2 + kv) * d.blockSize * slotElements +
+         inBlock * slotElements;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    prefillAttentionKernel(const float *q, const __nv_bfloat16 *pool,
+                           CacheDims dims, AttentionDims a,
+                           const int32_t *blockTables, int64_t maxBlocksPerSeq,
+                           const int32_t *contextLens,
+                           const int32_t *queryStartLoc, int64_t numSeqs,
+                           float *out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int kChunks = D / 8; // 16-byte chunks of a key row
+  constexpr int kSteps = D / 16; // k-steps of Q K^T
+  constexpr int kRowStep = kThreads / kChunks;
+  __shared__ __align__(128) __nv_bfloat16 kTile[kKeys * D];
+  __shared__ __align__(128) __nv_bfloat16 vTile[kKeys * D];
+
+  const int group = a.numHeads / a.numKVHeads;
+  const int kvHead = blockIdx.y;
+  const int64_t tile = int64_t(gridDim.x) - 1 - blockIdx.x;
+  int64_t lo = 0, hi = numSeqs - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (int64_t(queryStartLoc[mid]) * group / kRows + mid <= tile)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int64_t seq = lo;
+  const int64_t seqStart = queryStartLoc[seq];
+  const int64_t newTokens = queryStartLoc[seq + 1] - seqStart;
+  if (newTokens < 2)
+    return;
+  const int64_t flatBegin =
+      (tile - (seqStart * group / kRows + seq)) * int64_t(kRows);
+  const int64_t flatCount = newTokens * group;
+  if (flatBegin >= flatCount)
+    return;
+  const int64_t flatLast =
+      (flatBegin + kRows < flatCount ? flatBegin + kRows : flatCount) - 1;
+  const int64_t firstPos = contextLens[seq] - newTokens;
+  const int64_t posLo = firstPos + flatBegin / group;
+  const int64_t posHi = firstPos + flatLast / group;
+  const int window = a.slidingWindow;
+  const int64_t keyBegin =
+      window > 0 && posLo - window + 1 > 0 ? posLo - window + 1 : 0;
+  const int64_t keyEnd = posHi + 1;
+  const int32_t *table = blockTables + seq * maxBlocksPerSeq;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int quad = lane % 4;
+
+  // K or V rows keyStart .. keyStart+63 of this kv head into `tile`; rows at
+  // or past keyEnd are zeros (their scores are masked, their P is 0).
+  const int chunk = tid % kChunks;
+  auto loadTile = [&](__nv_bfloat16 *dst, int kv, int64_t keyStart) {
+#pragma unroll
+    for (int r = tid / kChunks; r < kKeys; r += kRowStep) {
+      // Positions fit in int32 (context_lens do): 32-bit division.
+      const int j = static_cast<int>(keyStart) + r;
+      const __nv_bfloat16 *src = pool;
+      int bytes = 0;
+      if (j < keyEnd) {
+        const int64_t slot =
+            int64_t(table[j / dims.blockSize]) * dims.blockSize +
+            j % dims.blockSize;
+        src = pool + poolOffset(dims, slot, a.layer, kv) + int64_t(kvHead) * D +
+              chunk * 8;
+        bytes = 16;
+      }
+      copyAsync16(sharedAddress(dst + swizzled<D>(r, chunk)), src, bytes);
+    }
+    copyAsyncCommit();
+  };
+  loadTile(kTile, 0, keyBegin);
+
+  // This thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16).
+  int64_t pos[2];
+  const float *qRow[2];
+  bool valid[2];
+  float *outRow[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int64_t flat = flatBegin + warp * 16 + lane / 4 + 8 * i;
+    valid[i] = flat <= flatLast;
+    const int64_t query = flat / group;
+    pos[i] = firstPos + query;
+    const int64_t head = int64_t(kvHead) * group + flat % group;
+    const int64_t offset = ((seqStart + query) * a.numHeads + head) * D;
+    qRow[i] = q + offset;
+    outRow[i] = out + offset;
+  }
+  uint32_t qFrag[kSteps][4];
+#pragma unroll
+  for (int k = 0; k < kSteps; ++k)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float2 v = make_float2(0.0f, 0.0f);
+        if (valid[i])
+          v = *reinterpret_cast<const float2 *>(qRow[i] + k * 16 + half * 8 +
+                                                quad * 2);
+        qFrag[k][half * 2 + i] = packBf16(v.x, v.y);
+      }
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[n][e] = 0.0f;
+  float rowMax[2] = {-INFINITY, -INFINITY}, rowSum[2] = {0.0f, 0.0f};
+  const float scaleLog2 = a.scale * 1.4426950408889634f;
+
+  // ldmatrix lane roles: matrix lane / 8, its row lane % 8.
+  const int ldMatrix = lane / 8, ldRow = lane % 8;
+  const uint32_t kBase = sharedAddress(kTile), vBase = sharedAddress(vTile);
+
+  for (int64_t keyStart = keyBegin; keyStart < keyEnd; keyStart += kKeys) {
+    copyAsyncWaitAll();
+    __syncthreads();
+    loadTile(vTile, 1, keyStart);
+
+    float s[kKeys / 8][4];
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[n][e] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k)
+#pragma unroll
+      for (int np = 0; np < kKeys / 16; ++np) {
+        uint32_t b[4];
+        const int row = np * 16 + ldRow + (ldMatrix / 2) * 8;
+        ldmatrixX4(b, kBase + 2 * swizzled<D>(row, k * 2 + ldMatrix % 2));
+        mma(s[2 * np], qFrag[k], b[0], b[1]);
+        mma(s[2 * np + 1], qFrag[k], b[2], b[3]);
+      }
+
+    copyAsyncWaitAll();
+    __syncthreads();
+    if (keyStart + kKeys < keyEnd)
+      loadTile(kTile, 0, keyStart + kKeys);
+
+    // Causal and window masks, needed only where the tile crosses them.
+    const bool mask = keyStart + kKeys - 1 > posLo ||
+                      (window > 0 && keyStart <= posHi - window);
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[n][e] * scaleLog2;
+        if (mask) {
+          const int64_t key = keyStart + n * 8 + quad * 2 + (e & 1);
+          const int64_t p = pos[e / 2];
+          if (key > p || (window > 0 && key <= p - window))
+            x = -INFINITY;
+        }
+        s[n][e] = x;
+      }
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float m = rowMax[i];
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n)
+        m = fmaxf(m, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      // A row with no visible key yet keeps max -inf; exponents use 0.
+      const float base = m == -INFINITY ? 0.0f : m;
+      const float correction = exp2f(rowMax[i] - base);
+      rowMax[i] = m;
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+        s[n][2 * i] = exp2f(s[n][2 * i] - base);
+        s[n][2 * i + 1] = exp2f(s[n][2 * i + 1] - base);
+        sum += s[n][2 * i] + s[n][2 * i + 1];
+      }
+      rowSum[i] = rowSum[i] * correction + sum;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        acc[n][2 * i] *= correction;
+        acc[n][2 * i + 1] *= correction;
+      }
+    }
+
+#pragma unroll
+    for (int k = 0; k < kKeys / 16; ++k) {
+      const uint32_t p[4] = {packBf16(s[2 * k][0], s[2 * k][1]),
+                             packBf16(s[2 * k][2], s[2 * k][3]),
+                             packBf16(s[2 * k + 1][0], s[2 * k + 1][1]),
+                             packBf16(s[2 * k + 1][2], s[2 * k + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        const int row = k * 16 + ldRow + (ldMatrix % 2) * 8;
+        ldmatrixX4Trans(b, vBase + 2 * swizzled<D>(row, dp * 2 + ldMatrix / 2));
+        mma(acc[2 * dp], p, b[0], b[1]);
+        mma(acc[2 * dp + 1], p, b[2], b[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float sum = rowSum[i];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (!valid[i])
+      continue;
+    const float inv = 1.0f / sum;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2 *>(outRow[i] + n * 8 + quad * 2) =
+          make_float2(acc[n][2 * i] * inv, acc[n][2 * i + 1] * inv);
+  }
+#else
+  __trap();
+#endif
+}
+
+template <int D>
+cudaError_t launch(const float *q, const __nv_bfloat16 *pool, CacheDims dims,
+                   AttentionDims attention, const int32_t *blockTables,
+                   int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                   const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
+                   float *out, cudaStream_t stream) {
+  const int64_t group = attention.numHeads / attention.numKVHeads;
+  const int64_t tiles = t * group / kRows + numSeqs;
+  dim3 grid(static_cast<unsigned>(tiles),
+            static_cast<unsigned>(attention.numKVHeads));
+  prefillAttentionKernel<D><<<grid, kThreads, 0, stream>>>(
+      q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
+      queryStartLoc, numSeqs, out);
+  return cudaGetLastError();
+}
+
+} // namespace
+
+bool prefillAttentionSupports(const AttentionDims &attention) {
+  if (attention.headDim != 64 && attention.headDim != 128)
+    return false;
+  if (attention.numKVHeads <= 0 || attention.numKVHeads > 65535 ||
+      attention.numHeads % attention.numKVHeads != 0)
+    return false;
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                             device) != cudaSuccess)
+    return false;
+  return major >= 8;
+}
+
+cudaError_t launchPrefillAttention(const float *q, const __nv_bfloat16 *pool,
+                                   CacheDims dims, AttentionDims attention,
+                                   const int32_t *blockTables,
+                                   int64_t maxBlocksPerSeq,
+                                   const int32_t *contextLens,
+                                   const int32_t *queryStartLoc,
+                                   int64_t numSeqs, int64_t t, float *out,
+                                   cudaStream_t stream) {
+  if (t <= 0 || numSeqs <= 0)
+    return cudaSuccess;
+  if (!prefillAttentionSupports(attention) ||
+      attention.headDim != dims.headDim ||
+      attention.numKVHeads != dims.numKVHeads)
+    return cudaErrorInvalidValue;
+  if (attention.headDim == 64)
+    return launch<64>(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
+                      contextLens, queryStartLoc, numSeqs, t, out, stream);
+  return launch<128>(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
+                     contextLens, queryStartLoc, numSeqs, t, out, stream);
+}
+
+} // namespace infer::cuda
