@@ -57,11 +57,19 @@ struct Logits {
   const float *row(int64_t r) const { return data.data() + r * vocab; }
 };
 
-/// A parameter converted to fp32 on the host, shared between ranks or values
-/// that reference the same source tensor.
+/// A parameter on the host, shared between ranks or values that reference
+/// the same source tensor: converted to fp32, or, quantized at load
+/// (`quantize_fp8_e4m3`), FP8 E4M3 codes with one fp32 scale per row of
+/// dimension 0 and no fp32 copy:
+///
+///   element (i, j) = decodeFp8(fp8Codes[i * cols + j], kE4M3) * rowScales[i]
 struct HostTensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
+  std::vector<uint8_t> fp8Codes;
+  std::vector<float> rowScales;
+
+  bool isFp8() const { return !fp8Codes.empty(); }
 };
 /// Plan value id -> parameter.
 using ParamTable = std::map<int, std::shared_ptr<const HostTensor>>;

@@ -70,9 +70,12 @@ struct PreparedStep {
 };
 
 /// A dense fp32 matrix: owned, borrowed (parameters), or placed in the
-/// workspace (activations the memory plan gave an offset).
+/// workspace (activations the memory plan gave an offset). An FP8 weight
+/// has codes and row scales instead of data (HostTensor::isFp8).
 struct Matrix {
   const float *data = nullptr;
+  const uint8_t *fp8Codes = nullptr;
+  const float *rowScales = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
   std::vector<float> storage;
@@ -104,8 +107,20 @@ public:
     geometry_.numKVHeads = layout.numKVHeads;
     geometry_.headDim = layout.headDim;
     geometry_.blockSize = layout.blockSize;
-    cache_.assign(static_cast<size_t>(numBlocks * geometry_.blockElements()),
-                  0.0f);
+    const auto elements =
+        static_cast<size_t>(numBlocks * geometry_.blockElements());
+    if (layout.dtype == plan::DType::kF32) {
+      cache_.assign(elements, 0.0f);
+      kv_.values = cache_.data();
+    } else {
+      codes_.assign(elements, 0);
+      scalesPerBlock_ = layout.blockScales();
+      scales_.assign(static_cast<size_t>(numBlocks * scalesPerBlock_), 0.0f);
+      kv_.codes = codes_.data();
+      kv_.scales = scales_.data();
+      kv_.format = layout.dtype == plan::DType::kF8E4M3 ? Fp8Format::kE4M3
+                                                        : Fp8Format::kE5M2;
+    }
   }
 
   std::string_view name() const override { return "cpu"; }
@@ -113,13 +128,23 @@ public:
   StatusOr<Logits> forward(const Batch &batch) override;
   Status
   copyBlocks(const std::vector<std::pair<int32_t, int32_t>> &copies) override {
+    // Only the pool's own arrays are non-empty: fp32 values, or fp8 codes
+    // (and E4M3 scales).
+    auto copyBlock = [](auto &pool, int64_t perBlock, int32_t from,
+                        int32_t to) {
+      if (!pool.empty())
+        std::copy_n(pool.begin() + from * perBlock, perBlock,
+                    pool.begin() + to * perBlock);
+    };
     const int64_t n = geometry_.blockElements();
     for (const auto &[from, to] : copies) {
       if (from < 0 || from >= numBlocks_ || to < 0 || to >= numBlocks_)
         return invalidArgument("cpu backend: block copy " +
                                std::to_string(from) + " -> " +
                                std::to_string(to) + " outside the pool");
-      std::copy_n(cache_.begin() + from * n, n, cache_.begin() + to * n);
+      copyBlock(cache_, n, from, to);
+      copyBlock(codes_, n, from, to);
+      copyBlock(scales_, scalesPerBlock_, from, to);
     }
     return Status::ok();
   }
@@ -144,7 +169,13 @@ private:
   int64_t numBlocks_;
   /// The rank's collectives; null for a one-rank plan.
   Communicator *communicator_;
+  /// The KV pool: fp32 values, or fp8 codes and (E4M3) scales; kv_ points
+  /// at whichever this plan's layout uses.
   std::vector<float> cache_;
+  std::vector<uint8_t> codes_;
+  std::vector<float> scales_;
+  int64_t scalesPerBlock_ = 0;
+  KVPool kv_;
   ParamTable params_;
   plan::RankPlan rank_;
   std::vector<const Value *> valueById_;
@@ -184,6 +215,16 @@ Status CpuBackend::prepare(const plan::RankPlan &plan, ParamTable params) {
       if (shape.empty() || shape.size() > 2)
         return invalidArgument("cpu backend: param '" + v.name +
                                "' must be 1-D or 2-D");
+      const bool fp8 = it->second->isFp8();
+      if (fp8 != (v.dtype == plan::DType::kF8E4M3) ||
+          (fp8 &&
+           (it->second->rowScales.size() != size_t(shape[0]) ||
+            it->second->fp8Codes.size() != size_t(shape[0] * shape.back()))))
+        return invalidArgument(
+            "cpu backend: param '" + v.name + "' of dtype " +
+            std::string(plan::dtypeName(v.dtype)) + " was loaded " +
+            (fp8 ? "as fp8 codes and row scales that do not match it"
+                 : "without fp8 codes (quantize_fp8_e4m3)"));
     }
   }
   if (rank.outputs.size() != 1)
@@ -234,6 +275,13 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
       return invalidArgument("cpu backend: " + where + ": operand " +
                              std::to_string(index) +
                              " must be an activation or a param");
+    const bool projectionWeight =
+        index == 1 && (out.op == OpKind::kLinear || out.op == OpKind::kLogits);
+    if (valueById_[step.operands[index]]->dtype == plan::DType::kF8E4M3 &&
+        !projectionWeight)
+      return invalidArgument("cpu backend: " + where + ": operand " +
+                             std::to_string(index) +
+                             " is fp8; only linear and logits weights may be");
     return Status::ok();
   };
   auto withWhere = [&](const Status &s) {
@@ -529,7 +577,11 @@ Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
       bias = in(2).data;
     }
     float *y = result->allocate(x.rows, w.rows);
-    linear(x.data, x.rows, x.cols, w.data, w.rows, bias, y, pool_);
+    if (w.fp8Codes)
+      linearFp8(x.data, x.rows, x.cols, w.fp8Codes, w.rowScales, w.rows, bias,
+                y, pool_);
+    else
+      linear(x.data, x.rows, x.cols, w.data, w.rows, bias, y, pool_);
     return Status::ok();
   }
   case OpKind::kRope: {
@@ -552,7 +604,7 @@ Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
     if (k.cols != geometry_.slotElements() || v.cols != k.cols ||
         k.rows != batch.numTokens() || v.rows != k.rows)
       return mismatch("kv_cache_write keys/values do not match the cache");
-    kvCacheWrite(cache_.data(), geometry_, s.layer, k.data, v.data,
+    kvCacheWrite(kv_, geometry_, s.layer, k.data, v.data,
                  batch.slotMapping.data(), k.rows);
     return Status::ok();
   }
@@ -568,10 +620,9 @@ Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
       return mismatch(
           "paged_attention query does not match num_heads*head_dim");
     float *y = result->allocate(q.rows, q.cols);
-    pagedAttention(q.data, cache_.data(), geometry_, a,
-                   batch.blockTables.data(), batch.maxBlocksPerSeq,
-                   batch.contextLens.data(), batch.queryStartLoc.data(),
-                   batch.numSeqs(), y, pool_);
+    pagedAttention(q.data, kv_, geometry_, a, batch.blockTables.data(),
+                   batch.maxBlocksPerSeq, batch.contextLens.data(),
+                   batch.queryStartLoc.data(), batch.numSeqs(), y, pool_);
     return Status::ok();
   }
   case OpKind::kSilu:
@@ -646,7 +697,7 @@ Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
         s.rope.headDim != geometry_.headDim ||
         static_cast<int64_t>(batch.positions.size()) != k.rows)
       return mismatch("rope_kv_cache_write keys/values do not match the cache");
-    ropeKVCacheWrite(cache_.data(), geometry_, s.layer, k.data, v.data,
+    ropeKVCacheWrite(kv_, geometry_, s.layer, k.data, v.data,
                      batch.slotMapping.data(), batch.positions.data(), k.rows,
                      s.rope, s.ropeInvFreq);
     return Status::ok();
@@ -766,7 +817,12 @@ StatusOr<Logits> CpuBackend::forward(const Batch &batch) {
     if (id < 0 || id >= static_cast<int>(values.size()))
       continue;
     Matrix &m = values[id];
-    m.data = tensor->data.data();
+    if (tensor->isFp8()) {
+      m.fp8Codes = tensor->fp8Codes.data();
+      m.rowScales = tensor->rowScales.data();
+    } else {
+      m.data = tensor->data.data();
+    }
     m.rows = tensor->shape.size() == 2 ? tensor->shape[0] : 1;
     m.cols = tensor->shape.back();
   }
@@ -807,10 +863,12 @@ createCpuBackend(const plan::Plan &plan, int rank, ParamTable params,
   if (layout.layout != "block_layer_kv_slot_head_dim")
     return unimplemented("cpu backend: KV-cache layout '" + layout.layout +
                          "'");
-  if (layout.dtype != plan::DType::kF32)
+  if (layout.dtype != plan::DType::kF32 &&
+      layout.dtype != plan::DType::kF8E5M2 &&
+      layout.dtype != plan::DType::kF8E4M3)
     return unimplemented("cpu backend: KV cache of dtype " +
                          std::string(plan::dtypeName(layout.dtype)) +
-                         " (only f32)");
+                         " (only f32, f8e5m2 and f8e4m3)");
   if (options.numBlocks < 0)
     return invalidArgument("cpu backend: negative number of KV blocks");
   if (plan.numRanks > 1 &&

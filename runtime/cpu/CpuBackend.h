@@ -18,7 +18,8 @@ namespace infer::cpu {
 
 struct CpuBackendOptions {
   /// Blocks in the KV-cache pool (each holds every layer of block_size
-  /// tokens, plan::KVCacheLayout::blockElements() floats).
+  /// tokens, plan::KVCacheLayout::blockElements() floats, or as many fp8
+  /// codes and blockScales() floats).
   int64_t numBlocks = 0;
   /// Worker threads including the caller; 0 = the hardware's.
   int numThreads = 0;
@@ -27,8 +28,9 @@ struct CpuBackendOptions {
 };
 
 /// Checks the plan's rank against what this backend implements (ops,
-/// attributes, parameter shapes, an f32 cache) and allocates the pool.
-/// `params` holds every param value of the rank, converted to fp32.
+/// attributes, parameter shapes, an f32, f8e5m2 or f8e4m3 cache) and
+/// allocates the pool. `params` holds every param value of the rank,
+/// converted to fp32, or as fp8 codes and row scales (f8e4m3 params).
 StatusOr<std::unique_ptr<Backend>>
 createCpuBackend(const plan::Plan &plan, int rank, ParamTable params,
                  const CpuBackendOptions &options);

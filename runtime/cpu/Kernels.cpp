@@ -45,17 +45,25 @@ inline float dot(const float *a, const float *b, int64_t k) {
 }
 } // namespace
 
-void linear(const float *x, int64_t t, int64_t k, const float *w, int64_t n,
-            const float *bias, float *y, ThreadPool &pool) {
+namespace {
+constexpr int64_t kWeightTile = 64;
+
+/// y[T,N] = x[T,K] * w^T (+ bias), where `weightTile(n0, n1, scratch)`
+/// returns rows n0 .. n1 of w (at most kWeightTile), row-major, as fp32.
+template <typename WeightTile>
+void linearTiles(const float *x, int64_t t, int64_t k, int64_t n,
+                 const float *bias, float *y, ThreadPool &pool,
+                 const WeightTile &weightTile) {
   // Columns of y (rows of w) are split across threads; within a thread a
   // tile of w rows stays in cache while every group of 4 x rows passes by.
   constexpr int64_t kRowGroup = 4;
-  constexpr int64_t kWeightTile = 64;
   const int64_t minChunk =
       std::max<int64_t>(8, 65536 / std::max<int64_t>(1, k * t));
   pool.parallelFor(n, minChunk, [&](int64_t nBegin, int64_t nEnd) {
+    std::vector<float> scratch;
     for (int64_t n0 = nBegin; n0 < nEnd; n0 += kWeightTile) {
       const int64_t n1 = std::min(nEnd, n0 + kWeightTile);
+      const float *w = weightTile(n0, n1, scratch) - n0 * k;
       for (int64_t t0 = 0; t0 < t; t0 += kRowGroup) {
         const int64_t rows = std::min(kRowGroup, t - t0);
         const float *xr[kRowGroup];
@@ -75,6 +83,44 @@ void linear(const float *x, int64_t t, int64_t k, const float *w, int64_t n,
       }
     }
   });
+}
+
+std::vector<float> makeDecodeTable(Fp8Format format) {
+  std::vector<float> table(256);
+  for (int code = 0; code < 256; ++code)
+    table[code] = decodeFp8(static_cast<uint8_t>(code), format);
+  return table;
+}
+} // namespace
+
+void linear(const float *x, int64_t t, int64_t k, const float *w, int64_t n,
+            const float *bias, float *y, ThreadPool &pool) {
+  linearTiles(
+      x, t, k, n, bias, y, pool,
+      [&](int64_t n0, int64_t, std::vector<float> &) { return w + n0 * k; });
+}
+
+const float *fp8DecodeTable(Fp8Format format) {
+  static const std::vector<float> e4m3 = makeDecodeTable(Fp8Format::kE4M3);
+  static const std::vector<float> e5m2 = makeDecodeTable(Fp8Format::kE5M2);
+  return format == Fp8Format::kE4M3 ? e4m3.data() : e5m2.data();
+}
+
+void linearFp8(const float *x, int64_t t, int64_t k, const uint8_t *codes,
+               const float *rowScales, int64_t n, const float *bias, float *y,
+               ThreadPool &pool) {
+  const float *decode = fp8DecodeTable(Fp8Format::kE4M3);
+  linearTiles(x, t, k, n, bias, y, pool,
+              [&](int64_t n0, int64_t n1, std::vector<float> &tile) {
+                tile.resize(static_cast<size_t>((n1 - n0) * k));
+                for (int64_t j = n0; j < n1; ++j) {
+                  const uint8_t *row = codes + j * k;
+                  float *out = tile.data() + (j - n0) * k;
+                  for (int64_t i = 0; i < k; ++i)
+                    out[i] = decode[row[i]] * rowScales[j];
+                }
+                return tile.data();
+              });
 }
 
 //===----------------------------------------------------------------------===//
@@ -227,33 +273,77 @@ void applyRope(float *x, int64_t t, int64_t heads, const int32_t *positions,
 // KV cache and attention
 //===----------------------------------------------------------------------===//
 
-void kvCacheWrite(float *pool, const CacheGeometry &g, int64_t layer,
+void KVPool::storeHead(int64_t offset, int64_t headDim,
+                       const float *src) const {
+  if (values) {
+    std::memcpy(values + offset, src, headDim * sizeof(float));
+    return;
+  }
+  uint8_t *out = codes + offset;
+  if (format == Fp8Format::kE5M2) {
+    for (int64_t e = 0; e < headDim; ++e)
+      out[e] = encodeFp8(src[e], Fp8Format::kE5M2);
+    return;
+  }
+  float amax = 0.0f;
+  for (int64_t e = 0; e < headDim; ++e)
+    amax = std::max(amax, std::fabs(src[e]));
+  // An all-zero head keeps scale 0 and codes 0 (no division by zero); a
+  // non-finite one gets a non-finite scale, as the activations it came from.
+  const float scale = amax / kFp8E4M3Max;
+  scales[offset / headDim] = scale;
+  for (int64_t e = 0; e < headDim; ++e)
+    out[e] = amax == 0.0f ? 0 : encodeFp8(src[e] / scale, Fp8Format::kE4M3);
+}
+
+void KVPool::decodeHead(int64_t offset, int64_t headDim, float *out) const {
+  const float *decode = fp8DecodeTable(format);
+  const uint8_t *in = codes + offset;
+  if (format == Fp8Format::kE5M2) {
+    for (int64_t e = 0; e < headDim; ++e)
+      out[e] = decode[in[e]];
+    return;
+  }
+  const float scale = scales[offset / headDim];
+  for (int64_t e = 0; e < headDim; ++e)
+    out[e] = decode[in[e]] * scale;
+}
+
+void kvCacheWrite(const KVPool &pool, const CacheGeometry &g, int64_t layer,
                   const float *k, const float *v, const int64_t *slots,
                   int64_t t) {
   const int64_t width = g.slotElements();
   for (int64_t i = 0; i < t; ++i) {
     if (slots[i] < 0)
       continue;
-    std::memcpy(pool + g.offset(slots[i], layer, 0), k + i * width,
-                width * sizeof(float));
-    std::memcpy(pool + g.offset(slots[i], layer, 1), v + i * width,
-                width * sizeof(float));
+    for (int kv = 0; kv < 2; ++kv) {
+      const float *row = (kv == 0 ? k : v) + i * width;
+      const int64_t offset = g.offset(slots[i], layer, kv);
+      for (int64_t h = 0; h < g.numKVHeads; ++h)
+        pool.storeHead(offset + h * g.headDim, g.headDim, row + h * g.headDim);
+    }
   }
 }
 
-void ropeKVCacheWrite(float *pool, const CacheGeometry &g, int64_t layer,
+void ropeKVCacheWrite(const KVPool &pool, const CacheGeometry &g, int64_t layer,
                       const float *k, const float *v, const int64_t *slots,
                       const int32_t *positions, int64_t t,
                       const RopeConfig &rope,
                       const std::vector<float> &invFreq) {
-  kvCacheWrite(pool, g, layer, k, v, slots, t);
-  for (int64_t i = 0; i < t; ++i)
-    if (slots[i] >= 0)
-      applyRope(pool + g.offset(slots[i], layer, 0), 1, g.numKVHeads,
-                positions + i, rope, invFreq);
+  // Keys are rotated before they are stored, so an fp8 pool quantizes the
+  // rotated values.
+  const int64_t width = g.slotElements();
+  std::vector<float> key(width);
+  for (int64_t i = 0; i < t; ++i) {
+    if (slots[i] < 0)
+      continue;
+    std::memcpy(key.data(), k + i * width, width * sizeof(float));
+    applyRope(key.data(), 1, g.numKVHeads, positions + i, rope, invFreq);
+    kvCacheWrite(pool, g, layer, key.data(), v + i * width, slots + i, 1);
+  }
 }
 
-void pagedAttention(const float *q, const float *cachePool,
+void pagedAttention(const float *q, const KVPool &cachePool,
                     const CacheGeometry &g, const AttentionParams &p,
                     const int32_t *blockTables, int64_t maxBlocksPerSeq,
                     const int32_t *contextLens, const int32_t *queryStartLoc,
@@ -281,9 +371,13 @@ void pagedAttention(const float *q, const float *cachePool,
           const int64_t slot =
               static_cast<int64_t>(table[j / g.blockSize]) * g.blockSize +
               j % g.blockSize;
-          std::memcpy(keys.data() + j * width,
-                      cachePool + g.offset(slot, p.layer, 0),
-                      width * sizeof(float));
+          for (int64_t h = 0; h < p.numKVHeads; ++h) {
+            float *key = keys.data() + j * width + h * d;
+            const float *cached =
+                cachePool.loadHead(g.offset(slot, p.layer, 0) + h * d, d, key);
+            if (cached != key)
+              std::memcpy(key, cached, d * sizeof(float));
+          }
           positions[j] = static_cast<int32_t>(j);
         }
         applyRope(keys.data(), contextLens[s], p.numKVHeads, positions.data(),
@@ -295,6 +389,7 @@ void pagedAttention(const float *q, const float *cachePool,
   pool.parallelFor(items, 4, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     std::vector<float> acc(d);
+    std::vector<float> scratch(d);
     for (int64_t item = begin; item < end; ++item) {
       const int64_t i = item / p.numHeads, h = item % p.numHeads;
       const int64_t s = seqOfToken[i];
@@ -316,9 +411,10 @@ void pagedAttention(const float *q, const float *cachePool,
       float maxScore = -std::numeric_limits<float>::infinity();
       for (int64_t j = first; j <= position; ++j) {
         const float *kj =
-            (rotateKeys ? rotatedKeys[s].data() + j * width
-                        : cachePool + g.offset(slotOf(j), p.layer, 0)) +
-            kvHead * d;
+            rotateKeys ? rotatedKeys[s].data() + j * width + kvHead * d
+                       : cachePool.loadHead(g.offset(slotOf(j), p.layer, 0) +
+                                                kvHead * d,
+                                            d, scratch.data());
         const float score = dot(qh, kj, d) * static_cast<float>(p.scale);
         scores[j - first] = score;
         maxScore = std::max(maxScore, score);
@@ -332,8 +428,8 @@ void pagedAttention(const float *q, const float *cachePool,
       const float invSum = static_cast<float>(1.0 / sum);
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = first; j <= position; ++j) {
-        const float *vj =
-            cachePool + g.offset(slotOf(j), p.layer, 1) + kvHead * d;
+        const float *vj = cachePool.loadHead(
+            g.offset(slotOf(j), p.layer, 1) + kvHead * d, d, scratch.data());
         const float weight = scores[j - first] * invSum;
         for (int64_t e = 0; e < d; ++e)
           acc[e] += weight * vj[e];

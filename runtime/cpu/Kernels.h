@@ -11,6 +11,7 @@
 #define INFER_RUNTIME_CPU_KERNELS_H
 
 #include "runtime/plan/Plan.h"
+#include "runtime/support/Fp8.h"
 #include "runtime/support/Status.h"
 
 #include <cmath>
@@ -25,6 +26,17 @@ class ThreadPool;
 /// y[T,N] = x[T,K] * w[N,K]^T (+ bias[N]).
 void linear(const float *x, int64_t t, int64_t k, const float *w, int64_t n,
             const float *bias, float *y, ThreadPool &pool);
+
+/// linear() of an FP8 E4M3 weight, codes[N,K] with one scale per row:
+/// w[j][i] = decodeFp8(codes[j*K+i]) * rowScales[j], decoded on the fly (a
+/// tile of rows at a time, through a 256-entry table) into exactly the fp32
+/// values, products and sums of linear() on the dequantized matrix.
+void linearFp8(const float *x, int64_t t, int64_t k, const uint8_t *codes,
+               const float *rowScales, int64_t n, const float *bias, float *y,
+               ThreadPool &pool);
+
+/// decodeFp8 of all 256 codes of `format`.
+const float *fp8DecodeTable(Fp8Format format);
 
 /// y = x / sqrt(mean(x^2) + eps) * w, per row of h.
 void rmsNorm(const float *x, const float *w, float *y, int64_t rows, int64_t h,
@@ -98,18 +110,59 @@ struct CacheGeometry {
   }
 };
 
-/// Writes k and v rows [T, kvh*d] of `layer` to their slots; slot -1 skips.
-void kvCacheWrite(float *pool, const CacheGeometry &geometry, int64_t layer,
-                  const float *k, const float *v, const int64_t *slots,
-                  int64_t t);
+/// The storage of a KV pool laid out as CacheGeometry says: fp32 `values`,
+/// or one FP8 code per element (plan::KVCacheLayout dtype f8e5m2, or f8e4m3
+/// with one fp32 scale per head vector of one token, layer and k/v):
+///
+///   codes  [num_blocks][num_layers][2][block_size][num_kv_heads][head_dim]
+///   scales [num_blocks][num_layers][2][block_size][num_kv_heads]   (E4M3)
+///
+/// so the scale of the head vector at element offset o is scales[o / d].
+struct KVPool {
+  float *values = nullptr;
+  uint8_t *codes = nullptr;
+  float *scales = nullptr;
+  Fp8Format format = Fp8Format::kE5M2;
 
-/// kvCacheWrite of applyRope(k) and v: each key row is rotated in its cache
-/// slot (rope_kv_cache_write).
-void ropeKVCacheWrite(float *pool, const CacheGeometry &geometry, int64_t layer,
-                      const float *k, const float *v, const int64_t *slots,
-                      const int32_t *positions, int64_t t,
+  /// Stores `src`, the head_dim keys or values of the head vector at element
+  /// `offset`, quantizing them in an fp8 pool (E4M3: scale = amax / 448).
+  void storeHead(int64_t offset, int64_t headDim, const float *src) const;
+  /// The head vector at element `offset` as fp32: in place in an fp32 pool,
+  /// else decoded into `scratch` (headDim floats).
+  const float *loadHead(int64_t offset, int64_t headDim, float *scratch) const {
+    if (values)
+      return values + offset;
+    decodeHead(offset, headDim, scratch);
+    return scratch;
+  }
+  void decodeHead(int64_t offset, int64_t headDim, float *out) const;
+};
+
+/// Writes k and v rows [T, kvh*d] of `layer` to their slots; slot -1 skips.
+void kvCacheWrite(const KVPool &pool, const CacheGeometry &geometry,
+                  int64_t layer, const float *k, const float *v,
+                  const int64_t *slots, int64_t t);
+inline void kvCacheWrite(float *pool, const CacheGeometry &geometry,
+                         int64_t layer, const float *k, const float *v,
+                         const int64_t *slots, int64_t t) {
+  kvCacheWrite(KVPool{pool}, geometry, layer, k, v, slots, t);
+}
+
+/// kvCacheWrite of applyRope(k) and v: each key row is rotated on its way
+/// into the cache (rope_kv_cache_write).
+void ropeKVCacheWrite(const KVPool &pool, const CacheGeometry &geometry,
+                      int64_t layer, const float *k, const float *v,
+                      const int64_t *slots, const int32_t *positions, int64_t t,
                       const RopeConfig &rope,
                       const std::vector<float> &invFreq);
+inline void ropeKVCacheWrite(float *pool, const CacheGeometry &geometry,
+                             int64_t layer, const float *k, const float *v,
+                             const int64_t *slots, const int32_t *positions,
+                             int64_t t, const RopeConfig &rope,
+                             const std::vector<float> &invFreq) {
+  ropeKVCacheWrite(KVPool{pool}, geometry, layer, k, v, slots, positions, t,
+                   rope, invFreq);
+}
 
 struct AttentionParams {
   int64_t layer = 0;
@@ -130,11 +183,22 @@ struct AttentionParams {
 /// sequence; query i of sequence s sits at position
 /// context_lens[s] - new_tokens(s) + i. Writes out[T, h*d]. With a key rope,
 /// each sequence's keys are first gathered and rotated at their positions.
-void pagedAttention(const float *q, const float *cache,
+/// An fp8 pool's keys and values are dequantized as they are read.
+void pagedAttention(const float *q, const KVPool &cache,
                     const CacheGeometry &geometry, const AttentionParams &p,
                     const int32_t *blockTables, int64_t maxBlocksPerSeq,
                     const int32_t *contextLens, const int32_t *queryStartLoc,
                     int64_t numSeqs, float *out, ThreadPool &pool);
+inline void pagedAttention(const float *q, const float *cache,
+                           const CacheGeometry &geometry,
+                           const AttentionParams &p, const int32_t *blockTables,
+                           int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                           const int32_t *queryStartLoc, int64_t numSeqs,
+                           float *out, ThreadPool &pool) {
+  pagedAttention(q, KVPool{const_cast<float *>(cache)}, geometry, p,
+                 blockTables, maxBlocksPerSeq, contextLens, queryStartLoc,
+                 numSeqs, out, pool);
+}
 
 } // namespace infer::cpu
 

@@ -1256,6 +1256,13 @@ createCudaBackend(const plan::Plan &plan, int rank, const ParamTable &params,
     return invalidArgument("cuda backend: rank " + std::to_string(rank) +
                            " not in the plan");
   const plan::KVCacheLayout &layout = plan.kvCache;
+  const bool fp8Weights = std::any_of(
+      plan.ranks[rank].values.begin(), plan.ranks[rank].values.end(),
+      [](const plan::Value &v) { return v.dtype == plan::DType::kF8E4M3; });
+  if (fp8Weights || layout.dtype == plan::DType::kF8E5M2 ||
+      layout.dtype == plan::DType::kF8E4M3)
+    return unimplemented("fp8 weights/KV cache are not supported by the cuda "
+                         "backend yet (use --backend cpu)");
   if (layout.layout != "block_layer_kv_slot_head_dim")
     return unimplemented("cuda backend: KV-cache layout '" + layout.layout +
                          "'");

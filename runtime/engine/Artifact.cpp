@@ -113,6 +113,28 @@ private:
   std::map<std::string, std::unique_ptr<safetensors::File>> files_;
 };
 
+/// A transform attribute as text, to tell transforms apart.
+std::string formatAttr(const plan::AttrValue &value) {
+  struct Format {
+    std::string operator()(int64_t v) const { return std::to_string(v); }
+    std::string operator()(double v) const { return std::to_string(v); }
+    std::string operator()(const std::string &v) const { return v; }
+    std::string operator()(const std::vector<int64_t> &v) const {
+      std::string text;
+      for (int64_t x : v)
+        text += std::to_string(x) + ",";
+      return text;
+    }
+    std::string operator()(const std::vector<double> &v) const {
+      std::string text;
+      for (double x : v)
+        text += std::to_string(x) + ",";
+      return text;
+    }
+  };
+  return std::visit(Format{}, value);
+}
+
 std::string formatShape(const std::vector<int64_t> &shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i)
@@ -188,11 +210,11 @@ Status applySlice(const plan::WeightTransform &transform, HostTensor &tensor) {
   return Status::ok();
 }
 
-/// `quantize_fp8_e4m3` (granularity "per-tensor" | "per-channel"): rounds
-/// the weights through FP8 E4M3 with scale = amax / 448 over the tensor or
-/// over each output channel (row of dimension 0). The values kept are those
-/// an fp8 backend computes when it dequantizes (decode(code) * scale), so a
-/// backend without fp8 storage runs the quantized model exactly.
+/// `quantize_fp8_e4m3` (granularity "per-tensor" | "per-channel", parts):
+/// replaces the fp32 data by FP8 E4M3 codes with scale = amax / 448 over the
+/// tensor, over each of its `parts` (consecutive row ranges), or over each
+/// output channel (row of dimension 0). Every row gets its scale, so a
+/// backend reads decode(code) * rowScales[row] whatever the granularity.
 Status applyQuantizeFp8(const plan::WeightTransform &transform,
                         HostTensor &tensor) {
   auto it = transform.attrs.find("granularity");
@@ -206,27 +228,52 @@ Status applyQuantizeFp8(const plan::WeightTransform &transform,
     return invalidArgument("quantize_fp8_e4m3: unknown granularity '" +
                            *granularity +
                            "' (expected per-tensor or per-channel)");
-  const size_t rows = *granularity == "per-channel" && !tensor.shape.empty()
-                          ? static_cast<size_t>(tensor.shape[0])
-                          : 1;
-  if (rows == 0)
-    return Status::ok();
-  const size_t rowSize = tensor.data.size() / rows;
-  for (size_t r = 0; r < rows; ++r) {
-    float *row = tensor.data.data() + r * rowSize;
+  if (tensor.shape.size() != 2)
+    return invalidArgument("quantize_fp8_e4m3 needs a 2-D tensor, got " +
+                           formatShape(tensor.shape));
+  const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
+  // Rows that share a scale: every row, the parts, or the whole tensor.
+  std::vector<int64_t> groups;
+  if (*granularity == "per-channel") {
+    groups.assign(static_cast<size_t>(rows), 1);
+  } else if (auto parts = transform.attrs.find("parts");
+             parts != transform.attrs.end()) {
+    const auto *sizes = std::get_if<std::vector<int64_t>>(&parts->second);
+    bool positive = sizes != nullptr;
+    int64_t total = 0;
+    for (int64_t n : sizes ? *sizes : std::vector<int64_t>{}) {
+      positive = positive && n > 0;
+      total += n;
+    }
+    if (!positive || total != rows)
+      return invalidArgument("quantize_fp8_e4m3: parts must be positive row "
+                             "counts adding up to " +
+                             std::to_string(rows));
+    groups = *sizes;
+  } else {
+    groups = {rows};
+  }
+  tensor.fp8Codes.resize(tensor.data.size());
+  tensor.rowScales.resize(static_cast<size_t>(rows));
+  int64_t row = 0;
+  for (int64_t groupRows : groups) {
+    const size_t begin = static_cast<size_t>(row * cols);
+    const size_t end = static_cast<size_t>((row + groupRows) * cols);
     float amax = 0.0f;
-    for (size_t i = 0; i < rowSize; ++i)
-      amax = std::max(amax, std::fabs(row[i]));
+    for (size_t i = begin; i < end; ++i)
+      amax = std::max(amax, std::fabs(tensor.data[i]));
     if (!std::isfinite(amax))
       return invalidArgument("cannot quantize a tensor holding inf or NaN");
-    if (amax == 0.0f)
-      continue;
+    // An all-zero group keeps scale 0 and codes 0 (no division by zero).
     const float scale = amax / kFp8E4M3Max;
-    for (size_t i = 0; i < rowSize; ++i)
-      row[i] = decodeFp8(encodeFp8(row[i] / scale, Fp8Format::kE4M3),
-                         Fp8Format::kE4M3) *
-               scale;
+    for (size_t i = begin; i < end; ++i)
+      tensor.fp8Codes[i] =
+          amax == 0.0f ? 0
+                       : encodeFp8(tensor.data[i] / scale, Fp8Format::kE4M3);
+    std::fill_n(tensor.rowScales.begin() + row, groupRows, scale);
+    row += groupRows;
   }
+  tensor.data = std::vector<float>();
   return Status::ok();
 }
 
@@ -235,6 +282,8 @@ StatusOr<HostTensor> loadParam(const plan::Value &v, WeightReader &reader) {
   INFER_ASSIGN_OR_RETURN(HostTensor tensor,
                          reader.read(v.sourceFile, v.sourceTensor));
   for (const plan::WeightTransform &transform : v.transforms) {
+    if (tensor.isFp8())
+      return invalidArgument("quantize_fp8_e4m3 must be the last transform");
     if (transform.kind == "concat")
       INFER_RETURN_IF_ERROR(
           applyConcat(transform, reader, tensor).withContext("concat"));
@@ -269,16 +318,21 @@ StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
     INFER_RETURN_IF_ERROR(checkWeightFile(file, weightsDir));
 
   WeightReader reader(weightsDir);
-  // Values that read the same untransformed tensor share its data; a
-  // transformed param is loaded once per name.
+  // Values that read the same tensor through the same transforms share
+  // its data.
   std::map<std::string, std::shared_ptr<const HostTensor>> loaded;
   ParamTable params;
   for (const plan::Value &v : plan.ranks[rank].values) {
     if (v.kind != plan::ValueKind::kParam)
       continue;
-    std::string key = v.transforms.empty()
-                          ? v.sourceFile + "\n" + v.sourceTensor
-                          : "transformed\n" + v.name;
+    // The same tensor may load both plain and quantized (a tied embedding
+    // table and LM head), so the key names the transforms.
+    std::string key = v.sourceFile + "\n" + v.sourceTensor;
+    for (const plan::WeightTransform &transform : v.transforms) {
+      key += "\n" + transform.kind;
+      for (const auto &[name, value] : transform.attrs)
+        key += " " + name + "=" + formatAttr(value);
+    }
     if (auto it = loaded.find(key); it != loaded.end()) {
       params[v.id] = it->second;
       continue;

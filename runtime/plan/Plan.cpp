@@ -51,13 +51,17 @@ std::string_view dtypeName(DType dtype) {
     return "i32";
   case DType::kI64:
     return "i64";
+  case DType::kF8E4M3:
+    return "f8e4m3";
+  case DType::kF8E5M2:
+    return "f8e5m2";
   }
   return "?";
 }
 
 std::optional<DType> parseDType(std::string_view name) {
-  for (DType d :
-       {DType::kF32, DType::kF16, DType::kBF16, DType::kI32, DType::kI64})
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kI32,
+                  DType::kI64, DType::kF8E4M3, DType::kF8E5M2})
     if (dtypeName(d) == name)
       return d;
   return std::nullopt;
@@ -73,6 +77,9 @@ int64_t dtypeSize(DType dtype) {
     return 2;
   case DType::kI64:
     return 8;
+  case DType::kF8E4M3:
+  case DType::kF8E5M2:
+    return 1;
   }
   return 0;
 }
@@ -482,6 +489,10 @@ static StatusOr<KVCacheLayout> readKVCache(const Reader &r) {
   if (kv.numLayers < 0 || kv.numKVHeads < 0 || kv.headDim < 0 ||
       kv.blockSize <= 0)
     return r.error("", "has a negative size or a block_size <= 0");
+  if (kv.dtype == DType::kI32 || kv.dtype == DType::kI64)
+    return r.error("dtype", "must be a float type (f32, f16, bf16, f8e5m2 "
+                            "or f8e4m3), got " +
+                                std::string(dtypeName(kv.dtype)));
   if (r.has("window")) {
     INFER_ASSIGN_OR_RETURN(kv.window, r.getInt("window"));
     INFER_ASSIGN_OR_RETURN(kv.sinkTokens, r.getInt("sink_tokens"));
@@ -489,6 +500,60 @@ static StatusOr<KVCacheLayout> readKVCache(const Reader &r) {
       return r.error("", "needs window > 0 and sink_tokens >= 0 (streaming)");
   }
   return kv;
+}
+
+/// An f8e4m3 param is exactly one whose last transform is a valid
+/// quantize_fp8_e4m3 (granularity, and per-tensor `parts` that add up to the
+/// rows); no other value is fp8 (the KV cache's dtype is the layout's).
+static Status checkFp8(const Reader &r, const Value &v) {
+  const bool fp8 = v.dtype == DType::kF8E4M3 || v.dtype == DType::kF8E5M2;
+  if (v.kind != ValueKind::kParam)
+    return fp8 ? r.error("dtype", "fp8 is only for params (and the KV "
+                                  "cache's layout), not a " +
+                                      std::string(valueKindName(v.kind)))
+               : Status::ok();
+  const char *quantize = "quantize_fp8_e4m3";
+  for (size_t i = 0; i + 1 < v.transforms.size(); ++i)
+    if (v.transforms[i].kind == quantize)
+      return r.error("transforms", "has quantize_fp8_e4m3 before another "
+                                   "transform (it must be the last)");
+  const bool quantized =
+      !v.transforms.empty() && v.transforms.back().kind == quantize;
+  if (v.dtype == DType::kF8E5M2)
+    return r.error("dtype", "f8e5m2 is not a param dtype (fp8 weights are "
+                            "f8e4m3)");
+  if (quantized != (v.dtype == DType::kF8E4M3))
+    return r.error("dtype", quantized ? "must be f8e4m3 for a param "
+                                        "quantized by quantize_fp8_e4m3"
+                                      : "f8e4m3 needs a quantize_fp8_e4m3 "
+                                        "transform");
+  if (!quantized)
+    return Status::ok();
+  if (v.shape.size() != 2)
+    return r.error("shape", "of an fp8 param must be 2-D [rows, columns]");
+  const AttrMap &attrs = v.transforms.back().attrs;
+  auto granularity = attrs.find("granularity");
+  const std::string *g = granularity == attrs.end()
+                             ? nullptr
+                             : std::get_if<std::string>(&granularity->second);
+  if (!g || (*g != "per-tensor" && *g != "per-channel"))
+    return r.error("transforms", "quantize_fp8_e4m3 needs granularity "
+                                 "\"per-tensor\" or \"per-channel\"");
+  auto parts = attrs.find("parts");
+  if (parts == attrs.end())
+    return Status::ok();
+  const auto *rows = std::get_if<std::vector<int64_t>>(&parts->second);
+  bool positive = rows != nullptr;
+  int64_t total = 0;
+  for (int64_t n : rows ? *rows : std::vector<int64_t>{}) {
+    positive = positive && n > 0;
+    total += n;
+  }
+  if (*g != "per-tensor" || !positive || total != v.shape[0].size)
+    return r.error("transforms", "quantize_fp8_e4m3 parts must be positive "
+                                 "row counts adding up to the param's rows "
+                                 "(per-tensor only)");
+  return Status::ok();
 }
 
 static StatusOr<Value> readValue(const Reader &r) {
@@ -531,6 +596,7 @@ static StatusOr<Value> readValue(const Reader &r) {
       }
     }
   }
+  INFER_RETURN_IF_ERROR(checkFp8(r, v));
   return v;
 }
 
@@ -651,13 +717,20 @@ static Status validateRank(const RankPlan &rank, const std::string &where) {
           (sig->numResults == kVariadic ? std::string("at least 1")
                                         : std::to_string(sig->numResults)) +
           " results, got " + std::to_string(s.results.size()));
-    for (int id : s.operands) {
+    for (size_t k = 0; k < s.operands.size(); ++k) {
+      const int id = s.operands[k];
       if (id < 0 || id >= n)
         return invalidArgument(at + ": operand id " + std::to_string(id) +
                                " out of range");
       if (!defined[id])
         return invalidArgument(at + ": operand " + valueName(id) +
                                " used before it is defined");
+      const bool projectionWeight = k == 1 && (sig->kind == StepOp::kLinear ||
+                                               sig->kind == StepOp::kLogits);
+      if (byId[id]->dtype == DType::kF8E4M3 && !projectionWeight)
+        return invalidArgument(at + ": operand " + valueName(id) +
+                               " is fp8; only linear and logits weights "
+                               "may be");
     }
     for (int id : s.results) {
       if (id < 0 || id >= n)

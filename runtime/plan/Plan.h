@@ -80,11 +80,19 @@
 //   slice            dim, begin, size: indices begin .. begin+size of
 //                    dimension dim of the source tensor (a tensor-parallel
 //                    shard; each rank's plan has its own begin).
-//   quantize_fp8_e4m3 granularity ("per-tensor" | "per-channel"): rounds
-//                    the (sliced) tensor to FP8 E4M3 with scale amax / 448
-//                    per tensor or per row of dim 0, computed at load
+//   quantize_fp8_e4m3 granularity ("per-tensor" | "per-channel"), parts
+//                    (ints, optional): rounds the (sliced, concatenated)
+//                    tensor to FP8 E4M3 codes with scale amax / 448 per row
+//                    of dim 0 ("per-channel") or per tensor, computed at load
 //                    (runtime/support/Fp8.h: CUDA's saturating conversion).
-//                    The CPU backend keeps decode(code) * scale in fp32.
+//                    `parts` (per-tensor only) gives the rows of each
+//                    concatenated tensor, each with its own scale, so that
+//                    merging q/k/v after quantizing them changes nothing.
+//                    Always the last transform, and only of a param of dtype
+//                    f8e4m3 (which needs it). The loaded param is 1-byte
+//                    codes and one fp32 scale per row (a per-tensor scale
+//                    repeated): element (i, j) = decode(code[i][j]) *
+//                    scale[i]. Only linear and logits weights may be fp8.
 //
 // Tensor parallelism (num_ranks > 1) arrived within format version 1: the
 // rank plans are the same program (SPMD) and differ only in their params'
@@ -95,7 +103,15 @@
 // KV cache layout "block_layer_kv_slot_head_dim": one pool per rank,
 //   [num_blocks][num_layers][2 (k, v)][block_size][num_kv_heads][head_dim]
 // so a block holds every layer's keys and values of block_size tokens, and
-// slot s lives in block s / block_size at offset s % block_size.
+// slot s lives in block s / block_size at offset s % block_size. Its dtype is
+// the element's: f32 (4 bytes), or 1-byte FP8 codes (infer-quantize-fp8):
+//   f8e5m2  E5M2 codes, no scale: value = decode(code);
+//   f8e4m3  E4M3 codes, plus one fp32 scale per head vector in a second
+//           array of the same layout without head_dim,
+//             scales [num_blocks][num_layers][2][block_size][num_kv_heads],
+//           value = decode(code) * scale. The cache write computes each
+//           scale as amax / 448 over the head's head_dim keys (or values)
+//           of the token, and 0 (codes 0) for an all-zero head.
 //
 // Streaming (StreamingLLM attention sinks, `infer-streaming-kv`): a layout
 // with window > 0 (kv_cache "sink_tokens", "window"; absent: 0, off) keeps,
@@ -129,9 +145,9 @@ namespace infer::plan {
 
 inline constexpr int kPlanFormatVersion = 1;
 
-enum class DType { kF32, kF16, kBF16, kI32, kI64 };
+enum class DType { kF32, kF16, kBF16, kI32, kI64, kF8E4M3, kF8E5M2 };
 
-/// "f32", "f16", "bf16", "i32", "i64".
+/// "f32", "f16", "bf16", "i32", "i64", "f8e4m3", "f8e5m2".
 std::string_view dtypeName(DType dtype);
 std::optional<DType> parseDType(std::string_view name);
 /// Bytes per element.
@@ -254,6 +270,10 @@ struct KVCacheLayout {
   /// Elements of one block (all layers, keys and values).
   int64_t blockElements() const {
     return numLayers * 2 * blockSize * numKVHeads * headDim;
+  }
+  /// fp32 scales of one block: one per head vector for f8e4m3, else none.
+  int64_t blockScales() const {
+    return dtype == DType::kF8E4M3 ? numLayers * 2 * blockSize * numKVHeads : 0;
   }
   bool operator==(const KVCacheLayout &o) const {
     return layout == o.layout && numLayers == o.numLayers &&

@@ -1,9 +1,11 @@
-//===- QuantizeFp8Test.cpp - FP8 E4M3 weights quantized at load -----------===//
+//===- QuantizeFp8Test.cpp - FP8 weights and KV cache
+//----------------------===//
 //
 // The `quantize_fp8_e4m3` weight transform on its own (scales, rounding,
-// diagnostics) and on tiny-pycode-target: every linear and logits weight in
-// FP8 E4M3, run on the CPU backend against the golden fp32 logits, with
-// greedy tokens checked by DESIGN.md's top-5 rule.
+// diagnostics) and tiny-pycode-target with FP8 E4M3 linear and logits
+// weights and/or an FP8 (E5M2, E4M3) KV cache, run on the CPU backend
+// against the golden fp32 logits, with greedy tokens checked by DESIGN.md's
+// top-5 rule.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,7 +35,8 @@ const std::string kTarget =
 const std::string kGolden =
     std::string(INFER_FIXTURES_DIR) + "/golden/tiny-pycode.json";
 
-/// Adds the transform to every param read as a linear or logits weight.
+/// Makes every param read as a linear or logits weight FP8 E4M3, as
+/// infer-quantize-fp8 and the plan lowering do.
 void quantizeWeights(Artifact &artifact, const std::string &granularity) {
   for (plan::RankPlan &rank : artifact.plan.ranks) {
     std::vector<bool> isWeight(rank.values.size());
@@ -41,9 +44,11 @@ void quantizeWeights(Artifact &artifact, const std::string &granularity) {
       if (step.op == "linear" || step.op == "logits")
         isWeight[step.operands[1]] = true;
     for (plan::Value &v : rank.values)
-      if (isWeight[v.id])
+      if (isWeight[v.id]) {
+        v.dtype = plan::DType::kF8E4M3;
         v.transforms.push_back(
             {"quantize_fp8_e4m3", {{"granularity", granularity}}});
+      }
   }
 }
 
@@ -53,6 +58,15 @@ int firstLinearWeight(const Artifact &artifact) {
     if (step.op == "linear")
       return step.operands[1];
   return -1;
+}
+
+/// decode(code) * scale of every element of an fp8 param.
+std::vector<float> dequantize(const HostTensor &t) {
+  const size_t cols = static_cast<size_t>(t.shape.back());
+  std::vector<float> out(t.fp8Codes.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = decodeFp8(t.fp8Codes[i], Fp8Format::kE4M3) * t.rowScales[i / cols];
+  return out;
 }
 
 float expectedFp8(float x, float scale) {
@@ -92,19 +106,26 @@ TEST_F(QuantizeFp8Transform, PerTensorScaleIsAmaxOver448) {
   std::shared_ptr<const HostTensor> q = loadQuantized("per-tensor");
   ASSERT_TRUE(q);
   ASSERT_EQ(q->shape, original_->shape);
+  // One byte per element and a scale per row; no fp32 copy.
+  EXPECT_TRUE(q->data.empty());
+  ASSERT_EQ(q->fp8Codes.size(), original_->data.size());
+  ASSERT_EQ(q->rowScales.size(), static_cast<size_t>(q->shape[0]));
   float amax = 0;
   for (float x : original_->data)
     amax = std::max(amax, std::fabs(x));
   const float scale = amax / kFp8E4M3Max;
-  for (size_t i = 0; i < q->data.size(); ++i)
-    ASSERT_EQ(q->data[i], expectedFp8(original_->data[i], scale)) << i;
+  for (float rowScale : q->rowScales)
+    ASSERT_EQ(rowScale, scale);
+  const std::vector<float> values = dequantize(*q);
+  for (size_t i = 0; i < values.size(); ++i)
+    ASSERT_EQ(values[i], expectedFp8(original_->data[i], scale)) << i;
   // The largest weight is kept (up to the scale's rounding); at most 256
   // distinct values remain.
   float qmax = 0;
-  for (float x : q->data)
+  for (float x : values)
     qmax = std::max(qmax, std::fabs(x));
   EXPECT_NEAR(qmax, amax, amax * 1e-6);
-  std::vector<float> distinct = q->data;
+  std::vector<float> distinct = values;
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   EXPECT_LE(distinct.size(), 256u);
@@ -115,6 +136,7 @@ TEST_F(QuantizeFp8Transform, PerChannelScalesEachOutputRow) {
   ASSERT_TRUE(q);
   ASSERT_EQ(q->shape.size(), 2u);
   const int64_t rows = q->shape[0], cols = q->shape[1];
+  const std::vector<float> values = dequantize(*q);
   for (int64_t r = 0; r < rows; ++r) {
     const float *in = original_->data.data() + r * cols;
     float amax = 0;
@@ -122,7 +144,7 @@ TEST_F(QuantizeFp8Transform, PerChannelScalesEachOutputRow) {
       amax = std::max(amax, std::fabs(in[c]));
     const float scale = amax / kFp8E4M3Max;
     for (int64_t c = 0; c < cols; ++c)
-      ASSERT_EQ(q->data[r * cols + c], expectedFp8(in[c], scale))
+      ASSERT_EQ(values[r * cols + c], expectedFp8(in[c], scale))
           << "row " << r << " col " << c;
   }
 }
@@ -146,6 +168,36 @@ TEST_F(QuantizeFp8Transform, RejectsBadGranularity) {
       << p.status().message();
 }
 
+TEST_F(QuantizeFp8Transform, PartsHaveTheirOwnScale) {
+  // A q/k/v merge: per-tensor scales of each concatenated part.
+  Artifact a = artifact_;
+  plan::Value &v = a.plan.ranks[0].values[weight_];
+  const int64_t rows = original_->shape[0], cols = original_->shape[1];
+  const int64_t first = rows / 4;
+  v.dtype = plan::DType::kF8E4M3;
+  v.transforms.push_back(
+      {"quantize_fp8_e4m3",
+       {{"granularity", std::string("per-tensor")},
+        {"parts", std::vector<int64_t>{first, rows - first}}}});
+  StatusOr<ParamTable> p = loadParams(a, 0, kGqa);
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  const HostTensor &q = *p->at(weight_);
+  for (auto [begin, end] : {std::pair{int64_t(0), first}, {first, rows}}) {
+    float amax = 0;
+    for (int64_t i = begin * cols; i < end * cols; ++i)
+      amax = std::max(amax, std::fabs(original_->data[i]));
+    for (int64_t r = begin; r < end; ++r)
+      ASSERT_EQ(q.rowScales[r], amax / kFp8E4M3Max) << "row " << r;
+  }
+
+  v.transforms.back().attrs["parts"] = std::vector<int64_t>{first, rows};
+  p = loadParams(a, 0, kGqa);
+  ASSERT_FALSE(p.isOk());
+  EXPECT_NE(p.status().message().find("parts must be positive row counts"),
+            std::string::npos)
+      << p.status().message();
+}
+
 /// Indices of the `k` largest logits of a row, largest first.
 std::vector<int32_t> topK(const float *row, int64_t vocab, int k) {
   std::vector<int32_t> idx(vocab);
@@ -156,7 +208,15 @@ std::vector<int32_t> topK(const float *row, int64_t vocab, int k) {
   return idx;
 }
 
-class QuantizeFp8Numerics : public ::testing::TestWithParam<std::string> {};
+/// What is quantized: weights with a granularity ("" for none) and the KV
+/// cache's dtype.
+struct Fp8Config {
+  const char *name;
+  std::string weights;
+  plan::DType kvCache;
+};
+
+class QuantizeFp8Numerics : public ::testing::TestWithParam<Fp8Config> {};
 
 TEST_P(QuantizeFp8Numerics, TinyPycodeFollowsTopFiveRule) {
   if (!fs::exists(kGolden) || !fs::exists(kTarget + "/config.json"))
@@ -167,7 +227,11 @@ TEST_P(QuantizeFp8Numerics, TinyPycodeFollowsTopFiveRule) {
   StatusOr<Artifact> fp32 = buildLlamaArtifact(kTarget);
   ASSERT_TRUE(fp32.isOk()) << fp32.status().message();
   Artifact fp8 = *fp32;
-  quantizeWeights(fp8, GetParam());
+  const Fp8Config &config8 = GetParam();
+  if (!config8.weights.empty())
+    quantizeWeights(fp8, config8.weights);
+  fp8.plan.kvCache.dtype = config8.kvCache;
+  fp8.manifest.kvCache.dtype = config8.kvCache;
   EngineConfig config = engineConfigFor(fp8);
 
   for (size_t k = 0; k < cases.size(); ++k) {
@@ -236,7 +300,7 @@ TEST_P(QuantizeFp8Numerics, TinyPycodeFollowsTopFiveRule) {
           << "input " << k << " token " << i << " not in the fp32 top-5";
       matching += tokens[i] == golden[i];
     }
-    std::cout << "[ fp8      ] weights e4m3 " << GetParam() << " input " << k
+    std::cout << "[ fp8      ] " << config8.name << " input " << k
               << ": max |logit err| / max |logit| " << relErr << " (max |err| "
               << absErr << ", max |logit| " << maxAbsLogit << "), greedy "
               << matching << "/" << tokens.size()
@@ -245,12 +309,18 @@ TEST_P(QuantizeFp8Numerics, TinyPycodeFollowsTopFiveRule) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Granularity, QuantizeFp8Numerics,
-                         ::testing::Values("per-tensor", "per-channel"),
-                         [](const ::testing::TestParamInfo<std::string> &i) {
-                           return i.param == "per-tensor" ? "PerTensor"
-                                                          : "PerChannel";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Fp8, QuantizeFp8Numerics,
+    ::testing::Values(
+        Fp8Config{"WeightsPerTensor", "per-tensor", plan::DType::kF32},
+        Fp8Config{"WeightsPerChannel", "per-channel", plan::DType::kF32},
+        Fp8Config{"KVCacheE5M2", "", plan::DType::kF8E5M2},
+        Fp8Config{"KVCacheE4M3", "", plan::DType::kF8E4M3},
+        Fp8Config{"WeightsPerChannelKVCacheE5M2", "per-channel",
+                  plan::DType::kF8E5M2},
+        Fp8Config{"WeightsPerChannelKVCacheE4M3", "per-channel",
+                  plan::DType::kF8E4M3}),
+    [](const ::testing::TestParamInfo<Fp8Config> &i) { return i.param.name; });
 
 } // namespace
 } // namespace infer::testing

@@ -184,8 +184,50 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"RankCount", [](json &j) { j["num_ranks"] = 2; },
                     "num_ranks is 2"},
         InvalidCase{"UnknownDType",
+                    [](json &j) { values(j)[1]["dtype"] = "f4e2m1"; },
+                    "unknown dtype 'f4e2m1'"},
+        InvalidCase{"Fp8ParamWithoutQuantize",
                     [](json &j) { values(j)[1]["dtype"] = "f8e4m3"; },
-                    "unknown dtype 'f8e4m3'"},
+                    "f8e4m3 needs a quantize_fp8_e4m3 transform"},
+        InvalidCase{"QuantizeWithoutFp8",
+                    [](json &j) {
+                      values(j)[1]["transforms"].push_back(
+                          {{"kind", "quantize_fp8_e4m3"},
+                           {"attrs", {{"granularity", "per-tensor"}}}});
+                    },
+                    "must be f8e4m3 for a param quantized"},
+        InvalidCase{"QuantizeGranularity",
+                    [](json &j) {
+                      values(j)[1]["dtype"] = "f8e4m3";
+                      values(j)[1]["transforms"].push_back(
+                          {{"kind", "quantize_fp8_e4m3"},
+                           {"attrs", {{"granularity", "per-block"}}}});
+                    },
+                    "needs granularity \"per-tensor\" or \"per-channel\""},
+        InvalidCase{"QuantizeNotLast",
+                    [](json &j) {
+                      values(j)[1]["dtype"] = "f8e4m3";
+                      json quantize = {
+                          {"kind", "quantize_fp8_e4m3"},
+                          {"attrs", {{"granularity", "per-tensor"}}}};
+                      json &transforms = values(j)[1]["transforms"];
+                      transforms.insert(transforms.begin(), quantize);
+                    },
+                    "must be the last"},
+        InvalidCase{"Fp8EmbeddingTable",
+                    [](json &j) {
+                      values(j)[1]["dtype"] = "f8e4m3";
+                      values(j)[1]["transforms"].push_back(
+                          {{"kind", "quantize_fp8_e4m3"},
+                           {"attrs", {{"granularity", "per-channel"}}}});
+                    },
+                    "is fp8; only linear and logits weights may be"},
+        InvalidCase{"Fp8Activation",
+                    [](json &j) { values(j)[2]["dtype"] = "f8e5m2"; },
+                    "fp8 is only for params"},
+        InvalidCase{"IntegerKVCache",
+                    [](json &j) { j["kv_cache"]["dtype"] = "i32"; },
+                    "must be a float type"},
         InvalidCase{"UnknownKind",
                     [](json &j) { values(j)[1]["kind"] = "constant"; }, "kind"},
         InvalidCase{"IdOutOfRange", [](json &j) { values(j)[3]["id"] = 9; },
