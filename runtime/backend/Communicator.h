@@ -3,8 +3,12 @@
 // What a rank's backend calls to complete the collectives of a
 // tensor-parallel plan (`all_reduce`, `all_gather` steps). Every rank of a
 // group makes the same calls in the same order with the same sizes, as NCCL
-// requires. Implementations: cpu::ThreadGroup (ranks are threads of one
-// process); a NCCL communicator for the CUDA backend.
+// requires. Buffers live where the rank's backend computes, and that decides
+// when a call is done:
+//   cpu::ThreadGroup       host memory; ranks are threads of one process; the
+//                          result is there when the call returns.
+//   cuda::NcclCommunicator device memory of the rank's GPU; the call enqueues
+//                          the collective on the rank's stream and returns.
 //
 //===----------------------------------------------------------------------===//
 
