@@ -17,6 +17,7 @@
 #ifndef INFER_RUNTIME_BACKEND_BACKEND_H
 #define INFER_RUNTIME_BACKEND_BACKEND_H
 
+#include "runtime/backend/Sampling.h"
 #include "runtime/support/Status.h"
 
 #include <cstdint>
@@ -83,6 +84,13 @@ public:
   /// Runs one forward call; writes the new tokens' keys and values into the
   /// pool and returns the logits of the rows named by logits_indices.
   virtual StatusOr<Logits> forward(const Batch &batch) = 0;
+  /// Runs one forward call like forward() and returns, instead of the
+  /// logits, the token each logits row chooses under `sampling` (one row of
+  /// parameters per logits index; Sampling.h). The default samples forward()'s
+  /// logits on the host (sampleRow, the reference); a backend overrides it
+  /// to sample where the logits are.
+  virtual StatusOr<std::vector<int32_t>>
+  forwardSample(const Batch &batch, const SamplingBatch &sampling);
   /// Copies whole blocks of the pool, every layer's keys and values, from
   /// the first of each pair to the second (copy-on-write of a block that
   /// forked sequences share).

@@ -294,7 +294,32 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     row.resize(batch.maxBlocksPerSeq, -1);
     batch.blockTables.insert(batch.blockTables.end(), row.begin(), row.end());
   }
-  INFER_ASSIGN_OR_RETURN(Logits logits, backend_.forward(batch));
+  // The backend chooses the tokens itself, and only they come back, when
+  // every row is one request's plain next token: no draft to verify (that
+  // needs the probabilities), no logprobs, no penalties, no completions to
+  // branch off the row.
+  bool onBackend = !batch.logitsIndices.empty();
+  for (size_t i = 0; i < scheduled.scheduled.size() && onBackend; ++i) {
+    const Entry &entry = requests_.at(scheduled.scheduled[i].request->id);
+    onBackend = firstRow[i] < 0 ||
+                (scheduled.scheduled[i].numDraftTokens == 0 &&
+                 entry.request.draftTokens.empty() &&
+                 entry.request.sampling.logprobs == 0 &&
+                 entry.numPendingCompletions == 0 &&
+                 entry.sampler->backendSamplable());
+  }
+  Logits logits;
+  std::vector<int32_t> sampled;
+  if (onBackend) {
+    SamplingBatch sampling;
+    for (size_t i = 0; i < scheduled.scheduled.size(); ++i)
+      if (firstRow[i] >= 0)
+        sampling.rows.push_back(requests_.at(scheduled.scheduled[i].request->id)
+                                    .sampler->nextRowSampling());
+    INFER_ASSIGN_OR_RETURN(sampled, backend_.forwardSample(batch, sampling));
+  } else {
+    INFER_ASSIGN_OR_RETURN(logits, backend_.forward(batch));
+  }
   ++stats_.numSteps;
   stats_.numComputedTokens += scheduled.numScheduledTokens;
 
@@ -315,7 +340,10 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
                        logits.vocab, outputs);
     std::vector<int32_t> accepted;
     std::vector<TokenLogprobs> logprobs;
-    if (draft.empty()) {
+    if (onBackend) {
+      accepted.push_back(sampled[firstRow[i]]);
+      entry.sampler->record(accepted.back());
+    } else if (draft.empty()) {
       accepted.push_back(
           sampleToken(entry, logits.row(firstRow[i]), logits.vocab, logprobs));
     } else {

@@ -1,6 +1,7 @@
 //===- Sampler.cpp - Next-token choice from logits ------------------------===//
 
 #include "runtime/engine/Sampler.h"
+#include "runtime/backend/Sampling.h"
 #include "runtime/tokenizer/Tokenizer.h"
 
 #include <algorithm>
@@ -102,61 +103,10 @@ std::vector<double> Sampler::adjustedLogits(const float *logits,
   return out;
 }
 
-static int64_t argmaxOf(const std::vector<double> &values) {
-  int64_t best = -1;
-  for (int64_t i = 0; i < static_cast<int64_t>(values.size()); ++i)
-    if (values[i] != kNegInf && (best < 0 || values[i] > values[best]))
-      best = i;
-  return best;
-}
-
 std::vector<double>
 Sampler::weights(const std::vector<double> &adjusted) const {
-  const int64_t vocab = static_cast<int64_t>(adjusted.size());
-  std::vector<double> w(vocab, 0.0);
-  const int64_t best = argmaxOf(adjusted);
-  if (best < 0)
-    return w;
-  for (int64_t i = 0; i < vocab; ++i)
-    if (adjusted[i] != kNegInf)
-      w[i] = std::exp((adjusted[i] - adjusted[best]) / params_.temperature);
-  // min-p: the most likely token has weight 1.
-  if (params_.minP > 0)
-    for (double &x : w)
-      if (x < params_.minP)
-        x = 0.0;
-  // top-k keeps every token tied with the k-th (vLLM).
-  if (params_.topK > 0 && params_.topK < vocab) {
-    std::vector<double> sorted = w;
-    std::nth_element(sorted.begin(), sorted.begin() + (params_.topK - 1),
-                     sorted.end(), std::greater<double>());
-    const double kth = sorted[params_.topK - 1];
-    for (double &x : w)
-      if (x < kth)
-        x = 0.0;
-  }
-  // top-p (vLLM): from the least likely up, drop tokens while the dropped
-  // mass stays <= 1 - p; the most likely token always stays.
-  if (params_.topP < 1.0) {
-    std::vector<int64_t> order;
-    for (int64_t i = 0; i < vocab; ++i)
-      if (w[i] > 0)
-        order.push_back(i);
-    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return w[a] != w[b] ? w[a] < w[b] : a > b;
-    });
-    double total = 0.0;
-    for (int64_t i : order)
-      total += w[i];
-    double dropped = 0.0;
-    for (size_t j = 0; j + 1 < order.size(); ++j) {
-      dropped += w[order[j]] / total;
-      if (dropped > 1.0 - params_.topP)
-        break;
-      w[order[j]] = 0.0;
-    }
-  }
-  return w;
+  return filteredWeights(adjusted, params_.temperature, params_.topK,
+                         params_.topP, params_.minP);
 }
 
 int32_t Sampler::argmax(const float *logits, int64_t vocab) const {
@@ -186,19 +136,29 @@ double Sampler::uniform() {
 }
 
 int32_t Sampler::sampleFrom(const std::vector<double> &probs) {
-  const double total = std::accumulate(probs.begin(), probs.end(), 0.0);
-  const double u = uniform() * total;
-  double cumulative = 0.0;
-  int64_t last = 0;
-  for (int64_t i = 0; i < static_cast<int64_t>(probs.size()); ++i) {
-    if (probs[i] == 0.0)
-      continue;
-    cumulative += probs[i];
-    last = i;
-    if (u < cumulative)
-      return static_cast<int32_t>(i);
-  }
-  return static_cast<int32_t>(last);
+  return drawFromWeights(probs, uniform());
+}
+
+bool Sampler::backendSamplable() const {
+  return params_.repetitionPenalty == 1.0 && params_.presencePenalty == 0.0 &&
+         params_.frequencyPenalty == 0.0 &&
+         (!params_.ignoreEos ||
+          eosTokenIds_.size() <= size_t(RowSampling::kMaxMaskedIds));
+}
+
+RowSampling Sampler::nextRowSampling() {
+  RowSampling row;
+  row.temperature = params_.temperature;
+  row.topK = params_.topK;
+  row.topP = params_.topP;
+  row.minP = params_.minP;
+  if (params_.ignoreEos)
+    for (int32_t id : eosTokenIds_)
+      if (row.numMaskedIds < RowSampling::kMaxMaskedIds)
+        row.maskedIds[row.numMaskedIds++] = id;
+  if (!params_.greedy())
+    row.uniform = uniform();
+  return row;
 }
 
 int32_t Sampler::sample(const float *logits, int64_t vocab) {

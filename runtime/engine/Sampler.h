@@ -21,6 +21,7 @@
 #ifndef INFER_RUNTIME_ENGINE_SAMPLER_H
 #define INFER_RUNTIME_ENGINE_SAMPLER_H
 
+#include "runtime/backend/Sampling.h"
 #include "runtime/support/Status.h"
 
 #include <cstdint>
@@ -115,6 +116,13 @@ public:
   int32_t argmax(const float *logits, int64_t vocab) const;
   /// A uniform double in [0, 1): one draw of the request's RNG.
   double uniform();
+  /// Whether a backend can choose this request's tokens
+  /// (Backend::forwardSample): no penalties, which need the history, and
+  /// at most RowSampling::kMaxMaskedIds masked ids.
+  bool backendSamplable() const;
+  /// The backend's parameters for the next token: one draw of the RNG
+  /// unless greedy, as sample() makes. record() the token chosen.
+  RowSampling nextRowSampling();
   /// Records a token chosen elsewhere (an accepted draft token).
   void record(int32_t token) { history_.addOutput(token); }
   /// Restarts the RNG (a draft model's copy of the request's sampler).

@@ -475,5 +475,73 @@ TEST_F(LlamaGqaEngine, SeededSamplingIsReproducibleAndBatchIndependent) {
   EXPECT_NE((*alone)[0].outputTokenIds, (*other)[0].outputTokenIds);
 }
 
+/// Counts the calls that reach the wrapped backend each way.
+class CountingBackend : public Backend {
+public:
+  explicit CountingBackend(Backend &inner) : inner_(inner) {}
+  std::string_view name() const override { return inner_.name(); }
+  int64_t numBlocks() const override { return inner_.numBlocks(); }
+  StatusOr<Logits> forward(const Batch &batch) override {
+    ++forwardCalls;
+    return inner_.forward(batch);
+  }
+  StatusOr<std::vector<int32_t>>
+  forwardSample(const Batch &batch, const SamplingBatch &sampling) override {
+    ++sampleCalls;
+    return inner_.forwardSample(batch, sampling);
+  }
+  Status
+  copyBlocks(const std::vector<std::pair<int32_t, int32_t>> &copies) override {
+    return inner_.copyBlocks(copies);
+  }
+
+  int64_t forwardCalls = 0;
+  int64_t sampleCalls = 0;
+
+private:
+  Backend &inner_;
+};
+
+TEST_F(LlamaGqaEngine, BackendSamplingChoosesTheHostSamplersTokens) {
+  PromptRequest greedy, seeded, noEos;
+  greedy.promptTokenIds = {196, 25, 502, 67};
+  greedy.sampling.maxNewTokens = 12;
+  seeded = greedy;
+  seeded.promptTokenIds = {1, 2, 3};
+  seeded.sampling.temperature = 0.9;
+  seeded.sampling.topK = 20;
+  seeded.sampling.topP = 0.9;
+  seeded.sampling.minP = 0.02;
+  seeded.sampling.seed = 11;
+  noEos = greedy;
+  noEos.promptTokenIds = {175};
+  noEos.sampling.temperature = 1.2;
+  noEos.sampling.ignoreEos = true;
+  noEos.sampling.seed = 5;
+  EngineConfig eos = config_;
+  eos.eosTokenIds = {391};
+  std::vector<PromptRequest> requests = {greedy, seeded, noEos};
+
+  CountingBackend counting(*backend_);
+  auto onBackend = generate(counting, eos, requests);
+  ASSERT_TRUE(onBackend.isOk()) << onBackend.status().message();
+  EXPECT_GT(counting.sampleCalls, 0);
+  EXPECT_EQ(counting.forwardCalls, 0);
+
+  // Logprobs keep every step on the engine's own Sampler.
+  for (PromptRequest &r : requests)
+    r.sampling.logprobs = 1;
+  counting.sampleCalls = 0;
+  auto onHost = generate(counting, eos, requests);
+  ASSERT_TRUE(onHost.isOk()) << onHost.status().message();
+  EXPECT_EQ(counting.sampleCalls, 0);
+  EXPECT_GT(counting.forwardCalls, 0);
+  for (size_t i = 0; i < requests.size(); ++i)
+    EXPECT_EQ((*onBackend)[i].outputTokenIds, (*onHost)[i].outputTokenIds)
+        << "request " << i;
+  for (int32_t t : (*onBackend)[2].outputTokenIds)
+    EXPECT_NE(t, 391);
+}
+
 } // namespace
 } // namespace infer::testing
