@@ -3,8 +3,11 @@
 //   infer-cuda-bench (ARTIFACT [--weights DIR] | MODEL_DIR)
 //       [--decode-batches 1,8,32] [--context 128] [--steps 32]
 //       [--prefill 128,512,2048] [--repeats 3] [--graph-tokens 256]
+//       [--sample greedy]
 //
-// Times forward calls of the CUDA backend alone (no scheduler, no sampling):
+// Times forward calls of the CUDA backend alone (no scheduler, no sampling;
+// with --sample greedy, forwardSample calls that choose each row's token on
+// the device and copy back only the ids, instead of the logits):
 //   decode  B sequences that each hold `context` cached tokens advance by one
 //           token per call; the median call time, B / median tokens/s, and
 //           the memory roofline of one call: (bytes of the weights a step
@@ -111,6 +114,8 @@ struct Options {
   int64_t steps = 32;
   int64_t repeats = 3;
   int64_t graphTokens = 256;
+  /// Time forwardSample (greedy on the device) instead of forward.
+  bool sampleGreedy = false;
 };
 
 Options parseArgs(int argc, char **argv) {
@@ -140,7 +145,12 @@ Options parseArgs(int argc, char **argv) {
       options.graphTokens = std::atoll(next());
     else if (arg == "--no-decode")
       options.decodeBatches.clear();
-    else if (!arg.empty() && arg[0] == '-')
+    else if (arg == "--sample") {
+      const std::string mode = next();
+      if (mode != "greedy")
+        die("--sample takes 'greedy', not '" + mode + "'");
+      options.sampleGreedy = true;
+    } else if (!arg.empty() && arg[0] == '-')
       die("unknown option " + arg);
     else if (options.model.empty())
       options.model = arg;
@@ -151,7 +161,7 @@ Options parseArgs(int argc, char **argv) {
     die("usage: infer-cuda-bench (ARTIFACT [--weights DIR] | MODEL_DIR) "
         "[--decode-batches 1,8] [--context N] [--steps N] [--prefill "
         "128,512] [--gemms 1,16] [--repeats N] [--graph-tokens N] "
-        "[--no-decode]");
+        "[--no-decode] [--sample greedy]");
   return options;
 }
 
@@ -212,7 +222,8 @@ public:
   /// The sequences `seqs` (indices into `lengths`, the tokens each holds)
   /// get `fresh` new tokens each in one forward call; sequence s owns the
   /// blocks s * blocksPerSeq .. (s + 1) * blocksPerSeq - 1. Returns the
-  /// call's wall time in ms, the logits' copy to the host included.
+  /// call's wall time in ms, the logits' copy to the host included (or,
+  /// with sampleGreedy, the sampling and the tokens' copy).
   double step(std::vector<int64_t> &lengths, const std::vector<int64_t> &seqs,
               int64_t fresh, int64_t blocksPerSeq) {
     Batch batch;
@@ -233,6 +244,17 @@ public:
       for (int64_t j = 0; j < blocksPerSeq; ++j)
         batch.blockTables.push_back(int32_t(s * blocksPerSeq + j));
     }
+    if (sampleGreedy) {
+      SamplingBatch greedy;
+      greedy.rows.resize(batch.logitsIndices.size());
+      auto t0 = std::chrono::steady_clock::now();
+      StatusOr<std::vector<int32_t>> tokens =
+          backend.forwardSample(batch, greedy);
+      auto t1 = std::chrono::steady_clock::now();
+      if (!tokens.isOk())
+        die(tokens.status().message());
+      return std::chrono::duration<double, std::milli>(t1 - t0).count();
+    }
     auto t0 = std::chrono::steady_clock::now();
     StatusOr<Logits> logits = backend.forward(batch);
     auto t1 = std::chrono::steady_clock::now();
@@ -240,6 +262,8 @@ public:
       die(logits.status().message());
     return std::chrono::duration<double, std::milli>(t1 - t0).count();
   }
+
+  bool sampleGreedy = false;
 
 private:
   Backend &backend;
@@ -412,6 +436,10 @@ int main(int argc, char **argv) {
   if (!options.gemmRows.empty())
     benchGemms(*artifact, options.gemmRows, bandwidth, cost.weightBytes);
   Runner runner(**backend, blockSize, vocab);
+  runner.sampleGreedy = options.sampleGreedy;
+  if (options.sampleGreedy)
+    std::printf("decode steps: forwardSample, greedy on the device (token "
+                "ids come back, not logits)\n\n");
   if (!options.decodeBatches.empty()) {
     std::printf("| decode batch | context | ms/step (median of %lld runs) | "
                 "tokens/s | roofline ms/step | %% of roofline | runs |\n"

@@ -7,6 +7,7 @@
 #include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/NcclCommunicator.h"
+#include "runtime/cuda/SamplingKernels.h"
 #include "runtime/plan/FusedBody.h"
 
 #include <cuda_bf16.h>
@@ -74,7 +75,8 @@ struct Tensor {
   int64_t size() const { return rows * cols; }
 };
 
-/// One captured forward call and the pinned buffer its logits land in.
+/// One captured forward call and the pinned buffer its logits land in (none
+/// when the graph samples: the tokens land in the backend's).
 struct CapturedGraph {
   cudaGraphExec_t exec = nullptr;
   float *hostLogits = nullptr;
@@ -124,6 +126,8 @@ public:
   std::string_view name() const override { return "cuda"; }
   int64_t numBlocks() const override { return numBlocks_; }
   StatusOr<Logits> forward(const Batch &batch) override;
+  StatusOr<std::vector<int32_t>>
+  forwardSample(const Batch &batch, const SamplingBatch &sampling) override;
   Status
   copyBlocks(const std::vector<std::pair<int32_t, int32_t>> &copies) override;
 
@@ -131,8 +135,9 @@ public:
               const CudaBackendOptions &options);
 
 private:
-  /// (tokens, sequences, padded max blocks per sequence, logits rows).
-  using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+  /// (tokens, sequences, padded max blocks per sequence, logits rows,
+  /// whether it samples).
+  using GraphKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool>;
   int64_t blockElements() const {
     return int64_t(dims_.numLayers) * 2 * dims_.blockSize * dims_.numKVHeads *
            dims_.headDim;
@@ -147,6 +152,12 @@ private:
   /// Checks token ids against the embedding tables (data, not shapes).
   Status checkTokenIds(const Batch &batch) const;
   Status capture(const Batch &batch, CapturedGraph &graph);
+  /// Copies the rows' parameters to the device (pinned staging, on the
+  /// stream), growing the sampling buffers if needed.
+  Status uploadSampling(const SamplingBatch &sampling);
+  /// Enqueues the sampling kernel on the plan output and the copy of the
+  /// tokens to hostTokens_.
+  Status enqueueSampling(const Tensor &logits);
   Status destroyGraphs();
   Status allocate(Tensor &t, int64_t rows, int64_t cols);
   /// A range of the activation buffer; when none is left, a
@@ -199,6 +210,15 @@ private:
   std::set<GraphKey> warmShapes_;
   /// gather_rows steps' input rows in the last run (step -> rows).
   std::vector<std::pair<size_t, int64_t>> gatherRows_;
+
+  /// Set during forwardSample: the run samples instead of copying logits.
+  const SamplingBatch *sampling_ = nullptr;
+  /// Rows the sampling buffers hold (captured graphs point into them).
+  int64_t samplingCapacity_ = 0;
+  DeviceRowSampling *hostSampling_ = nullptr;
+  DeviceRowSampling *deviceSampling_ = nullptr;
+  int32_t *deviceTokens_ = nullptr;
+  int32_t *hostTokens_ = nullptr;
 };
 
 CudaBackend::~CudaBackend() {
@@ -215,6 +235,10 @@ CudaBackend::~CudaBackend() {
     cudaFree(p);
   if (inputs_)
     cudaFree(inputs_);
+  cudaFreeHost(hostSampling_);
+  cudaFreeHost(hostTokens_);
+  cudaFree(deviceSampling_);
+  cudaFree(deviceTokens_);
   if (pool_)
     cudaFree(pool_);
   gemm_.reset();
@@ -1078,8 +1102,9 @@ Status CudaBackend::capture(const Batch &batch, CapturedGraph &graph) {
   if (size < 0)
     return unimplemented("cuda backend: graph of an output with shape "
                          "symbols other than T, S, B");
-  INFER_CUDA_RETURN_IF_ERROR(cudaMallocHost(
-      &graph.hostLogits, std::max<int64_t>(1, size) * sizeof(float)));
+  if (!sampling_)
+    INFER_CUDA_RETURN_IF_ERROR(cudaMallocHost(
+        &graph.hostLogits, std::max<int64_t>(1, size) * sizeof(float)));
   Status status = cudaStatus(
       cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
       "cudaStreamBeginCapture", __FILE__, __LINE__);
@@ -1098,6 +1123,8 @@ Status CudaBackend::capture(const Batch &batch, CapturedGraph &graph) {
       status = internalError(
           "cuda backend: the logits have " + std::to_string(out.size()) +
           " elements, the plan's shape says " + std::to_string(size));
+    else if (sampling_)
+      status = enqueueSampling(out);
     else if (copyLogits_)
       status = cudaStatus(cudaMemcpyAsync(graph.hostLogits, out.f32,
                                           out.size() * sizeof(float),
@@ -1152,7 +1179,8 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
 
   constexpr size_t kMaxGraphs = 256;
   const GraphKey key{batch.numTokens(), batch.numSeqs(), paddedBlocksPerSeq_,
-                     static_cast<int64_t>(batch.logitsIndices.size())};
+                     static_cast<int64_t>(batch.logitsIndices.size()),
+                     sampling_ != nullptr};
   auto it = graphs_.find(key);
   bool replay = batch.numTokens() <= maxGraphTokens_ &&
                 (it != graphs_.end() || graphs_.size() < kMaxGraphs);
@@ -1182,7 +1210,7 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
     INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     logits.rows = graph.rows;
     logits.vocab = graph.cols;
-    if (copyLogits_)
+    if (copyLogits_ && !sampling_)
       logits.data.assign(graph.hostLogits,
                          graph.hostLogits + graph.rows * graph.cols);
     return logits;
@@ -1193,7 +1221,9 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
     const Tensor &out = values_[output_];
     logits.rows = out.rows;
     logits.vocab = out.cols;
-    if (copyLogits_) {
+    if (sampling_) {
+      status = enqueueSampling(out);
+    } else if (copyLogits_) {
       logits.data.resize(out.size());
       status = cudaStatus(cudaMemcpyAsync(logits.data.data(), out.f32,
                                           out.size() * sizeof(float),
@@ -1208,6 +1238,76 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
   INFER_RETURN_IF_ERROR(released);
   INFER_RETURN_IF_ERROR(synced);
   return logits;
+}
+
+Status CudaBackend::uploadSampling(const SamplingBatch &sampling) {
+  const int64_t rows = static_cast<int64_t>(sampling.rows.size());
+  if (rows > samplingCapacity_) {
+    // Captured graphs read the old buffers.
+    INFER_RETURN_IF_ERROR(destroyGraphs());
+    INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    INFER_CUDA_RETURN_IF_ERROR(cudaFreeHost(hostSampling_));
+    INFER_CUDA_RETURN_IF_ERROR(cudaFreeHost(hostTokens_));
+    INFER_CUDA_RETURN_IF_ERROR(cudaFree(deviceSampling_));
+    INFER_CUDA_RETURN_IF_ERROR(cudaFree(deviceTokens_));
+    hostSampling_ = deviceSampling_ = nullptr;
+    hostTokens_ = deviceTokens_ = nullptr;
+    samplingCapacity_ = 0;
+    const int64_t capacity = std::max<int64_t>(64, 2 * rows);
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaMallocHost(&hostSampling_, capacity * sizeof(DeviceRowSampling)));
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaMallocHost(&hostTokens_, capacity * sizeof(int32_t)));
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaMalloc(&deviceSampling_, capacity * sizeof(DeviceRowSampling)));
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaMalloc(&deviceTokens_, capacity * sizeof(int32_t)));
+    samplingCapacity_ = capacity;
+  }
+  static_assert(kMaxSampleMaskedIds == RowSampling::kMaxMaskedIds,
+                "the kernel holds every masked id of a row");
+  for (int64_t r = 0; r < rows; ++r) {
+    const RowSampling &in = sampling.rows[r];
+    DeviceRowSampling &out = hostSampling_[r];
+    out.uniform = in.uniform;
+    out.temperature = static_cast<float>(in.temperature);
+    out.topP = static_cast<float>(in.topP);
+    out.minP = static_cast<float>(in.minP);
+    out.topK = static_cast<int32_t>(std::min<int64_t>(in.topK, INT32_MAX));
+    out.numMaskedIds = in.numMaskedIds;
+    std::copy_n(in.maskedIds.begin(), kMaxSampleMaskedIds, out.maskedIds);
+  }
+  INFER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(deviceSampling_, hostSampling_,
+                                             rows * sizeof(DeviceRowSampling),
+                                             cudaMemcpyHostToDevice, stream_));
+  return Status::ok();
+}
+
+Status CudaBackend::enqueueSampling(const Tensor &logits) {
+  if (logits.rows != static_cast<int64_t>(sampling_->rows.size()))
+    return internalError(
+        "cuda backend: " + std::to_string(logits.rows) + " logits rows for " +
+        std::to_string(sampling_->rows.size()) + " sampled rows");
+  INFER_CUDA_RETURN_IF_ERROR(launchSampleRows(logits.f32, logits.rows,
+                                              logits.cols, deviceSampling_,
+                                              deviceTokens_, stream_));
+  INFER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(hostTokens_, deviceTokens_,
+                                             logits.rows * sizeof(int32_t),
+                                             cudaMemcpyDeviceToHost, stream_));
+  return Status::ok();
+}
+
+StatusOr<std::vector<int32_t>>
+CudaBackend::forwardSample(const Batch &batch, const SamplingBatch &sampling) {
+  INFER_RETURN_IF_ERROR(
+      sampling.validate(static_cast<int64_t>(batch.logitsIndices.size())));
+  INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  INFER_RETURN_IF_ERROR(uploadSampling(sampling));
+  sampling_ = &sampling;
+  StatusOr<Logits> logits = forward(batch);
+  sampling_ = nullptr;
+  INFER_RETURN_IF_ERROR(logits.status());
+  return std::vector<int32_t>(hostTokens_, hostTokens_ + sampling.rows.size());
 }
 
 Status CudaBackend::copyBlocks(
