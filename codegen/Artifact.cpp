@@ -170,6 +170,13 @@ Status writeArtifact(const std::string &outDir,
       {"fuse", contents.options.fuse ? "true" : "false"},
       {"plan_memory", contents.options.planMemory ? "true" : "false"},
       {"tp", std::to_string(contents.options.tp)}};
+  if (contents.options.quant != "none") {
+    manifest.compileOptions["quant"] = contents.options.quant;
+    manifest.compileOptions["quant_granularity"] =
+        contents.options.quantGranularity;
+  }
+  if (contents.options.kvCacheDtype != "auto")
+    manifest.compileOptions["kv_cache_dtype"] = contents.options.kvCacheDtype;
   if (contents.options.window > 0) {
     manifest.compileOptions["sink_tokens"] =
         std::to_string(contents.options.sinkTokens);

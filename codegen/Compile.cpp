@@ -131,6 +131,18 @@ Status checkOptions(const CompileOptions &options) {
   if (options.blockSize <= 0)
     return invalidArgument("block size must be positive, got " +
                            std::to_string(options.blockSize));
+  if (options.quant != "none" && options.quant != "fp8")
+    return invalidArgument("unknown quantization '" + options.quant +
+                           "' (supported: none, fp8)");
+  if (options.quantGranularity != "per-tensor" &&
+      options.quantGranularity != "per-channel")
+    return invalidArgument("unknown quantization granularity '" +
+                           options.quantGranularity +
+                           "' (supported: per-tensor, per-channel)");
+  if (options.kvCacheDtype != "auto" && options.kvCacheDtype != "fp8_e5m2" &&
+      options.kvCacheDtype != "fp8_e4m3")
+    return invalidArgument("unknown KV-cache dtype '" + options.kvCacheDtype +
+                           "' (supported: auto, fp8_e5m2, fp8_e4m3)");
   if (options.window < 0 || options.sinkTokens < 0)
     return invalidArgument("streaming needs --window >= 0 and --sink-tokens "
                            ">= 0, got --window " +
@@ -188,6 +200,18 @@ Status compileModel(const std::string &modelDir, const std::string &outDir,
   pipelineOptions.tp = options.tp;
   pipelineOptions.sinkTokens = options.sinkTokens;
   pipelineOptions.window = options.window;
+  pipelineOptions.quant = options.quant == "fp8"
+                              ? mlir::infer::DeployQuant::Fp8
+                              : mlir::infer::DeployQuant::None;
+  pipelineOptions.quantGranularity =
+      options.quantGranularity == "per-channel"
+          ? mlir::infer::Fp8Granularity::PerChannel
+          : mlir::infer::Fp8Granularity::PerTensor;
+  pipelineOptions.kvCacheDtype = options.kvCacheDtype == "fp8_e5m2"
+                                     ? mlir::infer::DeployKVCacheDtype::Fp8E5M2
+                                 : options.kvCacheDtype == "fp8_e4m3"
+                                     ? mlir::infer::DeployKVCacheDtype::Fp8E4M3
+                                     : mlir::infer::DeployKVCacheDtype::Auto;
   mlir::infer::buildDeployPipeline(pm, pipelineOptions);
   if (options.printIrAfterAll) {
     // Module-scope printing needs the passes to run one at a time.

@@ -29,6 +29,12 @@ struct CompileOptions {
   bool planMemory = true;
   /// Tensor-parallel ranks (`infer-shard-tensor-parallel`).
   int64_t tp = 1;
+  /// `infer-quantize-fp8`: weights "none" or "fp8" (E4M3 projections) with
+  /// "per-tensor" or "per-channel" scales, and the KV cache "auto" (the
+  /// activations' type), "fp8_e5m2" or "fp8_e4m3".
+  std::string quant = "none";
+  std::string quantGranularity = "per-tensor";
+  std::string kvCacheDtype = "auto";
   /// StreamingLLM (`infer-streaming-kv`): attention sinks and the rolling
   /// window of recent tokens each sequence keeps; window 0 caches the whole
   /// context.

@@ -8,6 +8,9 @@
 //   infer.concat_weights of infer.weight ops   -> param     [192, 384], the
 //                    first tensor with a `concat` transform per further one
 //   infer.weight {shard = #infer.shard<...>}    -> param, the rank's slice
+//   infer.weight {quant = #infer.fp8<...>}      -> param f8e4m3, with a
+//                    `quantize_fp8_e4m3` transform after any slice (a
+//                    concatenation of such weights: per-tensor `parts`)
 //   any other op result                        -> activation, e.g. [T, 384]
 //
 // An infer.weight read only by infer.concat_weights gets no value of its own:
@@ -88,6 +91,21 @@ bool isDirectStep(StringRef name) {
       .Default(false);
 }
 
+/// The load-time transform of a `#infer.fp8` weight; `parts` are the rows
+/// of the concatenated weights, each quantized per tensor on its own.
+plan::WeightTransform quantizeTransform(mlir::infer::Fp8Attr quant,
+                                        const std::vector<int64_t> &parts) {
+  plan::WeightTransform transform;
+  transform.kind = "quantize_fp8_e4m3";
+  const bool perTensor =
+      quant.getGranularity() == mlir::infer::Fp8Granularity::PerTensor;
+  transform.attrs["granularity"] =
+      std::string(perTensor ? "per-tensor" : "per-channel");
+  if (perTensor && parts.size() > 1)
+    transform.attrs["parts"] = parts;
+  return transform;
+}
+
 class PlanLowering {
 public:
   PlanLowering(mlir::func::FuncOp func, const TensorFileMap &tensorFiles,
@@ -121,6 +139,8 @@ private:
   /// Split params (value id -> shard) and vocabulary-parallel embedding
   /// steps (step index -> vocabulary shards): what differs between ranks.
   std::map<int, mlir::infer::ShardAttr> paramShards;
+  /// FP8 params: the quantize_fp8_e4m3 transform each gets after its slice.
+  std::map<int, plan::WeightTransform> paramQuantize;
   std::map<size_t, int64_t> vocabParallelSteps;
   mlir::AsmState asmState;
   plan::Plan result;
@@ -141,8 +161,13 @@ FailureOr<plan::DType> PlanLowering::dtypeOf(mlir::Operation *at,
     return plan::DType::kI32;
   if (type.isSignlessInteger(64))
     return plan::DType::kI64;
+  if (type.isFloat8E4M3FN())
+    return plan::DType::kF8E4M3;
+  if (type.isFloat8E5M2())
+    return plan::DType::kF8E5M2;
   return at->emitError() << "element type " << type
-                         << " has no plan dtype (f32, f16, bf16, i32, i64)";
+                         << " has no plan dtype (f32, f16, bf16, i32, i64, "
+                            "f8E4M3FN, f8E5M2)";
 }
 
 int PlanLowering::addValue(plan::Value value) {
@@ -200,11 +225,13 @@ mlir::LogicalResult PlanLowering::lowerWeight(mlir::infer::WeightOp op) {
       }))
     return mlir::success();
   std::string name = op.getName().str();
+  // A tied table and its quantized copy (the LM head) are two params.
+  const std::string key = op.getQuant() ? name + "\nfp8" : name;
   std::optional<mlir::infer::ShardAttr> shard = op.getShard();
   if (shard && shard->getNumRanks() != numRanks)
     return op.emitError() << "is split for " << shard->getNumRanks()
                           << " ranks in a module of infer.tp = " << numRanks;
-  auto found = paramIds.find(name);
+  auto found = paramIds.find(key);
   if (found != paramIds.end()) {
     auto other = paramShards.find(found->second);
     std::optional<mlir::infer::ShardAttr> otherShard;
@@ -234,9 +261,11 @@ mlir::LogicalResult PlanLowering::lowerWeight(mlir::infer::WeightOp op) {
   value.sourceFile = file->second;
   value.sourceTensor = name;
   int id = addValue(std::move(value));
-  paramIds[name] = id;
+  paramIds[key] = id;
   if (shard)
     paramShards[id] = *shard;
+  if (std::optional<mlir::infer::Fp8Attr> quant = op.getQuant())
+    paramQuantize[id] = quantizeTransform(*quant, {});
   ids[op.getResult()] = id;
   return mlir::success();
 }
@@ -252,11 +281,18 @@ PlanLowering::lowerConcatWeights(mlir::infer::ConcatWeightsOp op) {
   value.dtype = *dtype;
   for (int64_t size : type.getShape())
     value.shape.push_back(plan::Dim::fixed(size));
+  std::optional<mlir::infer::Fp8Attr> quant;
+  std::vector<int64_t> parts;
   for (mlir::Value input : op.getInputs()) {
     auto weight = input.getDefiningOp<mlir::infer::WeightOp>();
     if (!weight || weight.getShard())
       return op.emitError() << "can only concatenate whole infer.weight "
                                "tensors (no shard) at load time";
+    if (input == op.getInputs().front())
+      quant = weight.getQuant();
+    else if (weight.getQuant() != quant)
+      return op.emitError() << "concatenates weights quantized differently";
+    parts.push_back(weight.getType().getDimSize(0));
     std::string name = weight.getName().str();
     auto file = tensorFiles.find(name);
     if (file == tensorFiles.end())
@@ -276,15 +312,17 @@ PlanLowering::lowerConcatWeights(mlir::infer::ConcatWeightsOp op) {
     concat.attrs["source_tensor"] = name;
     value.transforms.push_back(std::move(concat));
   }
-  auto found = paramIds.find(value.name);
+  const std::string key = quant ? value.name + "\nfp8" : value.name;
+  auto found = paramIds.find(key);
   if (found != paramIds.end()) {
     ids[op.getResult()] = found->second;
     return mlir::success();
   }
-  std::string name = value.name;
   int id = addValue(std::move(value));
-  paramIds[name] = id;
+  paramIds[key] = id;
   ids[op.getResult()] = id;
+  if (quant)
+    paramQuantize[id] = quantizeTransform(*quant, parts);
   return mlir::success();
 }
 
@@ -534,6 +572,9 @@ plan::RankPlan PlanLowering::specializeRank(int rankIndex) const {
                                {"begin", shard.getShardOf(rankIndex) * size},
                                {"size", size}}});
   }
+  // Scales are computed on the rank's slice: quantization comes last.
+  for (const auto &[id, quantize] : paramQuantize)
+    specialized.values[id].transforms.push_back(quantize);
   for (const auto &[stepIndex, shards] : vocabParallelSteps) {
     plan::Step &step = specialized.steps[stepIndex];
     int64_t rows = specialized.values[step.operands[0]].shape[0].size;

@@ -56,10 +56,13 @@ StatusOr<MemoryEstimate> estimateMemory(const plan::Manifest &manifest,
     int64_t weights = 0, rowBytes = 0;
     for (const plan::Value &v : rank.values) {
       int64_t bytes = fixedElements(v) * plan::dtypeSize(v.dtype);
-      if (v.kind == plan::ValueKind::kParam)
+      if (v.kind == plan::ValueKind::kParam) {
         weights += bytes;
-      else if (v.kind == plan::ValueKind::kActivation && hasTokenDim(v) &&
-               v.workspaceOffset < 0)
+        // FP8 weights: one byte per element and an fp32 scale per row.
+        if (v.dtype == plan::DType::kF8E4M3 && !v.shape.empty())
+          weights += v.shape.front().size * int64_t(sizeof(float));
+      } else if (v.kind == plan::ValueKind::kActivation && hasTokenDim(v) &&
+                 v.workspaceOffset < 0)
         rowBytes += bytes;
     }
     // Activations placed by infer-plan-memory share one workspace; the rest
@@ -72,8 +75,15 @@ StatusOr<MemoryEstimate> estimateMemory(const plan::Manifest &manifest,
         e.activationBytes, rowBytes * options.maxNumBatchedTokens + logits);
   }
   const plan::KVCacheLayout &kv = plan.kvCache;
-  e.kvBytesPerToken =
-      kv.numLayers * 2 * kv.numKVHeads * kv.headDim * options.kvElementBytes;
+  // An fp8 cache stores one byte per element (and E4M3 an fp32 scale per
+  // head); others are stored as options.kvElementBytes.
+  const bool fp8 =
+      kv.dtype == plan::DType::kF8E5M2 || kv.dtype == plan::DType::kF8E4M3;
+  e.kvElementBytes = fp8 ? 1 : options.kvElementBytes;
+  e.kvScaleBytesPerHead =
+      kv.dtype == plan::DType::kF8E4M3 ? int64_t(sizeof(float)) : 0;
+  e.kvBytesPerToken = kv.numLayers * 2 * kv.numKVHeads *
+                      (kv.headDim * e.kvElementBytes + e.kvScaleBytesPerHead);
   e.usableBytes = static_cast<int64_t>(
       std::floor(double(options.deviceMemoryBytes) * options.utilization));
   e.kvCacheBytes =
@@ -96,12 +106,13 @@ std::string formatMemoryEstimate(const MemoryEstimate &e,
      << options.utilization
      << " usable = " << formatBytes(double(e.usableBytes)) << "):\n";
   os << "  weights              " << formatBytes(double(e.weightBytes))
-     << " (as stored in the checkpoint)\n";
+     << " (as stored: the checkpoint's dtype, fp8 with row scales)\n";
   os << "  activations          " << formatBytes(double(e.activationBytes))
      << " (" << options.maxNumBatchedTokens << " batched tokens, logits of "
      << options.maxNumSeqs << " sequences)\n";
   os << "  KV cache per token   " << formatBytes(double(e.kvBytesPerToken))
-     << " (" << options.kvElementBytes << "-byte elements)\n";
+     << " (" << e.kvElementBytes << "-byte elements"
+     << (e.kvScaleBytesPerHead ? ", an fp32 scale per head" : "") << ")\n";
   os << "  KV cache             " << formatBytes(double(e.kvCacheBytes))
      << "\n";
   os << "  max cached tokens    " << e.maxCachedTokens << "\n";

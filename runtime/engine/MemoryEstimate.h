@@ -4,11 +4,13 @@
 // size, per rank:
 //
 //   device memory x utilization
-//   ├── weights            every param of the rank's plan, as stored
+//   ├── weights            every param of the rank's plan, as stored (fp8:
+//   │                      1 byte per element + an fp32 scale per row)
 //   ├── activations        workspace bytes per token row x batched tokens
 //   │                      + fp32 logits of the running sequences
 //   └── KV cache           what is left, in blocks of block_size tokens:
 //                          layers x 2 x kv_heads x head_dim x kv element bytes
+//                          (1 for fp8, + 4 per head for E4M3's scales)
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,7 +32,8 @@ struct MemoryEstimateOptions {
   double utilization = 0.9;
   int64_t maxNumBatchedTokens = 8192;
   int64_t maxNumSeqs = 256;
-  /// Bytes per cached key/value element: the CUDA backend stores bf16.
+  /// Bytes per cached key/value element of a cache that is not fp8: the
+  /// CUDA backend stores bf16.
   int64_t kvElementBytes = 2;
 };
 
@@ -39,6 +42,10 @@ struct MemoryEstimate {
   int64_t weightBytes = 0;     ///< per rank (the largest rank)
   int64_t activationBytes = 0; ///< per rank, logits included
   int64_t kvBytesPerToken = 0; ///< per rank
+  /// Bytes per cached element (1 for an fp8 cache), and per head vector of
+  /// scales (an fp8 E4M3 cache's fp32 scale).
+  int64_t kvElementBytes = 0;
+  int64_t kvScaleBytesPerHead = 0;
   int64_t usableBytes = 0;     ///< device memory x utilization
   int64_t kvCacheBytes = 0;    ///< what is left for the cache, >= 0
   int64_t maxCachedTokens = 0; ///< whole blocks only

@@ -508,7 +508,8 @@ static StatusOr<KVCacheLayout> readKVCache(const Reader &r) {
 static Status checkFp8(const Reader &r, const Value &v) {
   const bool fp8 = v.dtype == DType::kF8E4M3 || v.dtype == DType::kF8E5M2;
   if (v.kind != ValueKind::kParam)
-    return fp8 ? r.error("dtype", "fp8 is only for params (and the KV "
+    return fp8 && v.kind != ValueKind::kKVCache
+               ? r.error("dtype", "fp8 is only for params (and the KV "
                                   "cache's layout), not a " +
                                       std::string(valueKindName(v.kind)))
                : Status::ok();
@@ -727,7 +728,8 @@ static Status validateRank(const RankPlan &rank, const std::string &where) {
                                " used before it is defined");
       const bool projectionWeight = k == 1 && (sig->kind == StepOp::kLinear ||
                                                sig->kind == StepOp::kLogits);
-      if (byId[id]->dtype == DType::kF8E4M3 && !projectionWeight)
+      if (byId[id]->kind == ValueKind::kParam &&
+          byId[id]->dtype == DType::kF8E4M3 && !projectionWeight)
         return invalidArgument(at + ": operand " + valueName(id) +
                                " is fp8; only linear and logits weights "
                                "may be");

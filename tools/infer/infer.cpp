@@ -113,6 +113,20 @@ Status runCompile(const ParsedArgs &args) {
     return invalidArgument("--window and --sink-tokens must be >= 0");
   if (args.has("--sink-tokens") && window == 0)
     return invalidArgument("--sink-tokens needs --window N (N > 0)");
+  const std::string quant = args.get("--quant", "none");
+  const std::string granularity = args.get("--quant-granularity", "per-tensor");
+  const std::string kvCacheDtype = args.get("--kv-cache-dtype", "auto");
+  if (quant != "none" && quant != "fp8")
+    return invalidArgument("--quant must be none or fp8");
+  if (granularity != "per-tensor" && granularity != "per-channel")
+    return invalidArgument("--quant-granularity must be per-tensor or "
+                           "per-channel");
+  if (args.has("--quant-granularity") && quant == "none")
+    return invalidArgument("--quant-granularity needs --quant fp8");
+  if (kvCacheDtype != "auto" && kvCacheDtype != "fp8_e5m2" &&
+      kvCacheDtype != "fp8_e4m3")
+    return invalidArgument("--kv-cache-dtype must be auto, fp8_e5m2 or "
+                           "fp8_e4m3");
 #ifdef INFER_HAS_COMPILER
   compiler::CompileOptions options;
   options.target = target;
@@ -123,6 +137,9 @@ Status runCompile(const ParsedArgs &args) {
   options.tp = tp;
   options.sinkTokens = sinkTokens;
   options.window = window;
+  options.quant = quant;
+  options.quantGranularity = granularity;
+  options.kvCacheDtype = kvCacheDtype;
   options.printIrAfterAll = args.has("--mlir-print-ir-after-all");
   const std::string artifactDir = *args.get("-o");
   MemoryEstimateOptions memory;
@@ -719,6 +736,8 @@ std::vector<Command> commands() {
        "                     [--cuda-arch sm_90a]\n"
        "                     [--block-size 16] [--no-fuse] [--no-plan-memory]\n"
        "                     [--tp 1] [--sink-tokens 4 --window N]\n"
+       "                     [--quant fp8 [--quant-granularity per-tensor]]\n"
+       "                     [--kv-cache-dtype auto|fp8_e5m2|fp8_e4m3]\n"
        "                     [--estimate-memory [--gpu-memory 80GiB]]\n"
        "                     [--mlir-print-ir-after-all]\n\n"
        "Compiles a Hugging Face model directory into an artifact directory.\n"
@@ -739,11 +758,17 @@ std::vector<Command> commands() {
        "most recent tokens of each sequence in the KV cache (StreamingLLM,\n"
        "infer-streaming-kv): memory stays bounded and generation runs past\n"
        "the model's max_position_embeddings.\n"
+       "--quant fp8 stores every linear and LM-head weight as FP8 E4M3 with\n"
+       "scales computed from the checkpoint at load, one per tensor or per\n"
+       "output row (--quant-granularity per-channel); infer-quantize-fp8.\n"
+       "--kv-cache-dtype fp8_e5m2 stores the KV cache as FP8 E5M2, fp8_e4m3\n"
+       "as FP8 E4M3 with an fp32 scale per token and head (cpu backend).\n"
        "--mlir-print-ir-after-all prints the module to stderr after every\n"
        "pass of the pipeline.\n"
        "--estimate-memory prints, per rank, the weights, activations and KV\n"
        "bytes per token, and how many tokens and full-context sequences fit\n"
-       "in --gpu-memory (default 80GiB, 90% usable, bf16 KV cache).\n",
+       "in --gpu-memory (default 80GiB, 90% usable, bf16 KV cache unless\n"
+       "--kv-cache-dtype is fp8).\n",
        {output,
         {"--target"},
         {"--cuda-arch"},
@@ -753,6 +778,9 @@ std::vector<Command> commands() {
         {"--tp"},
         {"--sink-tokens"},
         {"--window"},
+        {"--quant"},
+        {"--quant-granularity"},
+        {"--kv-cache-dtype"},
         {"--estimate-memory", false},
         {"--mlir-print-ir-after-all", false},
         {"--gpu-memory"}},
