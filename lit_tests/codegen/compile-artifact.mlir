@@ -65,9 +65,10 @@
 // BIAS-NEXT:   {{[0-9]+}}
 // BIAS-NEXT: ],
 
-// Errors: the CUDA target is not there yet; import errors come through.
-// RUN: not infer compile %fixtures/rand/llama-gqa -o %t/cuda --target cuda 2>&1 | FileCheck %s --check-prefix=CUDA
-// CUDA: infer compile: error: target 'cuda' is not yet supported by the compiler (supported: cpu)
+// Errors: an unknown target (--target cuda: compile-cuda.test); import
+// errors come through.
+// RUN: not infer compile %fixtures/rand/llama-gqa -o %t/rocm --target rocm 2>&1 | FileCheck %s --check-prefix=TARGET
+// TARGET: infer compile: error: --target must be cpu or cuda
 // RUN: mkdir %t/bad && ln -s %fixtures/rand/llama-gqa/model.safetensors %t/bad/model.safetensors
 // RUN: sed 's/"hidden_size": 128/"hidden_size": 96/' %fixtures/rand/llama-gqa/config.json > %t/bad/config.json
 // RUN: not infer compile %t/bad -o %t/bad-artifact 2>&1 | FileCheck %s --check-prefix=BAD

@@ -5,6 +5,7 @@
 #include "runtime/cuda/Arena.h"
 #include "runtime/cuda/CudaStatus.h"
 #include "runtime/cuda/Gemm.h"
+#include "runtime/cuda/GeneratedKernels.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/NcclCommunicator.h"
 #include "runtime/cuda/SamplingKernels.h"
@@ -98,6 +99,9 @@ struct PreparedStep {
   std::vector<int64_t> sizes;
   /// fused: the body, with the tensors filled in per run.
   FusedProgram fused;
+  /// fused: the artifact's generated kernel of the body, or null (the
+  /// interpreter runs `fused`).
+  cudaKernel_t generated = nullptr;
   float epsilon = 0.0f;
   int ropeHeadDim = 0;
   int ropeRotaryDim = 0;
@@ -133,6 +137,7 @@ public:
 
   Status init(const plan::RankPlan &plan, const ParamTable &params,
               const CudaBackendOptions &options);
+  std::string fusedKernelsReport() const;
 
 private:
   /// (tokens, sequences, padded max blocks per sequence, logits rows,
@@ -143,6 +148,9 @@ private:
            dims_.headDim;
   }
   Status uploadParams(const ParamTable &params);
+  /// Loads the kernels the fused steps name, if an image fits the device;
+  /// otherwise they run the interpreter and fusedReport_ says why.
+  void loadGeneratedKernels(const KernelImages &images);
   Status prepareStep(const Step &step, const std::string &where,
                      PreparedStep &out);
   Status uploadInputs(const Batch &batch);
@@ -177,6 +185,12 @@ private:
   int device_;
   NcclCommunicator *communicator_ = nullptr;
   bool copyLogits_ = true;
+  /// The artifact's generated kernels, when an image fits the device.
+  std::unique_ptr<GeneratedKernels> generated_;
+  /// How the fused steps run (fusedKernelsReport).
+  std::string fusedReport_;
+  int numFusedSteps_ = 0;
+  int numGeneratedSteps_ = 0;
   CacheDims dims_;
   int64_t numBlocks_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -337,6 +351,7 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
                          std::to_string(rank_.outputs.size()) +
                          " outputs (expected the logits only)");
   output_ = rank_.outputs[0];
+  loadGeneratedKernels(options.kernels);
 
   std::vector<int> lastUse(rank_.values.size(), -1);
   for (size_t i = 0; i < rank_.steps.size(); ++i) {
@@ -538,6 +553,16 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
         body->yields.size() != step.results.size())
       return invalidArgument("cuda backend: " + where +
                              ": body does not match the operands/results");
+    ++numFusedSteps_;
+    const std::string kernel = step.getString("kernel", "");
+    if (generated_ && !kernel.empty()) {
+      out.generated = generated_->kernel(kernel);
+      if (!out.generated)
+        return internalError("cuda backend: " + where + ": kernel '" +
+                             kernel + "' was not loaded");
+      ++numGeneratedSteps_;
+      break;
+    }
     if (body->numInputs > kMaxFusedInputs ||
         static_cast<int>(body->instructions.size()) > kMaxFusedInstructions ||
         static_cast<int>(body->yields.size()) > kMaxFusedOutputs)
@@ -1057,19 +1082,28 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
     return Status::ok();
   }
   case OpKind::kFused: {
-    FusedProgram program = s.fused;
     const Tensor &first = in(0);
+    std::vector<const float *> inputs;
     for (size_t i = 0; i < s.operands.size(); ++i) {
       INFER_RETURN_IF_ERROR(needF32(i));
       if (in(i).rows != first.rows || in(i).cols != first.cols)
         return mismatch("fused operands have different shapes");
-      program.inputs[i] = in(i).f32;
+      inputs.push_back(in(i).f32);
     }
+    std::vector<float *> outputs;
     for (size_t r = 0; r < s.results.size(); ++r) {
       Tensor &y = values_[s.results[r]];
       INFER_RETURN_IF_ERROR(allocate(y, first.rows, first.cols));
-      program.outputs[r] = y.f32;
+      outputs.push_back(y.f32);
     }
+    if (s.generated) {
+      INFER_CUDA_RETURN_IF_ERROR(launchGeneratedKernel(
+          s.generated, inputs, outputs, first.size(), stream_));
+      return Status::ok();
+    }
+    FusedProgram program = s.fused;
+    std::copy(inputs.begin(), inputs.end(), program.inputs);
+    std::copy(outputs.begin(), outputs.end(), program.outputs);
     INFER_CUDA_RETURN_IF_ERROR(launchFused(program, first.size(), stream_));
     return Status::ok();
   }
@@ -1329,6 +1363,39 @@ Status CudaBackend::copyBlocks(
 }
 
 } // namespace
+
+void CudaBackend::loadGeneratedKernels(const KernelImages &images) {
+  std::vector<std::string> names;
+  for (const Step &step : rank_.steps) {
+    const std::string kernel =
+        step.op == "fused" ? step.getString("kernel", "") : "";
+    if (!kernel.empty() &&
+        std::find(names.begin(), names.end(), kernel) == names.end())
+      names.push_back(kernel);
+  }
+  if (names.empty()) {
+    fusedReport_ = "the plan names no generated kernel";
+    return;
+  }
+  if (images.empty()) {
+    fusedReport_ = "the backend was given no kernel images";
+    return;
+  }
+  std::string why;
+  generated_ = GeneratedKernels::load(images, names, device_, &why);
+  fusedReport_ = generated_ ? generated_->origin() : why;
+}
+
+std::string CudaBackend::fusedKernelsReport() const {
+  return std::to_string(numGeneratedSteps_) + " of " +
+         std::to_string(numFusedSteps_) +
+         " fused steps run generated kernels (" + fusedReport_ + ")";
+}
+
+std::string fusedKernelsReport(const Backend &backend) {
+  const auto *cuda = dynamic_cast<const CudaBackend *>(&backend);
+  return cuda ? cuda->fusedKernelsReport() : "";
+}
 
 bool cudaDeviceAvailable(std::string *why) {
   int count = 0;

@@ -13,6 +13,7 @@
 #define INFER_RUNTIME_CUDA_CUDABACKEND_H
 
 #include "runtime/backend/Backend.h"
+#include "runtime/cuda/GeneratedKernels.h"
 #include "runtime/plan/Plan.h"
 
 #include <memory>
@@ -39,7 +40,16 @@ struct CudaBackendOptions {
   /// Whether forward() copies the logits to the host; ranks other than 0 of
   /// a tensor-parallel group return only the logits' shape.
   bool copyLogits = true;
+  /// The artifact's generated kernels (readKernelImages(artifact dir,
+  /// manifest.kernels)): `fused` steps that name one run it when an image
+  /// fits the device, the others the interpreter kernel.
+  KernelImages kernels;
 };
+
+/// How a backend made by createCudaBackend runs its `fused` steps, e.g. "3
+/// of 3 fused steps run generated kernels (cubin sm_90a)"; when none do, the
+/// parentheses say why. Empty for other backends.
+std::string fusedKernelsReport(const Backend &backend);
 
 /// Whether a CUDA device can be used; `why` says why not.
 bool cudaDeviceAvailable(std::string *why = nullptr);

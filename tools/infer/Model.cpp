@@ -83,6 +83,9 @@ createTensorParallelBackend(const Artifact &artifact, const std::string &name,
   if (name == "cuda") {
     cuda::CudaBackendOptions options;
     options.numBlocks = numBlocks;
+    INFER_ASSIGN_OR_RETURN(options.kernels,
+                           cuda::readKernelImages(artifact.dir,
+                                                  artifact.manifest.kernels));
     return cuda::createCudaTensorParallelBackend(artifact.plan, params,
                                                  options);
   }
@@ -122,6 +125,9 @@ createBackend(const Artifact &artifact, const std::string &name,
   if (name == "cuda") {
     cuda::CudaBackendOptions options;
     options.numBlocks = numBlocks;
+    INFER_ASSIGN_OR_RETURN(options.kernels,
+                           cuda::readKernelImages(artifact.dir,
+                                                  artifact.manifest.kernels));
     return cuda::createCudaBackend(artifact.plan, 0, params, options);
   }
 #endif

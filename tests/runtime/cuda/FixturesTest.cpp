@@ -111,6 +111,12 @@ protected:
     options.numBlocks = blocks;
     if (!graphs)
       options.maxGraphTokens = 0;
+    // A --target cuda artifact's generated kernels (none for the others).
+    StatusOr<cuda::KernelImages> kernels =
+        cuda::readKernelImages(artifact_.dir, artifact_.manifest.kernels);
+    EXPECT_TRUE(kernels.isOk()) << kernels.status().message();
+    if (kernels.isOk())
+      options.kernels = std::move(*kernels);
     auto b = cuda::createCudaBackend(artifact_.plan, 0, params_, options);
     EXPECT_TRUE(b.isOk()) << b.status().message();
     return b.isOk() ? std::move(b).value() : nullptr;
@@ -154,6 +160,8 @@ TEST_P(CudaFixturesTest, RunsTheFusedArtifact) {
   std::unique_ptr<Backend> g = gpuBackend(blocksFor(input.size()));
   std::unique_ptr<Backend> c = cpuBackend(blocksFor(input.size()));
   ASSERT_TRUE(g && c);
+  std::cout << "[ fixture  ] " << case_.name << " "
+            << cuda::fusedKernelsReport(*g) << "\n";
   Logits got = promptLogits(*g, input), ref = promptLogits(*c, input);
   ASSERT_EQ(got.data.size(), ref.data.size());
   const double err =

@@ -6,8 +6,11 @@
 # ICU headers, GoogleTest, nlohmann_json) come from .deps/, fixtures from
 # .gpu/fixtures, compiled artifacts from .gpu/artifacts/NAME (one per fixture
 # model, made where the compiler is built with the default pipeline, i.e.
-# fused: `infer compile MODEL_DIR -o .gpu/artifacts/NAME`; the fixture tests
-# run them through INFER_CUDA_ARTIFACTS, the CLI runs llama-gqa); SRC names
+# fused, and generated kernels: `infer compile MODEL_DIR -o
+# .gpu/artifacts/NAME --target cuda`, plus llama-gqa-gelu, llama-gqa with
+# "hidden_act": "gelu_pytorch_tanh", whose fused regions run generated
+# kernels; the fixture and generated-kernel tests run them through
+# INFER_CUDA_ARTIFACTS, the CLI runs llama-gqa); SRC names
 # another source tree than the current directory. Logs go to $OUT; a short
 # table is printed last.
 #
@@ -29,13 +32,16 @@ cmake -G Ninja -S "$SRC" -B "$BUILD" -DINFER_ENABLE_COMPILER=OFF \
   -DINFER_FIXTURES_DIR="$ROOT/.gpu/fixtures" -Dnlohmann_json_DIR="$D/cmake" \
   -DGTEST_ROOT="$D" -DPKG_CONFIG_EXECUTABLE="$PKG" >"$OUT/cmake.log" 2>&1 ||
   { tail -30 "$OUT/cmake.log"; exit 1; }
-ninja -C "$BUILD" -j16 ${TARGETS:-InferCudaTests infer infer-cuda-decode-bench} \
+ninja -C "$BUILD" -j16 ${TARGETS:-InferCudaTests InferCudaGeneratedKernelsTests \
+  infer infer-cuda-decode-bench} \
   >"$OUT/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$OUT/build.log"; exit 1; }
 # BUILD_ONLY=1: configure and build TARGETS, run nothing (bench/ scripts).
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 
 INFER_CUDA_ARTIFACTS=$ROOT/.gpu/artifacts "$BUILD/bin/InferCudaTests" 2>&1 | tee "$OUT/gtest.log" |
   grep -E "FAILED|Failure|error|PASSED|SKIPPED" | head -40
+INFER_CUDA_ARTIFACTS=$ROOT/.gpu/artifacts "$BUILD/bin/InferCudaGeneratedKernelsTests" 2>&1 |
+  tee "$OUT/gtest-generated.log" | grep -E "FAILED|Failure|error|PASSED|SKIPPED" | head -20
 
 ART=$ROOT/.gpu/artifacts/llama-gqa
 W=$ROOT/.gpu/fixtures/rand/llama-gqa
@@ -60,6 +66,6 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 
 echo "==== summary"
-grep -hE "^\[ (kernel|fixture|greedy) " "$OUT/gtest.log" | sort | uniq |
+grep -hE "^\[ (kernel|fixture|greedy) " "$OUT/gtest.log" "$OUT/gtest-generated.log" | sort | uniq |
   awk '{ $1=$1; print }' | cut -c1-110
-grep -E "tests ran|PASSED|FAILED" "$OUT/gtest.log" | tail -4
+grep -hE "tests ran|PASSED|FAILED" "$OUT/gtest.log" "$OUT/gtest-generated.log" | tail -8
