@@ -13,13 +13,12 @@
 // tile of a sequence with few new tokens still fills the MMA rows. Warp w
 // owns rows 16w .. 16w+15. Each step moves 64 keys through shared memory
 // (cp.async, rows XOR-swizzled in 16-byte chunks so ldmatrix is conflict
-// free) and computes
+// free; two stages, the next tile's K and V in flight during this tile's
+// math, its block-table entries read one tile earlier still) and computes
 //
 //   S = Q K^T        mma.sync m16n8k16 bf16, Q fragments kept in registers
 //   online softmax   fp32, base 2, running max and sum per row
 //   O += P V         P re-packed from the S accumulators as bf16 A fragments
-//
-// with the V load overlapping Q K^T and the next K load overlapping P V.
 //
 // Tiles of the flat batch: sequence s owns the grid indices
 //   [qsl[s] * group / 64 + s, qsl[s + 1] * group / 64 + s + 1)
@@ -64,8 +63,9 @@ __device__ __forceinline__ void copyAsyncCommit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
-__device__ __forceinline__ void copyAsyncWaitAll() {
-  asm volatile("cp.async.wait_group 0;\n" ::);
+/// Waits until at most `pending` of this thread's copy groups are in flight.
+template <int pending> __device__ __forceinline__ void copyAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
 }
 
 __device__ __forceinline__ void ldmatrixX4(uint32_t (&r)[4], uint32_t addr) {
@@ -119,8 +119,10 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kChunks = D / 8; // 16-byte chunks of a key row
   constexpr int kSteps = D / 16; // k-steps of Q K^T
   constexpr int kRowStep = kThreads / kChunks;
-  __shared__ __align__(128) __nv_bfloat16 kTile[kKeys * D];
-  __shared__ __align__(128) __nv_bfloat16 vTile[kKeys * D];
+  constexpr int kRowsPerThread = kKeys / kRowStep;
+  constexpr int kTileElements = kKeys * D;
+  // [stage][k|v][key][head_dim], prefillSharedBytes<D>() bytes.
+  extern __shared__ __align__(128) __nv_bfloat16 tiles[];
 
   const int group = a.numHeads / a.numKVHeads;
   const int kvHead = blockIdx.y;
@@ -157,29 +159,47 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int quad = lane % 4;
 
-  // K or V rows keyStart .. keyStart+63 of this kv head into `tile`; rows at
-  // or past keyEnd are zeros (their scores are masked, their P is 0).
+  // Thread tid copies chunk tid % kChunks of the rows tid / kChunks + i *
+  // kRowStep of each tile; blockOf[i] holds those rows' block-table entries
+  // for the next tile to load. Rows at or past keyEnd are zeros (their
+  // scores are masked, their P is 0).
   const int chunk = tid % kChunks;
-  auto loadTile = [&](__nv_bfloat16 *dst, int kv, int64_t keyStart) {
+  int32_t blockOf[kRowsPerThread];
+  auto fetchTable = [&](int64_t keyStart) {
 #pragma unroll
-    for (int r = tid / kChunks; r < kKeys; r += kRowStep) {
+    for (int i = 0; i < kRowsPerThread; ++i) {
       // Positions fit in int32 (context_lens do): 32-bit division.
+      const int j = static_cast<int>(keyStart) + tid / kChunks + i * kRowStep;
+      blockOf[i] = j < keyEnd ? table[j / dims.blockSize] : 0;
+    }
+  };
+  const int64_t slotElements = int64_t(dims.numKVHeads) * D;
+  auto loadTiles = [&](int stage, int64_t keyStart) {
+    __nv_bfloat16 *kDst = tiles + stage * 2 * kTileElements;
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int r = tid / kChunks + i * kRowStep;
       const int j = static_cast<int>(keyStart) + r;
-      const __nv_bfloat16 *src = pool;
+      const __nv_bfloat16 *kSrc = pool, *vSrc = pool;
       int bytes = 0;
       if (j < keyEnd) {
         const int64_t slot =
-            int64_t(table[j / dims.blockSize]) * dims.blockSize +
-            j % dims.blockSize;
-        src = pool + poolOffset(dims, slot, a.layer, kv) + int64_t(kvHead) * D +
-              chunk * 8;
+            int64_t(blockOf[i]) * dims.blockSize + j % dims.blockSize;
+        kSrc = pool + poolOffset(dims, slot, a.layer, 0) + int64_t(kvHead) * D +
+               chunk * 8;
+        vSrc = kSrc + dims.blockSize * slotElements;
         bytes = 16;
       }
-      copyAsync16(sharedAddress(dst + swizzled<D>(r, chunk)), src, bytes);
+      const int offset = swizzled<D>(r, chunk);
+      copyAsync16(sharedAddress(kDst + offset), kSrc, bytes);
+      copyAsync16(sharedAddress(kDst + kTileElements + offset), vSrc, bytes);
     }
     copyAsyncCommit();
   };
-  loadTile(kTile, 0, keyBegin);
+  fetchTable(keyBegin);
+  loadTiles(0, keyBegin);
+  if (keyBegin + kKeys < keyEnd)
+    fetchTable(keyBegin + kKeys);
 
   // This thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16).
   int64_t pos[2];
@@ -222,12 +242,21 @@ __global__ void __launch_bounds__(kThreads)
 
   // ldmatrix lane roles: matrix lane / 8, its row lane % 8.
   const int ldMatrix = lane / 8, ldRow = lane % 8;
-  const uint32_t kBase = sharedAddress(kTile), vBase = sharedAddress(vTile);
-
-  for (int64_t keyStart = keyBegin; keyStart < keyEnd; keyStart += kKeys) {
-    copyAsyncWaitAll();
+  int stage = 0;
+  for (int64_t keyStart = keyBegin; keyStart < keyEnd;
+       keyStart += kKeys, stage ^= 1) {
+    if (keyStart + kKeys < keyEnd) {
+      // The other stage was last read before the previous step's barrier.
+      loadTiles(stage ^ 1, keyStart + kKeys);
+      if (keyStart + 2 * kKeys < keyEnd)
+        fetchTable(keyStart + 2 * kKeys);
+      copyAsyncWait<1>();
+    } else {
+      copyAsyncWait<0>();
+    }
     __syncthreads();
-    loadTile(vTile, 1, keyStart);
+    const uint32_t kBase = sharedAddress(tiles + stage * 2 * kTileElements);
+    const uint32_t vBase = kBase + 2 * kTileElements;
 
     float s[kKeys / 8][4];
 #pragma unroll
@@ -245,11 +274,6 @@ __global__ void __launch_bounds__(kThreads)
         mma(s[2 * np], qFrag[k], b[0], b[1]);
         mma(s[2 * np + 1], qFrag[k], b[2], b[3]);
       }
-
-    copyAsyncWaitAll();
-    __syncthreads();
-    if (keyStart + kKeys < keyEnd)
-      loadTile(kTile, 0, keyStart + kKeys);
 
     // Causal and window masks, needed only where the tile crosses them.
     const bool mask = keyStart + kKeys - 1 > posLo ||
@@ -310,6 +334,8 @@ __global__ void __launch_bounds__(kThreads)
         mma(acc[2 * dp + 1], p, b[2], b[3]);
       }
     }
+    // Every warp is done with this stage before the next step refills it.
+    __syncthreads();
   }
 
 #pragma unroll
@@ -330,6 +356,10 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
+template <int D> constexpr int prefillSharedBytes() {
+  return 2 * 2 * kKeys * D * int(sizeof(__nv_bfloat16));
+}
+
 template <int D>
 cudaError_t launch(const float *q, const __nv_bfloat16 *pool, CacheDims dims,
                    AttentionDims attention, const int32_t *blockTables,
@@ -340,7 +370,15 @@ cudaError_t launch(const float *q, const __nv_bfloat16 *pool, CacheDims dims,
   const int64_t tiles = t * group / kRows + numSeqs;
   dim3 grid(static_cast<unsigned>(tiles),
             static_cast<unsigned>(attention.numKVHeads));
-  prefillAttentionKernel<D><<<grid, kThreads, 0, stream>>>(
+  // Above 48 KiB a kernel's dynamic shared memory needs this opt-in (per
+  // device, so on every launch; it enqueues nothing and may be captured).
+  constexpr int kShared = prefillSharedBytes<D>();
+  const cudaError_t status = cudaFuncSetAttribute(
+      prefillAttentionKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      kShared);
+  if (status != cudaSuccess)
+    return status;
+  prefillAttentionKernel<D><<<grid, kThreads, kShared, stream>>>(
       q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
       queryStartLoc, numSeqs, out);
   return cudaGetLastError();
