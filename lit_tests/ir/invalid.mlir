@@ -34,6 +34,24 @@ module attributes {infer.tp = 0 : i64} {
 
 // -----
 
+// expected-error @+1 {{'infer.streaming' must be an #infer.streaming attribute of a module}}
+module attributes {infer.streaming = 4 : i64} {
+}
+
+// -----
+
+// expected-error @+1 {{streaming sink_tokens must be non-negative, got -1}}
+module attributes {infer.streaming = #infer.streaming<sink_tokens = -1, window = 32>} {
+}
+
+// -----
+
+// expected-error @+1 {{streaming window must be positive, got 0}}
+module attributes {infer.streaming = #infer.streaming<sink_tokens = 4, window = 0>} {
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // Attributes
 //===----------------------------------------------------------------------===//
@@ -486,6 +504,30 @@ func.func @paged_attention_common(%q: tensor<?x384xf32>, %c: !infer.kv_cache<num
 func.func @paged_attention_cache_shape(%q: tensor<?x384xf32>, %c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %tables: tensor<?x?xi32>, %lens: tensor<?xi32>, %qsl: tensor<?xi32>) {
   // expected-error @+1 {{'infer.paged_attention' op expects num_kv_heads and head_dim (3, 64) to match the cache's (2, 64)}}
   %o = infer.paged_attention %q, %c, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 3 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_key_rope_alone(%q: tensor<?x384xf32>, %c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %tables: tensor<?x?xi32>, %lens: tensor<?xi32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.paged_attention' op expects key_rope and key_rotary_dim together}}
+  %o = infer.paged_attention %q, %c, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64, key_rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_key_rotary_dim_odd(%q: tensor<?x384xf32>, %c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %tables: tensor<?x?xi32>, %lens: tensor<?xi32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.paged_attention' op expects an even key_rotary_dim in (0, head_dim = 64], got 63}}
+  %o = infer.paged_attention %q, %c, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64, key_rope = #infer.rope<theta = 1.0e+04, kind = default>, key_rotary_dim = 63 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @paged_attention_key_rope_window(%q: tensor<?x384xf32>, %c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, %tables: tensor<?x?xi32>, %lens: tensor<?xi32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.paged_attention' op cannot rotate keys at their cache index (key_rope) with a sliding_window}}
+  %o = infer.paged_attention %q, %c, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 128 : i64, key_rope = #infer.rope<theta = 1.0e+04, kind = default>, key_rotary_dim = 64 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
   return
 }
 
