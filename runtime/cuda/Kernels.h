@@ -108,9 +108,9 @@ struct FusedProgram {
 
 /// fused: one generic kernel that interprets the register program for each
 /// element (one thread per element, registers in thread-local memory).
-/// Each op computes what its standalone kernel computes. Code generation of
-/// one kernel per body (NVRTC, from the same FusedBody) replaces this
-/// interpreter later; the interpreter stays the reference for it.
+/// Each op computes what its standalone kernel computes. Artifacts compiled
+/// with --target cuda carry one generated kernel per body instead
+/// (GeneratedKernels.h); this runs the fused steps of the others.
 cudaError_t launchFused(const FusedProgram &program, int64_t n,
                         cudaStream_t stream);
 
