@@ -16,10 +16,13 @@
 //   prefill one sequence of N tokens in one call (time to first token
 //           without queueing); the FLOP roofline: (2 * N * matrix params +
 //           causal attention 2 * layers * heads * head_dim * N^2) / peak.
-//   gemms   (--gemms 1,16) every distinct weight shape of the plan's linear
-//           and logits steps through the backend's cuBLASLt path at M rows:
-//           achieved bandwidth against the measured copy bandwidth, and the
-//           shapes' summed time per forward call against the weight roofline.
+//   gemms   (--gemms 1,16) every distinct weight shape (and dtype) of the
+//           plan's linear and logits steps through the backend's routed path
+//           at M rows (Gemm::linear: the skinny kernels at small M, else the
+//           fp32 -> bf16 conversion and cuBLASLt, or fp8 dequantization):
+//           achieved bandwidth against the measured copy bandwidth, the
+//           shapes' summed time per forward call against the weight roofline,
+//           and cuBLASLt alone on bf16 operands of the shape for comparison.
 // Each figure is the median over `repeats` runs (each run's median of its
 // steps for decode); the runs are printed too. An ARTIFACT is what `infer
 // compile` wrote (the fused pipeline users run); a MODEL_DIR is built into
@@ -31,6 +34,7 @@
 
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Gemm.h"
+#include "runtime/cuda/Kernels.h"
 #include "runtime/engine/Artifact.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
@@ -46,6 +50,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace infer;
@@ -168,8 +173,8 @@ Options parseArgs(int argc, char **argv) {
 /// What one forward call of the model reads and computes.
 struct ModelCost {
   /// Bytes of the weights a decode step reads on the device: matrices in
-  /// bf16, vectors in fp32; a table used only for embedding lookups is not
-  /// read whole and is left out.
+  /// bf16 (fp8: 1 byte + a 4-byte scale per row), vectors in fp32; a table
+  /// used only for embedding lookups is not read whole and is left out.
   double weightBytes = 0;
   /// Parameters of the matrices multiplied by every token (FLOPs / 2 / T).
   double matrixParams = 0;
@@ -200,7 +205,9 @@ ModelCost modelCost(const Artifact &artifact) {
       elements *= double(dim.size);
     const bool matrix = value.shape.size() >= 2;
     if (used.count(value.id)) {
-      cost.weightBytes += elements * (matrix ? 2 : 4);
+      cost.weightBytes += value.dtype == plan::DType::kF8E4M3
+                              ? elements + 4.0 * double(value.shape[0].size)
+                              : elements * (matrix ? 2 : 4);
       if (matrix)
         cost.matrixParams += elements;
     }
@@ -283,19 +290,20 @@ std::string joined(const std::vector<double> &values) {
   return text;
 }
 
-/// (N, K) of every weight a linear or logits step multiplies, with how many
-/// steps of one forward call use that shape.
-std::map<std::pair<int64_t, int64_t>, int>
+/// (N, K, fp8) of every weight a linear or logits step multiplies, with how
+/// many steps of one forward call use that shape.
+std::map<std::tuple<int64_t, int64_t, bool>, int>
 gemmShapes(const Artifact &artifact) {
   const plan::RankPlan &rank = artifact.plan.ranks.at(0);
-  std::map<std::pair<int64_t, int64_t>, int> shapes;
+  std::map<std::tuple<int64_t, int64_t, bool>, int> shapes;
   for (const plan::Step &step : rank.steps) {
     if ((step.op != "linear" && step.op != "logits") ||
         step.operands.size() < 2)
       continue;
     const plan::Value &w = rank.values[step.operands[1]];
     if (w.shape.size() == 2)
-      ++shapes[{w.shape[0].size, w.shape[1].size}];
+      ++shapes[{w.shape[0].size, w.shape[1].size,
+                w.dtype == plan::DType::kF8E4M3}];
   }
   return shapes;
 }
@@ -306,9 +314,30 @@ gemmShapes(const Artifact &artifact) {
       die(std::string(#expr) + " failed");                                     \
   } while (0)
 
+/// Median microseconds of `once` over 7 samples of 20 calls, after 3.
+template <typename F>
+double timeCalls(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop,
+                 F once) {
+  for (int i = 0; i < 3; ++i)
+    once();
+  std::vector<double> us;
+  constexpr int kPerSample = 20;
+  for (int sample = 0; sample < 7; ++sample) {
+    BENCH_CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < kPerSample; ++i)
+      once();
+    BENCH_CHECK(cudaEventRecord(stop, stream));
+    BENCH_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    us.push_back(ms * 1e3 / kPerSample);
+  }
+  return median(us);
+}
+
 void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
                 double bandwidth, double weightBytes) {
-  auto gemm = cuda::Gemm::create(size_t(32) << 20);
+  auto gemm = cuda::Gemm::create(size_t(32) << 20, size_t(64) << 20);
   if (!gemm.isOk())
     die(gemm.status().message());
   cudaStream_t stream;
@@ -317,52 +346,78 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
   BENCH_CHECK(cudaEventCreate(&start));
   BENCH_CHECK(cudaEventCreate(&stop));
   const auto shapes = gemmShapes(artifact);
-  std::printf("| M | N x K (uses per call) | us | GB/s | %% of copy "
-              "bandwidth |\n|---|---|---|---|---|\n");
+  std::printf(
+      "| M | N x K (uses per call) | weights | path | us | GB/s | %% of "
+      "copy bandwidth | cuBLASLt bf16 us |\n"
+      "|---|---|---|---|---|---|---|---|\n");
   for (int64_t m : rows) {
-    double totalUs = 0;
+    double totalUs = 0, totalCublasUs = 0;
     for (const auto &[shape, uses] : shapes) {
-      const auto [n, k] = shape;
-      __nv_bfloat16 *w = nullptr, *x = nullptr;
-      float *y = nullptr;
+      const auto [n, k, fp8] = shape;
+      __nv_bfloat16 *w = nullptr, *xb = nullptr;
+      uint8_t *codes = nullptr;
+      float *x = nullptr, *y = nullptr, *scales = nullptr;
       BENCH_CHECK(cudaMalloc(reinterpret_cast<void **>(&w), size_t(n) * k * 2));
-      BENCH_CHECK(cudaMalloc(reinterpret_cast<void **>(&x), size_t(m) * k * 2));
+      BENCH_CHECK(
+          cudaMalloc(reinterpret_cast<void **>(&xb), size_t(m) * k * 2));
+      BENCH_CHECK(cudaMalloc(reinterpret_cast<void **>(&x), size_t(m) * k * 4));
       BENCH_CHECK(cudaMalloc(reinterpret_cast<void **>(&y), size_t(m) * n * 4));
       BENCH_CHECK(cudaMemset(w, 0x3c, size_t(n) * k * 2)); // bf16 ~0.0115
-      BENCH_CHECK(cudaMemset(x, 0x3c, size_t(m) * k * 2));
-      auto once = [&] {
-        Status status = (*gemm)->run(x, w, y, m, n, k, stream);
+      BENCH_CHECK(cudaMemset(xb, 0x3c, size_t(m) * k * 2));
+      BENCH_CHECK(cudaMemset(x, 0x3c, size_t(m) * k * 4)); // fp32 ~0.0115
+      cuda::GemmWeight weight;
+      if (fp8) {
+        BENCH_CHECK(
+            cudaMalloc(reinterpret_cast<void **>(&codes), size_t(n) * k));
+        BENCH_CHECK(cudaMemset(codes, 0x38, size_t(n) * k)); // E4M3 1.0
+        const std::vector<float> host(size_t(n), 0.01f);
+        BENCH_CHECK(cudaMalloc(reinterpret_cast<void **>(&scales), n * 4));
+        BENCH_CHECK(
+            cudaMemcpy(scales, host.data(), n * 4, cudaMemcpyHostToDevice));
+        weight.fp8 = codes;
+        weight.rowScales = scales;
+      } else {
+        weight.bf16 = w;
+      }
+      // What CudaBackend::linear runs: the bf16 copy of x only off the
+      // skinny path.
+      const bool skinny = cuda::Gemm::skinny(m, weight);
+      const double t = timeCalls(stream, start, stop, [&] {
+        if (!skinny && cuda::launchToBf16(x, xb, m * k, stream) != cudaSuccess)
+          die("bf16 conversion failed");
+        Status status =
+            (*gemm)->linear(x, xb, weight, nullptr, y, m, n, k, stream);
         if (!status.isOk())
           die(status.message());
-      };
-      for (int i = 0; i < 3; ++i)
-        once();
-      std::vector<double> us;
-      constexpr int kPerSample = 20;
-      for (int sample = 0; sample < 7; ++sample) {
-        BENCH_CHECK(cudaEventRecord(start, stream));
-        for (int i = 0; i < kPerSample; ++i)
-          once();
-        BENCH_CHECK(cudaEventRecord(stop, stream));
-        BENCH_CHECK(cudaEventSynchronize(stop));
-        float ms = 0;
-        BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        us.push_back(ms * 1e3 / kPerSample);
-      }
-      const double t = median(us);
-      const double bytes =
-          double(n) * k * 2 + double(m) * k * 2 + double(m) * n * 4;
-      std::printf("| %lld | %lld x %lld (%d) | %.1f | %.0f | %.0f%% |\n",
-                  (long long)m, (long long)n, (long long)k, uses, t,
-                  bytes / t / 1e3, 100.0 * bytes / (t * 1e-6) / bandwidth);
+      });
+      const double cublas = timeCalls(stream, start, stop, [&] {
+        Status status = (*gemm)->run(xb, w, y, m, n, k, stream);
+        if (!status.isOk())
+          die(status.message());
+      });
+      const double bytes = double(n) * k * (fp8 ? 1 : 2) + (fp8 ? 4.0 * n : 0) +
+                           double(m) * k * 4 + double(m) * n * 4;
+      std::printf(
+          "| %lld | %lld x %lld (%d) | %s | %s | %.1f | %.0f | %.0f%% "
+          "| %.1f |\n",
+          (long long)m, (long long)n, (long long)k, uses, fp8 ? "fp8" : "bf16",
+          skinny ? "skinny"
+          : fp8  ? "dequant+cuBLASLt"
+                 : "cuBLASLt",
+          t, bytes / t / 1e3, 100.0 * bytes / (t * 1e-6) / bandwidth, cublas);
       totalUs += t * uses;
+      totalCublasUs += cublas * uses;
       cudaFree(w);
+      cudaFree(xb);
       cudaFree(x);
       cudaFree(y);
+      cudaFree(codes);
+      cudaFree(scales);
     }
-    std::printf("| %lld | all GEMMs of one forward call | %.1f | | "
-                "weight roofline %.1f us |\n",
-                (long long)m, totalUs, weightBytes / bandwidth * 1e6);
+    std::printf("| %lld | all GEMMs of one forward call | | | %.1f | | "
+                "weight roofline %.1f us | %.1f |\n",
+                (long long)m, totalUs, weightBytes / bandwidth * 1e6,
+                totalCublasUs);
   }
   std::printf("\n");
   cudaStreamDestroy(stream);

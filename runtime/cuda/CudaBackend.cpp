@@ -64,10 +64,12 @@ std::optional<InputKind> parseInputName(const std::string &name) {
 
 /// A value on the device: an fp32 matrix (activations, vector params) or a
 /// bf16 one (GEMM weights, embedding tables), or both for a param used
-/// both ways.
+/// both ways; or an fp8 GEMM weight: E4M3 codes and an fp32 scale per row.
 struct Tensor {
   float *f32 = nullptr;
   __nv_bfloat16 *bf16 = nullptr;
+  uint8_t *fp8 = nullptr;
+  float *rowScales = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
   /// Activations are stream-ordered allocations freed after their last use.
@@ -309,6 +311,37 @@ Status CudaBackend::uploadParams(const ParamTable &params) {
     Tensor &t = uploaded[&host];
     t.rows = shape.size() == 2 ? shape[0] : 1;
     t.cols = shape.back();
+    if (host.isFp8() != (v.dtype == plan::DType::kF8E4M3))
+      return invalidArgument("cuda backend: param '" + v.name + "' of dtype " +
+                             std::string(plan::dtypeName(v.dtype)) +
+                             (host.isFp8() ? " was loaded as fp8 codes"
+                                           : " was loaded without fp8 codes "
+                                             "(quantize_fp8_e4m3)"));
+    if (host.isFp8()) {
+      // Only GEMMs read fp8 weights (Gemm::linear decodes them).
+      if (asF32.count(v.id) || !asBf16.count(v.id) ||
+          host.rowScales.size() != static_cast<size_t>(t.rows) ||
+          host.fp8Codes.size() != static_cast<size_t>(t.size()))
+        return invalidArgument(
+            "cuda backend: fp8 param '" + v.name +
+            "' must be a linear or logits weight with one scale per row");
+      bool embedding = false;
+      for (const Step &step : rank_.steps)
+        embedding =
+            embedding || (step.op == "embedding" && !step.operands.empty() &&
+                          step.operands[0] == v.id);
+      if (embedding)
+        return unimplemented("cuda backend: fp8 embedding table '" + v.name +
+                             "'");
+      if (!t.fp8) {
+        INFER_RETURN_IF_ERROR(
+            upload(host.fp8Codes, &t.fp8, deviceAllocations_));
+        INFER_RETURN_IF_ERROR(
+            upload(host.rowScales, &t.rowScales, deviceAllocations_));
+      }
+      params_[v.id] = t;
+      continue;
+    }
     if (asBf16.count(v.id) && !t.bf16) {
       std::vector<__nv_bfloat16> converted(host.data.size());
       for (size_t i = 0; i < converted.size(); ++i)
@@ -370,7 +403,12 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
       steps_[lastUse[id]].release.push_back(static_cast<int>(id));
 
   INFER_RETURN_IF_ERROR(uploadParams(params));
-  INFER_ASSIGN_OR_RETURN(gemm_, Gemm::create(32 << 20));
+  // fp8 weights at prefill sizes are decoded into a 64 MiB scratch.
+  const bool fp8Weights =
+      std::any_of(params_.begin(), params_.end(),
+                  [](const Tensor &t) { return t.fp8 != nullptr; });
+  INFER_ASSIGN_OR_RETURN(gemm_,
+                         Gemm::create(32 << 20, fp8Weights ? 64 << 20 : 0));
 
   const size_t blockBytes = blockElements() * sizeof(__nv_bfloat16);
   numBlocks_ = options.numBlocks;
@@ -796,7 +834,7 @@ Status CudaBackend::releaseActivations() {
 Status CudaBackend::linear(int xId, const Tensor &x, const Tensor &w,
                            const Tensor *bias, Tensor &y,
                            const std::string &where) {
-  if (!x.f32 || !x.owned || !w.bf16)
+  if (!x.f32 || !x.owned || !(w.bf16 || w.fp8))
     return unimplemented("cuda backend: " + where +
                          ": the input must be an activation and the weight "
                          "a param");
@@ -808,20 +846,20 @@ Status CudaBackend::linear(int xId, const Tensor &x, const Tensor &w,
   if (bias && bias->size() != w.rows)
     return invalidArgument("cuda backend: " + where +
                            ": bias size differs from the output width");
-  // q/k/v and gate/up read the same activation: convert it once.
+  const GemmWeight weight{w.bf16, w.fp8, w.rowScales};
+  // Small T reads the fp32 x (skinny kernels); cuBLASLt a bf16 copy, which
+  // q/k/v and gate/up share: convert it once.
   __nv_bfloat16 *&xb = bf16Of_[xId];
-  if (!xb) {
+  if (!Gemm::skinny(x.rows, weight) && !xb) {
     INFER_RETURN_IF_ERROR(allocateBytes(x.size() * sizeof(__nv_bfloat16),
                                         reinterpret_cast<void **>(&xb)));
     INFER_CUDA_RETURN_IF_ERROR(launchToBf16(x.f32, xb, x.size(), stream_));
   }
   INFER_RETURN_IF_ERROR(allocate(y, x.rows, w.rows));
-  INFER_RETURN_IF_ERROR(
-      gemm_->run(xb, w.bf16, y.f32, x.rows, w.rows, w.cols, stream_));
-  if (bias)
-    INFER_CUDA_RETURN_IF_ERROR(
-        launchAddBias(y.f32, bias->f32, y.rows, y.cols, stream_));
-  return Status::ok();
+  return gemm_
+      ->linear(x.f32, xb, weight, bias ? bias->f32 : nullptr, y.f32, x.rows,
+               w.rows, w.cols, stream_)
+      .withContext("cuda backend: " + where);
 }
 
 /// Gathers rank-major blocks straight into the result for dim 0; for dim 1
@@ -876,7 +914,8 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
   const PreparedStep &s = steps_[index];
   auto in = [&](size_t i) -> const Tensor & {
     const int id = s.operands[i];
-    return params_[id].f32 || params_[id].bf16 ? params_[id] : values_[id];
+    return params_[id].f32 || params_[id].bf16 || params_[id].fp8 ? params_[id]
+                                                                  : values_[id];
   };
   auto mismatch = [&](const std::string &what) {
     return invalidArgument("cuda backend: " + s.where + ": " + what);
@@ -1423,13 +1462,15 @@ createCudaBackend(const plan::Plan &plan, int rank, const ParamTable &params,
     return invalidArgument("cuda backend: rank " + std::to_string(rank) +
                            " not in the plan");
   const plan::KVCacheLayout &layout = plan.kvCache;
-  const bool fp8Weights = std::any_of(
-      plan.ranks[rank].values.begin(), plan.ranks[rank].values.end(),
-      [](const plan::Value &v) { return v.dtype == plan::DType::kF8E4M3; });
-  if (fp8Weights || layout.dtype == plan::DType::kF8E5M2 ||
+  // fp8 weights run (Gemm::linear); the paged attention reads bf16 keys and
+  // values only.
+  if (layout.dtype == plan::DType::kF8E5M2 ||
       layout.dtype == plan::DType::kF8E4M3)
-    return unimplemented("fp8 weights/KV cache are not supported by the cuda "
-                         "backend yet (use --backend cpu)");
+    return unimplemented(
+        "cuda backend: an fp8 KV cache (" +
+        std::string(plan::dtypeName(layout.dtype)) +
+        ", --kv-cache-dtype) is not supported yet, only bf16: compile without "
+        "--kv-cache-dtype or use --backend cpu (fp8 weights are supported)");
   if (layout.layout != "block_layer_kv_slot_head_dim")
     return unimplemented("cuda backend: KV-cache layout '" + layout.layout +
                          "'");

@@ -1,9 +1,12 @@
-//===- Gemm.cpp - cuBLASLt matrix products of the CUDA backend ------------===//
+//===- Gemm.cpp - Matrix products of the CUDA backend ---------------------===//
 
 #include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/CudaStatus.h"
+#include "runtime/cuda/Kernels.h"
 
 #include <cuda_runtime_api.h>
+
+#include <algorithm>
 
 namespace infer::cuda {
 
@@ -25,24 +28,33 @@ struct Gemm::Shape {
   }
 };
 
-StatusOr<std::unique_ptr<Gemm>> Gemm::create(size_t workspaceBytes) {
+StatusOr<std::unique_ptr<Gemm>> Gemm::create(size_t workspaceBytes,
+                                             size_t dequantBytes) {
   std::unique_ptr<Gemm> gemm(new Gemm());
   INFER_CUDA_RETURN_IF_ERROR(cublasLtCreate(&gemm->handle_));
   INFER_CUDA_RETURN_IF_ERROR(cudaMalloc(&gemm->workspace_, workspaceBytes));
   gemm->workspaceBytes_ = workspaceBytes;
+  if (dequantBytes > 0) {
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaMalloc(reinterpret_cast<void **>(&gemm->dequant_), dequantBytes));
+    gemm->dequantBytes_ = dequantBytes;
+  }
   return gemm;
 }
 
 Gemm::~Gemm() {
   shapes_.clear();
+  if (dequant_)
+    cudaFree(dequant_);
   if (workspace_)
     cudaFree(workspace_);
   if (handle_)
     cublasLtDestroy(handle_);
 }
 
-StatusOr<const Gemm::Shape *> Gemm::shape(int64_t t, int64_t n, int64_t k) {
-  auto key = std::make_tuple(n, t, k);
+StatusOr<const Gemm::Shape *> Gemm::shape(int64_t t, int64_t n, int64_t k,
+                                          int64_t ldy) {
+  auto key = std::make_tuple(n, t, k, ldy);
   if (auto it = shapes_.find(key); it != shapes_.end())
     return static_cast<const Shape *>(it->second.get());
   auto s = std::make_unique<Shape>();
@@ -58,7 +70,7 @@ StatusOr<const Gemm::Shape *> Gemm::shape(int64_t t, int64_t n, int64_t k) {
   INFER_CUDA_RETURN_IF_ERROR(
       cublasLtMatrixLayoutCreate(&s->x, CUDA_R_16BF, k, t, k));
   INFER_CUDA_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&s->y, CUDA_R_32F, n, t, n));
+      cublasLtMatrixLayoutCreate(&s->y, CUDA_R_32F, n, t, ldy));
 
   cublasLtMatmulPreference_t preference = nullptr;
   INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
@@ -87,14 +99,60 @@ StatusOr<const Gemm::Shape *> Gemm::shape(int64_t t, int64_t n, int64_t k) {
 }
 
 Status Gemm::run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
-                 int64_t t, int64_t n, int64_t k, cudaStream_t stream) {
+                 int64_t t, int64_t n, int64_t k, int64_t ldy,
+                 cudaStream_t stream) {
   if (t == 0 || n == 0)
     return Status::ok();
-  INFER_ASSIGN_OR_RETURN(const Shape *s, shape(t, n, k));
+  INFER_ASSIGN_OR_RETURN(const Shape *s, shape(t, n, k, ldy));
   const float alpha = 1.0f, beta = 0.0f;
   INFER_CUDA_RETURN_IF_ERROR(
       cublasLtMatmul(handle_, s->op, &alpha, w, s->w, x, s->x, &beta, y, s->y,
                      y, s->y, &s->algo, workspace_, workspaceBytes_, stream));
+  return Status::ok();
+}
+
+Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
+                    const GemmWeight &w, const float *bias, float *y, int64_t t,
+                    int64_t n, int64_t k, cudaStream_t stream) {
+  if (t == 0 || n == 0)
+    return Status::ok();
+  if (!w.bf16 && !(w.fp8 && w.rowScales))
+    return invalidArgument("gemm: the weight has neither bf16 values nor fp8 "
+                           "codes with row scales");
+  if (skinny(t, w)) {
+    INFER_CUDA_RETURN_IF_ERROR(
+        w.fp8 ? launchGemvFp8(x, w.fp8, w.rowScales, bias, y, t, n, k, stream)
+              : launchGemv(x, w.bf16, bias, y, t, n, k, stream));
+    return Status::ok();
+  }
+  if (!xBf16)
+    return invalidArgument("gemm: " + std::to_string(t) +
+                           " rows need the bf16 copy of x");
+  if (w.bf16) {
+    INFER_RETURN_IF_ERROR(run(xBf16, w.bf16, y, t, n, k, n, stream));
+    if (bias)
+      INFER_CUDA_RETURN_IF_ERROR(launchAddBias(y, bias, t, n, stream));
+    return Status::ok();
+  }
+  // fp8 at large T: chunks of rows decoded into the scratch, a multiple of
+  // 64 rows so that every chunk's y column block stays 256-byte aligned.
+  const int64_t fit = static_cast<int64_t>(
+      dequantBytes_ / (sizeof(__nv_bfloat16) * static_cast<size_t>(k)));
+  const int64_t chunk = n <= fit ? n : fit / 64 * 64;
+  if (chunk <= 0)
+    return resourceExhausted(
+        "gemm: fp8 weights at " + std::to_string(t) +
+        " rows need a dequantization scratch of at least " +
+        std::to_string(64 * k * sizeof(__nv_bfloat16)) + " bytes (have " +
+        std::to_string(dequantBytes_) + ")");
+  for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+    const int64_t rows = std::min(chunk, n - n0);
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchDequantizeFp8(w.fp8 + n0 * k, dequant_, rows * k, stream));
+    INFER_RETURN_IF_ERROR(run(xBf16, dequant_, y + n0, t, rows, k, n, stream));
+  }
+  INFER_CUDA_RETURN_IF_ERROR(
+      launchScaleColumns(y, w.rowScales, bias, t, n, stream));
   return Status::ok();
 }
 

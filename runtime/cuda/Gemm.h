@@ -1,16 +1,32 @@
-//===- Gemm.h - cuBLASLt matrix products of the CUDA backend ----*- C++ -*-===//
+//===- Gemm.h - Matrix products of the CUDA backend -------------*- C++ -*-===//
 //
-// y[T,N] (fp32) = x[T,K] (bf16) * w[N,K]^T (bf16), fp32 accumulation. In
-// cuBLAS's column-major terms y^T[N,T] = op_T(w as [K,N]) * x^T[K,T]. The
-// heuristic's algorithm is chosen once per (N, T, K) and cached.
+// y[T,N] (fp32) = x[T,K] * w[N,K]^T (+ bias), fp32 accumulation, w bf16 or
+// FP8 E4M3 codes with an fp32 scale per row. linear() routes by T:
+//
+//   small T             the skinny kernels (GemvKernels.h): the fp32 x as
+//                       is, the weights streamed once (decode); up to
+//                       kSkinnyMaxRows for bf16 (measured against
+//                       cuBLASLt), kGemvMaxRows for fp8
+//   larger T, bf16      cuBLASLt on x converted to bf16
+//   larger T, fp8       the codes decoded to bf16 (exact) in chunks of rows
+//                       that fill the dequantization scratch, cuBLASLt per
+//                       chunk, then y[:, j] *= rowScales[j] (+ bias): the
+//                       same products as bf16 weights, no activation
+//                       quantization (prefill is compute-bound; the extra
+//                       read and write of the chunk is ~1/T of its FLOPs)
+//
+// In cuBLAS's column-major terms y^T[N,T] = op_T(w as [K,N]) * x^T[K,T]. The
+// heuristic's algorithm is chosen once per (N, T, K, ldy) and cached.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef INFER_RUNTIME_CUDA_GEMM_H
 #define INFER_RUNTIME_CUDA_GEMM_H
 
+#include "runtime/cuda/GemvKernels.h"
 #include "runtime/support/Status.h"
 
+#include <cstdint>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -20,26 +36,61 @@
 
 namespace infer::cuda {
 
+/// A weight matrix [N, K] on the device: bf16, or E4M3 codes and row scales.
+struct GemmWeight {
+  const __nv_bfloat16 *bf16 = nullptr;
+  const uint8_t *fp8 = nullptr;
+  const float *rowScales = nullptr;
+};
+
 class Gemm {
 public:
-  /// A cuBLASLt handle and a `workspaceBytes` device workspace.
-  static StatusOr<std::unique_ptr<Gemm>> create(size_t workspaceBytes);
+  /// A cuBLASLt handle, a `workspaceBytes` device workspace and a
+  /// `dequantBytes` scratch for fp8 weights at large T (0: no fp8 weights).
+  static StatusOr<std::unique_ptr<Gemm>> create(size_t workspaceBytes,
+                                                size_t dequantBytes = 0);
   ~Gemm();
   Gemm(const Gemm &) = delete;
   Gemm &operator=(const Gemm &) = delete;
 
+  /// Whether linear() takes the skinny kernels for T rows of x and `w`.
+  static bool skinny(int64_t t, const GemmWeight &w) {
+    return t <= (w.fp8 ? kGemvMaxRows : kSkinnyMaxRows);
+  }
+
+  /// y[T,N] = x[T,K] * w^T (+ bias, may be null), routed as above. `x` is
+  /// the fp32 activation; `xBf16` the same rounded to bf16 unless
+  /// skinny(t, w) (then it may be null). Graph-capturable once the shape has
+  /// run outside a capture (cuBLASLt's heuristic query).
+  Status linear(const float *x, const __nv_bfloat16 *xBf16, const GemmWeight &w,
+                const float *bias, float *y, int64_t t, int64_t n, int64_t k,
+                cudaStream_t stream);
+
+  /// cuBLASLt alone: y = x * w^T, both bf16 (no routing).
   Status run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
-             int64_t t, int64_t n, int64_t k, cudaStream_t stream);
+             int64_t t, int64_t n, int64_t k, cudaStream_t stream) {
+    return run(x, w, y, t, n, k, n, stream);
+  }
 
 private:
+  /// The skinny kernels win up to this T (infer-cuda-bench --gemms).
+  static constexpr int64_t kSkinnyMaxRows = 8;
+  static_assert(kSkinnyMaxRows <= kGemvMaxRows);
+
   Gemm() = default;
   struct Shape;
-  StatusOr<const Shape *> shape(int64_t t, int64_t n, int64_t k);
+  StatusOr<const Shape *> shape(int64_t t, int64_t n, int64_t k, int64_t ldy);
+  /// y has leading dimension ldy (a column block of a wider output).
+  Status run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
+             int64_t t, int64_t n, int64_t k, int64_t ldy, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void *workspace_ = nullptr;
   size_t workspaceBytes_ = 0;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<Shape>>
+  __nv_bfloat16 *dequant_ = nullptr;
+  size_t dequantBytes_ = 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>,
+           std::unique_ptr<Shape>>
       shapes_;
 };
 

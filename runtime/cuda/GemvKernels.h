@@ -1,0 +1,42 @@
+//===- GemvKernels.h - Skinny GEMMs and fp8 weight kernels ------*- C++ -*-===//
+//
+// Launchers of kernels/Gemv.cu (Gemm.cpp routes matrix products to them).
+// Each returns the launch's cudaError_t; none allocates or synchronises, so
+// all of them can be captured in CUDA graphs.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_CUDA_GEMVKERNELS_H
+#define INFER_RUNTIME_CUDA_GEMVKERNELS_H
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace infer::cuda {
+
+/// The most rows of x the skinny kernels take.
+inline constexpr int64_t kGemvMaxRows = 8;
+
+/// y[t, j] = sum_i x[t, i] * w[j, i] (+ bias[j]) for t in [1, kGemvMaxRows]:
+/// x fp32 [t, k] (read as is, not rounded to bf16), w bf16 [n, k], y fp32
+/// [t, n], fp32 accumulation; bias may be null.
+cudaError_t launchGemv(const float *x, const __nv_bfloat16 *w,
+                       const float *bias, float *y, int64_t t, int64_t n,
+                       int64_t k, cudaStream_t stream);
+/// The same with FP8 E4M3 weights: w[j, i] = decode(codes[j * k + i]) *
+/// rowScales[j] (runtime/support/Fp8.h), the scale applied to the row's sum.
+cudaError_t launchGemvFp8(const float *x, const uint8_t *codes,
+                          const float *rowScales, const float *bias, float *y,
+                          int64_t t, int64_t n, int64_t k, cudaStream_t stream);
+/// out[i] = decode(codes[i]) as bf16 (exact: E4M3 values are bf16 values).
+cudaError_t launchDequantizeFp8(const uint8_t *codes, __nv_bfloat16 *out,
+                                int64_t n, cudaStream_t stream);
+/// y[r, j] = y[r, j] * scales[j] (+ bias[j]); bias may be null.
+cudaError_t launchScaleColumns(float *y, const float *scales, const float *bias,
+                               int64_t rows, int64_t cols, cudaStream_t stream);
+
+} // namespace infer::cuda
+
+#endif // INFER_RUNTIME_CUDA_GEMVKERNELS_H

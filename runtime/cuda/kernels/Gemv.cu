@@ -1,0 +1,333 @@
+//===- Gemv.cu - Skinny GEMMs and fp8 weight decoding ----------*- CUDA -*-===//
+//
+// y[T,N] = x[T,K] * w[N,K]^T (+ bias) for a few rows T (decode), streaming
+// the weights once at the memory roofline:
+//
+//   grid   one block of kWarps warps per kWarps * R output rows; each warp
+//          owns R consecutive rows and walks their whole K, so no split-K
+//          and no atomics (the sums are deterministic).
+//   x      read straight from the fp32 activation (no bf16 conversion) into
+//          shared memory in K-chunks of kChunkFloats / T columns, shared by
+//          the block's warps.
+//   w      16-byte loads that skip L1 (8 bf16 or 16 E4M3 codes per lane),
+//          U groups of R rows issued before the first use; fp8 codes are
+//          decoded in registers by cvt e4m3x2 -> f16x2 (exact: every E4M3
+//          value is a half), then scaled per row after the sum.
+//
+// A K that is not a multiple of the vector width (or a misaligned pointer)
+// takes the same kernel with element-wise loads.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/GemvKernels.h"
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+namespace infer::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+/// Shared memory for the x chunk: 32 KiB, so several blocks fit an SM.
+constexpr int kChunkFloats = 8192;
+/// Chunk widths are multiples of one warp's vector span of fp8 codes.
+constexpr int kChunkAlign = 32 * 16;
+
+/// The weight element types: bf16, or E4M3 codes (uint8_t).
+template <typename W> struct WeightTraits;
+template <> struct WeightTraits<__nv_bfloat16> {
+  static constexpr int kVec = 8;
+  __device__ static float one(__nv_bfloat16 w) { return __bfloat162float(w); }
+  /// The 8 values of a 16-byte load.
+  __device__ static void decode(const uint4 &v, float *out) {
+    const __nv_bfloat162 *pairs = reinterpret_cast<const __nv_bfloat162 *>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(pairs[i]);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  }
+};
+template <> struct WeightTraits<uint8_t> {
+  static constexpr int kVec = 16;
+  __device__ static float one(uint8_t code) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
+  }
+  /// The 16 values of a 16-byte load.
+  __device__ static void decode(const uint4 &v, float *out) {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const __half2 pair(__nv_cvt_fp8x2_to_halfraw2(
+            static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * h)),
+            __NV_E4M3));
+        const float2 f = __half22float2(pair);
+        out[4 * i + 2 * h] = f.x;
+        out[4 * i + 2 * h + 1] = f.y;
+      }
+    }
+  }
+};
+
+__device__ __forceinline__ uint4 loadStreaming(const void *p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+/// Columns of x per shared-memory chunk at T rows.
+__host__ __device__ constexpr int chunkColumns(int t) {
+  return kChunkFloats / t / kChunkAlign * kChunkAlign;
+}
+
+template <typename W, int T, int R, bool kVector>
+__global__ void __launch_bounds__(kThreads)
+    gemvKernel(const float *__restrict__ x, const W *__restrict__ w,
+               const float *__restrict__ rowScales,
+               const float *__restrict__ bias, float *__restrict__ y, int n,
+               int k) {
+  using Traits = WeightTraits<W>;
+  constexpr int E = Traits::kVec;
+  // Loads of 16 bytes in flight per lane before the first use.
+  constexpr int U = R >= 4 ? 1 : 4 / R;
+  constexpr int kc = chunkColumns(T);
+  __shared__ __align__(16) float xs[T * kc];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * kWarps + warp) * R;
+  const W *rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    rows[r] = w + static_cast<int64_t>(min(row0 + r, n - 1)) * k;
+
+  float acc[R][T];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+      acc[r][t] = 0.0f;
+
+  for (int c0 = 0; c0 < k; c0 += kc) {
+    const int cn = min(kc, k - c0);
+    __syncthreads();
+    if constexpr (kVector) {
+      // Stored as [T][E / 4][kc / E] float4s: quad q of lane group g at
+      // (q, g), so a warp's reads of one q are consecutive (no conflicts).
+      const int quads = cn / 4;
+      for (int i = threadIdx.x; i < T * quads; i += kThreads) {
+        const int t = i / quads, q = i % quads;
+        reinterpret_cast<float4 *>(
+            xs)[(t * (E / 4) + q % (E / 4)) * (kc / E) + q / (E / 4)] =
+            *reinterpret_cast<const float4 *>(x + int64_t(t) * k + c0 + 4 * q);
+      }
+    } else {
+      for (int i = threadIdx.x; i < T * cn; i += kThreads) {
+        const int t = i / cn, j = i % cn;
+        xs[t * kc + j] = x[int64_t(t) * k + c0 + j];
+      }
+    }
+    __syncthreads();
+
+    if constexpr (kVector) {
+      const int groups = cn / E;
+      for (int g0 = lane; g0 < groups; g0 += 32 * U) {
+        uint4 wv[U][R];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            wv[u][r] = g0 + 32 * u < groups
+                           ? loadStreaming(rows[r] + c0 + (g0 + 32 * u) * E)
+                           : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int g = g0 + 32 * u;
+          if (g >= groups)
+            break;
+          float wf[R][E];
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            Traits::decode(wv[u][r], wf[r]);
+            // x four columns at a time, so that few of it live in registers.
+#pragma unroll
+          for (int q = 0; q < E / 4; ++q)
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+              const float4 f = reinterpret_cast<const float4 *>(
+                  xs)[(t * (E / 4) + q) * (kc / E) + g];
+#pragma unroll
+              for (int r = 0; r < R; ++r) {
+                acc[r][t] = fmaf(wf[r][4 * q], f.x, acc[r][t]);
+                acc[r][t] = fmaf(wf[r][4 * q + 1], f.y, acc[r][t]);
+                acc[r][t] = fmaf(wf[r][4 * q + 2], f.z, acc[r][t]);
+                acc[r][t] = fmaf(wf[r][4 * q + 3], f.w, acc[r][t]);
+              }
+            }
+        }
+      }
+    } else {
+      for (int j = lane; j < cn; j += 32) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float wf = Traits::one(rows[r][c0 + j]);
+#pragma unroll
+          for (int t = 0; t < T; ++t)
+            acc[r][t] = fmaf(wf, xs[t * kc + j], acc[r][t]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2)
+        acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], offset);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int row = row0 + r;
+    if (row >= n)
+      continue;
+    const float scale = rowScales ? rowScales[row] : 1.0f;
+    const float b = bias ? bias[row] : 0.0f;
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+      if (lane == (r * T + t) % 32)
+        y[int64_t(t) * n + row] = acc[r][t] * scale + b;
+  }
+}
+
+template <typename W, int T>
+cudaError_t launchT(const float *x, const W *w, const float *rowScales,
+                    const float *bias, float *y, int n, int k,
+                    cudaStream_t stream) {
+  // Two rows per warp from T = 3 halve the x reads from shared memory.
+  constexpr int R = T <= 2 ? 1 : 2;
+  const int blocks = (n + kWarps * R - 1) / (kWarps * R);
+  const bool vector = k % WeightTraits<W>::kVec == 0 &&
+                      reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  if (vector)
+    gemvKernel<W, T, R, true>
+        <<<blocks, kThreads, 0, stream>>>(x, w, rowScales, bias, y, n, k);
+  else
+    gemvKernel<W, T, R, false>
+        <<<blocks, kThreads, 0, stream>>>(x, w, rowScales, bias, y, n, k);
+  return cudaGetLastError();
+}
+
+template <typename W>
+cudaError_t launchGemvTyped(const float *x, const W *w, const float *rowScales,
+                            const float *bias, float *y, int64_t t, int64_t n,
+                            int64_t k, cudaStream_t stream) {
+  if (t <= 0 || n <= 0)
+    return cudaSuccess;
+  if (n > INT32_MAX || k > INT32_MAX / kGemvMaxRows)
+    return cudaErrorInvalidValue;
+  const int ni = static_cast<int>(n), ki = static_cast<int>(k);
+  switch (t) {
+  case 1:
+    return launchT<W, 1>(x, w, rowScales, bias, y, ni, ki, stream);
+  case 2:
+    return launchT<W, 2>(x, w, rowScales, bias, y, ni, ki, stream);
+  case 3:
+    return launchT<W, 3>(x, w, rowScales, bias, y, ni, ki, stream);
+  case 4:
+    return launchT<W, 4>(x, w, rowScales, bias, y, ni, ki, stream);
+  case 5:
+    return launchT<W, 5>(x, w, rowScales, bias, y, ni, ki, stream);
+  case 6:
+    return launchT<W, 6>(x, w, rowScales, bias, y, ni, ki, stream);
+  case 7:
+    return launchT<W, 7>(x, w, rowScales, bias, y, ni, ki, stream);
+  case 8:
+    return launchT<W, 8>(x, w, rowScales, bias, y, ni, ki, stream);
+  default:
+    return cudaErrorInvalidValue;
+  }
+}
+
+__global__ void dequantizeKernel(const uint8_t *__restrict__ codes,
+                                 __nv_bfloat16 *__restrict__ out, int64_t n) {
+  const int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * 8;
+  if (i + 8 <= n && reinterpret_cast<uintptr_t>(codes + i) % 8 == 0) {
+    const uint2 v = *reinterpret_cast<const uint2 *>(codes + i);
+    const uint32_t words[2] = {v.x, v.y};
+    __align__(16) __nv_bfloat16 b[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(words[j / 2] >> (16 * (j % 2))),
+          __NV_E4M3)));
+      b[2 * j] = __float2bfloat16_rn(f.x);
+      b[2 * j + 1] = __float2bfloat16_rn(f.y);
+    }
+    if (reinterpret_cast<uintptr_t>(out + i) % 16 == 0) {
+      *reinterpret_cast<uint4 *>(out + i) = *reinterpret_cast<uint4 *>(b);
+      return;
+    }
+    for (int j = 0; j < 8; ++j)
+      out[i + j] = b[j];
+    return;
+  }
+  for (int64_t j = i; j < min(n, i + 8); ++j)
+    out[j] = __float2bfloat16_rn(WeightTraits<uint8_t>::one(codes[j]));
+}
+
+__global__ void scaleColumnsKernel(float *__restrict__ y,
+                                   const float *__restrict__ scales,
+                                   const float *__restrict__ bias, int64_t rows,
+                                   int64_t cols) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= rows * cols)
+    return;
+  const int64_t j = i % cols;
+  y[i] = y[i] * scales[j] + (bias ? bias[j] : 0.0f);
+}
+
+} // namespace
+
+cudaError_t launchGemv(const float *x, const __nv_bfloat16 *w,
+                       const float *bias, float *y, int64_t t, int64_t n,
+                       int64_t k, cudaStream_t stream) {
+  return launchGemvTyped(x, w, nullptr, bias, y, t, n, k, stream);
+}
+
+cudaError_t launchGemvFp8(const float *x, const uint8_t *codes,
+                          const float *rowScales, const float *bias, float *y,
+                          int64_t t, int64_t n, int64_t k,
+                          cudaStream_t stream) {
+  return launchGemvTyped(x, codes, rowScales, bias, y, t, n, k, stream);
+}
+
+cudaError_t launchDequantizeFp8(const uint8_t *codes, __nv_bfloat16 *out,
+                                int64_t n, cudaStream_t stream) {
+  if (n <= 0)
+    return cudaSuccess;
+  const int64_t threads = (n + 7) / 8;
+  dequantizeKernel<<<(threads + 255) / 256, 256, 0, stream>>>(codes, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launchScaleColumns(float *y, const float *scales, const float *bias,
+                               int64_t rows, int64_t cols,
+                               cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n <= 0)
+    return cudaSuccess;
+  scaleColumnsKernel<<<(n + 255) / 256, 256, 0, stream>>>(y, scales, bias, rows,
+                                                          cols);
+  return cudaGetLastError();
+}
+
+} // namespace infer::cuda

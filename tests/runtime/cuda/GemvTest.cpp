@@ -1,0 +1,325 @@
+//===- GemvTest.cpp - Skinny GEMMs and fp8 weights on the GPU -------------===//
+//
+// Gemm::linear at every routing (skinny kernels up to kGemvMaxRows rows,
+// cuBLASLt beyond; fp8 weights dequantized in chunks beyond) against the CPU
+// backend's linear / linearFp8 on fresh random inputs, including K that is
+// not a multiple of the 16-byte vector width and K longer than a shared-
+// memory chunk of x. Tolerances are max |gpu - cpu| / max |cpu|:
+//
+//   1e-4  skinny kernels: the same fp32 x and the same weight values as the
+//         CPU (bf16-rounded, or the exact E4M3 decode), so only the order of
+//         the K-long fp32 sums (and, for fp8, scaling the row's sum rather
+//         than each element) differs
+//   1e-4  cuBLASLt paths, compared with the CPU run on the bf16-rounded x
+//         that cuBLASLt multiplies (KernelsTest's GEMM bound)
+//
+// The E4M3 decode of both paths is checked bit for bit against the host's
+// decodeFp8 on all 256 codes, and an fp8 artifact end to end against the
+// CPU backend (Fp8ArtifactTest below).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cpu/CpuBackend.h"
+#include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/ThreadPool.h"
+#include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/Gemm.h"
+#include "runtime/cuda/Kernels.h"
+#include "runtime/support/Fp8.h"
+#include "tests/runtime/cuda/DeviceArray.h"
+#include "tests/runtime/support/FixtureCases.h"
+#include "tests/runtime/support/LlamaPlan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+namespace infer::testing {
+namespace {
+
+constexpr double kGemmTol = 1e-4;
+
+bool gpuAvailable(std::string *why) { return cuda::cudaDeviceAvailable(why); }
+
+float roundBf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+std::vector<float> randomVector(size_t n, std::mt19937 &rng, float scale) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(rng);
+  return v;
+}
+
+double relativeError(const std::vector<float> &gpu,
+                     const std::vector<float> &cpu) {
+  double maxDiff = 0, maxRef = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (!std::isfinite(gpu[i]))
+      return INFINITY;
+    maxDiff = std::max(maxDiff, double(std::fabs(gpu[i] - cpu[i])));
+    maxRef = std::max(maxRef, double(std::fabs(cpu[i])));
+  }
+  return maxDiff / std::max(maxRef, 1e-30);
+}
+
+/// A random [n, k] weight as E4M3 codes with per-row scales, as
+/// quantize_fp8_e4m3 per-channel makes them.
+struct Fp8Weight {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+Fp8Weight randomFp8(int64_t n, int64_t k, std::mt19937 &rng) {
+  Fp8Weight w;
+  w.codes.resize(size_t(n * k));
+  w.scales.resize(size_t(n));
+  std::uniform_real_distribution<float> scale(0.5f / 448, 2.0f / 448);
+  for (int64_t j = 0; j < n; ++j) {
+    w.scales[j] = scale(rng);
+    const std::vector<float> row = randomVector(size_t(k), rng, 448.0f);
+    for (int64_t i = 0; i < k; ++i)
+      w.codes[j * k + i] = encodeFp8(row[i], Fp8Format::kE4M3);
+  }
+  return w;
+}
+
+class CudaGemvTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    std::string why;
+    if (!gpuAvailable(&why))
+      GTEST_SKIP() << "CUDA GEMM tests need a GPU: " << why;
+    // A small dequantization scratch, so fp8 at large T takes several
+    // chunks of rows (128 rows of the widest K below).
+    auto gemm = cuda::Gemm::create(size_t(32) << 20, 128 * 4104 * 2);
+    ASSERT_TRUE(gemm.isOk()) << gemm.status().message();
+    gemm_ = std::move(gemm).value();
+  }
+
+  /// Gemm::linear as the backend calls it: the fp32 x, its bf16 copy.
+  std::vector<float> linear(const std::vector<float> &x,
+                            const cuda::GemmWeight &w, const float *bias,
+                            int64_t t, int64_t n, int64_t k) {
+    DeviceArray<float> dx(x);
+    auto dxb = DeviceArray<__nv_bfloat16>::poisoned(x.size());
+    EXPECT_EQ(cuda::launchToBf16(dx.get(), dxb.get(), t * k, nullptr),
+              cudaSuccess);
+    auto dy = DeviceArray<float>::poisoned(size_t(t * n));
+    Status status =
+        gemm_->linear(dx.get(), dxb.get(), w, bias, dy.get(), t, n, k, nullptr);
+    EXPECT_TRUE(status.isOk()) << status.message();
+    return dy.download();
+  }
+
+  std::unique_ptr<cuda::Gemm> gemm_;
+  cpu::ThreadPool pool_{2};
+};
+
+struct Shape {
+  int64_t t, n, k;
+};
+// K: multiples of 8 and 16 (vector loads), 1000 (bf16 vectors, fp8 not),
+// 77 (neither), 4104 and 9000 (several x chunks at T = 2 and 8); N not a
+// multiple of the rows per block. T 1..8 skinny, 9, 24, 40 cuBLASLt.
+const Shape kShapes[] = {{1, 64, 256},  {1, 300, 4104}, {2, 129, 9000},
+                         {3, 70, 1000}, {4, 33, 77},    {5, 257, 512},
+                         {6, 17, 4104}, {7, 96, 1000},  {8, 130, 4104},
+                         {8, 7, 9000},  {9, 64, 256},   {24, 300, 4104},
+                         {40, 129, 77}};
+
+TEST_F(CudaGemvTest, Bf16WeightsMatchTheCpuLinear) {
+  std::mt19937 rng(11);
+  for (const Shape &s : kShapes) {
+    std::vector<float> x = randomVector(size_t(s.t * s.k), rng, 1.0f);
+    std::vector<float> w = randomVector(size_t(s.n * s.k), rng, 0.1f);
+    const std::vector<float> bias = randomVector(size_t(s.n), rng, 0.5f);
+    std::vector<__nv_bfloat16> wb(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      wb[i] = __float2bfloat16_rn(w[i]);
+      w[i] = __bfloat162float(wb[i]);
+    }
+    DeviceArray<__nv_bfloat16> dw(wb);
+    DeviceArray<float> dbias(bias);
+    cuda::GemmWeight weight;
+    weight.bf16 = dw.get();
+    const bool skinny = cuda::Gemm::skinny(s.t, weight);
+    const std::vector<float> gpu =
+        linear(x, weight, dbias.get(), s.t, s.n, s.k);
+    // cuBLASLt multiplies the bf16-rounded x; the skinny kernels the fp32.
+    if (!skinny)
+      for (float &v : x)
+        v = roundBf16(v);
+    std::vector<float> cpu(size_t(s.t * s.n));
+    cpu::linear(x.data(), s.t, s.k, w.data(), s.n, bias.data(), cpu.data(),
+                pool_);
+    EXPECT_LT(relativeError(gpu, cpu), kGemmTol)
+        << "T=" << s.t << " N=" << s.n << " K=" << s.k
+        << (skinny ? " (skinny)" : " (cuBLASLt)");
+  }
+}
+
+TEST_F(CudaGemvTest, Fp8WeightsMatchTheCpuLinearFp8) {
+  std::mt19937 rng(12);
+  for (const Shape &s : kShapes) {
+    std::vector<float> x = randomVector(size_t(s.t * s.k), rng, 1.0f);
+    const Fp8Weight w = randomFp8(s.n, s.k, rng);
+    const std::vector<float> bias = randomVector(size_t(s.n), rng, 0.5f);
+    DeviceArray<uint8_t> dcodes(w.codes);
+    DeviceArray<float> dscales(w.scales), dbias(bias);
+    cuda::GemmWeight weight;
+    weight.fp8 = dcodes.get();
+    weight.rowScales = dscales.get();
+    const bool skinny = cuda::Gemm::skinny(s.t, weight);
+    EXPECT_EQ(skinny, s.t <= cuda::kGemvMaxRows);
+    const std::vector<float> gpu =
+        linear(x, weight, dbias.get(), s.t, s.n, s.k);
+    if (!skinny)
+      for (float &v : x)
+        v = roundBf16(v);
+    std::vector<float> cpu(size_t(s.t * s.n));
+    cpu::linearFp8(x.data(), s.t, s.k, w.codes.data(), w.scales.data(), s.n,
+                   bias.data(), cpu.data(), pool_);
+    EXPECT_LT(relativeError(gpu, cpu), kGemmTol)
+        << "T=" << s.t << " N=" << s.n << " K=" << s.k
+        << (skinny ? " (skinny)" : " (dequantized chunks + cuBLASLt)");
+  }
+}
+
+/// Row n of the weight holds code n in column 5 and zeros elsewhere; x rows
+/// are the unit vector e_5 and the scales 1, so y[r, n] = decode(n) exactly.
+TEST_F(CudaGemvTest, Fp8DecodeEqualsTheHostDecodeOnEveryCode) {
+  constexpr int64_t n = 256, k = 32, column = 5;
+  std::vector<uint8_t> codes(size_t(n * k), 0);
+  for (int64_t j = 0; j < n; ++j)
+    codes[j * k + column] = static_cast<uint8_t>(j);
+  DeviceArray<uint8_t> dcodes(codes);
+  DeviceArray<float> dscales(std::vector<float>(size_t(n), 1.0f));
+  cuda::GemmWeight weight;
+  weight.fp8 = dcodes.get();
+  weight.rowScales = dscales.get();
+  for (int64_t t : {int64_t(1), int64_t(3), int64_t(16)}) {
+    std::vector<float> x(size_t(t * k), 0.0f);
+    for (int64_t r = 0; r < t; ++r)
+      x[r * k + column] = 1.0f;
+    const std::vector<float> y = linear(x, weight, nullptr, t, n, k);
+    for (int64_t r = 0; r < t; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        const float want = decodeFp8(static_cast<uint8_t>(j), Fp8Format::kE4M3);
+        const float got = y[r * n + j];
+        if (std::isnan(want))
+          EXPECT_TRUE(std::isnan(got)) << "code " << j << " T=" << t;
+        else
+          EXPECT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
+              << "code " << j << " T=" << t << ": " << got << " != " << want;
+      }
+  }
+}
+
+TEST_F(CudaGemvTest, Fp8WithoutScratchIsAClearErrorAtLargeT) {
+  auto gemm = cuda::Gemm::create(size_t(1) << 20);
+  ASSERT_TRUE(gemm.isOk());
+  DeviceArray<uint8_t> codes(std::vector<uint8_t>(64 * 64, 0x38));
+  DeviceArray<float> scales(std::vector<float>(64, 1.0f));
+  DeviceArray<float> x(std::vector<float>(16 * 64, 1.0f));
+  auto xb = DeviceArray<__nv_bfloat16>::poisoned(16 * 64);
+  auto y = DeviceArray<float>::poisoned(16 * 64);
+  cuda::GemmWeight weight;
+  weight.fp8 = codes.get();
+  weight.rowScales = scales.get();
+  Status status = (*gemm)->linear(x.get(), xb.get(), weight, nullptr, y.get(),
+                                  16, 64, 64, nullptr);
+  EXPECT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("dequantization scratch"), std::string::npos)
+      << status.message();
+}
+
+/// tiny-pycode-target compiled with `--quant fp8 --quant-granularity
+/// per-channel` (INFER_CUDA_FP8_ARTIFACTS/tiny-pycode-target; gpu_check.sh)
+/// on the GPU and the CPU backend from the same loaded codes and scales:
+/// the prompt's logits (prefill: dequantized chunks and cuBLASLt) and
+/// greedy decode steps (T = 1: the skinny fp8 kernel), within
+/// FixturesTest's bf16 bound 5e-2 (the GPU rounds GEMM activations and the
+/// KV cache to bf16; the weights are the same values on both).
+TEST(CudaFp8ArtifactTest, MatchesTheCpuBackend) {
+  std::string why;
+  if (!gpuAvailable(&why))
+    GTEST_SKIP() << "needs a GPU: " << why;
+  const char *root = std::getenv("INFER_CUDA_FP8_ARTIFACTS");
+  const std::string dir =
+      root ? std::string(root) + "/tiny-pycode-target" : std::string();
+  if (dir.empty() || !std::filesystem::is_directory(dir))
+    GTEST_SKIP() << "INFER_CUDA_FP8_ARTIFACTS has no tiny-pycode-target";
+  FixtureCase fixture;
+  for (FixtureCase &c :
+       loadFixtureCases(INFER_FIXTURES_DIR, INFER_PROJECT_FIXTURES_DIR))
+    if (c.name == "tiny-pycode-target")
+      fixture = c;
+  if (fixture.name.empty())
+    GTEST_SKIP() << "fixture tiny-pycode-target not found";
+  StatusOr<Artifact> artifact = loadArtifact(dir);
+  ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
+  int fp8 = 0;
+  for (const plan::Value &v : artifact->plan.ranks[0].values)
+    fp8 += v.dtype == plan::DType::kF8E4M3;
+  ASSERT_GT(fp8, 0) << "the artifact has no fp8 weights";
+  StatusOr<ParamTable> params = loadParams(*artifact, 0, fixture.modelDir);
+  ASSERT_TRUE(params.isOk()) << params.status().message();
+
+  const std::vector<int32_t> prompt = fixture.inputs.back();
+  constexpr int64_t kSteps = 8;
+  const int64_t blockSize = artifact->plan.kvCache.blockSize;
+  const int64_t blocks =
+      (int64_t(prompt.size()) + kSteps + blockSize - 1) / blockSize;
+  cuda::CudaBackendOptions gpuOptions;
+  gpuOptions.numBlocks = blocks;
+  auto gpu = cuda::createCudaBackend(artifact->plan, 0, *params, gpuOptions);
+  ASSERT_TRUE(gpu.isOk()) << gpu.status().message();
+  cpu::CpuBackendOptions cpuOptions;
+  cpuOptions.numBlocks = blocks;
+  auto cpuBackend =
+      cpu::createCpuBackend(artifact->plan, 0, *params, cpuOptions);
+  ASSERT_TRUE(cpuBackend.isOk()) << cpuBackend.status().message();
+
+  // One sequence in blocks 0..blocks-1: tokens[cached..] are new.
+  auto batchOf = [&](const std::vector<int32_t> &tokens, int64_t cached) {
+    Batch batch;
+    batch.maxBlocksPerSeq = blocks;
+    for (int64_t j = 0; j < blocks; ++j)
+      batch.blockTables.push_back(static_cast<int32_t>(j));
+    batch.queryStartLoc = {0, static_cast<int32_t>(tokens.size() - cached)};
+    batch.contextLens = {static_cast<int32_t>(tokens.size())};
+    for (int64_t p = cached; p < int64_t(tokens.size()); ++p) {
+      batch.tokenIds.push_back(tokens[p]);
+      batch.positions.push_back(static_cast<int32_t>(p));
+      batch.slotMapping.push_back(p);
+      batch.logitsIndices.push_back(static_cast<int32_t>(p - cached));
+    }
+    return batch;
+  };
+  std::vector<int32_t> tokens = prompt;
+  int64_t cached = 0;
+  for (int64_t step = 0; step <= kSteps; ++step) {
+    const Batch batch = batchOf(tokens, cached);
+    StatusOr<Logits> g = (*gpu)->forward(batch);
+    StatusOr<Logits> c = (*cpuBackend)->forward(batch);
+    ASSERT_TRUE(g.isOk()) << g.status().message();
+    ASSERT_TRUE(c.isOk()) << c.status().message();
+    ASSERT_EQ(g->data.size(), c->data.size());
+    EXPECT_LT(relativeError(g->data, c->data), 5e-2)
+        << (step == 0 ? "prompt of " + std::to_string(prompt.size()) + " tokens"
+                      : "decode step " + std::to_string(step));
+    // Both continue with the CPU's greedy token.
+    const float *last = c->row(c->rows - 1);
+    cached = static_cast<int64_t>(tokens.size());
+    tokens.push_back(
+        static_cast<int32_t>(std::max_element(last, last + c->vocab) - last));
+  }
+}
+
+} // namespace
+} // namespace infer::testing
