@@ -22,7 +22,9 @@
 //           fp32 -> bf16 conversion and cuBLASLt, or fp8 dequantization):
 //           achieved bandwidth against the measured copy bandwidth, the
 //           shapes' summed time per forward call against the weight roofline,
-//           and cuBLASLt alone on bf16 operands of the shape for comparison.
+//           and each candidate alone for comparison: the CUDA-core (gemv) and
+//           tensor-core (gemv-mma) skinny kernels where they apply (-1 where
+//           not) and cuBLASLt on bf16 operands of the shape.
 // Each figure is the median over `repeats` runs (each run's median of its
 // steps for decode); the runs are printed too. An ARTIFACT is what `infer
 // compile` wrote (the fused pipeline users run); a MODEL_DIR is built into
@@ -34,6 +36,7 @@
 
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Gemm.h"
+#include "runtime/cuda/GemvKernels.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/engine/Artifact.h"
 #include "tests/runtime/support/LlamaPlan.h"
@@ -348,10 +351,10 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
   const auto shapes = gemmShapes(artifact);
   std::printf(
       "| M | N x K (uses per call) | weights | path | us | GB/s | %% of "
-      "copy bandwidth | cuBLASLt bf16 us |\n"
-      "|---|---|---|---|---|---|---|---|\n");
+      "copy bandwidth | gemv us | gemv-mma us | cuBLASLt bf16 us |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t m : rows) {
-    double totalUs = 0, totalCublasUs = 0;
+    double totalUs = 0, totalCublasUs = 0, totalGemvUs = 0, totalMmaUs = 0;
     for (const auto &[shape, uses] : shapes) {
       const auto [n, k, fp8] = shape;
       __nv_bfloat16 *w = nullptr, *xb = nullptr;
@@ -379,17 +382,41 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
       } else {
         weight.bf16 = w;
       }
-      // What CudaBackend::linear runs: the bf16 copy of x only off the
-      // skinny path.
-      const bool skinny = cuda::Gemm::skinny(m, weight);
+      // What CudaBackend::linear runs: the bf16 copy of x only where the
+      // path reads it.
+      const cuda::Gemm::Path path = cuda::Gemm::path(m, k, weight);
+      const bool convert = cuda::Gemm::needsBf16Input(m, k, weight);
       const double t = timeCalls(stream, start, stop, [&] {
-        if (!skinny && cuda::launchToBf16(x, xb, m * k, stream) != cudaSuccess)
+        if (convert && cuda::launchToBf16(x, xb, m * k, stream) != cudaSuccess)
           die("bf16 conversion failed");
         Status status =
             (*gemm)->linear(x, xb, weight, nullptr, y, m, n, k, stream);
         if (!status.isOk())
           die(status.message());
       });
+      // Each skinny kernel alone where it applies (routing evidence); -1
+      // where it does not.
+      auto launchCheck = [](cudaError_t error) {
+        if (error != cudaSuccess)
+          die(std::string("skinny kernel: ") + cudaGetErrorString(error));
+      };
+      const double gemv =
+          m > cuda::kGemvMaxRows ? -1 : timeCalls(stream, start, stop, [&] {
+            launchCheck(
+                fp8 ? cuda::launchGemvFp8(x, codes, scales, nullptr, y, m, n, k,
+                                          stream)
+                    : cuda::launchGemv(x, w, nullptr, y, m, n, k, stream));
+          });
+      const double mma =
+          !cuda::gemvMmaSupports(m, k, fp8)
+              ? -1
+              : timeCalls(stream, start, stop, [&] {
+                  launchCheck(fp8 ? cuda::launchGemvMmaFp8(x, codes, scales,
+                                                           nullptr, y, m, n, k,
+                                                           stream)
+                                  : cuda::launchGemvMma(x, w, nullptr, y, m, n,
+                                                        k, stream));
+                });
       const double cublas = timeCalls(stream, start, stop, [&] {
         Status status = (*gemm)->run(xb, w, y, m, n, k, stream);
         if (!status.isOk())
@@ -397,16 +424,16 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
       });
       const double bytes = double(n) * k * (fp8 ? 1 : 2) + (fp8 ? 4.0 * n : 0) +
                            double(m) * k * 4 + double(m) * n * 4;
-      std::printf(
-          "| %lld | %lld x %lld (%d) | %s | %s | %.1f | %.0f | %.0f%% "
-          "| %.1f |\n",
-          (long long)m, (long long)n, (long long)k, uses, fp8 ? "fp8" : "bf16",
-          skinny ? "skinny"
-          : fp8  ? "dequant+cuBLASLt"
-                 : "cuBLASLt",
-          t, bytes / t / 1e3, 100.0 * bytes / (t * 1e-6) / bandwidth, cublas);
+      std::printf("| %lld | %lld x %lld (%d) | %s | %s | %.1f | %.0f | %.0f%% "
+                  "| %.1f | %.1f | %.1f |\n",
+                  (long long)m, (long long)n, (long long)k, uses,
+                  fp8 ? "fp8" : "bf16", cuda::Gemm::pathName(path), t,
+                  bytes / t / 1e3, 100.0 * bytes / (t * 1e-6) / bandwidth, gemv,
+                  mma, cublas);
       totalUs += t * uses;
       totalCublasUs += cublas * uses;
+      totalGemvUs += gemv * uses;
+      totalMmaUs += mma * uses;
       cudaFree(w);
       cudaFree(xb);
       cudaFree(x);
@@ -415,9 +442,9 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
       cudaFree(scales);
     }
     std::printf("| %lld | all GEMMs of one forward call | | | %.1f | | "
-                "weight roofline %.1f us | %.1f |\n",
+                "weight roofline %.1f us | %.1f | %.1f | %.1f |\n",
                 (long long)m, totalUs, weightBytes / bandwidth * 1e6,
-                totalCublasUs);
+                totalGemvUs, totalMmaUs, totalCublasUs);
   }
   std::printf("\n");
   cudaStreamDestroy(stream);

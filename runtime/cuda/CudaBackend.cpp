@@ -850,7 +850,7 @@ Status CudaBackend::linear(int xId, const Tensor &x, const Tensor &w,
   // Small T reads the fp32 x (skinny kernels); cuBLASLt a bf16 copy, which
   // q/k/v and gate/up share: convert it once.
   __nv_bfloat16 *&xb = bf16Of_[xId];
-  if (!Gemm::skinny(x.rows, weight) && !xb) {
+  if (Gemm::needsBf16Input(x.rows, w.cols, weight) && !xb) {
     INFER_RETURN_IF_ERROR(allocateBytes(x.size() * sizeof(__nv_bfloat16),
                                         reinterpret_cast<void **>(&xb)));
     INFER_CUDA_RETURN_IF_ERROR(launchToBf16(x.f32, xb, x.size(), stream_));

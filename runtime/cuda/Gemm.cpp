@@ -111,6 +111,31 @@ Status Gemm::run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
   return Status::ok();
 }
 
+Gemm::Path Gemm::path(int64_t t, int64_t k, const GemmWeight &w) {
+  const bool fp8 = w.fp8 != nullptr;
+  if (t == 1)
+    return Path::kGemv;
+  if (t <= kGemvMaxRows && gemvMmaSupports(t, k, fp8))
+    return Path::kGemvMma;
+  if (t <= (fp8 ? kGemvMaxRows : kCudaCoreBf16MaxRows))
+    return Path::kGemv;
+  return fp8 ? Path::kDequantCublasLt : Path::kCublasLt;
+}
+
+const char *Gemm::pathName(Path path) {
+  switch (path) {
+  case Path::kGemv:
+    return "gemv";
+  case Path::kGemvMma:
+    return "gemv-mma";
+  case Path::kCublasLt:
+    return "cuBLASLt";
+  case Path::kDequantCublasLt:
+    return "dequant+cuBLASLt";
+  }
+  return "?";
+}
+
 Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
                     const GemmWeight &w, const float *bias, float *y, int64_t t,
                     int64_t n, int64_t k, cudaStream_t stream) {
@@ -119,11 +144,28 @@ Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
   if (!w.bf16 && !(w.fp8 && w.rowScales))
     return invalidArgument("gemm: the weight has neither bf16 values nor fp8 "
                            "codes with row scales");
-  if (skinny(t, w)) {
+  switch (path(t, k, w)) {
+  case Path::kGemvMma:
+    if (reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(w.fp8 ? static_cast<const void *>(w.fp8)
+                                          : w.bf16) %
+                16 ==
+            0) {
+      INFER_CUDA_RETURN_IF_ERROR(
+          w.fp8 ? launchGemvMmaFp8(x, w.fp8, w.rowScales, bias, y, t, n, k,
+                                   stream)
+                : launchGemvMma(x, w.bf16, bias, y, t, n, k, stream));
+      return Status::ok();
+    }
+    [[fallthrough]];
+  case Path::kGemv:
     INFER_CUDA_RETURN_IF_ERROR(
         w.fp8 ? launchGemvFp8(x, w.fp8, w.rowScales, bias, y, t, n, k, stream)
               : launchGemv(x, w.bf16, bias, y, t, n, k, stream));
     return Status::ok();
+  case Path::kCublasLt:
+  case Path::kDequantCublasLt:
+    break;
   }
   if (!xBf16)
     return invalidArgument("gemm: " + std::to_string(t) +

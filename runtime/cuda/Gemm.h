@@ -3,10 +3,12 @@
 // y[T,N] (fp32) = x[T,K] * w[N,K]^T (+ bias), fp32 accumulation, w bf16 or
 // FP8 E4M3 codes with an fp32 scale per row. linear() routes by T:
 //
-//   small T             the skinny kernels (GemvKernels.h): the fp32 x as
-//                       is, the weights streamed once (decode); up to
-//                       kSkinnyMaxRows for bf16 (measured against
-//                       cuBLASLt), kGemvMaxRows for fp8
+//   T = 1               the CUDA-core skinny kernel (GemvKernels.h): the
+//                       fp32 x as is, the weights streamed once (decode)
+//   2 <= T <= 8         the tensor-core skinny kernel (mma.sync, x rounded
+//                       to bf16), where K suits it (gemvMmaSupports); else
+//                       the CUDA-core one for fp8 and T <= 2 bf16, which
+//                       runs out of FMA throughput beyond (measured)
 //   larger T, bf16      cuBLASLt on x converted to bf16
 //   larger T, fp8       the codes decoded to bf16 (exact) in chunks of rows
 //                       that fill the dequantization scratch, cuBLASLt per
@@ -53,14 +55,20 @@ public:
   Gemm(const Gemm &) = delete;
   Gemm &operator=(const Gemm &) = delete;
 
-  /// Whether linear() takes the skinny kernels for T rows of x and `w`.
-  static bool skinny(int64_t t, const GemmWeight &w) {
-    return t <= (w.fp8 ? kGemvMaxRows : kSkinnyMaxRows);
+  enum class Path { kGemv, kGemvMma, kCublasLt, kDequantCublasLt };
+  /// What linear() runs for T rows, width K and `w` (16-byte aligned
+  /// operands; a misaligned one takes kGemv instead of kGemvMma).
+  static Path path(int64_t t, int64_t k, const GemmWeight &w);
+  static const char *pathName(Path path);
+  /// Whether that path reads the bf16 copy of x.
+  static bool needsBf16Input(int64_t t, int64_t k, const GemmWeight &w) {
+    const Path p = path(t, k, w);
+    return p == Path::kCublasLt || p == Path::kDequantCublasLt;
   }
 
   /// y[T,N] = x[T,K] * w^T (+ bias, may be null), routed as above. `x` is
-  /// the fp32 activation; `xBf16` the same rounded to bf16 unless
-  /// skinny(t, w) (then it may be null). Graph-capturable once the shape has
+  /// the fp32 activation; `xBf16` the same rounded to bf16 where
+  /// needsBf16Input (else it may be null). Graph-capturable once the shape has
   /// run outside a capture (cuBLASLt's heuristic query).
   Status linear(const float *x, const __nv_bfloat16 *xBf16, const GemmWeight &w,
                 const float *bias, float *y, int64_t t, int64_t n, int64_t k,
@@ -73,9 +81,9 @@ public:
   }
 
 private:
-  /// The skinny kernels win up to this T (infer-cuda-bench --gemms).
-  static constexpr int64_t kSkinnyMaxRows = 8;
-  static_assert(kSkinnyMaxRows <= kGemvMaxRows);
+  /// The CUDA-core kernel's bf16 limit where the tensor-core one does not
+  /// apply (infer-cuda-bench --gemms: at T = 4 cuBLASLt wins).
+  static constexpr int64_t kCudaCoreBf16MaxRows = 2;
 
   Gemm() = default;
   struct Shape;

@@ -30,6 +30,20 @@ cudaError_t launchGemv(const float *x, const __nv_bfloat16 *w,
 cudaError_t launchGemvFp8(const float *x, const uint8_t *codes,
                           const float *rowScales, const float *bias, float *y,
                           int64_t t, int64_t n, int64_t k, cudaStream_t stream);
+/// Whether the tensor-core skinny kernels take T rows and this K: T <= 8,
+/// K a multiple of 32 (bf16) or 64 (fp8); x and w must be 16-byte aligned.
+bool gemvMmaSupports(int64_t t, int64_t k, bool fp8);
+/// launchGemv on the tensor cores (mma.sync): x rounded to bf16 as cuBLASLt
+/// reads it, fp32 accumulation; bias may be null.
+cudaError_t launchGemvMma(const float *x, const __nv_bfloat16 *w,
+                          const float *bias, float *y, int64_t t, int64_t n,
+                          int64_t k, cudaStream_t stream);
+/// launchGemvFp8 on the tensor cores: codes decoded to bf16 (exact), the
+/// row scale applied to the sum.
+cudaError_t launchGemvMmaFp8(const float *x, const uint8_t *codes,
+                             const float *rowScales, const float *bias,
+                             float *y, int64_t t, int64_t n, int64_t k,
+                             cudaStream_t stream);
 /// out[i] = decode(codes[i]) as bf16 (exact: E4M3 values are bf16 values).
 cudaError_t launchDequantizeFp8(const uint8_t *codes, __nv_bfloat16 *out,
                                 int64_t n, cudaStream_t stream);

@@ -207,6 +207,165 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+//===----------------------------------------------------------------------===//
+// Tensor-core skinny GEMM (2 <= T <= 8)
+//===----------------------------------------------------------------------===//
+//
+// At a few rows the CUDA-core kernel runs out of FMA throughput (T FMAs per
+// weight element, twice per byte for fp8). This one feeds mma.sync
+// m16n8k16 (bf16 in, fp32 accumulate): the weights are the 16-row A
+// operand, x (rounded to bf16, as cuBLASLt reads it) the 8-column B operand
+// with the columns past T zero. A lane's 16-byte load of row g holds E
+// consecutive k; the mma's k slots are a permutation of them that A and B
+// share (the sum does not care about the order):
+//
+//   step s, lane q = lane % 4:  slots {2q, 2q+1, 2q+8, 2q+9}
+//                               = k0 + q*E + 4s + {0, 1, 2, 3}
+//
+// so a bf16 load is already two steps of A registers, an fp8 load decodes
+// into four, and B is 4 consecutive x values per step. Each block owns
+// kMmaRows rows; its warps take interleaved K slices and sum their
+// accumulators in shared memory in a fixed order (deterministic).
+
+constexpr int kMmaWarps = 8;
+constexpr int kMmaTiles = 2; // m16 tiles per warp: 32 rows per block
+constexpr int kMmaRows = 16 * kMmaTiles;
+
+__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&v);
+}
+
+/// Two E4M3 codes (low 16 bits) as a bf16x2 register (exact).
+__device__ __forceinline__ uint32_t fp8PairToBf16(uint32_t bits) {
+  const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+      static_cast<__nv_fp8x2_storage_t>(bits & 0xffffu), __NV_E4M3)));
+  return packBf16(f.x, f.y);
+}
+
+__device__ __forceinline__ void mma16816(float *c, uint32_t a0, uint32_t a1,
+                                         uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <typename W>
+__global__ void __launch_bounds__(kMmaWarps * 32)
+    gemvMmaKernel(const float *__restrict__ x, const W *__restrict__ w,
+                  const float *__restrict__ rowScales,
+                  const float *__restrict__ bias, float *__restrict__ y, int t,
+                  int n, int k) {
+  constexpr int E = WeightTraits<W>::kVec;
+  constexpr int KI = 4 * E; // k per warp iteration
+  constexpr int U = 2;      // iterations loaded before the first use
+  __shared__ float partial[kMmaWarps][kMmaRows][8];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int rowBase = blockIdx.x * kMmaRows;
+  // This lane's rows: g and g + 8 of each tile.
+  const W *rows[kMmaTiles][2];
+#pragma unroll
+  for (int m = 0; m < kMmaTiles; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      rows[m][h] =
+          w +
+          static_cast<int64_t>(min(rowBase + 16 * m + 8 * h + g, n - 1)) * k +
+          q * E;
+  // B: x row g (zero past T).
+  const float *xr = x + static_cast<int64_t>(min(g, t - 1)) * k + q * E;
+  const bool xLive = g < t;
+
+  float acc[kMmaTiles][4] = {};
+  const int iterations = k / KI;
+  for (int i0 = warp; i0 < iterations; i0 += kMmaWarps * U) {
+    uint4 wv[U][kMmaTiles][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = i0 + kMmaWarps * u;
+#pragma unroll
+      for (int m = 0; m < kMmaTiles; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          wv[u][m][h] = i < iterations
+                            ? loadStreaming(rows[m][h] + int64_t(i) * KI)
+                            : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = i0 + kMmaWarps * u;
+      if (i >= iterations)
+        break;
+#pragma unroll
+      for (int s = 0; s < E / 4; ++s) {
+        float4 xv = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (xLive)
+          xv = *reinterpret_cast<const float4 *>(xr + int64_t(i) * KI + 4 * s);
+        const uint32_t b0 = packBf16(xv.x, xv.y), b1 = packBf16(xv.z, xv.w);
+#pragma unroll
+        for (int m = 0; m < kMmaTiles; ++m) {
+          uint32_t a[2][2]; // [row g / g+8][slots 2q.. / 2q+8..]
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t words[4] = {wv[u][m][h].x, wv[u][m][h].y,
+                                       wv[u][m][h].z, wv[u][m][h].w};
+            if constexpr (E == 8) {
+              a[h][0] = words[2 * s];
+              a[h][1] = words[2 * s + 1];
+            } else {
+              a[h][0] = fp8PairToBf16(words[s]);
+              a[h][1] = fp8PairToBf16(words[s] >> 16);
+            }
+          }
+          mma16816(acc[m], a[0][0], a[1][0], a[0][1], a[1][1], b0, b1);
+        }
+      }
+    }
+  }
+  // C: rows g / g+8 of the tile, columns (x rows) 2q, 2q+1.
+#pragma unroll
+  for (int m = 0; m < kMmaTiles; ++m) {
+    partial[warp][16 * m + g][2 * q] = acc[m][0];
+    partial[warp][16 * m + g][2 * q + 1] = acc[m][1];
+    partial[warp][16 * m + g + 8][2 * q] = acc[m][2];
+    partial[warp][16 * m + g + 8][2 * q + 1] = acc[m][3];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kMmaRows * 8; e += kMmaWarps * 32) {
+    const int r = e / 8, c = e % 8, row = rowBase + r;
+    if (c >= t || row >= n)
+      continue;
+    float sum = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kMmaWarps; ++v)
+      sum += partial[v][r][c];
+    const float scale = rowScales ? rowScales[row] : 1.0f;
+    y[int64_t(c) * n + row] = sum * scale + (bias ? bias[row] : 0.0f);
+  }
+}
+
+template <typename W>
+cudaError_t launchMma(const float *x, const W *w, const float *rowScales,
+                      const float *bias, float *y, int64_t t, int64_t n,
+                      int64_t k, cudaStream_t stream) {
+  if (t <= 0 || n <= 0)
+    return cudaSuccess;
+  if (t > 8 || n > INT32_MAX || k > INT32_MAX / 8 ||
+      k % (4 * WeightTraits<W>::kVec) != 0 ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(w) % 16 != 0)
+    return cudaErrorInvalidValue;
+  const int blocks = static_cast<int>((n + kMmaRows - 1) / kMmaRows);
+  gemvMmaKernel<W><<<blocks, kMmaWarps * 32, 0, stream>>>(
+      x, w, rowScales, bias, y, static_cast<int>(t), static_cast<int>(n),
+      static_cast<int>(k));
+  return cudaGetLastError();
+}
+
 template <typename W, int T>
 cudaError_t launchT(const float *x, const W *w, const float *rowScales,
                     const float *bias, float *y, int n, int k,
@@ -308,6 +467,23 @@ cudaError_t launchGemvFp8(const float *x, const uint8_t *codes,
                           int64_t t, int64_t n, int64_t k,
                           cudaStream_t stream) {
   return launchGemvTyped(x, codes, rowScales, bias, y, t, n, k, stream);
+}
+
+bool gemvMmaSupports(int64_t t, int64_t k, bool fp8) {
+  return t >= 1 && t <= 8 && k % (fp8 ? 64 : 32) == 0;
+}
+
+cudaError_t launchGemvMma(const float *x, const __nv_bfloat16 *w,
+                          const float *bias, float *y, int64_t t, int64_t n,
+                          int64_t k, cudaStream_t stream) {
+  return launchMma(x, w, nullptr, bias, y, t, n, k, stream);
+}
+
+cudaError_t launchGemvMmaFp8(const float *x, const uint8_t *codes,
+                             const float *rowScales, const float *bias,
+                             float *y, int64_t t, int64_t n, int64_t k,
+                             cudaStream_t stream) {
+  return launchMma(x, codes, rowScales, bias, y, t, n, k, stream);
 }
 
 cudaError_t launchDequantizeFp8(const uint8_t *codes, __nv_bfloat16 *out,

@@ -1,19 +1,20 @@
 //===- GemvTest.cpp - Skinny GEMMs and fp8 weights on the GPU -------------===//
 //
-// Gemm::linear at every routing (skinny kernels up to kGemvMaxRows rows,
-// cuBLASLt beyond; fp8 weights dequantized in chunks beyond) against the CPU
+// Gemm::linear on every path (Gemm::Path: the CUDA-core and the tensor-core
+// skinny kernels, cuBLASLt, fp8 dequantized in chunks) against the CPU
 // backend's linear / linearFp8 on fresh random inputs, including K that is
 // not a multiple of the 16-byte vector width and K longer than a shared-
 // memory chunk of x. Tolerances are max |gpu - cpu| / max |cpu|:
 //
-//   1e-4  skinny kernels: the same fp32 x and the same weight values as the
-//         CPU (bf16-rounded, or the exact E4M3 decode), so only the order of
-//         the K-long fp32 sums (and, for fp8, scaling the row's sum rather
-//         than each element) differs
-//   1e-4  cuBLASLt paths, compared with the CPU run on the bf16-rounded x
-//         that cuBLASLt multiplies (KernelsTest's GEMM bound)
+//   1e-4  the CUDA-core kernel: the same fp32 x and the same weight values
+//         as the CPU (bf16-rounded, or the exact E4M3 decode), so only the
+//         order of the K-long fp32 sums (and, for fp8, scaling the row's
+//         sum rather than each element) differs
+//   1e-4  the paths that round x to bf16 (tensor-core kernel, cuBLASLt),
+//         compared with the CPU run on that bf16-rounded x (KernelsTest's
+//         GEMM bound)
 //
-// The E4M3 decode of both paths is checked bit for bit against the host's
+// The E4M3 decode of every path is checked exactly against the host's
 // decodeFp8 on all 256 codes, and an fp8 artifact end to end against the
 // CPU backend (Fp8ArtifactTest below).
 //
@@ -24,6 +25,7 @@
 #include "runtime/cpu/ThreadPool.h"
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Gemm.h"
+#include "runtime/cuda/GemvKernels.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/support/Fp8.h"
 #include "tests/runtime/cuda/DeviceArray.h"
@@ -123,19 +125,58 @@ protected:
 struct Shape {
   int64_t t, n, k;
 };
-// K: multiples of 8 and 16 (vector loads), 1000 (bf16 vectors, fp8 not),
-// 77 (neither), 4104 and 9000 (several x chunks at T = 2 and 8); N not a
-// multiple of the rows per block. T 1..8 skinny, 9, 24, 40 cuBLASLt.
-const Shape kShapes[] = {{1, 64, 256},  {1, 300, 4104}, {2, 129, 9000},
-                         {3, 70, 1000}, {4, 33, 77},    {5, 257, 512},
-                         {6, 17, 4104}, {7, 96, 1000},  {8, 130, 4104},
-                         {8, 7, 9000},  {9, 64, 256},   {24, 300, 4104},
-                         {40, 129, 77}};
+// K: multiples of 64 (every kernel's vector path), 1000 (bf16 vectors, fp8
+// not; no tensor-core kernel), 77 (neither), 4104 and 9000 (several x
+// chunks at T = 2 and 8); N not a multiple of the rows per block. T 1..8
+// skinny kernels (2..8 on the tensor cores where K % 64 == 0), 9, 24, 40
+// cuBLASLt.
+const Shape kShapes[] = {
+    {1, 64, 256},   {1, 300, 4104},  {2, 129, 9000}, {2, 300, 4096},
+    {3, 70, 1000},  {3, 129, 8192},  {4, 33, 77},    {4, 40, 64},
+    {5, 257, 512},  {6, 17, 4104},   {6, 64, 1024},  {7, 96, 1000},
+    {7, 33, 14336}, {8, 130, 4104},  {8, 130, 4096}, {8, 7, 9000},
+    {9, 64, 256},   {24, 300, 4104}, {40, 129, 77}};
+
+/// One shape through Gemm::linear (routed) and through each skinny kernel
+/// that takes it, against `cpu(x, y)` on the fp32 x (CUDA-core kernel) or
+/// on x rounded to bf16 (the other paths). `launch(mma, x, y)` runs one
+/// kernel directly.
+template <typename Cpu, typename Launch>
+void checkEveryPath(const Shape &s, const std::vector<float> &x,
+                    const cuda::GemmWeight &weight, bool fp8,
+                    const std::vector<float> &gpuRouted, Cpu cpu,
+                    Launch launch) {
+  std::vector<float> xBf16 = x;
+  for (float &v : xBf16)
+    v = roundBf16(v);
+  std::vector<float> refF32(size_t(s.t * s.n)), refBf16(refF32.size());
+  cpu(x, refF32);
+  cpu(xBf16, refBf16);
+  const std::string where = "T=" + std::to_string(s.t) +
+                            " N=" + std::to_string(s.n) +
+                            " K=" + std::to_string(s.k);
+  const cuda::Gemm::Path path = cuda::Gemm::path(s.t, s.k, weight);
+  EXPECT_LT(relativeError(gpuRouted,
+                          path == cuda::Gemm::Path::kGemv ? refF32 : refBf16),
+            kGemmTol)
+      << where << " routed (" << cuda::Gemm::pathName(path) << ")";
+  if (s.t > cuda::kGemvMaxRows)
+    return;
+  DeviceArray<float> dx(x);
+  for (bool mma : {false, true}) {
+    if (mma && !cuda::gemvMmaSupports(s.t, s.k, fp8))
+      continue;
+    auto dy = DeviceArray<float>::poisoned(size_t(s.t * s.n));
+    EXPECT_EQ(launch(mma, dx.get(), dy.get()), cudaSuccess) << where;
+    EXPECT_LT(relativeError(dy.download(), mma ? refBf16 : refF32), kGemmTol)
+        << where << (mma ? " gemv-mma" : " gemv");
+  }
+}
 
 TEST_F(CudaGemvTest, Bf16WeightsMatchTheCpuLinear) {
   std::mt19937 rng(11);
   for (const Shape &s : kShapes) {
-    std::vector<float> x = randomVector(size_t(s.t * s.k), rng, 1.0f);
+    const std::vector<float> x = randomVector(size_t(s.t * s.k), rng, 1.0f);
     std::vector<float> w = randomVector(size_t(s.n * s.k), rng, 0.1f);
     const std::vector<float> bias = randomVector(size_t(s.n), rng, 0.5f);
     std::vector<__nv_bfloat16> wb(w.size());
@@ -147,26 +188,26 @@ TEST_F(CudaGemvTest, Bf16WeightsMatchTheCpuLinear) {
     DeviceArray<float> dbias(bias);
     cuda::GemmWeight weight;
     weight.bf16 = dw.get();
-    const bool skinny = cuda::Gemm::skinny(s.t, weight);
-    const std::vector<float> gpu =
-        linear(x, weight, dbias.get(), s.t, s.n, s.k);
-    // cuBLASLt multiplies the bf16-rounded x; the skinny kernels the fp32.
-    if (!skinny)
-      for (float &v : x)
-        v = roundBf16(v);
-    std::vector<float> cpu(size_t(s.t * s.n));
-    cpu::linear(x.data(), s.t, s.k, w.data(), s.n, bias.data(), cpu.data(),
-                pool_);
-    EXPECT_LT(relativeError(gpu, cpu), kGemmTol)
-        << "T=" << s.t << " N=" << s.n << " K=" << s.k
-        << (skinny ? " (skinny)" : " (cuBLASLt)");
+    checkEveryPath(
+        s, x, weight, /*fp8=*/false,
+        linear(x, weight, dbias.get(), s.t, s.n, s.k),
+        [&](const std::vector<float> &in, std::vector<float> &out) {
+          cpu::linear(in.data(), s.t, s.k, w.data(), s.n, bias.data(),
+                      out.data(), pool_);
+        },
+        [&](bool mma, const float *dx, float *dy) {
+          return mma ? cuda::launchGemvMma(dx, dw.get(), dbias.get(), dy, s.t,
+                                           s.n, s.k, nullptr)
+                     : cuda::launchGemv(dx, dw.get(), dbias.get(), dy, s.t, s.n,
+                                        s.k, nullptr);
+        });
   }
 }
 
 TEST_F(CudaGemvTest, Fp8WeightsMatchTheCpuLinearFp8) {
   std::mt19937 rng(12);
   for (const Shape &s : kShapes) {
-    std::vector<float> x = randomVector(size_t(s.t * s.k), rng, 1.0f);
+    const std::vector<float> x = randomVector(size_t(s.t * s.k), rng, 1.0f);
     const Fp8Weight w = randomFp8(s.n, s.k, rng);
     const std::vector<float> bias = randomVector(size_t(s.n), rng, 0.5f);
     DeviceArray<uint8_t> dcodes(w.codes);
@@ -174,26 +215,32 @@ TEST_F(CudaGemvTest, Fp8WeightsMatchTheCpuLinearFp8) {
     cuda::GemmWeight weight;
     weight.fp8 = dcodes.get();
     weight.rowScales = dscales.get();
-    const bool skinny = cuda::Gemm::skinny(s.t, weight);
-    EXPECT_EQ(skinny, s.t <= cuda::kGemvMaxRows);
-    const std::vector<float> gpu =
-        linear(x, weight, dbias.get(), s.t, s.n, s.k);
-    if (!skinny)
-      for (float &v : x)
-        v = roundBf16(v);
-    std::vector<float> cpu(size_t(s.t * s.n));
-    cpu::linearFp8(x.data(), s.t, s.k, w.codes.data(), w.scales.data(), s.n,
-                   bias.data(), cpu.data(), pool_);
-    EXPECT_LT(relativeError(gpu, cpu), kGemmTol)
-        << "T=" << s.t << " N=" << s.n << " K=" << s.k
-        << (skinny ? " (skinny)" : " (dequantized chunks + cuBLASLt)");
+    EXPECT_EQ(cuda::Gemm::path(s.t, s.k, weight) ==
+                  cuda::Gemm::Path::kDequantCublasLt,
+              s.t > cuda::kGemvMaxRows);
+    checkEveryPath(
+        s, x, weight, /*fp8=*/true,
+        linear(x, weight, dbias.get(), s.t, s.n, s.k),
+        [&](const std::vector<float> &in, std::vector<float> &out) {
+          cpu::linearFp8(in.data(), s.t, s.k, w.codes.data(), w.scales.data(),
+                         s.n, bias.data(), out.data(), pool_);
+        },
+        [&](bool mma, const float *dx, float *dy) {
+          return mma ? cuda::launchGemvMmaFp8(dx, dcodes.get(), dscales.get(),
+                                              dbias.get(), dy, s.t, s.n, s.k,
+                                              nullptr)
+                     : cuda::launchGemvFp8(dx, dcodes.get(), dscales.get(),
+                                           dbias.get(), dy, s.t, s.n, s.k,
+                                           nullptr);
+        });
   }
 }
 
 /// Row n of the weight holds code n in column 5 and zeros elsewhere; x rows
-/// are the unit vector e_5 and the scales 1, so y[r, n] = decode(n) exactly.
+/// are the unit vector e_5 and the scales 1, so y[r, n] = decode(n) exactly
+/// (T = 1 CUDA cores, 3 tensor cores, 16 dequantized).
 TEST_F(CudaGemvTest, Fp8DecodeEqualsTheHostDecodeOnEveryCode) {
-  constexpr int64_t n = 256, k = 32, column = 5;
+  constexpr int64_t n = 256, k = 64, column = 5;
   std::vector<uint8_t> codes(size_t(n * k), 0);
   for (int64_t j = 0; j < n; ++j)
     codes[j * k + column] = static_cast<uint8_t>(j);
@@ -211,11 +258,11 @@ TEST_F(CudaGemvTest, Fp8DecodeEqualsTheHostDecodeOnEveryCode) {
       for (int64_t j = 0; j < n; ++j) {
         const float want = decodeFp8(static_cast<uint8_t>(j), Fp8Format::kE4M3);
         const float got = y[r * n + j];
+        // Exact values; code 0x80 (-0) sums to +0 (0 + -0), equal as floats.
         if (std::isnan(want))
           EXPECT_TRUE(std::isnan(got)) << "code " << j << " T=" << t;
         else
-          EXPECT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
-              << "code " << j << " T=" << t << ": " << got << " != " << want;
+          EXPECT_EQ(got, want) << "code " << j << " T=" << t;
       }
   }
 }
@@ -242,7 +289,7 @@ TEST_F(CudaGemvTest, Fp8WithoutScratchIsAClearErrorAtLargeT) {
 /// per-channel` (INFER_CUDA_FP8_ARTIFACTS/tiny-pycode-target; gpu_check.sh)
 /// on the GPU and the CPU backend from the same loaded codes and scales:
 /// the prompt's logits (prefill: dequantized chunks and cuBLASLt) and
-/// greedy decode steps (T = 1: the skinny fp8 kernel), within
+/// greedy decode steps (T = 1: the CUDA-core fp8 kernel), within
 /// FixturesTest's bf16 bound 5e-2 (the GPU rounds GEMM activations and the
 /// KV cache to bf16; the weights are the same values on both).
 TEST(CudaFp8ArtifactTest, MatchesTheCpuBackend) {
