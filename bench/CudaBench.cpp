@@ -355,6 +355,7 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
       "|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t m : rows) {
     double totalUs = 0, totalCublasUs = 0, totalGemvUs = 0, totalMmaUs = 0;
+    bool gemvMissing = false, mmaMissing = false;
     for (const auto &[shape, uses] : shapes) {
       const auto [n, k, fp8] = shape;
       __nv_bfloat16 *w = nullptr, *xb = nullptr;
@@ -434,6 +435,8 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
       totalCublasUs += cublas * uses;
       totalGemvUs += gemv * uses;
       totalMmaUs += mma * uses;
+      gemvMissing = gemvMissing || gemv < 0;
+      mmaMissing = mmaMissing || mma < 0;
       cudaFree(w);
       cudaFree(xb);
       cudaFree(x);
@@ -441,10 +444,18 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
       cudaFree(codes);
       cudaFree(scales);
     }
+    // A candidate's total only where it takes every shape.
+    auto total = [](bool missing, double us) {
+      char text[32] = "-";
+      if (!missing)
+        std::snprintf(text, sizeof(text), "%.1f", us);
+      return std::string(text);
+    };
     std::printf("| %lld | all GEMMs of one forward call | | | %.1f | | "
-                "weight roofline %.1f us | %.1f | %.1f | %.1f |\n",
+                "weight roofline %.1f us | %s | %s | %.1f |\n",
                 (long long)m, totalUs, weightBytes / bandwidth * 1e6,
-                totalGemvUs, totalMmaUs, totalCublasUs);
+                total(gemvMissing, totalGemvUs).c_str(),
+                total(mmaMissing, totalMmaUs).c_str(), totalCublasUs);
   }
   std::printf("\n");
   cudaStreamDestroy(stream);

@@ -112,14 +112,13 @@ Status Gemm::run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
 }
 
 Gemm::Path Gemm::path(int64_t t, int64_t k, const GemmWeight &w) {
-  const bool fp8 = w.fp8 != nullptr;
+  if (!w.fp8)
+    return t <= kCudaCoreBf16MaxRows ? Path::kGemv : Path::kCublasLt;
   if (t == 1)
     return Path::kGemv;
-  if (t <= kGemvMaxRows && gemvMmaSupports(t, k, fp8))
+  if (t <= kFp8MmaMaxRows && gemvMmaSupports(kGemvMaxRows, k, true))
     return Path::kGemvMma;
-  if (t <= (fp8 ? kGemvMaxRows : kCudaCoreBf16MaxRows))
-    return Path::kGemv;
-  return fp8 ? Path::kDequantCublasLt : Path::kCublasLt;
+  return t <= kGemvMaxRows ? Path::kGemv : Path::kDequantCublasLt;
 }
 
 const char *Gemm::pathName(Path path) {
@@ -146,23 +145,32 @@ Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
                            "codes with row scales");
   switch (path(t, k, w)) {
   case Path::kGemvMma:
-    if (reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-        reinterpret_cast<uintptr_t>(w.fp8 ? static_cast<const void *>(w.fp8)
-                                          : w.bf16) %
-                16 ==
-            0) {
+  case Path::kGemv: {
+    // The tensor-core kernel needs 16-byte aligned operands (the backend's
+    // arena gives 256); the CUDA-core one takes any. Both take at most
+    // kGemvMaxRows rows: more (fp8 up to kFp8MmaMaxRows) run as blocks of
+    // rows, each streaming the weights again.
+    const bool mma = path(t, k, w) == Path::kGemvMma &&
+                     reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(
+                         w.fp8 ? static_cast<const void *>(w.fp8) : w.bf16) %
+                             16 ==
+                         0;
+    for (int64_t r = 0; r < t; r += kGemvMaxRows) {
+      const int64_t rows = std::min(kGemvMaxRows, t - r);
+      const float *xr = x + r * k;
+      float *yr = y + r * n;
       INFER_CUDA_RETURN_IF_ERROR(
-          w.fp8 ? launchGemvMmaFp8(x, w.fp8, w.rowScales, bias, y, t, n, k,
-                                   stream)
-                : launchGemvMma(x, w.bf16, bias, y, t, n, k, stream));
-      return Status::ok();
+          mma ? (w.fp8
+                     ? launchGemvMmaFp8(xr, w.fp8, w.rowScales, bias, yr, rows,
+                                        n, k, stream)
+                     : launchGemvMma(xr, w.bf16, bias, yr, rows, n, k, stream))
+              : (w.fp8 ? launchGemvFp8(xr, w.fp8, w.rowScales, bias, yr, rows,
+                                       n, k, stream)
+                       : launchGemv(xr, w.bf16, bias, yr, rows, n, k, stream)));
     }
-    [[fallthrough]];
-  case Path::kGemv:
-    INFER_CUDA_RETURN_IF_ERROR(
-        w.fp8 ? launchGemvFp8(x, w.fp8, w.rowScales, bias, y, t, n, k, stream)
-              : launchGemv(x, w.bf16, bias, y, t, n, k, stream));
     return Status::ok();
+  }
   case Path::kCublasLt:
   case Path::kDequantCublasLt:
     break;

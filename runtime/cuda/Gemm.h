@@ -3,19 +3,24 @@
 // y[T,N] (fp32) = x[T,K] * w[N,K]^T (+ bias), fp32 accumulation, w bf16 or
 // FP8 E4M3 codes with an fp32 scale per row. linear() routes by T:
 //
-//   T = 1               the CUDA-core skinny kernel (GemvKernels.h): the
+//   bf16, T <= 2        the CUDA-core skinny kernel (GemvKernels.h): the
 //                       fp32 x as is, the weights streamed once (decode)
-//   2 <= T <= 8         the tensor-core skinny kernel (mma.sync, x rounded
-//                       to bf16), where K suits it (gemvMmaSupports); else
-//                       the CUDA-core one for fp8 and T <= 2 bf16, which
-//                       runs out of FMA throughput beyond (measured)
-//   larger T, bf16      cuBLASLt on x converted to bf16
+//   bf16, T > 2         cuBLASLt on x converted to bf16 (from T = 4 it beats
+//                       both skinny kernels: infer-cuda-bench --gemms on an
+//                       H100, Llama-3-8B shapes)
+//   fp8, T = 1          the CUDA-core skinny kernel
+//   fp8, 2 <= T <= 24   the tensor-core skinny kernel (mma.sync, codes
+//                       decoded to bf16 in registers, x rounded to bf16) in
+//                       blocks of 8 rows, where K % 64 == 0; else the
+//                       CUDA-core one up to T = 8 (it runs out of FMA
+//                       throughput beyond: 2x slower than the tensor cores
+//                       at T = 8)
 //   larger T, fp8       the codes decoded to bf16 (exact) in chunks of rows
 //                       that fill the dequantization scratch, cuBLASLt per
 //                       chunk, then y[:, j] *= rowScales[j] (+ bias): the
 //                       same products as bf16 weights, no activation
-//                       quantization (prefill is compute-bound; the extra
-//                       read and write of the chunk is ~1/T of its FLOPs)
+//                       quantization; 2.7x the bf16 GEMM time at T = 16
+//                       (decode) and 1.5x a bf16 prefill of 512 tokens
 //
 // In cuBLAS's column-major terms y^T[N,T] = op_T(w as [K,N]) * x^T[K,T]. The
 // heuristic's algorithm is chosen once per (N, T, K, ldy) and cached.
@@ -81,9 +86,14 @@ public:
   }
 
 private:
-  /// The CUDA-core kernel's bf16 limit where the tensor-core one does not
-  /// apply (infer-cuda-bench --gemms: at T = 4 cuBLASLt wins).
+  /// bf16 rows the CUDA-core kernel takes (T = 2: 5.65 ms of GEMMs per
+  /// Llama-3-8B token against cuBLASLt's 6.26 and the tensor-core kernel's
+  /// 6.04; T = 4: cuBLASLt 5.67, tensor cores 5.92, CUDA cores 6.14).
   static constexpr int64_t kCudaCoreBf16MaxRows = 2;
+  /// fp8 rows the tensor-core kernel takes in blocks of kGemvMaxRows: three
+  /// blocks (3 x 3.74 ms per token at T = 8) still beat dequantization
+  /// (15.1 ms at T = 16).
+  static constexpr int64_t kFp8MmaMaxRows = 24;
 
   Gemm() = default;
   struct Shape;
