@@ -265,18 +265,22 @@ TEST_F(CudaGemvTest, Fp8DecodeEqualsTheHostDecodeOnEveryCode) {
 }
 
 TEST_F(CudaGemvTest, Fp8WithoutScratchIsAClearErrorAtLargeT) {
+  // 32 rows: past the tensor-core row blocks, so dequantized.
+  constexpr int64_t t = 32;
   auto gemm = cuda::Gemm::create(size_t(1) << 20);
   ASSERT_TRUE(gemm.isOk());
   DeviceArray<uint8_t> codes(std::vector<uint8_t>(64 * 64, 0x38));
   DeviceArray<float> scales(std::vector<float>(64, 1.0f));
-  DeviceArray<float> x(std::vector<float>(16 * 64, 1.0f));
-  auto xb = DeviceArray<__nv_bfloat16>::poisoned(16 * 64);
-  auto y = DeviceArray<float>::poisoned(16 * 64);
+  DeviceArray<float> x(std::vector<float>(t * 64, 1.0f));
+  auto xb = DeviceArray<__nv_bfloat16>::poisoned(t * 64);
+  auto y = DeviceArray<float>::poisoned(t * 64);
   cuda::GemmWeight weight;
   weight.fp8 = codes.get();
   weight.rowScales = scales.get();
+  ASSERT_EQ(cuda::Gemm::path(t, 64, weight),
+            cuda::Gemm::Path::kDequantCublasLt);
   Status status = (*gemm)->linear(x.get(), xb.get(), weight, nullptr, y.get(),
-                                  16, 64, 64, nullptr);
+                                  t, 64, 64, nullptr);
   EXPECT_FALSE(status.isOk());
   EXPECT_NE(status.message().find("dequantization scratch"), std::string::npos)
       << status.message();
@@ -285,8 +289,9 @@ TEST_F(CudaGemvTest, Fp8WithoutScratchIsAClearErrorAtLargeT) {
 /// tiny-pycode-target compiled with `--quant fp8 --quant-granularity
 /// per-channel` (INFER_CUDA_FP8_ARTIFACTS/tiny-pycode-target; gpu_check.sh)
 /// on the GPU and the CPU backend from the same loaded codes and scales:
-/// the prompt's logits (prefill: dequantized chunks and cuBLASLt) and
-/// greedy decode steps (T = 1: the CUDA-core fp8 kernel), within
+/// the prompt's logits (T = its length: tensor-core row blocks up to 24
+/// tokens, dequantized chunks and cuBLASLt beyond) and greedy decode steps
+/// (T = 1: the CUDA-core fp8 kernel), within
 /// FixturesTest's bf16 bound 5e-2 (the GPU rounds GEMM activations and the
 /// KV cache to bf16; the weights are the same values on both).
 TEST(CudaFp8ArtifactTest, MatchesTheCpuBackend) {
