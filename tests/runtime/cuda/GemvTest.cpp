@@ -286,14 +286,14 @@ TEST_F(CudaGemvTest, Fp8WithoutScratchIsAClearErrorAtLargeT) {
       << status.message();
 }
 
-/// tiny-pycode-target compiled with `--quant fp8 --quant-granularity
-/// per-channel` (INFER_CUDA_FP8_ARTIFACTS/tiny-pycode-target; gpu_check.sh)
-/// on the GPU and the CPU backend from the same loaded codes and scales:
-/// the prompt's logits (T = its length: tensor-core row blocks up to 24
-/// tokens, dequantized chunks and cuBLASLt beyond) and greedy decode steps
-/// (T = 1: the CUDA-core fp8 kernel), within
-/// FixturesTest's bf16 bound 5e-2 (the GPU rounds GEMM activations and the
-/// KV cache to bf16; the weights are the same values on both).
+/// tiny-pycode-target compiled with `infer compile MODEL_DIR -o
+/// $INFER_CUDA_FP8_ARTIFACTS/tiny-pycode-target --quant fp8
+/// --quant-granularity per-channel` (skipped without it) on the GPU and the CPU
+/// backend from the same loaded codes and scales: the prompt's logits (T = its
+/// length: tensor-core row blocks up to 24 tokens, dequantized chunks and
+/// cuBLASLt beyond) and greedy decode steps (T = 1: the CUDA-core fp8 kernel),
+/// within FixturesTest's bf16 bound 5e-2 (the GPU rounds GEMM activations and
+/// the KV cache to bf16; the weights are the same values on both).
 TEST(CudaFp8ArtifactTest, MatchesTheCpuBackend) {
   std::string why;
   if (!gpuAvailable(&why))
