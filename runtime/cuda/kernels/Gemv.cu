@@ -1,7 +1,8 @@
 //===- Gemv.cu - Skinny GEMMs and fp8 weight decoding ----------*- CUDA -*-===//
 //
 // y[T,N] = x[T,K] * w[N,K]^T (+ bias) for a few rows T (decode), streaming
-// the weights once at the memory roofline:
+// the weights once at the memory roofline; Gemm.h says which kernel runs
+// when. The CUDA-core kernel (T = 1..8, fastest at T = 1 and 2):
 //
 //   grid   one block of kWarps warps per kWarps * R output rows; each warp
 //          owns R consecutive rows and walks their whole K, so no split-K
@@ -15,7 +16,8 @@
 //          value is a half), then scaled per row after the sum.
 //
 // A K that is not a multiple of the vector width (or a misaligned pointer)
-// takes the same kernel with element-wise loads.
+// takes the same kernel with element-wise loads. The tensor-core kernel
+// (T = 1..8 on mma.sync; fp8 at T >= 2) has its own section below.
 //
 //===----------------------------------------------------------------------===//
 
