@@ -8,10 +8,15 @@
 #   infer compile /tmp/l8b -o .gpu/llama3-8b        (same for tinyllama)
 # Here the same script writes the full random checkpoints (identical
 # headers, so `--weights` matches the artifact's fingerprints), then
-#   PART=ours   infer-cuda-bench decode and prefill sweeps (both models)
+#   PART=tests  the GPU test suite (InferCudaTests, artifacts in .gpu/)
+#   PART=ours   infer-cuda-bench decode (device-sampled greedy) and prefill
+#               sweeps and the decode GEMMs (both models; Llama-3-8B bf16
+#               and, PART=fp8, with fp8 weights: .gpu/llama3-8b-fp8)
+#   PART=serve  `infer bench` offline throughput through the engine
 #   PART=hf     the HF transformers peer on the same Llama-3-8B checkpoint
-#   PART=torch  the PyTorch CUDA-graph and torch.compile decode peers
-#               (.gpu/peer_pytorch_decode.py, from ../shared/tools)
+#   PART=torch  the PyTorch CUDA-graph decode peer, PART=compile its
+#               torch.compile variant (.gpu/peer_pytorch_decode.py, from
+#               ../shared/tools)
 # PART may list several ("ours hf"). Tables go to stdout and $OUT.
 #
 #===----------------------------------------------------------------------===#
@@ -19,31 +24,54 @@ set -uo pipefail
 ROOT=$PWD
 OUT=${OUT:-/tmp/gpu-bench}
 BUILD=${BUILD:-/tmp/infer-build}
-PART=${PART:-ours hf torch}
+PART=${PART:-tests ours serve hf torch}
 mkdir -p "$OUT"
 has() { [[ " $PART " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 
-if has ours || has hf; then
+NEED_CKPT=0
+for p in ours fp8 serve hf; do has $p && NEED_CKPT=1; done
+if [ $NEED_CKPT = 1 ]; then
   python3 bench/random_checkpoint.py llama3-8b /tmp/l8b >"$OUT/ckpt.log" 2>&1 &
   CKPT=$!
 fi
+if has ours || has tests || has serve || has fp8; then
+  BUILD_ONLY=1 TARGETS="infer infer-cuda-bench InferCudaTests" OUT=$OUT \
+    BUILD=$BUILD SRC=${SRC:-$ROOT} bash tests/runtime/cuda/gpu_check.sh || exit 1
+fi
+if has tests; then
+  INFER_CUDA_ARTIFACTS=$ROOT/.gpu/artifacts INFER_CUDA_FP8_ARTIFACTS=$ROOT/.gpu/fp8 \
+    "$BUILD/bin/InferCudaTests" >"$OUT/gtest.log" 2>&1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$OUT/gtest.log" | head -20
+fi
 if has ours; then
-  BUILD_ONLY=1 TARGETS="infer infer-cuda-bench" OUT=$OUT BUILD=$BUILD \
-    bash tests/runtime/cuda/gpu_check.sh || exit 1
   python3 bench/random_checkpoint.py tinyllama-1.1b /tmp/tl >>"$OUT/ckpt.log" 2>&1
   "$BUILD/bin/infer-cuda-bench" .gpu/tinyllama --weights /tmp/tl \
     --decode-batches ${TL_BATCHES:-1,8,32,128} --prefill 128,512,2048 \
+    --sample greedy \
     2>&1 | tee "$OUT/ours-tinyllama.md"
 fi
-if has ours || has hf; then
+if [ $NEED_CKPT = 1 ]; then
   wait $CKPT || { cat "$OUT/ckpt.log"; exit 1; }
 fi
 if has ours; then
-  "$BUILD/bin/infer-cuda-bench" .gpu/llama3-8b --weights /tmp/l8b \
-    --decode-batches ${BATCHES:-1,2,4,8,16,32,64,128,256} \
+  "$BUILD/bin/infer-cuda-bench" .gpu/llama3-8b --weights /tmp/l8b --sample greedy \
+    --decode-batches ${BATCHES:-1,2,4,8,16,32,64,128,256} --gemms 1 \
     --prefill ${PREFILL:-128,512,1024,2048,4096,8192} 2>&1 |
     tee "$OUT/ours-llama3-8b.md"
+fi
+if has fp8; then
+  "$BUILD/bin/infer-cuda-bench" .gpu/llama3-8b-fp8 --weights /tmp/l8b --sample greedy \
+    --decode-batches ${FP8_BATCHES:-1,8,32,128} --prefill ${FP8_PREFILL:-512,2048} \
+    2>&1 | tee "$OUT/ours-llama3-8b-fp8.md"
+fi
+if has serve; then
+  for len in ${SERVE:-128:128:1000}; do
+    IFS=: read -r in out n <<<"$len"
+    timeout 200 "$BUILD/bin/infer" bench .gpu/llama3-8b --weights /tmp/l8b --backend cuda \
+      --input-len $in --output-len $out --num-prompts $n --max-num-batched-tokens 8192 \
+      --seed 0 --json 2>&1 | tail -3 | tee -a "$OUT/serve.log"
+  done
 fi
 if has hf; then
   PYTHONUNBUFFERED=1 python3 bench/peers/hf_generate.py /tmp/l8b \
@@ -51,8 +79,10 @@ if has hf; then
     --new-tokens 64 2>&1 | grep -v Warning | tee "$OUT/hf-llama3-8b.md"
 fi
 if has torch; then
-  PYTHONUNBUFFERED=1 python3 .gpu/peer_pytorch_decode.py llama3-8b \
+  PYTHONUNBUFFERED=1 OUT=$OUT python3 .gpu/peer_pytorch_decode.py llama3-8b \
     ${TORCH_BATCHES:-1 8 32 128} 2>&1 | tee "$OUT/torch-graphs.md"
-  PEER_MODE=compile PYTHONUNBUFFERED=1 python3 .gpu/peer_pytorch_decode.py \
+fi
+if has compile; then
+  PEER_MODE=compile PYTHONUNBUFFERED=1 OUT=$OUT python3 .gpu/peer_pytorch_decode.py \
     llama3-8b ${COMPILE_BATCHES:-1} 2>&1 | tail -5 | tee "$OUT/torch-compile.md"
 fi
