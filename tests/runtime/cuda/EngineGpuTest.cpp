@@ -2,11 +2,16 @@
 //
 // The serving paths on the GPU, on the trained tiny-pycode pair: continuous
 // batching (all prompts in one engine, chunked prefill mixed with decodes,
-// rows sampled on the device) and speculative decoding (draft model and
-// n-gram, rejected drafts rolled back) must give HF's greedy tokens, the
-// same as each prompt run alone. tiny-pycode's greedy tokens are far from
-// ties (the fixtures test matches all 48 of every prompt on the GPU), so
-// exact equality is the right check here.
+// rows sampled on the device) gives each prompt the tokens it gets alone,
+// and it and speculative decoding (draft model and n-gram, rejected drafts
+// rolled back) follow HF's greedy tokens by DESIGN.md's rule: equal until
+// the first position where the two candidates are a near-tie, here judged
+// on the GPU's own logits (the prompt and HF's tokens so far in one call):
+// HF's token and the GPU's must be within kTieTol of max |logit|. A
+// verification step (k + 1 rows, cuBLASLt) and a decode step (1 row, the
+// skinny GEMM kernel) round differently, so on the GPU a near-tie may fall
+// either way; anything else (a wrong slot, mask or rollback) is an O(1)
+// difference.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +26,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -29,6 +36,9 @@ namespace infer::testing {
 namespace {
 
 const std::string kModels = std::string(INFER_FIXTURES_DIR) + "/models/";
+
+/// The bf16 logits bound of FixturesTest.cpp (why 5e-2: see there).
+constexpr double kTieTol = 5e-2;
 
 class EngineGpuTest : public ::testing::Test {
 protected:
@@ -97,27 +107,76 @@ protected:
     return tokens;
   }
 
+  /// Checks `tokens` (from prompt i) against HF's greedy tokens by the
+  /// rule above; `what` names the run in failures.
+  void expectFollowsGolden(size_t i, const std::vector<int32_t> &tokens,
+                           const std::string &what) {
+    const std::vector<int32_t> &golden = golden_[i];
+    ASSERT_EQ(tokens.size(), golden.size()) << what << ", prompt " << i;
+    size_t d = 0;
+    while (d < golden.size() && tokens[d] == golden[d])
+      ++d;
+    if (d == golden.size())
+      return;
+    // The GPU's logits for the next token after the prompt and golden[0:d)
+    // (equal to tokens[0:d)), one sequence in one call.
+    std::vector<int32_t> context = requests_[i].promptTokenIds;
+    context.insert(context.end(), golden.begin(), golden.begin() + d);
+    const int64_t blockSize = target_.plan.kvCache.blockSize;
+    const int64_t blocks =
+        (static_cast<int64_t>(context.size()) + blockSize - 1) / blockSize;
+    std::unique_ptr<Backend> backend = gpuBackend(target_, blocks);
+    ASSERT_NE(backend, nullptr);
+    Batch batch;
+    batch.maxBlocksPerSeq = blocks;
+    for (int64_t j = 0; j < blocks; ++j)
+      batch.blockTables.push_back(static_cast<int32_t>(j));
+    for (size_t p = 0; p < context.size(); ++p) {
+      batch.tokenIds.push_back(context[p]);
+      batch.positions.push_back(static_cast<int32_t>(p));
+      batch.slotMapping.push_back(static_cast<int64_t>(p));
+    }
+    batch.queryStartLoc = {0, static_cast<int32_t>(context.size())};
+    batch.contextLens = {static_cast<int32_t>(context.size())};
+    batch.logitsIndices = {static_cast<int32_t>(context.size() - 1)};
+    StatusOr<Logits> logits = backend->forward(batch);
+    ASSERT_TRUE(logits.isOk()) << logits.status().message();
+    const float *row = logits->row(0);
+    float scale = 0.0f;
+    for (int64_t v = 0; v < logits->vocab; ++v)
+      scale = std::max(scale, std::abs(row[v]));
+    const double gap =
+        std::abs(double(row[golden[d]]) - double(row[tokens[d]])) / scale;
+    std::cout << "[ engine   ] " << what << ", prompt " << i
+              << ": equal to HF for " << d << " of " << golden.size()
+              << " tokens, then " << tokens[d] << " for HF's " << golden[d]
+              << " (GPU logit gap " << gap << " of max |logit|)\n";
+    EXPECT_LT(gap, kTieTol)
+        << what << ", prompt " << i << ": token " << d << " is " << tokens[d]
+        << ", HF's is " << golden[d] << ", and they are not a near-tie";
+  }
+
   std::vector<PromptRequest> requests_;
   std::vector<std::vector<int32_t>> golden_;
   Artifact target_, draft_;
   EngineConfig config_;
 };
 
-TEST_F(EngineGpuTest, ContinuousBatchingGivesEachPromptsTokens) {
+TEST_F(EngineGpuTest, ContinuousBatchingGivesEachPromptItsTokens) {
   // A small token budget so that prefills are chunked and mixed with the
   // decodes of requests already running.
   config_.scheduler.maxNumBatchedTokens = 16;
   const auto together = run(requests_);
   ASSERT_EQ(together.size(), golden_.size());
   for (size_t i = 0; i < golden_.size(); ++i) {
-    EXPECT_EQ(together[i], golden_[i]) << "prompt " << i << " in the batch";
+    expectFollowsGolden(i, together[i], "batched");
     const auto alone = run({requests_[i]});
     ASSERT_EQ(alone.size(), 1u);
     EXPECT_EQ(alone[0], together[i]) << "prompt " << i << " alone";
   }
 }
 
-TEST_F(EngineGpuTest, DraftModelSpeculationGivesTheGreedyTokens) {
+TEST_F(EngineGpuTest, DraftModelSpeculationFollowsTheGreedyTokens) {
   std::unique_ptr<Backend> draft =
       gpuBackend(draft_, blocksForAll(requests_, config_) + 8);
   ASSERT_NE(draft, nullptr);
@@ -126,15 +185,15 @@ TEST_F(EngineGpuTest, DraftModelSpeculationGivesTheGreedyTokens) {
                          std::move(draft), draft_.plan.kvCache.blockSize));
   ASSERT_EQ(tokens.size(), golden_.size());
   for (size_t i = 0; i < golden_.size(); ++i)
-    EXPECT_EQ(tokens[i], golden_[i]) << "prompt " << i;
+    expectFollowsGolden(i, tokens[i], "draft k=4");
 }
 
-TEST_F(EngineGpuTest, NgramSpeculationGivesTheGreedyTokens) {
+TEST_F(EngineGpuTest, NgramSpeculationFollowsTheGreedyTokens) {
   const auto tokens =
       run(requests_, std::make_unique<spec::NgramProposer>(1, 3));
   ASSERT_EQ(tokens.size(), golden_.size());
   for (size_t i = 0; i < golden_.size(); ++i)
-    EXPECT_EQ(tokens[i], golden_[i]) << "prompt " << i;
+    expectFollowsGolden(i, tokens[i], "ngram k=4");
 }
 
 } // namespace
