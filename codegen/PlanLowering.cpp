@@ -7,6 +7,7 @@
 //   infer.weight "model.norm.weight"           -> param     [384]
 //   infer.concat_weights of infer.weight ops   -> param     [192, 384], the
 //                    first tensor with a `concat` transform per further one
+//                    (of split weights: each part sliced for the rank)
 //   infer.weight {shard = #infer.shard<...>}    -> param, the rank's slice
 //   infer.weight {quant = #infer.fp8<...>}      -> param f8e4m3, with a
 //                    `quantize_fp8_e4m3` transform after any slice (a
@@ -31,6 +32,14 @@
 //   rank r:  q_proj.weight  slice {dim 0, begin r * 64, size 64}
 //            embedding      vocab_offset = r * V/N, vocab_size = V
 //
+// A concatenation of split weights slices every part on its own: a `slice`
+// of the first tensor before the concatenations, and `slice_*` attributes on
+// the `concat` of each further part,
+//
+//   rank r:  q_proj.weight+k_proj.weight  slice {dim 0, begin r * 64, ...},
+//            concat {source_tensor k_proj.weight, slice_dim 0,
+//                    slice_begin r * 16, slice_size 16}
+//
 //===----------------------------------------------------------------------===//
 
 #include "codegen/PlanLowering.h"
@@ -51,6 +60,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <array>
 
 using llvm::StringRef;
 using mlir::FailureOr;
@@ -106,6 +117,17 @@ plan::WeightTransform quantizeTransform(mlir::infer::Fp8Attr quant,
   return transform;
 }
 
+/// How a rank slices one split part of a concatenation: `size` indices of
+/// dimension `shard.dim`, the slice `shard` gives the rank.
+struct PartSlice {
+  mlir::infer::ShardAttr shard;
+  int64_t size;
+
+  bool operator==(const PartSlice &other) const {
+    return shard == other.shard && size == other.size;
+  }
+};
+
 class PlanLowering {
 public:
   PlanLowering(mlir::func::FuncOp func, const TensorFileMap &tensorFiles,
@@ -132,6 +154,9 @@ private:
     return rank.values[ids.lookup(value)].shape;
   }
   plan::RankPlan specializeRank(int rankIndex) const;
+  void sliceConcatParts(plan::Value &value,
+                        const std::vector<std::optional<PartSlice>> &parts,
+                        int rankIndex) const;
 
   mlir::func::FuncOp func;
   const TensorFileMap &tensorFiles;
@@ -139,6 +164,9 @@ private:
   /// Split params (value id -> shard) and vocabulary-parallel embedding
   /// steps (step index -> vocabulary shards): what differs between ranks.
   std::map<int, mlir::infer::ShardAttr> paramShards;
+  /// Concatenated params with a split part: each part's slice (nothing for
+  /// a whole part), in concatenation order.
+  std::map<int, std::vector<std::optional<PartSlice>>> concatPartSlices;
   /// FP8 params: the quantize_fp8_e4m3 transform each gets after its slice.
   std::map<int, plan::WeightTransform> paramQuantize;
   std::map<size_t, int64_t> vocabParallelSteps;
@@ -283,11 +311,21 @@ PlanLowering::lowerConcatWeights(mlir::infer::ConcatWeightsOp op) {
     value.shape.push_back(plan::Dim::fixed(size));
   std::optional<mlir::infer::Fp8Attr> quant;
   std::vector<int64_t> parts;
+  std::vector<std::optional<PartSlice>> slices;
   for (mlir::Value input : op.getInputs()) {
     auto weight = input.getDefiningOp<mlir::infer::WeightOp>();
-    if (!weight || weight.getShard())
-      return op.emitError() << "can only concatenate whole infer.weight "
-                               "tensors (no shard) at load time";
+    if (!weight)
+      return op.emitError() << "can only concatenate infer.weight tensors at "
+                               "load time";
+    std::optional<mlir::infer::ShardAttr> shard = weight.getShard();
+    if (shard && shard->getNumRanks() != numRanks)
+      return weight.emitError()
+             << "is split for " << shard->getNumRanks()
+             << " ranks in a module of infer.tp = " << numRanks;
+    slices.push_back(std::nullopt);
+    if (shard)
+      slices.back() =
+          PartSlice{*shard, weight.getType().getDimSize(shard->getDim())};
     if (input == op.getInputs().front())
       quant = weight.getQuant();
     else if (weight.getQuant() != quant)
@@ -312,15 +350,27 @@ PlanLowering::lowerConcatWeights(mlir::infer::ConcatWeightsOp op) {
     concat.attrs["source_tensor"] = name;
     value.transforms.push_back(std::move(concat));
   }
+  const bool split = llvm::any_of(
+      slices, [](const std::optional<PartSlice> &s) { return s.has_value(); });
+  if (!split)
+    slices.clear();
   const std::string key = quant ? value.name + "\nfp8" : value.name;
   auto found = paramIds.find(key);
   if (found != paramIds.end()) {
+    auto other = concatPartSlices.find(found->second);
+    const bool otherSplit = other != concatPartSlices.end();
+    if (otherSplit != split || (split && other->second != slices))
+      return op.emitError() << "concatenates tensors '" << value.name
+                            << "' split differently than another "
+                               "infer.concat_weights of them";
     ids[op.getResult()] = found->second;
     return mlir::success();
   }
   int id = addValue(std::move(value));
   paramIds[key] = id;
   ids[op.getResult()] = id;
+  if (split)
+    concatPartSlices[id] = std::move(slices);
   if (quant)
     paramQuantize[id] = quantizeTransform(*quant, parts);
   return mlir::success();
@@ -572,6 +622,8 @@ plan::RankPlan PlanLowering::specializeRank(int rankIndex) const {
                                {"begin", shard.getShardOf(rankIndex) * size},
                                {"size", size}}});
   }
+  for (const auto &[id, parts] : concatPartSlices)
+    sliceConcatParts(specialized.values[id], parts, rankIndex);
   // Scales are computed on the rank's slice: quantization comes last.
   for (const auto &[id, quantize] : paramQuantize)
     specialized.values[id].transforms.push_back(quantize);
@@ -582,6 +634,36 @@ plan::RankPlan PlanLowering::specializeRank(int rankIndex) const {
     step.attrs["vocab_size"] = rows * shards;
   }
   return specialized;
+}
+
+/// Slices each part of the concatenated `value` for `rankIndex`: the first
+/// with a `slice` transform ahead of the concatenations (which then see the
+/// sliced tensor), every further one through its `concat`'s `slice_*`
+/// attributes.
+void PlanLowering::sliceConcatParts(
+    plan::Value &value, const std::vector<std::optional<PartSlice>> &parts,
+    int rankIndex) const {
+  auto sliceAttrs = [&](const PartSlice &part) {
+    return std::array<int64_t, 3>{part.shard.getDim(),
+                                  part.shard.getShardOf(rankIndex) * part.size,
+                                  part.size};
+  };
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (!parts[i])
+      continue;
+    auto [dim, begin, size] = sliceAttrs(*parts[i]);
+    plan::AttrMap &concat = value.transforms[i - 1].attrs;
+    concat["slice_dim"] = dim;
+    concat["slice_begin"] = begin;
+    concat["slice_size"] = size;
+  }
+  if (parts.front()) {
+    auto [dim, begin, size] = sliceAttrs(*parts.front());
+    value.transforms.insert(
+        value.transforms.begin(),
+        plan::WeightTransform{
+            "slice", {{"dim", dim}, {"begin", begin}, {"size", size}}});
+  }
 }
 
 } // namespace

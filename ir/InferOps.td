@@ -35,7 +35,9 @@ def Infer_ConcatWeightsOp : Infer_Op<"concat_weights", [Pure]> {
     weight of a merged projection (q/k/v, gate/up) or its bias. Every operand
     must be produced by `infer.weight`, so the runtime performs the
     concatenation once, when it loads the checkpoint (a `concat` weight
-    transform in the plan), never per forward call. The operands share their
+    transform in the plan), never per forward call. In a tensor-parallel
+    program an operand may be a `shard` of its checkpoint tensor: each rank
+    then concatenates its own slice of every operand. The operands share their
     element type and every dimension but the first; the result's first
     dimension is the sum of theirs.
 

@@ -8,8 +8,17 @@
 //      ├─ linear(wk) ─ k     =>                                           ├─ k
 //      └─ linear(wv) ─ v                                                  └─ v
 //
-// The weights must be whole checkpoint tensors (`infer.weight` without a
-// tensor-parallel `shard`) so the runtime can stack them once at load time.
+// The weights must be checkpoint tensors (`infer.weight`) so the runtime can
+// stack them once at load time. In a tensor-parallel program they may be
+// column-parallel shards (`#infer.shard` along dim 0, the stacking axis):
+// each rank then stacks its own slice of every part,
+//
+//   rank r:  concat(slice_r(wq), slice_r(wk), slice_r(wv))
+//
+// where each part keeps its own slicing (key/value heads replicated over
+// ranks when there are fewer of them than ranks). Parts split for a different
+// number of ranks, or a mix of whole and split parts, stay apart, and so do
+// row-parallel (dim 1) shards, whose outputs are partial sums.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,39 +34,54 @@ using namespace mlir::infer;
 namespace {
 
 /// What linears must share to be merged: the element types of their weight,
-/// bias and result, and whether they have a bias at all.
+/// bias and result, whether they have a bias at all, and for how many ranks
+/// their weight and bias are split (0: whole).
 struct MergeKey {
   Type weightType;
   Type biasType;
   Type resultType;
+  int64_t weightRanks;
+  int64_t biasRanks;
 
   bool operator==(const MergeKey &other) const {
     return weightType == other.weightType && biasType == other.biasType &&
-           resultType == other.resultType;
+           resultType == other.resultType && weightRanks == other.weightRanks &&
+           biasRanks == other.biasRanks;
   }
 };
 
-/// Whether `value` is a whole checkpoint tensor the runtime can concatenate
-/// at load. Tensor-parallel shards are not (yet): their concatenation would
-/// need a slice of every part.
-bool isWholeCheckpointTensor(Value value) {
+/// For how many ranks `value` is split if it is a checkpoint tensor the
+/// runtime can concatenate at load: 0 for a whole tensor, the shard's ranks
+/// for a slice along dim 0 (each part is sliced before the concatenation);
+/// nothing otherwise.
+std::optional<int64_t> getConcatenableRanks(Value value) {
   auto weight = value.getDefiningOp<WeightOp>();
-  return weight && !weight.getShard();
+  if (!weight)
+    return std::nullopt;
+  std::optional<ShardAttr> shard = weight.getShard();
+  if (!shard)
+    return 0;
+  if (shard->getDim() != 0)
+    return std::nullopt;
+  return shard->getNumRanks();
 }
 
-/// The merge key of `op`, or nothing if its weight or bias is not a whole
-/// checkpoint tensor.
+/// The merge key of `op`, or nothing if its weight or bias is not a
+/// concatenable checkpoint tensor.
 std::optional<MergeKey> getMergeKey(LinearOp op) {
-  if (!isWholeCheckpointTensor(op.getWeight()))
+  std::optional<int64_t> weightRanks = getConcatenableRanks(op.getWeight());
+  if (!weightRanks)
     return std::nullopt;
   Type biasType;
+  std::optional<int64_t> biasRanks = 0;
   if (Value bias = op.getBias()) {
-    if (!isWholeCheckpointTensor(bias))
+    biasRanks = getConcatenableRanks(bias);
+    if (!biasRanks)
       return std::nullopt;
     biasType = cast<RankedTensorType>(bias.getType()).getElementType();
   }
   return MergeKey{op.getWeight().getType().getElementType(), biasType,
-                  op.getType().getElementType()};
+                  op.getType().getElementType(), *weightRanks, *biasRanks};
 }
 
 /// Places the defining `infer.weight` of `value` before `anchor` if it comes
@@ -92,7 +116,8 @@ struct MergeSiblingLinears : OpRewritePattern<LinearOp> {
     std::optional<MergeKey> key = getMergeKey(op);
     if (!key)
       return rewriter.notifyMatchFailure(
-          op, "weight or bias is not a whole checkpoint tensor");
+          op, "weight or bias is not a checkpoint tensor whole or split "
+              "along dim 0");
 
     llvm::SetVector<Operation *> siblings;
     for (Operation *user : op.getInput().getUsers()) {

@@ -229,7 +229,9 @@ def FusePass : Pass<"infer-fuse", "::mlir::func::FuncOp"> {
       none) come from `infer.weight` become one GEMM over an
       `infer.concat_weights` of their weights, followed by an `infer.split`
       of its result (q/k/v, gate/up); the concatenation happens once, when the
-      runtime loads the checkpoint;
+      runtime loads the checkpoint. Tensor-parallel shards merge when every
+      weight (and bias) is split along dim 0 for the same ranks: each rank
+      concatenates its own slice of every part;
     - `infer.rms_norm` of an `infer.add` becomes `infer.add_rms_norm`, which
       returns the sum as well, provided no user of the sum comes before the
       normalization;

@@ -242,20 +242,3 @@ func.func @single_elementwise(%a: tensor<?x128xf32>, %b: tensor<?x128xf32>) -> t
   %s = infer.add %a, %b : tensor<?x128xf32>
   return %s : tensor<?x128xf32>
 }
-
-// -----
-
-// Tensor-parallel shards are not merged: concatenating them at load would
-// need a slice of each part.
-
-// CHECK-LABEL: func.func @sharded_weights
-// CHECK-NOT: infer.concat_weights
-// CHECK-COUNT-2: infer.linear
-// CHECK-NOT: infer.split
-func.func @sharded_weights(%x: tensor<?x128xf32>) -> (tensor<?x64xf32>, tensor<?x64xf32>) {
-  %wa = infer.weight "a.weight" {shard = #infer.shard<dim = 0, shards = 2>} : tensor<64x128xf32>
-  %a = infer.linear %x, %wa : tensor<?x128xf32>, tensor<64x128xf32> -> tensor<?x64xf32>
-  %wb = infer.weight "b.weight" {shard = #infer.shard<dim = 0, shards = 2>} : tensor<64x128xf32>
-  %b = infer.linear %x, %wb : tensor<?x128xf32>, tensor<64x128xf32> -> tensor<?x64xf32>
-  return %a, %b : tensor<?x64xf32>, tensor<?x64xf32>
-}

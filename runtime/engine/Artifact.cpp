@@ -142,7 +142,53 @@ std::string formatShape(const std::vector<int64_t> &shape) {
   return text + "]";
 }
 
-/// `concat`: appends another checkpoint tensor along axis 0.
+/// Keeps indices begin .. begin+size of dimension dim of `tensor`.
+Status sliceTensor(HostTensor &tensor, int64_t dim, int64_t begin,
+                   int64_t size) {
+  const int64_t rank = static_cast<int64_t>(tensor.shape.size());
+  if (dim < 0 || dim >= rank || begin < 0 || size < 0 ||
+      begin + size > tensor.shape[dim])
+    return invalidArgument("slice {dim " + std::to_string(dim) + ", begin " +
+                           std::to_string(begin) + ", size " +
+                           std::to_string(size) + "} is outside shape " +
+                           formatShape(tensor.shape));
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= tensor.shape[d];
+  for (int64_t d = dim + 1; d < rank; ++d)
+    inner *= tensor.shape[d];
+  std::vector<float> data(static_cast<size_t>(outer * size * inner));
+  for (int64_t o = 0; o < outer; ++o)
+    std::copy_n(tensor.data.begin() + (o * tensor.shape[dim] + begin) * inner,
+                size * inner, data.begin() + o * size * inner);
+  tensor.shape[dim] = size;
+  tensor.data = std::move(data);
+  return Status::ok();
+}
+
+/// The integer attribute `name` of `transform`.
+StatusOr<int64_t> intAttr(const plan::WeightTransform &transform,
+                          const std::string &name) {
+  auto it = transform.attrs.find(name);
+  if (it == transform.attrs.end() ||
+      !std::holds_alternative<int64_t>(it->second))
+    return invalidArgument(transform.kind + " needs an integer '" + name +
+                           "' attribute");
+  return std::get<int64_t>(it->second);
+}
+
+/// `slice` (dim, begin, size): indices begin .. begin+size of dimension dim,
+/// a tensor-parallel shard.
+Status applySlice(const plan::WeightTransform &transform, HostTensor &tensor) {
+  INFER_ASSIGN_OR_RETURN(int64_t dim, intAttr(transform, "dim"));
+  INFER_ASSIGN_OR_RETURN(int64_t begin, intAttr(transform, "begin"));
+  INFER_ASSIGN_OR_RETURN(int64_t size, intAttr(transform, "size"));
+  return sliceTensor(tensor, dim, begin, size);
+}
+
+/// `concat`: appends another checkpoint tensor along axis 0, first sliced by
+/// slice_dim, slice_begin, slice_size when it has them (a tensor-parallel
+/// shard of a merged projection).
 Status applyConcat(const plan::WeightTransform &transform, WeightReader &reader,
                    HostTensor &tensor) {
   auto attr = [&](const char *name) -> const plan::AttrValue * {
@@ -164,6 +210,13 @@ Status applyConcat(const plan::WeightTransform &transform, WeightReader &reader,
     return unimplemented("concat along axis " + std::to_string(*axis) +
                          " (only 0)");
   INFER_ASSIGN_OR_RETURN(HostTensor part, reader.read(*file, *name));
+  if (transform.attrs.count("slice_dim")) {
+    INFER_ASSIGN_OR_RETURN(int64_t dim, intAttr(transform, "slice_dim"));
+    INFER_ASSIGN_OR_RETURN(int64_t begin, intAttr(transform, "slice_begin"));
+    INFER_ASSIGN_OR_RETURN(int64_t size, intAttr(transform, "slice_size"));
+    INFER_RETURN_IF_ERROR(
+        sliceTensor(part, dim, begin, size).withContext("'" + *name + "'"));
+  }
   if (part.shape.empty() || part.shape.size() != tensor.shape.size() ||
       !std::equal(part.shape.begin() + 1, part.shape.end(),
                   tensor.shape.begin() + 1))
@@ -172,41 +225,6 @@ Status applyConcat(const plan::WeightTransform &transform, WeightReader &reader,
                            formatShape(tensor.shape) + " along axis 0");
   tensor.shape[0] += part.shape[0];
   tensor.data.insert(tensor.data.end(), part.data.begin(), part.data.end());
-  return Status::ok();
-}
-
-/// `slice` (dim, begin, size): indices begin .. begin+size of dimension dim,
-/// a tensor-parallel shard.
-Status applySlice(const plan::WeightTransform &transform, HostTensor &tensor) {
-  auto attr = [&](const char *name) -> StatusOr<int64_t> {
-    auto it = transform.attrs.find(name);
-    if (it == transform.attrs.end() ||
-        !std::holds_alternative<int64_t>(it->second))
-      return invalidArgument(std::string("slice needs an integer '") + name +
-                             "' attribute");
-    return std::get<int64_t>(it->second);
-  };
-  INFER_ASSIGN_OR_RETURN(int64_t dim, attr("dim"));
-  INFER_ASSIGN_OR_RETURN(int64_t begin, attr("begin"));
-  INFER_ASSIGN_OR_RETURN(int64_t size, attr("size"));
-  const int64_t rank = static_cast<int64_t>(tensor.shape.size());
-  if (dim < 0 || dim >= rank || begin < 0 || size < 0 ||
-      begin + size > tensor.shape[dim])
-    return invalidArgument("slice {dim " + std::to_string(dim) + ", begin " +
-                           std::to_string(begin) + ", size " +
-                           std::to_string(size) + "} is outside shape " +
-                           formatShape(tensor.shape));
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d)
-    outer *= tensor.shape[d];
-  for (int64_t d = dim + 1; d < rank; ++d)
-    inner *= tensor.shape[d];
-  std::vector<float> data(static_cast<size_t>(outer * size * inner));
-  for (int64_t o = 0; o < outer; ++o)
-    std::copy_n(tensor.data.begin() + (o * tensor.shape[dim] + begin) * inner,
-                size * inner, data.begin() + o * size * inner);
-  tensor.shape[dim] = size;
-  tensor.data = std::move(data);
   return Status::ok();
 }
 

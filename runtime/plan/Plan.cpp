@@ -557,6 +557,61 @@ static Status checkFp8(const Reader &r, const Value &v) {
   return Status::ok();
 }
 
+/// The slice attributes `dim`, `begin`, `size` (named with `prefix`) of a
+/// transform: all three or, where `optional`, none; integers that name a
+/// dimension of the param and a non-empty range from a non-negative begin.
+static Status checkSliceAttrs(const Reader &r, const Value &v,
+                              const WeightTransform &t,
+                              const std::string &prefix, bool optional) {
+  int present = 0;
+  std::vector<int64_t> ints;
+  for (const char *name : {"dim", "begin", "size"}) {
+    auto it = t.attrs.find(prefix + name);
+    if (it == t.attrs.end())
+      continue;
+    ++present;
+    if (const auto *n = std::get_if<int64_t>(&it->second))
+      ints.push_back(*n);
+  }
+  if (optional && present == 0)
+    return Status::ok();
+  if (ints.size() != 3 || ints[0] < 0 ||
+      ints[0] >= static_cast<int64_t>(v.shape.size()) || ints[1] < 0 ||
+      ints[2] <= 0)
+    return r.error("transforms",
+                   t.kind + " needs integer " + prefix + "dim (a dimension " +
+                       "of the param), " + prefix + "begin >= 0 and " + prefix +
+                       "size > 0" + (optional ? ", or none" : ""));
+  return Status::ok();
+}
+
+/// The attributes of `slice` and `concat` transforms; a `concat` may slice
+/// its tensor (a tensor-parallel part of a merged projection).
+static Status checkTransforms(const Reader &r, const Value &v) {
+  for (const WeightTransform &t : v.transforms) {
+    if (t.kind == "slice")
+      INFER_RETURN_IF_ERROR(checkSliceAttrs(r, v, t, "", /*optional=*/false));
+    if (t.kind != "concat")
+      continue;
+    auto axis = t.attrs.find("axis");
+    auto file = t.attrs.find("source_file");
+    auto tensor = t.attrs.find("source_tensor");
+    auto nonEmpty = [&](auto it) {
+      const auto *text =
+          it == t.attrs.end() ? nullptr : std::get_if<std::string>(&it->second);
+      return text && !text->empty();
+    };
+    if (axis == t.attrs.end() ||
+        !std::holds_alternative<int64_t>(axis->second) || !nonEmpty(file) ||
+        !nonEmpty(tensor))
+      return r.error("transforms", "concat needs an integer axis and "
+                                   "non-empty source_file and source_tensor");
+    INFER_RETURN_IF_ERROR(
+        checkSliceAttrs(r, v, t, "slice_", /*optional=*/true));
+  }
+  return Status::ok();
+}
+
 static StatusOr<Value> readValue(const Reader &r) {
   INFER_RETURN_IF_ERROR(r.expectObject());
   Value v;
@@ -597,6 +652,7 @@ static StatusOr<Value> readValue(const Reader &r) {
       }
     }
   }
+  INFER_RETURN_IF_ERROR(checkTransforms(r, v));
   INFER_RETURN_IF_ERROR(checkFp8(r, v));
   return v;
 }

@@ -76,7 +76,14 @@
 //
 // Param transforms, applied in order to the source tensor at load:
 //   concat           axis (0), source_file, source_tensor: appends that
-//                    tensor along `axis` (merged q/k/v or gate/up weights)
+//                    tensor along `axis` (merged q/k/v or gate/up weights);
+//                    slice_dim, slice_begin, slice_size (optional, all or
+//                    none): slices the appended tensor first, like `slice`
+//                    (a tensor-parallel merged projection: each part sliced
+//                    for the rank; a `slice` before the first `concat`
+//                    slices the source tensor):
+//                      rank 1:  q: slice {0, 64, 64}, concat k {slice 0, 16,
+//                               16}, concat v {slice 0, 16, 16}
 //   slice            dim, begin, size: indices begin .. begin+size of
 //                    dimension dim of the source tensor (a tensor-parallel
 //                    shard; each rank's plan has its own begin).
@@ -96,9 +103,11 @@
 //
 // Tensor parallelism (num_ranks > 1) arrived within format version 1: the
 // rank plans are the same program (SPMD) and differ only in their params'
-// slice transforms and their embeddings' vocab_offset. A reader that
-// predates it rejects such a plan with "unknown op 'all_reduce'" or "unknown
-// weight transform 'slice'" rather than misreading it.
+// slice transforms (and concat slice_* attributes) and their embeddings'
+// vocab_offset. A reader that predates it rejects such a plan with "unknown
+// op 'all_reduce'" or "unknown weight transform 'slice'" rather than
+// misreading it; one that predates concat's slice_* appends whole parts and
+// rejects the param's shape.
 //
 // KV cache layout "block_layer_kv_slot_head_dim": one pool per rank,
 //   [num_blocks][num_layers][2 (k, v)][block_size][num_kv_heads][head_dim]

@@ -43,13 +43,15 @@ Plan tinyPlan() {
   value(ValueKind::kActivation, "%logits", DType::kF32,
         {Dim::dynamic("S"), Dim::fixed(8)});
   rank.values[1].transforms.push_back(WeightTransform{
-      "slice", {{"dim", int64_t(0)}, {"range", std::vector<int64_t>{0, 8}}}});
+      "slice",
+      {{"dim", int64_t(0)}, {"begin", int64_t(8)}, {"size", int64_t(8)}}});
   rank.steps.push_back(Step{"embedding", {1, 0}, {2}, {}});
   rank.steps.push_back(Step{"logits",
                             {2, 1},
                             {3},
                             {{"scale", 0.125},
                              {"name", std::string("x")},
+                             {"range", std::vector<int64_t>{0, 8}},
                              {"list", std::vector<double>{0.5, 1e-30}}}});
   rank.outputs = {3};
   plan.ranks.push_back(rank);
@@ -222,6 +224,36 @@ INSTANTIATE_TEST_SUITE_P(
                            {"attrs", {{"granularity", "per-channel"}}}});
                     },
                     "is fp8; only linear and logits weights may be"},
+        InvalidCase{"SliceWithoutBegin",
+                    [](json &j) {
+                      values(j)[1]["transforms"][0]["attrs"].erase("begin");
+                    },
+                    "slice needs integer dim (a dimension of the param), "
+                    "begin >= 0 and size > 0"},
+        InvalidCase{
+            "SliceOfMissingDim",
+            [](json &j) { values(j)[1]["transforms"][0]["attrs"]["dim"] = 2; },
+            "slice needs integer dim"},
+        InvalidCase{"ConcatWithoutSource",
+                    [](json &j) {
+                      values(j)[1]["transforms"].push_back(
+                          {{"kind", "concat"}, {"attrs", {{"axis", 0}}}});
+                    },
+                    "concat needs an integer axis and non-empty source_file "
+                    "and source_tensor"},
+        InvalidCase{"ConcatPartialSlice",
+                    [](json &j) {
+                      values(j)[1]["transforms"].push_back(
+                          {{"kind", "concat"},
+                           {"attrs",
+                            {{"axis", 0},
+                             {"source_file", "model.safetensors"},
+                             {"source_tensor", "k"},
+                             {"slice_dim", 0},
+                             {"slice_size", 4}}}});
+                    },
+                    "concat needs integer slice_dim (a dimension of the "
+                    "param), slice_begin >= 0 and slice_size > 0, or none"},
         InvalidCase{"Fp8Activation",
                     [](json &j) { values(j)[2]["dtype"] = "f8e5m2"; },
                     "fp8 is only for params"},
