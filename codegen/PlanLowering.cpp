@@ -98,7 +98,7 @@ bool isDirectStep(StringRef name) {
       .Cases("embedding", "rms_norm", "linear", "rope", "paged_attention", true)
       .Cases("silu", "add", "mul", "gather_rows", "logits", true)
       .Cases("add_rms_norm", "silu_mul", true)
-      .Cases("all_reduce", "all_gather", true)
+      .Cases("all_reduce", "all_gather", "bias_add", true)
       .Default(false);
 }
 

@@ -190,6 +190,17 @@ LogicalResult LinearOp::verify() {
                            "input rows, weight rows");
 }
 
+LogicalResult BiasAddOp::verify() {
+  if (failed(verifyNotFp8(*this, getBias(), "bias")))
+    return failure();
+  int64_t features = featureDim(getInput());
+  if (!isCompatibleDim(featureDim(getBias()), features))
+    return emitOpError() << "expects bias of shape [" << features
+                         << "] to match the input features, got "
+                         << getBias().getType();
+  return success();
+}
+
 LogicalResult LogitsOp::verify() {
   if (failed(verifyProjectionWeight(*this, getInput(), getWeight())))
     return failure();

@@ -333,6 +333,32 @@ def Infer_AddOp : Infer_Op<"add", [Pure, SameOperandsAndResultType]> {
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
+def Infer_BiasAddOp
+    : Infer_Op<"bias_add", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "Adds a bias row to every row: y[t, :] = x[t, :] + b";
+  let description = [{
+    Adds the `[N]` bias to each row of `[T, N]` activations. The bias of a
+    row-parallel projection under tensor parallelism: each rank computes
+    its partial `infer.linear` without it, `infer.all_reduce` sums the
+    partials, and the bias is added once, after the sum (Megatron-LM's
+    `RowParallelLinear`), not once per rank.
+
+    ```mlir
+    %p = infer.linear %x, %w
+        : tensor<?x64xf32>, tensor<384x64xbf16> -> tensor<?x384xf32>
+    %s = infer.all_reduce %p : tensor<?x384xf32>
+    %y = infer.bias_add %s, %b : tensor<?x384xf32>, tensor<384xbf16>
+    ```
+  }];
+
+  let arguments = (ins Infer_Activation:$input, 1DTensorOf<[AnyFloat]>:$bias);
+  let results = (outs Infer_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $bias attr-dict `:` type($input) `,` type($bias)
+  }];
+  let hasVerifier = 1;
+}
+
 def Infer_GeluOp : Infer_Op<"gelu", [Pure, SameOperandsAndResultType]> {
   let summary = "Gaussian error linear unit";
   let description = [{

@@ -293,7 +293,7 @@ def ShardTensorParallelPass
     |--------------------------------------|----------------------------------|
     | `q_proj`, `gate_proj`, `up_proj`     | column: weight rows and bias     |
     | `k_proj`, `v_proj`                   | column by key/value head         |
-    | `o_proj`, `down_proj`                | row: weight columns, then `infer.all_reduce` |
+    | `o_proj`, `down_proj`                | row: weight columns, then `infer.all_reduce`; a bias (replicated) then `infer.bias_add` |
 
     Attention keeps `num_heads / tp` heads per rank. Key/value heads are
     split when `num_kv_heads % tp == 0`; when there are fewer of them than
@@ -303,11 +303,14 @@ def ShardTensorParallelPass
     and the LM head produces the rank's slice of the logits, concatenated by
     `infer.all_gather`; both stay replicated when the vocabulary does not
     divide by `tp`. Projections the policy does not name stay replicated.
+    A row-parallel bias (Llama's `attention_bias` / `mlp_bias`) leaves the
+    `infer.linear` and is added once, after the sum, by `infer.bias_add`
+    (Megatron-LM's `RowParallelLinear`): on every rank it would count `tp`
+    times.
 
     Errors: `tp < 1`; an architecture without a policy; `num_heads` not
     divisible by `tp` or smaller than it; key/value heads that can be
-    neither split nor replicated; a row-parallel projection with a bias. With
-    `tp = 1` the pass changes nothing.
+    neither split nor replicated. With `tp = 1` the pass changes nothing.
 
     Before (one layer's attention, 8 heads, 2 key/value heads):
 

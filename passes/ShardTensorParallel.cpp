@@ -11,6 +11,11 @@
 //   ids ─ embedding (vocab slice) ─ all_reduce       logits (vocab slice) ─
 //                                                     all_gather(dim 1)
 //
+// A row-parallel bias (o_proj, down_proj with attention_bias / mlp_bias) is
+// replicated and added once, after the sum (Megatron-LM, ShardFormer):
+//
+//   o (row, no bias) ─ all_reduce ─ bias_add(o_proj.bias)
+//
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
@@ -226,10 +231,6 @@ LogicalResult TensorParallelRewriter::rewriteLinear(LinearOp op,
       if (failed(shardWeight(bias, 0, shards, replication)))
         return failure();
   } else if (split == Split::Row) {
-    if (op.getBias())
-      return op.emitOpError()
-             << "is row-parallel under tensor parallelism and has a bias, "
-                "which infer-shard-tensor-parallel does not support yet";
     if (failed(shardWeight(op.getWeight(), 1, tp, 1)))
       return failure();
   }
@@ -237,9 +238,19 @@ LogicalResult TensorParallelRewriter::rewriteLinear(LinearOp op,
       withDim(op.getType(), 1, op.getWeight().getType().getDimSize(0)));
   if (split != Split::Row)
     return success();
+  // Each rank's product is a partial sum; a bias (replicated, not split)
+  // must join once, after the sum, not once per rank.
+  Value bias = op.getBias();
+  if (bias)
+    op.getBiasMutable().clear();
   builder.setInsertionPointAfter(op);
   auto reduce = builder.create<AllReduceOp>(op.getLoc(), op.getResult());
   replaceUsesExcept(op.getResult(), reduce.getResult(), reduce);
+  if (!bias)
+    return success();
+  auto biased = builder.create<BiasAddOp>(op.getLoc(), reduce.getType(),
+                                          reduce.getResult(), bias);
+  replaceUsesExcept(reduce.getResult(), biased.getResult(), biased);
   return success();
 }
 

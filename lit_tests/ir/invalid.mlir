@@ -385,6 +385,22 @@ func.func @add_types(%a: tensor<?x384xf32>, %b: tensor<?x128xf32>) {
 
 // -----
 
+func.func @bias_add_shape(%x: tensor<?x384xf32>, %b: tensor<128xbf16>) {
+  // expected-error @+1 {{'infer.bias_add' op expects bias of shape [384] to match the input features, got 'tensor<128xbf16>'}}
+  %y = infer.bias_add %x, %b : tensor<?x384xf32>, tensor<128xbf16>
+  return
+}
+
+// -----
+
+func.func @bias_add_fp8(%x: tensor<?x384xf32>, %b: tensor<384xf8E4M3FN>) {
+  // expected-error @+1 {{'infer.bias_add' op expects a bias of at least 16-bit floats (only projection weights may be fp8), got 'tensor<384xf8E4M3FN>'}}
+  %y = infer.bias_add %x, %b : tensor<?x384xf32>, tensor<384xf8E4M3FN>
+  return
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // Attention
 //===----------------------------------------------------------------------===//

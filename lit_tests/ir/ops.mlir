@@ -183,6 +183,14 @@ func.func @all_reduce(%x: tensor<?x384xf32>) -> tensor<?x384xf32> {
   return %y : tensor<?x384xf32>
 }
 
+// CHECK-LABEL: func.func @bias_add
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<?x384xf32>, %[[B:[^:]+]]: tensor<384xbf16>)
+func.func @bias_add(%x: tensor<?x384xf32>, %b: tensor<384xbf16>) -> tensor<?x384xf32> {
+  // CHECK: infer.bias_add %[[X]], %[[B]] : tensor<?x384xf32>, tensor<384xbf16>
+  %y = infer.bias_add %x, %b : tensor<?x384xf32>, tensor<384xbf16>
+  return %y : tensor<?x384xf32>
+}
+
 // CHECK-LABEL: func.func @fused_ops
 // CHECK-SAME: (%[[X:[^:]+]]: tensor<?x128xf32>, %[[R:[^:]+]]: tensor<?x128xf32>, %[[POS:[^:]+]]: tensor<?xi32>, %[[SLOTS:[^:]+]]: tensor<?xi64>, %[[C0:[^:]+]]: !infer.kv_cache
 func.func @fused_ops(%x: tensor<?x128xf32>, %r: tensor<?x128xf32>, %pos: tensor<?xi32>, %slots: tensor<?xi64>,

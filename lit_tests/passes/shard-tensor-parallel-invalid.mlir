@@ -33,18 +33,6 @@ func.func @kv_heads(%q: tensor<?x96xf32>, %k: tensor<?x24xf32>, %qsl: tensor<?xi
 // -----
 
 module attributes {infer.model = {architecture = "LlamaForCausalLM"}} {
-func.func @row_parallel_bias(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
-  %w = infer.weight "model.layers.0.mlp.down_proj.weight" : tensor<64x64xf32>
-  %b = infer.weight "model.layers.0.mlp.down_proj.bias" : tensor<64xf32>
-  // expected-error @+1 {{'infer.linear' op is row-parallel under tensor parallelism and has a bias, which infer-shard-tensor-parallel does not support yet}}
-  %y = infer.linear %x, %w, %b : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
-  return %y : tensor<?x64xf32>
-}
-}
-
-// -----
-
-module attributes {infer.model = {architecture = "LlamaForCausalLM"}} {
 func.func @uneven_weight(%x: tensor<?x64xf32>) -> tensor<?x6xf32> {
   // expected-error @+1 {{'infer.weight' op cannot be split into 4 slices along dimension 0 of size 6}}
   %w = infer.weight "model.layers.0.mlp.up_proj.weight" : tensor<6x64xf32>

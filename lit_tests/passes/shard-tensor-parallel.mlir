@@ -185,3 +185,66 @@ func.func @forward(%ids: tensor<?xi32> {infer.input = "token_ids"}, %qsl: tensor
   return %logits : tensor<?x250xf32>
 }
 }
+
+// -----
+
+// Llama with attention_bias and mlp_bias: the column-parallel biases (q, gate)
+// are split with their weights; the row-parallel ones (o_proj, down_proj) are
+// replicated and added once, after the all_reduce, not on every rank.
+
+// TP2-LABEL: func.func @row_parallel_bias(
+// TP2:       %[[Q_B:.+]] = infer.weight "model.layers.0.self_attn.q_proj.bias" {shard = #infer.shard<dim = 0, shards = 2>} : tensor<32xf32>
+// TP2:       infer.linear {{.*}}, %[[Q_B]] : tensor<?x64xf32>, tensor<32x64xf32>, tensor<32xf32> -> tensor<?x32xf32>
+// TP2:       %[[O_W:.+]] = infer.weight "model.layers.0.self_attn.o_proj.weight" {shard = #infer.shard<dim = 1, shards = 2>} : tensor<64x32xf32>
+// TP2-NEXT:  %[[O_B:.+]] = infer.weight "model.layers.0.self_attn.o_proj.bias" : tensor<64xf32>
+// TP2-NEXT:  %[[O:.+]] = infer.linear %{{.+}}, %[[O_W]] : tensor<?x32xf32>, tensor<64x32xf32> -> tensor<?x64xf32>
+// TP2-NEXT:  %[[O_SUM:.+]] = infer.all_reduce %[[O]] : tensor<?x64xf32>
+// TP2-NEXT:  %[[O_OUT:.+]] = infer.bias_add %[[O_SUM]], %[[O_B]] : tensor<?x64xf32>, tensor<64xf32>
+// TP2-NEXT:  %[[H1:.+]] = infer.add %{{.+}}, %[[O_OUT]] : tensor<?x64xf32>
+// TP2:       %[[DOWN_W:.+]] = infer.weight "model.layers.0.mlp.down_proj.weight" {shard = #infer.shard<dim = 1, shards = 2>} : tensor<64x32xf32>
+// TP2-NEXT:  %[[DOWN_B:.+]] = infer.weight "model.layers.0.mlp.down_proj.bias" : tensor<64xf32>
+// TP2-NEXT:  %[[DOWN:.+]] = infer.linear %{{.+}}, %[[DOWN_W]] : tensor<?x32xf32>, tensor<64x32xf32> -> tensor<?x64xf32>
+// TP2-NEXT:  %[[DOWN_SUM:.+]] = infer.all_reduce %[[DOWN]] : tensor<?x64xf32>
+// TP2-NEXT:  %[[DOWN_OUT:.+]] = infer.bias_add %[[DOWN_SUM]], %[[DOWN_B]] : tensor<?x64xf32>, tensor<64xf32>
+// TP2-NEXT:  %[[H2:.+]] = infer.add %[[H1]], %[[DOWN_OUT]] : tensor<?x64xf32>
+// TP2-NEXT:  return %[[H2]]
+
+// TP4-LABEL: func.func @row_parallel_bias(
+// TP4:       infer.weight "model.layers.0.self_attn.o_proj.weight" {shard = #infer.shard<dim = 1, shards = 4>} : tensor<64x16xf32>
+// TP4-NEXT:  %[[O_B:.+]] = infer.weight "model.layers.0.self_attn.o_proj.bias" : tensor<64xf32>
+// TP4-NEXT:  %[[O:.+]] = infer.linear {{.*}} : tensor<?x16xf32>, tensor<64x16xf32> -> tensor<?x64xf32>
+// TP4-NEXT:  %[[O_SUM:.+]] = infer.all_reduce %[[O]] : tensor<?x64xf32>
+// TP4-NEXT:  infer.bias_add %[[O_SUM]], %[[O_B]] : tensor<?x64xf32>, tensor<64xf32>
+// TP4:       infer.weight "model.layers.0.mlp.down_proj.weight" {shard = #infer.shard<dim = 1, shards = 4>} : tensor<64x16xf32>
+// TP4-NEXT:  %[[DOWN_B:.+]] = infer.weight "model.layers.0.mlp.down_proj.bias" : tensor<64xf32>
+// TP4-NEXT:  %[[DOWN:.+]] = infer.linear {{.*}} : tensor<?x16xf32>, tensor<64x16xf32> -> tensor<?x64xf32>
+// TP4-NEXT:  %[[DOWN_SUM:.+]] = infer.all_reduce %[[DOWN]] : tensor<?x64xf32>
+// TP4-NEXT:  infer.bias_add %[[DOWN_SUM]], %[[DOWN_B]] : tensor<?x64xf32>, tensor<64xf32>
+
+// tp=1 keeps the biases on the linears.
+// TP1-LABEL: func.func @row_parallel_bias(
+// TP1:       infer.linear {{.*}} : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+// TP1:       infer.linear {{.*}} : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+// TP1-NOT:   infer.all_reduce
+// TP1-NOT:   infer.bias_add
+module attributes {infer.model = {architecture = "LlamaForCausalLM"}} {
+func.func @row_parallel_bias(%h: tensor<?x64xf32>, %qsl: tensor<?xi32>) -> tensor<?x64xf32> {
+  %q_w = infer.weight "model.layers.0.self_attn.q_proj.weight" : tensor<64x64xf32>
+  %q_b = infer.weight "model.layers.0.self_attn.q_proj.bias" : tensor<64xf32>
+  %q = infer.linear %h, %q_w, %q_b : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  %a = infer.attention %q, %q, %q, %qsl {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 8 : i64, head_dim = 8 : i64, scale = 0.35355339059327373 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  %o_w = infer.weight "model.layers.0.self_attn.o_proj.weight" : tensor<64x64xf32>
+  %o_b = infer.weight "model.layers.0.self_attn.o_proj.bias" : tensor<64xf32>
+  %o = infer.linear %a, %o_w, %o_b : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  %h1 = infer.add %h, %o : tensor<?x64xf32>
+  %up_w = infer.weight "model.layers.0.mlp.up_proj.weight" : tensor<64x64xf32>
+  %up_b = infer.weight "model.layers.0.mlp.up_proj.bias" : tensor<64xf32>
+  %up = infer.linear %h1, %up_w, %up_b : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  %act = infer.silu %up : tensor<?x64xf32>
+  %down_w = infer.weight "model.layers.0.mlp.down_proj.weight" : tensor<64x64xf32>
+  %down_b = infer.weight "model.layers.0.mlp.down_proj.bias" : tensor<64xf32>
+  %down = infer.linear %act, %down_w, %down_b : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  %h2 = infer.add %h1, %down : tensor<?x64xf32>
+  return %h2 : tensor<?x64xf32>
+}
+}

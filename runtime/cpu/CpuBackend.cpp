@@ -712,6 +712,16 @@ Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
   }
   case OpKind::kAllGather:
     return allGather(s, in(0), *result);
+  case OpKind::kBiasAdd: {
+    const Matrix &x = in(0), &bias = in(1);
+    if (bias.size() != x.cols)
+      return mismatch("bias_add bias size differs from the input width");
+    float *y = result->allocate(x.rows, x.cols);
+    for (int64_t i = 0; i < x.rows; ++i)
+      for (int64_t j = 0; j < x.cols; ++j)
+        y[i * x.cols + j] = x.data[i * x.cols + j] + bias.data[j];
+    return Status::ok();
+  }
   case OpKind::kGatherRows: {
     const Matrix &x = in(0);
     int64_t count;

@@ -947,6 +947,20 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
   case OpKind::kAllGather:
     INFER_RETURN_IF_ERROR(needF32(0));
     return allGather(s, in(0), *result);
+  case OpKind::kBiasAdd: {
+    INFER_RETURN_IF_ERROR(needF32(0));
+    INFER_RETURN_IF_ERROR(needF32(1));
+    const Tensor &x = in(0), &bias = in(1);
+    if (bias.size() != x.cols)
+      return mismatch("bias size differs from the input width");
+    INFER_RETURN_IF_ERROR(allocate(*result, x.rows, x.cols));
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(result->f32, x.f32, x.size() * sizeof(float),
+                        cudaMemcpyDeviceToDevice, stream_));
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchAddBias(result->f32, bias.f32, x.rows, x.cols, stream_));
+    return Status::ok();
+  }
   case OpKind::kRmsNorm: {
     INFER_RETURN_IF_ERROR(needF32(0));
     INFER_RETURN_IF_ERROR(needF32(1));

@@ -703,6 +703,7 @@ static const OpSignature kOpSignatures[] = {
     {StepOp::kFused, "fused", 1, kManyOperands, kVariadic},
     {StepOp::kAllReduce, "all_reduce", 1, 1, 1},
     {StepOp::kAllGather, "all_gather", 1, 1, 1},
+    {StepOp::kBiasAdd, "bias_add", 2, 2, 1},
 };
 
 static const OpSignature *findOp(std::string_view op) {

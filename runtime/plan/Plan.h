@@ -45,6 +45,8 @@
 //   gather_rows      (x[T,H], indices[S]) -> [S,H]
 //   logits           (x[S,H], w[V,H]) -> [S,V] f32
 //   all_reduce       (x) -> same shape: the elementwise sum over all ranks
+//   bias_add         (x[T,N], bias[N]) -> [T,N]: x[t, :] + bias, the bias
+//                    of a row-parallel linear added once after all_reduce
 //   all_gather       (x) -> x with dimension dim times num_ranks; dim. The
 //                    ranks' tensors concatenated along dim in rank order.
 // and the fused ops `infer-fuse` produces:
@@ -197,6 +199,7 @@ enum class StepOp {
   kFused,
   kAllReduce,
   kAllGather,
+  kBiasAdd,
 };
 
 /// "embedding" -> StepOp::kEmbedding; nothing for an unknown op.
