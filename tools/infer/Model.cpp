@@ -70,7 +70,8 @@ StatusOr<LoadedModel> loadModel(const std::string &model) {
 static StatusOr<std::unique_ptr<Backend>>
 createTensorParallelBackend(const Artifact &artifact, const std::string &name,
                             const std::string &weightsDirOverride,
-                            int64_t numBlocks, int numThreads) {
+                            int64_t numBlocks, int numThreads,
+                            double kvCacheMemoryFraction) {
   const int numRanks = artifact.plan.numRanks;
   std::vector<ParamTable> params;
   for (int rank = 0; rank < numRanks; ++rank) {
@@ -83,9 +84,10 @@ createTensorParallelBackend(const Artifact &artifact, const std::string &name,
   if (name == "cuda") {
     cuda::CudaBackendOptions options;
     options.numBlocks = numBlocks;
-    INFER_ASSIGN_OR_RETURN(options.kernels,
-                           cuda::readKernelImages(artifact.dir,
-                                                  artifact.manifest.kernels));
+    options.kvCacheMemoryFraction = kvCacheMemoryFraction;
+    INFER_ASSIGN_OR_RETURN(
+        options.kernels,
+        cuda::readKernelImages(artifact.dir, artifact.manifest.kernels));
     return cuda::createCudaTensorParallelBackend(artifact.plan, params,
                                                  options);
   }
@@ -100,7 +102,7 @@ createTensorParallelBackend(const Artifact &artifact, const std::string &name,
 StatusOr<std::unique_ptr<Backend>>
 createBackend(const Artifact &artifact, const std::string &name,
               const std::string &weightsDirOverride, int64_t numBlocks,
-              int numThreads) {
+              int numThreads, double kvCacheMemoryFraction) {
   if (name != "cpu" && name != "cuda")
     return invalidArgument("unknown backend '" + name +
                            "' (expected cpu or cuda)");
@@ -117,7 +119,8 @@ createBackend(const Artifact &artifact, const std::string &name,
 #endif
   if (artifact.plan.numRanks > 1)
     return createTensorParallelBackend(artifact, name, weightsDirOverride,
-                                       numBlocks, numThreads);
+                                       numBlocks, numThreads,
+                                       kvCacheMemoryFraction);
   INFER_ASSIGN_OR_RETURN(
       ParamTable params,
       loadParams(artifact, 0, weightsDirOf(artifact, weightsDirOverride)));
@@ -125,9 +128,10 @@ createBackend(const Artifact &artifact, const std::string &name,
   if (name == "cuda") {
     cuda::CudaBackendOptions options;
     options.numBlocks = numBlocks;
-    INFER_ASSIGN_OR_RETURN(options.kernels,
-                           cuda::readKernelImages(artifact.dir,
-                                                  artifact.manifest.kernels));
+    options.kvCacheMemoryFraction = kvCacheMemoryFraction;
+    INFER_ASSIGN_OR_RETURN(
+        options.kernels,
+        cuda::readKernelImages(artifact.dir, artifact.manifest.kernels));
     return cuda::createCudaBackend(artifact.plan, 0, params, options);
   }
 #endif

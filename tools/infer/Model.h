@@ -35,11 +35,13 @@ struct LoadedModel {
 };
 StatusOr<LoadedModel> loadModel(const std::string &model);
 
-/// The backend `name` ("cpu" or "cuda") with `numBlocks` KV blocks.
+/// The backend `name` ("cpu" or "cuda") with `numBlocks` KV blocks; on
+/// cuda, `numBlocks` 0 sizes the pool from `kvCacheMemoryFraction` of the
+/// device memory free after the weights (`--gpu-memory-utilization`).
 StatusOr<std::unique_ptr<Backend>>
 createBackend(const Artifact &artifact, const std::string &name,
               const std::string &weightsDirOverride, int64_t numBlocks,
-              int numThreads);
+              int numThreads, double kvCacheMemoryFraction = 0.9);
 
 /// The tokenizer of an artifact, a model directory, or a tokenizer.json.
 StatusOr<std::unique_ptr<Tokenizer>> loadTokenizer(const std::string &path);

@@ -184,10 +184,10 @@ int64_t blocksForAll(const std::vector<std::vector<int32_t>> &prompts,
     // with up to 64 drafts (the --num-speculative-tokens limit).
     if (config.streaming.enabled())
       needed = std::min(
-          needed, streamingBlockBound(
-                      config.streaming, config.blockSize,
-                      std::max<int64_t>(static_cast<int64_t>(prompt.size()),
-                                        1 + 64)));
+          needed,
+          streamingBlockBound(
+              config.streaming, config.blockSize,
+              std::max<int64_t>(static_cast<int64_t>(prompt.size()), 1 + 64)));
     blocks += needed;
   }
   return blocks;
@@ -371,6 +371,23 @@ Status runBench(const ParsedArgs &args) {
     return invalidArgument("--request-rate must be > 0 (inf: all at once)");
   INFER_ASSIGN_OR_RETURN(int threads, threadsOption(args));
   const std::string backendName = args.get("--backend", "cpu");
+  // --gpu-memory-utilization F: the cuda backend's KV pool takes F of the
+  // device memory free after the weights, instead of a count of blocks.
+  const bool poolFromMemory = args.has("--gpu-memory-utilization");
+  INFER_ASSIGN_OR_RETURN(double memoryFraction,
+                         args.getDouble("--gpu-memory-utilization", 0.9));
+  if (poolFromMemory) {
+    if (backendName != "cuda")
+      return invalidArgument("--gpu-memory-utilization needs --backend cuda");
+    if (args.has("--num-blocks"))
+      return invalidArgument(
+          "give --num-blocks or --gpu-memory-utilization, not both");
+    if (args.has("--draft"))
+      return invalidArgument("--gpu-memory-utilization sizes the target's "
+                             "pool only; give --num-blocks with --draft");
+    if (!(memoryFraction > 0 && memoryFraction <= 1))
+      return invalidArgument("--gpu-memory-utilization must be in (0, 1]");
+  }
 
   INFER_ASSIGN_OR_RETURN(LoadedModel model, loadModel(args.positional[0]));
   EngineConfig config = engineConfigFor(model.artifact);
@@ -410,10 +427,10 @@ Status runBench(const ParsedArgs &args) {
       arrival += std::exponential_distribution<double>(rate)(rng);
   }
 
-  INFER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                         createBackend(model.artifact, backendName,
-                                       args.get("--weights", ""), numBlocks,
-                                       threads));
+  INFER_ASSIGN_OR_RETURN(
+      std::unique_ptr<Backend> backend,
+      createBackend(model.artifact, backendName, args.get("--weights", ""),
+                    poolFromMemory ? 0 : numBlocks, threads, memoryFraction));
   INFER_ASSIGN_OR_RETURN(Speculation speculation,
                          createSpeculation(args, model.artifact,
                                            config.eosTokenIds, backendName,
@@ -590,18 +607,17 @@ Status runLogits(const ParsedArgs &args) {
   // A streaming artifact's logits are those decoding sees, one token per
   // forward call with the cache evicting what falls out of the window.
   if (config.streaming.enabled())
-    blocks = std::min(blocks, streamingBlockBound(config.streaming,
-                                                  config.blockSize, 1));
+    blocks = std::min(
+        blocks, streamingBlockBound(config.streaming, config.blockSize, 1));
   INFER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                          createBackend(model.artifact, backendName,
                                        args.get("--weights", ""), blocks,
                                        threads));
   INFER_ASSIGN_OR_RETURN(
-      Logits logits,
-      config.streaming.enabled()
-          ? streamingLogits(*backend, config.blockSize, config.streaming,
-                            tokens)
-          : promptLogits(*backend, config.blockSize, tokens));
+      Logits logits, config.streaming.enabled()
+                         ? streamingLogits(*backend, config.blockSize,
+                                           config.streaming, tokens)
+                         : promptLogits(*backend, config.blockSize, tokens));
   safetensors::TensorToWrite tensor;
   tensor.name = "logits";
   tensor.dtype = safetensors::DType::kF32;
@@ -835,7 +851,8 @@ std::vector<Command> commands() {
        "           [--seed 0] [--max-num-seqs 256]\n"
        "           [--max-num-batched-tokens 2048] [--num-blocks N]\n"
        "           [--no-prefix-caching] [--json] [--weights DIR]\n"
-       "           [--threads N] [--draft MODEL | --ngram-speculation]\n"
+       "           [--gpu-memory-utilization F] [--threads N]\n"
+       "           [--draft MODEL | --ngram-speculation]\n"
        "           [--num-speculative-tokens 4] [--adaptive-speculation]\n\n"
        "Runs --num-prompts requests of --input-len random tokens (seeded by\n"
        "--seed) through the engine, each generating exactly --output-len\n"
@@ -844,7 +861,9 @@ std::vector<Command> commands() {
        "output and total tok/s), TTFT, TPOT and ITL (mean, p50, p99), engine\n"
        "counters and, with speculative decoding, the acceptance rate; --json\n"
        "prints one line with the same fields. The KV pool holds\n"
-       "min(N, max-num-seqs) whole requests unless --num-blocks says. A\n"
+       "min(N, max-num-seqs) whole requests unless --num-blocks says, or,\n"
+       "on cuda, --gpu-memory-utilization F sizes it from F of the device\n"
+       "memory free after the weights (preempting when it runs out). A\n"
        "progress bar goes to stderr when it is a terminal. Speculative\n"
        "decoding options are generate's; acceptance_rate is then accepted per\n"
        "judged draft token.\n",
@@ -856,6 +875,7 @@ std::vector<Command> commands() {
                         {"--max-num-seqs"},
                         {"--max-num-batched-tokens"},
                         {"--num-blocks"},
+                        {"--gpu-memory-utilization"},
                         {"--no-prefix-caching", false},
                         {"--json", false},
                         backend,
