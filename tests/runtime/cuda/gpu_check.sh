@@ -33,7 +33,7 @@ cmake -G Ninja -S "$SRC" -B "$BUILD" -DINFER_ENABLE_COMPILER=OFF \
   -DGTEST_ROOT="$D" -DPKG_CONFIG_EXECUTABLE="$PKG" >"$OUT/cmake.log" 2>&1 ||
   { tail -30 "$OUT/cmake.log"; exit 1; }
 ninja -C "$BUILD" -j16 ${TARGETS:-InferCudaTests InferCudaGeneratedKernelsTests \
-  infer infer-cuda-decode-bench} \
+  infer infer-cuda-bench} \
   >"$OUT/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$OUT/build.log"; exit 1; }
 # BUILD_ONLY=1: configure and build TARGETS, run nothing (bench/ scripts).
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
@@ -57,10 +57,12 @@ cmp -s "$OUT/cli-cpu.json" "$OUT/cli-cuda.json" && echo "cli: cuda tokens == cpu
   --token-ids 348,185,398 -o "$OUT/logits.safetensors" && echo "cli logits: ok"
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  python3 "$SRC/tests/runtime/cuda/make_random_llama.py" /tmp/tinyllama \
+  python3 "$SRC/bench/random_checkpoint.py" tinyllama-1.1b /tmp/tinyllama \
     >"$OUT/make_model.log" 2>&1 || tail -5 "$OUT/make_model.log"
-  for mode in graphs eager; do
-    "$BUILD/bin/infer-cuda-decode-bench" /tmp/tinyllama 16 256 $mode 2>&1 |
+  # Batch-1 decode with CUDA graphs, then eagerly (--graph-tokens 0).
+  for graphs in 256 0; do
+    "$BUILD/bin/infer-cuda-bench" /tmp/tinyllama --decode-batches 1 \
+      --context 16 --steps 256 --repeats 1 --graph-tokens $graphs 2>&1 |
       tee -a "$OUT/bench.log"
   done
 fi
