@@ -322,24 +322,11 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
       return withWhere(v.status());
 
   auto prepareRope = [&]() -> Status {
-    RopeConfig &c = out.rope;
-    StatusOr<int64_t> headDim = step.getInt("head_dim");
-    if (!headDim.isOk())
-      return withWhere(headDim.status());
-    StatusOr<double> theta = step.getFloat("theta");
-    if (!theta.isOk())
-      return withWhere(theta.status());
-    c.headDim = *headDim;
-    c.theta = *theta;
-    c.rotaryDim = step.getInt("rotary_dim", c.headDim);
-    c.scaling = step.getString("scaling", "default");
-    c.factor = step.getFloat("factor", 1.0);
-    c.lowFreqFactor = step.getFloat("low_freq_factor", 1.0);
-    c.highFreqFactor = step.getFloat("high_freq_factor", 4.0);
-    c.originalMaxPositionEmbeddings =
-        step.getInt("original_max_position_embeddings", 0);
-    INFER_RETURN_IF_ERROR(withWhere(c.validate()));
-    out.ropeInvFreq = ropeInverseFrequencies(c);
+    StatusOr<RopeConfig> c = ropeConfigOf(step);
+    if (!c.isOk())
+      return withWhere(c.status());
+    out.rope = *c;
+    out.ropeInvFreq = ropeInverseFrequencies(out.rope);
     return Status::ok();
   };
 

@@ -207,6 +207,21 @@ Status RopeConfig::validate() const {
                          "' (expected default, linear or llama3)");
 }
 
+StatusOr<RopeConfig> ropeConfigOf(const plan::Step &step) {
+  RopeConfig c;
+  INFER_ASSIGN_OR_RETURN(c.headDim, step.getInt("head_dim"));
+  INFER_ASSIGN_OR_RETURN(c.theta, step.getFloat("theta"));
+  c.rotaryDim = step.getInt("rotary_dim", c.headDim);
+  c.scaling = step.getString("scaling", "default");
+  c.factor = step.getFloat("factor", 1.0);
+  c.lowFreqFactor = step.getFloat("low_freq_factor", 1.0);
+  c.highFreqFactor = step.getFloat("high_freq_factor", 4.0);
+  c.originalMaxPositionEmbeddings =
+      step.getInt("original_max_position_embeddings", 0);
+  INFER_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
 std::vector<float> ropeInverseFrequencies(const RopeConfig &c) {
   const int64_t half = c.rotaryDim / 2;
   std::vector<float> inv(half);

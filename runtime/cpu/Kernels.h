@@ -77,6 +77,10 @@ struct RopeConfig {
   Status validate() const;
 };
 
+/// The validated RopeConfig of a plan step carrying the `rope` attributes
+/// (rope, rope_kv_cache_write; runtime/plan/Plan.h), for every backend.
+StatusOr<RopeConfig> ropeConfigOf(const plan::Step &step);
+
 /// The rotary_dim / 2 inverse frequencies, computed in fp32 like HF's
 /// _compute_default_rope_parameters, _compute_linear_scaling_rope_parameters
 /// and _compute_llama3_parameters.

@@ -513,23 +513,10 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
                            ": operand 1 must be a 1-D i32 input");
 
   auto prepareRope = [&]() -> Status {
-    cpu::RopeConfig c;
-    StatusOr<int64_t> headDim = step.getInt("head_dim");
-    if (!headDim.isOk())
-      return withWhere(headDim.status());
-    StatusOr<double> theta = step.getFloat("theta");
-    if (!theta.isOk())
-      return withWhere(theta.status());
-    c.headDim = *headDim;
-    c.theta = *theta;
-    c.rotaryDim = step.getInt("rotary_dim", c.headDim);
-    c.scaling = step.getString("scaling", "default");
-    c.factor = step.getFloat("factor", 1.0);
-    c.lowFreqFactor = step.getFloat("low_freq_factor", 1.0);
-    c.highFreqFactor = step.getFloat("high_freq_factor", 4.0);
-    c.originalMaxPositionEmbeddings =
-        step.getInt("original_max_position_embeddings", 0);
-    INFER_RETURN_IF_ERROR(withWhere(c.validate()));
+    StatusOr<cpu::RopeConfig> config = cpu::ropeConfigOf(step);
+    if (!config.isOk())
+      return withWhere(config.status());
+    const cpu::RopeConfig &c = *config;
     out.ropeHeadDim = static_cast<int>(c.headDim);
     out.ropeRotaryDim = static_cast<int>(c.rotaryDim);
     return upload(cpu::ropeInverseFrequencies(c), &out.ropeInvFreq,
@@ -596,8 +583,8 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
     if (generated_ && !kernel.empty()) {
       out.generated = generated_->kernel(kernel);
       if (!out.generated)
-        return internalError("cuda backend: " + where + ": kernel '" +
-                             kernel + "' was not loaded");
+        return internalError("cuda backend: " + where + ": kernel '" + kernel +
+                             "' was not loaded");
       ++numGeneratedSteps_;
       break;
     }
