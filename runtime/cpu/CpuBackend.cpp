@@ -356,13 +356,9 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
                              "communicator");
     if (out.op == OpKind::kAllReduce)
       break;
-    StatusOr<int64_t> dim = step.getInt("dim");
+    StatusOr<int64_t> dim = step.getGatherDim();
     if (!dim.isOk())
       return withWhere(dim.status());
-    if (*dim != 0 && *dim != 1)
-      return invalidArgument("cpu backend: " + where +
-                             ": all_gather dim must be 0 or 1, got " +
-                             std::to_string(*dim));
     out.gatherDim = *dim;
     break;
   }

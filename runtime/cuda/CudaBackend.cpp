@@ -542,13 +542,9 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
     break;
   }
   case OpKind::kAllGather: {
-    StatusOr<int64_t> dim = step.getInt("dim");
+    StatusOr<int64_t> dim = step.getGatherDim();
     if (!dim.isOk())
       return withWhere(dim.status());
-    if (*dim != 0 && *dim != 1)
-      return invalidArgument("cuda backend: " + where +
-                             ": all_gather dim must be 0 or 1, got " +
-                             std::to_string(*dim));
     out.gatherDim = *dim;
     break;
   }

@@ -219,6 +219,14 @@ StatusOr<std::vector<int64_t>> Step::getSplitSizes() const {
   return *sizes;
 }
 
+StatusOr<int64_t> Step::getGatherDim() const {
+  INFER_ASSIGN_OR_RETURN(int64_t dim, getInt("dim"));
+  if (dim != 0 && dim != 1)
+    return invalidArgument("all_gather dim must be 0 or 1, got " +
+                           std::to_string(dim));
+  return dim;
+}
+
 //===----------------------------------------------------------------------===//
 // JSON encoding
 //===----------------------------------------------------------------------===//

@@ -263,6 +263,8 @@ struct Step {
                         const std::string &defaultValue) const;
   /// A `split` step's "sizes": one positive width per result.
   StatusOr<std::vector<int64_t>> getSplitSizes() const;
+  /// An `all_gather` step's "dim": 0 (rows) or 1 (columns).
+  StatusOr<int64_t> getGatherDim() const;
 };
 
 struct KVCacheLayout {

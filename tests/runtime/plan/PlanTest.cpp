@@ -153,6 +153,18 @@ TEST(StepAttrs, TypedAccessNamesTheAttribute) {
   EXPECT_EQ(s.getInt("head_dim", 64), 64);
 }
 
+TEST(StepAttrs, GatherDimIsZeroOrOne) {
+  for (int64_t dim : {0, 1})
+    EXPECT_EQ(*Step({"all_gather", {}, {}, {{"dim", dim}}}).getGatherDim(),
+              dim);
+  StatusOr<int64_t> two =
+      Step({"all_gather", {}, {}, {{"dim", int64_t(2)}}}).getGatherDim();
+  ASSERT_FALSE(two.isOk());
+  EXPECT_NE(two.status().message().find("must be 0 or 1, got 2"),
+            std::string::npos);
+  EXPECT_FALSE(Step({"all_gather", {}, {}, {}}).getGatherDim().isOk());
+}
+
 /// Each case edits the JSON of the tiny plan and names a word the error
 /// must contain.
 struct InvalidCase {
