@@ -11,14 +11,13 @@
 #include "runtime/spec/DraftModelProposer.h"
 #include "runtime/spec/NgramProposer.h"
 #include "runtime/spec/Speculator.h"
+#include "tests/runtime/support/FixtureCases.h"
 #include "tests/runtime/support/Generate.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 namespace infer::spec {
@@ -31,18 +30,19 @@ const std::string kModels = std::string(INFER_FIXTURES_DIR) + "/models/";
 class SpecEngineTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    std::ifstream in(std::string(INFER_FIXTURES_DIR) +
-                     "/golden/tiny-pycode.json");
-    if (!in || !std::filesystem::exists(kModels + "tiny-pycode-draft"))
+    const std::vector<infer::testing::GreedyCase> cases =
+        infer::testing::loadTinyPycodeGreedy(INFER_FIXTURES_DIR,
+                                             "tiny-pycode-target");
+    if (cases.empty() ||
+        !std::filesystem::exists(kModels + "tiny-pycode-draft"))
       GTEST_SKIP() << "tiny-pycode fixtures not found";
-    nlohmann::json all = nlohmann::json::parse(in);
-    for (const auto &c : all["tiny-pycode-target"]) {
+    for (const infer::testing::GreedyCase &c : cases) {
       PromptRequest r;
-      r.promptTokenIds = c["input_ids"].get<std::vector<int32_t>>();
+      r.promptTokenIds = c.inputIds;
       r.sampling.maxNewTokens = 48;
       r.sampling.ignoreEos = true;
       requests_.push_back(r);
-      golden_.push_back(c["greedy_fp32"].get<std::vector<int32_t>>());
+      golden_.push_back(c.greedy);
     }
     auto target =
         infer::testing::buildLlamaArtifact(kModels + "tiny-pycode-target");

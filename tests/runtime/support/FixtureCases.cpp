@@ -65,4 +65,17 @@ std::vector<FixtureCase> loadFixtureCases(const std::string &sharedFixtures,
   return cases;
 }
 
+std::vector<GreedyCase> loadTinyPycodeGreedy(const std::string &sharedFixtures,
+                                             const std::string &model) {
+  std::ifstream in(sharedFixtures + "/golden/tiny-pycode.json");
+  if (!in)
+    return {};
+  json all = json::parse(in);
+  std::vector<GreedyCase> cases;
+  for (const json &c : all[model])
+    cases.push_back({c["input_ids"].get<std::vector<int32_t>>(),
+                     c["greedy_fp32"].get<std::vector<int32_t>>()});
+  return cases;
+}
+
 } // namespace infer::testing

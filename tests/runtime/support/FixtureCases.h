@@ -1,5 +1,4 @@
-//===- FixtureCases.h - HF reference cases of the fixture models -*- C++
-//-*-===//
+//===- FixtureCases.h - HF reference cases of the fixture -------*- C++ -*-===//
 
 #ifndef INFER_TESTS_RUNTIME_SUPPORT_FIXTURECASES_H
 #define INFER_TESTS_RUNTIME_SUPPORT_FIXTURECASES_H
@@ -28,6 +27,17 @@ struct FixtureCase {
 /// is missing are left out.
 std::vector<FixtureCase> loadFixtureCases(const std::string &sharedFixtures,
                                           const std::string &projectFixtures);
+
+/// Every golden case of a tiny-pycode model (`model` is
+/// "tiny-pycode-target" or "tiny-pycode-draft"), with or without reference
+/// logits: its prompt ids and HF's greedy tokens. Empty when
+/// `sharedFixtures`/golden/tiny-pycode.json is missing.
+struct GreedyCase {
+  std::vector<int32_t> inputIds;
+  std::vector<int32_t> greedy;
+};
+std::vector<GreedyCase> loadTinyPycodeGreedy(const std::string &sharedFixtures,
+                                             const std::string &model);
 
 } // namespace infer::testing
 
