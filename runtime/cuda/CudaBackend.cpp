@@ -126,6 +126,10 @@ public:
     dims_.numKVHeads = static_cast<int>(layout.numKVHeads);
     dims_.headDim = static_cast<int>(layout.headDim);
     dims_.blockSize = static_cast<int>(layout.blockSize);
+    if (layout.dtype == plan::DType::kF8E5M2)
+      kvDtype_ = KVCacheDtype::kF8E5M2;
+    else if (layout.dtype == plan::DType::kF8E4M3)
+      kvDtype_ = KVCacheDtype::kF8E4M3;
   }
   ~CudaBackend() override;
 
@@ -148,6 +152,22 @@ private:
   int64_t blockElements() const {
     return int64_t(dims_.numLayers) * 2 * dims_.blockSize * dims_.numKVHeads *
            dims_.headDim;
+  }
+  /// Bytes of one block's elements (bf16 values or fp8 codes) and of its
+  /// E4M3 scales (one fp32 per head vector; none for other dtypes).
+  size_t blockDataBytes() const {
+    return blockElements() * kvCacheElementBytes(kvDtype_);
+  }
+  size_t blockScaleBytes() const {
+    return kvDtype_ == KVCacheDtype::kF8E4M3
+               ? blockElements() / dims_.headDim * sizeof(float)
+               : 0;
+  }
+  KVCachePool kvPool() const {
+    return kvDtype_ == KVCacheDtype::kBf16
+               ? KVCachePool(static_cast<__nv_bfloat16 *>(pool_))
+               : KVCachePool(static_cast<uint8_t *>(pool_), poolScales_,
+                             kvDtype_);
   }
   Status uploadParams(const ParamTable &params);
   /// Loads the kernels the fused steps name, if an image fits the device;
@@ -197,7 +217,10 @@ private:
   int64_t numBlocks_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
-  __nv_bfloat16 *pool_ = nullptr;
+  /// The KV pool (KVCachePool): bf16 values or fp8 codes, and E4M3 scales.
+  KVCacheDtype kvDtype_ = KVCacheDtype::kBf16;
+  void *pool_ = nullptr;
+  float *poolScales_ = nullptr;
   std::vector<void *> deviceAllocations_;
 
   plan::RankPlan rank_;
@@ -257,6 +280,8 @@ CudaBackend::~CudaBackend() {
   cudaFree(deviceTokens_);
   if (pool_)
     cudaFree(pool_);
+  if (poolScales_)
+    cudaFree(poolScales_);
   gemm_.reset();
   if (stream_)
     cudaStreamDestroy(stream_);
@@ -403,14 +428,16 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
       steps_[lastUse[id]].release.push_back(static_cast<int>(id));
 
   INFER_RETURN_IF_ERROR(uploadParams(params));
-  // fp8 weights at prefill sizes are decoded into a 64 MiB scratch.
+  // fp8 weights at large T quantize the activations into a 64 MiB scratch
+  // (or decode weight rows there, where fp8 cuBLASLt does not apply).
   const bool fp8Weights =
       std::any_of(params_.begin(), params_.end(),
                   [](const Tensor &t) { return t.fp8 != nullptr; });
   INFER_ASSIGN_OR_RETURN(gemm_,
                          Gemm::create(32 << 20, fp8Weights ? 64 << 20 : 0));
 
-  const size_t blockBytes = blockElements() * sizeof(__nv_bfloat16);
+  const size_t dataBytes = blockDataBytes(), scaleBytes = blockScaleBytes();
+  const size_t blockBytes = dataBytes + scaleBytes;
   numBlocks_ = options.numBlocks;
   if (numBlocks_ == 0) {
     size_t freeBytes = 0, totalBytes = 0;
@@ -422,9 +449,15 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
   if (numBlocks_ <= 0)
     return resourceExhausted("cuda backend: no device memory left for the "
                              "KV-cache pool");
-  INFER_CUDA_RETURN_IF_ERROR(cudaMalloc(&pool_, numBlocks_ * blockBytes));
+  INFER_CUDA_RETURN_IF_ERROR(cudaMalloc(&pool_, numBlocks_ * dataBytes));
   INFER_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(pool_, 0, numBlocks_ * blockBytes, stream_));
+      cudaMemsetAsync(pool_, 0, numBlocks_ * dataBytes, stream_));
+  if (scaleBytes > 0) {
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaMalloc(&poolScales_, numBlocks_ * scaleBytes));
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(poolScales_, 0, numBlocks_ * scaleBytes, stream_));
+  }
   INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   values_.assign(rank_.values.size(), Tensor());
   bf16Of_.assign(rank_.values.size(), nullptr);
@@ -833,7 +866,7 @@ Status CudaBackend::linear(int xId, const Tensor &x, const Tensor &w,
   // Small T reads the fp32 x (skinny kernels); cuBLASLt a bf16 copy, which
   // q/k/v and gate/up share: convert it once.
   __nv_bfloat16 *&xb = bf16Of_[xId];
-  if (Gemm::needsBf16Input(x.rows, w.cols, weight) && !xb) {
+  if (Gemm::needsBf16Input(x.rows, w.rows, w.cols, weight) && !xb) {
     INFER_RETURN_IF_ERROR(allocateBytes(x.size() * sizeof(__nv_bfloat16),
                                         reinterpret_cast<void **>(&xb)));
     INFER_CUDA_RETURN_IF_ERROR(launchToBf16(x.f32, xb, x.size(), stream_));
@@ -988,7 +1021,7 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
         v.cols != k.cols || k.rows != t || v.rows != t)
       return mismatch("keys/values do not match the cache");
     INFER_CUDA_RETURN_IF_ERROR(
-        launchKVCacheWrite(pool_, dims_, s.layer, k.f32, v.f32,
+        launchKVCacheWrite(kvPool(), dims_, s.layer, k.f32, v.f32,
                            static_cast<const int64_t *>(slots), t, stream_));
     return Status::ok();
   }
@@ -1002,7 +1035,7 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
     int64_t unused;
     INFER_RETURN_IF_ERROR(allocate(*result, q.rows, q.cols));
     INFER_CUDA_RETURN_IF_ERROR(launchPagedAttention(
-        q.f32, pool_, dims_, a,
+        q.f32, kvPool(), dims_, a,
         static_cast<const int32_t *>(input(s.operands[2], &unused, batch)),
         paddedBlocksPerSeq_,
         static_cast<const int32_t *>(input(s.operands[3], &unused, batch)),
@@ -1111,7 +1144,7 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
       return mismatch("rope_kv_cache_write keys/values do not match the "
                       "cache");
     INFER_CUDA_RETURN_IF_ERROR(
-        launchRopeKVCacheWrite(pool_, dims_, s.layer, k.f32, v.f32,
+        launchRopeKVCacheWrite(kvPool(), dims_, s.layer, k.f32, v.f32,
                                static_cast<const int64_t *>(slots),
                                static_cast<const int32_t *>(positions), t,
                                s.ropeRotaryDim, s.ropeInvFreq, stream_));
@@ -1382,18 +1415,22 @@ CudaBackend::forwardSample(const Batch &batch, const SamplingBatch &sampling) {
 
 Status CudaBackend::copyBlocks(
     const std::vector<std::pair<int32_t, int32_t>> &copies) {
-  const size_t bytes = blockElements() * sizeof(__nv_bfloat16);
   for (const auto &[from, to] : copies)
     if (from < 0 || from >= numBlocks_ || to < 0 || to >= numBlocks_)
       return invalidArgument("cuda backend: block copy " +
                              std::to_string(from) + " -> " +
                              std::to_string(to) + " outside the pool");
   INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  // A block's codes and, for E4M3, its scales.
+  const std::pair<void *, size_t> arrays[] = {
+      {pool_, blockDataBytes()}, {poolScales_, blockScaleBytes()}};
   for (const auto &[from, to] : copies)
-    INFER_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(reinterpret_cast<char *>(pool_) + to * bytes,
-                        reinterpret_cast<const char *>(pool_) + from * bytes,
-                        bytes, cudaMemcpyDeviceToDevice, stream_));
+    for (const auto &[base, bytes] : arrays)
+      if (bytes > 0)
+        INFER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+            static_cast<char *>(base) + to * bytes,
+            static_cast<const char *>(base) + from * bytes, bytes,
+            cudaMemcpyDeviceToDevice, stream_));
   INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::ok();
 }
@@ -1459,15 +1496,6 @@ createCudaBackend(const plan::Plan &plan, int rank, const ParamTable &params,
     return invalidArgument("cuda backend: rank " + std::to_string(rank) +
                            " not in the plan");
   const plan::KVCacheLayout &layout = plan.kvCache;
-  // fp8 weights run (Gemm::linear); the paged attention reads bf16 keys and
-  // values only.
-  if (layout.dtype == plan::DType::kF8E5M2 ||
-      layout.dtype == plan::DType::kF8E4M3)
-    return unimplemented(
-        "cuda backend: an fp8 KV cache (" +
-        std::string(plan::dtypeName(layout.dtype)) +
-        ", --kv-cache-dtype) is not supported yet, only bf16: compile without "
-        "--kv-cache-dtype or use --backend cpu (fp8 weights are supported)");
   if (layout.layout != "block_layer_kv_slot_head_dim")
     return unimplemented("cuda backend: KV-cache layout '" + layout.layout +
                          "'");

@@ -2,9 +2,10 @@
 //
 // Host functions that launch the kernels of kernels/*.cu on a stream and
 // return the launch's cudaError_t (wrap them in INFER_CUDA_RETURN_IF_ERROR).
-// Activations are dense row-major fp32; matrices read by GEMMs and the KV
-// pool are bf16 with fp32 arithmetic. Each kernel computes the function of
-// the CPU backend's kernel of the same name (runtime/cpu/Kernels.h).
+// Activations are dense row-major fp32; matrices read by GEMMs are bf16 or
+// fp8, the KV pool bf16 or fp8 (KVCachePool), arithmetic fp32. Each kernel
+// computes the function of the CPU backend's kernel of the same name
+// (runtime/cpu/Kernels.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,7 +19,7 @@
 
 namespace infer::cuda {
 
-/// Sizes of the paged pool (plan::KVCacheLayout), elements bf16:
+/// Sizes of the paged pool (plan::KVCacheLayout):
 ///
 ///   pool = [num_blocks][num_layers][2 (k, v)][block_size][kv_heads][head_dim]
 struct CacheDims {
@@ -26,6 +27,36 @@ struct CacheDims {
   int numKVHeads = 0;
   int headDim = 0;
   int blockSize = 0;
+};
+
+/// The element type of the pool (plan::KVCacheLayout dtype).
+enum class KVCacheDtype : int8_t { kBf16, kF8E5M2, kF8E4M3 };
+
+inline int kvCacheElementBytes(KVCacheDtype dtype) {
+  return dtype == KVCacheDtype::kBf16 ? 2 : 1;
+}
+
+/// The storage of the pool laid out as CacheDims says: bf16 values, or one
+/// fp8 code per element with, for E4M3, one fp32 scale per head vector:
+///
+///   data   [num_blocks][num_layers][2][block_size][kv_heads][head_dim]
+///   scales [num_blocks][num_layers][2][block_size][kv_heads]   (E4M3)
+///
+/// so the scale of the head vector at element offset o is scales[o / d].
+/// The codes and scales are the CPU backend's (cpu::KVPool::storeHead):
+/// E5M2 codes of the values, E4M3 codes of value / scale with scale =
+/// amax / 448 of the head vector (0 and all-zero codes for a zero vector),
+/// both rounded to nearest even with saturation (runtime/support/Fp8.h).
+struct KVCachePool {
+  void *data = nullptr;
+  float *scales = nullptr;
+  KVCacheDtype dtype = KVCacheDtype::kBf16;
+
+  KVCachePool() = default;
+  /// A bf16 pool: the kernels take a bf16 pointer where they take a pool.
+  KVCachePool(__nv_bfloat16 *values) : data(values) {}
+  KVCachePool(uint8_t *codes, float *scales, KVCacheDtype dtype)
+      : data(codes), scales(scales), dtype(dtype) {}
 };
 
 struct AttentionDims {
@@ -121,7 +152,9 @@ cudaError_t launchRope(const float *x, float *y, int64_t t, int64_t heads,
                        const float *invFreq, cudaStream_t stream);
 
 /// Writes k and v rows [t, kvh*d] of `layer` to their slots; slot -1 skips.
-cudaError_t launchKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims, int layer,
+/// An fp8 pool stores codes (and E4M3 scales) as KVCachePool says; one warp
+/// per (token, kv head) finds the head vector's amax.
+cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                const float *k, const float *v,
                                const int64_t *slots, int64_t t,
                                cudaStream_t stream);
@@ -129,8 +162,8 @@ cudaError_t launchKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims, int layer,
 /// rope_kv_cache_write: launchRope of the keys (head_dim = dims.headDim)
 /// and launchKVCacheWrite of the rotated keys and v, in one pass that never
 /// stores the rotated keys in fp32.
-cudaError_t launchRopeKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims,
-                                   int layer, const float *k, const float *v,
+cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
+                                   const float *k, const float *v,
                                    const int64_t *slots,
                                    const int32_t *positions, int64_t t,
                                    int rotaryDim, const float *invFreq,
@@ -138,12 +171,13 @@ cudaError_t launchRopeKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims,
 
 /// Causal attention of q[t, h*d] over the cached keys and values of each
 /// sequence (query i of sequence s at position
-/// context_lens[s] - new_tokens(s) + i); writes out[t, h*d]. When the batch
-/// has more tokens than sequences and launchPrefillAttention supports the
-/// shape, the rows of sequences with two or more new tokens go to it (bf16
-/// q and probabilities, ~1e-3 relative error) and the rest to the fp32
-/// kernel; the batch stays on the device either way.
-cudaError_t launchPagedAttention(const float *q, const __nv_bfloat16 *pool,
+/// context_lens[s] - new_tokens(s) + i); writes out[t, h*d]. An fp8 pool is
+/// dequantized as it is read. When the batch has more tokens than
+/// sequences and launchPrefillAttention supports the shape, the rows of
+/// sequences with two or more new tokens go to it (bf16 q, K, V and
+/// probabilities, ~1e-3 relative error) and the rest to the fp32 kernel;
+/// the batch stays on the device either way.
+cudaError_t launchPagedAttention(const float *q, KVCachePool pool,
                                  CacheDims dims, AttentionDims attention,
                                  const int32_t *blockTables,
                                  int64_t maxBlocksPerSeq,
@@ -157,15 +191,15 @@ bool prefillAttentionSupports(const AttentionDims &attention);
 
 /// launchPagedAttention's function on tensor cores (FlashAttention-2,
 /// mma.sync bf16, fp32 softmax) for the rows of the sequences with two or
-/// more new tokens; the rows of other sequences are left unwritten.
-cudaError_t launchPrefillAttention(const float *q, const __nv_bfloat16 *pool,
-                                   CacheDims dims, AttentionDims attention,
-                                   const int32_t *blockTables,
-                                   int64_t maxBlocksPerSeq,
-                                   const int32_t *contextLens,
-                                   const int32_t *queryStartLoc,
-                                   int64_t numSeqs, int64_t t, float *out,
-                                   cudaStream_t stream);
+/// more new tokens; the rows of other sequences are left unwritten. fp8
+/// keys and values are dequantized to bf16 as they are staged in shared
+/// memory.
+cudaError_t
+launchPrefillAttention(const float *q, KVCachePool pool, CacheDims dims,
+                       AttentionDims attention, const int32_t *blockTables,
+                       int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                       const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
+                       float *out, cudaStream_t stream);
 
 } // namespace infer::cuda
 

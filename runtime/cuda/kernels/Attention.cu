@@ -1,13 +1,15 @@
-//===- Attention.cu - KV-cache writes and paged attention ----------------===//
+//===- Attention.cu - KV-cache writes and paged attention ------*- CUDA -*-===//
 //
-// The pool is bf16 in the layout of plan::KVCacheLayout
-// ("block_layer_kv_slot_head_dim"):
+// The pool is bf16 or fp8 (KVCachePool) in the layout of plan::KVCacheLayout
+// ("block_layer_kv_slot_head_dim"), addressed as KVCache.cuh says:
 //
 //   pool[block][layer][k|v][slot in block][kv_head][head_dim]
 //   token at position p of a sequence: block = table[p / bs], slot p % bs
 //
-// rope_kv_cache_write rotates each key as Rope.cu does and stores it in the
-// same pass, so the rotated keys never land in fp32 memory.
+// kv_cache_write: one warp per (token, kv head) converts the head vector
+// (E4M3: the warp's amax gives the scale). rope_kv_cache_write rotates each
+// key as Rope.cu does in the same pass, so the rotated keys never land in
+// fp32 memory and an fp8 pool quantizes the rotated values.
 //
 // paged attention: one thread block of 16 warps per (query token, head).
 // Warp w visits the keys w, w+16, ...; each lane holds head_dim/32 dimensions
@@ -21,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/kernels/KVCache.cuh"
 
 #include <cuda_bf16.h>
 
@@ -31,64 +34,126 @@ namespace {
 constexpr int kWarps = 16;
 constexpr int kPerLane = kMaxHeadDim / 32;
 
-__device__ int64_t slotOffset(CacheDims d, int64_t slot, int layer, int kv) {
-  const int64_t slotElements = int64_t(d.numKVHeads) * d.headDim;
-  const int64_t block = slot / d.blockSize, inBlock = slot % d.blockSize;
-  return ((block * d.numLayers + layer) * 2 + kv) * d.blockSize * slotElements +
-         inBlock * slotElements;
-}
-
-__global__ void kvCacheWriteKernel(__nv_bfloat16 *pool, CacheDims dims,
-                                   int layer, const float *k, const float *v,
-                                   const int64_t *slots, int64_t n) {
-  const int64_t width = int64_t(dims.numKVHeads) * dims.headDim;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t token = i / width, e = i % width;
+/// One warp per (token, kv head): lane l holds elements l, l + 32, ... of
+/// the key (rotated as ropeKernel in Rope.cu does, head_dim = the cache's,
+/// when `rotate`) and of the value, and stores them; an E4M3 pool stores
+/// the codes of x / (amax / 448) and the scale, as cpu::KVPool::storeHead.
+template <KVCacheDtype T, bool rotate>
+__global__ void kvCacheWriteKernel(KVCachePool pool, CacheDims dims, int layer,
+                                   const float *k, const float *v,
+                                   const int64_t *slots,
+                                   const int32_t *positions, int rotaryDim,
+                                   const float *invFreq, int64_t vectors) {
+  using Storage = typename KVElement<T>::Storage;
+  Storage *data = static_cast<Storage *>(pool.data);
+  const int lane = threadIdx.x % 32;
+  const int d = dims.headDim, half = rotaryDim / 2;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t w = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+       w < vectors; w += warps) {
+    const int64_t token = w / dims.numKVHeads;
+    const int head = static_cast<int>(w % dims.numKVHeads);
     const int64_t slot = slots[token];
     if (slot < 0)
       continue;
-    pool[slotOffset(dims, slot, layer, 0) + e] = __float2bfloat16_rn(k[i]);
-    pool[slotOffset(dims, slot, layer, 1) + e] = __float2bfloat16_rn(v[i]);
-  }
-}
-
-/// kvCacheWriteKernel of rope(k) and v; the rotation is ropeKernel's
-/// (runtime/cuda/kernels/Rope.cu), head_dim = the cache's.
-__global__ void ropeKVCacheWriteKernel(__nv_bfloat16 *pool, CacheDims dims,
-                                       int layer, const float *k,
-                                       const float *v, const int64_t *slots,
-                                       const int32_t *positions, int rotaryDim,
-                                       const float *invFreq, int64_t n) {
-  const int64_t width = int64_t(dims.numKVHeads) * dims.headDim;
-  const int half = rotaryDim / 2;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t token = i / width, e = i % width;
-    const int64_t slot = slots[token];
-    if (slot < 0)
-      continue;
-    const int d = static_cast<int>(e % dims.headDim);
-    float key = k[i];
-    if (d < rotaryDim) {
-      const int f = d < half ? d : d - half;
-      const float angle = static_cast<float>(positions[token]) * invFreq[f];
-      const float c = static_cast<float>(cos(static_cast<double>(angle)));
-      const float s = static_cast<float>(sin(static_cast<double>(angle)));
-      const int64_t base = i - d;
-      const float x1 = k[base + f], x2 = k[base + f + half];
-      key = d < half ? x1 * c - x2 * s : x2 * c + x1 * s;
+    const int64_t src = w * d;
+    for (int kv = 0; kv < 2; ++kv) {
+      const float *row = (kv == 0 ? k : v) + src;
+      float x[kPerLane];
+      float amax = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        const int e = lane + 32 * r;
+        x[r] = 0.0f;
+        if (e >= d)
+          continue;
+        x[r] = row[e];
+        if (rotate && kv == 0 && e < rotaryDim) {
+          const int f = e < half ? e : e - half;
+          const float angle = static_cast<float>(positions[token]) * invFreq[f];
+          const float c = static_cast<float>(cos(static_cast<double>(angle)));
+          const float s = static_cast<float>(sin(static_cast<double>(angle)));
+          const float x1 = row[f], x2 = row[f + half];
+          x[r] = e < half ? x1 * c - x2 * s : x2 * c + x1 * s;
+        }
+        amax = fmaxf(amax, fabsf(x[r]));
+      }
+      const int64_t dst =
+          kvSlotOffset(dims, slot, layer, kv) + int64_t(head) * d;
+      if constexpr (T == KVCacheDtype::kBf16) {
+#pragma unroll
+        for (int r = 0; r < kPerLane; ++r)
+          if (lane + 32 * r < d)
+            data[dst + lane + 32 * r] = __float2bfloat16_rn(x[r]);
+      } else if constexpr (!KVElement<T>::kScaled) {
+#pragma unroll
+        for (int r = 0; r < kPerLane; ++r)
+          if (lane + 32 * r < d)
+            data[dst + lane + 32 * r] = encodeFp8<T>(x[r]);
+      } else {
+        for (int offset = 16; offset > 0; offset /= 2)
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+        // An all-zero head keeps scale 0 and codes 0 (no division by zero).
+        const float scale = amax / 448.0f;
+        if (lane == 0)
+          pool.scales[dst / d] = scale;
+#pragma unroll
+        for (int r = 0; r < kPerLane; ++r)
+          if (lane + 32 * r < d)
+            data[dst + lane + 32 * r] =
+                amax == 0.0f ? uint8_t(0) : encodeFp8<T>(x[r] / scale);
+      }
     }
-    pool[slotOffset(dims, slot, layer, 0) + e] = __float2bfloat16_rn(key);
-    pool[slotOffset(dims, slot, layer, 1) + e] = __float2bfloat16_rn(v[i]);
   }
 }
 
+template <KVCacheDtype T, bool rotate>
+cudaError_t launchWrite(KVCachePool pool, CacheDims dims, int layer,
+                        const float *k, const float *v, const int64_t *slots,
+                        const int32_t *positions, int64_t t, int rotaryDim,
+                        const float *invFreq, cudaStream_t stream) {
+  const int64_t vectors = t * dims.numKVHeads;
+  constexpr int kThreads = 256, kWarpsPerBlock = kThreads / 32;
+  const int64_t blocks = (vectors + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  kvCacheWriteKernel<T, rotate>
+      <<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kThreads, 0,
+         stream>>>(pool, dims, layer, k, v, slots, positions, rotaryDim,
+                   invFreq, vectors);
+  return cudaGetLastError();
+}
+
+template <bool rotate>
+cudaError_t dispatchWrite(KVCachePool pool, CacheDims dims, int layer,
+                          const float *k, const float *v, const int64_t *slots,
+                          const int32_t *positions, int64_t t, int rotaryDim,
+                          const float *invFreq, cudaStream_t stream) {
+  if (t <= 0 || dims.numKVHeads <= 0)
+    return cudaSuccess;
+  if (dims.headDim > kMaxHeadDim ||
+      (pool.dtype == KVCacheDtype::kF8E4M3 && !pool.scales))
+    return cudaErrorInvalidValue;
+  switch (pool.dtype) {
+  case KVCacheDtype::kBf16:
+    return launchWrite<KVCacheDtype::kBf16, rotate>(pool, dims, layer, k, v,
+                                                    slots, positions, t,
+                                                    rotaryDim, invFreq, stream);
+  case KVCacheDtype::kF8E5M2:
+    return launchWrite<KVCacheDtype::kF8E5M2, rotate>(
+        pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
+        stream);
+  case KVCacheDtype::kF8E4M3:
+    return launchWrite<KVCacheDtype::kF8E4M3, rotate>(
+        pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
+        stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <KVCacheDtype T>
 __global__ void __launch_bounds__(kWarps * 32)
-    pagedAttentionKernel(const float *q, const __nv_bfloat16 *pool,
-                         CacheDims dims, AttentionDims a,
-                         const int32_t *blockTables, int64_t maxBlocksPerSeq,
-                         const int32_t *contextLens,
+    pagedAttentionKernel(const float *q, KVCachePool pool, CacheDims dims,
+                         AttentionDims a, const int32_t *blockTables,
+                         int64_t maxBlocksPerSeq, const int32_t *contextLens,
                          const int32_t *queryStartLoc, int64_t numSeqs,
                          bool decodeRowsOnly, float *out) {
   const int head = blockIdx.y;
@@ -136,16 +201,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int64_t j = first + warp; j <= position; j += kWarps) {
     const int64_t slot = int64_t(table[j / dims.blockSize]) * dims.blockSize +
                          j % dims.blockSize;
-    const __nv_bfloat16 *kj =
-        pool + slotOffset(dims, slot, a.layer, 0) + int64_t(kvHead) * d;
-    const __nv_bfloat16 *vj =
-        pool + slotOffset(dims, slot, a.layer, 1) + int64_t(kvHead) * d;
+    const int64_t kj =
+        kvSlotOffset(dims, slot, a.layer, 0) + int64_t(kvHead) * d;
+    const int64_t vj =
+        kvSlotOffset(dims, slot, a.layer, 1) + int64_t(kvHead) * d;
+    const float kScale = KVElement<T>::kScaled ? pool.scales[kj / d] : 1.0f;
+    const float vScale = KVElement<T>::kScaled ? pool.scales[vj / d] : 1.0f;
     float dot = 0.0f;
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
       const int e = lane + 32 * r;
       if (e < d)
-        dot += qv[r] * __bfloat162float(kj[e]);
+        dot += qv[r] * loadKV<T>(pool.data, kj + e, kScale);
     }
     for (int offset = 16; offset > 0; offset /= 2)
       dot += __shfl_xor_sync(0xffffffffu, dot, offset);
@@ -157,7 +224,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int r = 0; r < kPerLane; ++r) {
       const int e = lane + 32 * r;
-      const float value = e < d ? __bfloat162float(vj[e]) : 0.0f;
+      const float value = e < d ? loadKV<T>(pool.data, vj + e, vScale) : 0.0f;
       acc[r] = acc[r] * correction + p * value;
     }
     runningMax = newMax;
@@ -190,42 +257,40 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+template <KVCacheDtype T>
+void launchAttentionKernel(dim3 grid, const float *q, KVCachePool pool,
+                           CacheDims dims, AttentionDims attention,
+                           const int32_t *blockTables, int64_t maxBlocksPerSeq,
+                           const int32_t *contextLens,
+                           const int32_t *queryStartLoc, int64_t numSeqs,
+                           bool decodeRowsOnly, float *out,
+                           cudaStream_t stream) {
+  pagedAttentionKernel<T><<<grid, kWarps * 32, 0, stream>>>(
+      q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
+      queryStartLoc, numSeqs, decodeRowsOnly, out);
+}
+
 } // namespace
 
-cudaError_t launchKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims, int layer,
+cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                const float *k, const float *v,
                                const int64_t *slots, int64_t t,
                                cudaStream_t stream) {
-  const int64_t n = t * dims.numKVHeads * dims.headDim;
-  if (n <= 0)
-    return cudaSuccess;
-  constexpr int kThreads = 256;
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  kvCacheWriteKernel<<<static_cast<unsigned>(blocks < 524280 ? blocks : 524280),
-                       kThreads, 0, stream>>>(pool, dims, layer, k, v, slots,
-                                              n);
-  return cudaGetLastError();
+  return dispatchWrite<false>(pool, dims, layer, k, v, slots, nullptr, t, 0,
+                              nullptr, stream);
 }
 
-cudaError_t launchRopeKVCacheWrite(__nv_bfloat16 *pool, CacheDims dims,
-                                   int layer, const float *k, const float *v,
+cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
+                                   const float *k, const float *v,
                                    const int64_t *slots,
                                    const int32_t *positions, int64_t t,
                                    int rotaryDim, const float *invFreq,
                                    cudaStream_t stream) {
-  const int64_t n = t * dims.numKVHeads * dims.headDim;
-  if (n <= 0)
-    return cudaSuccess;
-  constexpr int kThreads = 256;
-  const int64_t blocks = (n + kThreads - 1) / kThreads;
-  ropeKVCacheWriteKernel<<<static_cast<unsigned>(blocks < 524280 ? blocks
-                                                                 : 524280),
-                           kThreads, 0, stream>>>(
-      pool, dims, layer, k, v, slots, positions, rotaryDim, invFreq, n);
-  return cudaGetLastError();
+  return dispatchWrite<true>(pool, dims, layer, k, v, slots, positions, t,
+                             rotaryDim, invFreq, stream);
 }
 
-cudaError_t launchPagedAttention(const float *q, const __nv_bfloat16 *pool,
+cudaError_t launchPagedAttention(const float *q, KVCachePool pool,
                                  CacheDims dims, AttentionDims attention,
                                  const int32_t *blockTables,
                                  int64_t maxBlocksPerSeq,
@@ -234,7 +299,8 @@ cudaError_t launchPagedAttention(const float *q, const __nv_bfloat16 *pool,
                                  int64_t t, float *out, cudaStream_t stream) {
   if (t <= 0)
     return cudaSuccess;
-  if (attention.headDim > kMaxHeadDim || attention.numHeads > 65535)
+  if (attention.headDim > kMaxHeadDim || attention.numHeads > 65535 ||
+      (pool.dtype == KVCacheDtype::kF8E4M3 && !pool.scales))
     return cudaErrorInvalidValue;
   // A batch of more tokens than sequences has prefill rows: they go to the
   // tensor-core kernel where it supports the shape, the decode rows to one
@@ -251,9 +317,23 @@ cudaError_t launchPagedAttention(const float *q, const __nv_bfloat16 *pool,
   }
   dim3 grid(static_cast<unsigned>(prefillRows ? numSeqs : t),
             static_cast<unsigned>(attention.numHeads));
-  pagedAttentionKernel<<<grid, kWarps * 32, 0, stream>>>(
-      q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
-      queryStartLoc, numSeqs, prefillRows, out);
+  switch (pool.dtype) {
+  case KVCacheDtype::kBf16:
+    launchAttentionKernel<KVCacheDtype::kBf16>(
+        grid, q, pool, dims, attention, blockTables, maxBlocksPerSeq,
+        contextLens, queryStartLoc, numSeqs, prefillRows, out, stream);
+    break;
+  case KVCacheDtype::kF8E5M2:
+    launchAttentionKernel<KVCacheDtype::kF8E5M2>(
+        grid, q, pool, dims, attention, blockTables, maxBlocksPerSeq,
+        contextLens, queryStartLoc, numSeqs, prefillRows, out, stream);
+    break;
+  case KVCacheDtype::kF8E4M3:
+    launchAttentionKernel<KVCacheDtype::kF8E4M3>(
+        grid, q, pool, dims, attention, blockTables, maxBlocksPerSeq,
+        contextLens, queryStartLoc, numSeqs, prefillRows, out, stream);
+    break;
+  }
   return cudaGetLastError();
 }
 

@@ -1,8 +1,11 @@
 //===- PrefillAttention.cu - Tensor-core attention of prefill rows --------===//
 //
-// FlashAttention-2 over the paged bf16 pool for the queries of sequences with
+// FlashAttention-2 over the paged pool for the queries of sequences with
 // two or more new tokens (prefill and chunked-prefill rows of a batch); the
-// decode rows stay with pagedAttentionKernel (Attention.cu).
+// decode rows stay with pagedAttentionKernel (Attention.cu). A bf16 pool's
+// tiles are copied with cp.async; an fp8 pool's pass through registers,
+// 8 codes per thread and chunk decoded (E4M3: times the head vector's scale)
+// and rounded to bf16 on their way into shared memory.
 //
 // One thread block of 4 warps per (tile of 64 rows, kv head). The rows of a
 // sequence are its (query, head of the kv head's group) pairs, query-major:
@@ -30,6 +33,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/kernels/KVCache.cuh"
 
 #include <cuda_bf16.h>
 
@@ -99,20 +103,20 @@ template <int D> __device__ __forceinline__ int swizzled(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) * 8);
 }
 
-__device__ __forceinline__ int64_t poolOffset(CacheDims d, int64_t slot,
-                                              int layer, int kv) {
-  const int64_t slotElements = int64_t(d.numKVHeads) * d.headDim;
-  const int64_t block = slot / d.blockSize, inBlock = slot % d.blockSize;
-  return ((block * d.numLayers + layer) * 2 + kv) * d.blockSize * slotElements +
-         inBlock * slotElements;
+/// 8 fp8 codes (E4M3: times `scale`) as 8 bf16 in 16 bytes.
+template <KVCacheDtype T>
+__device__ __forceinline__ uint4 decodeToBf16x8(uint2 codes, float scale) {
+  float x[8];
+  decodeFp8x8<T>(codes, scale, x);
+  return make_uint4(packBf16(x[0], x[1]), packBf16(x[2], x[3]),
+                    packBf16(x[4], x[5]), packBf16(x[6], x[7]));
 }
 
-template <int D>
+template <int D, KVCacheDtype T>
 __global__ void __launch_bounds__(kThreads)
-    prefillAttentionKernel(const float *q, const __nv_bfloat16 *pool,
-                           CacheDims dims, AttentionDims a,
-                           const int32_t *blockTables, int64_t maxBlocksPerSeq,
-                           const int32_t *contextLens,
+    prefillAttentionKernel(const float *q, KVCachePool pool, CacheDims dims,
+                           AttentionDims a, const int32_t *blockTables,
+                           int64_t maxBlocksPerSeq, const int32_t *contextLens,
                            const int32_t *queryStartLoc, int64_t numSeqs,
                            float *out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -180,19 +184,40 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int r = tid / kChunks + i * kRowStep;
       const int j = static_cast<int>(keyStart) + r;
-      const __nv_bfloat16 *kSrc = pool, *vSrc = pool;
-      int bytes = 0;
+      int64_t kSrc = 0;
+      const int64_t vDelta = dims.blockSize * slotElements;
       if (j < keyEnd) {
         const int64_t slot =
             int64_t(blockOf[i]) * dims.blockSize + j % dims.blockSize;
-        kSrc = pool + poolOffset(dims, slot, a.layer, 0) + int64_t(kvHead) * D +
+        kSrc = kvSlotOffset(dims, slot, a.layer, 0) + int64_t(kvHead) * D +
                chunk * 8;
-        vSrc = kSrc + dims.blockSize * slotElements;
-        bytes = 16;
       }
       const int offset = swizzled<D>(r, chunk);
-      copyAsync16(sharedAddress(kDst + offset), kSrc, bytes);
-      copyAsync16(sharedAddress(kDst + kTileElements + offset), vSrc, bytes);
+      if constexpr (T == KVCacheDtype::kBf16) {
+        const auto *values = static_cast<const __nv_bfloat16 *>(pool.data);
+        const int bytes = j < keyEnd ? 16 : 0;
+        copyAsync16(sharedAddress(kDst + offset), values + kSrc, bytes);
+        copyAsync16(sharedAddress(kDst + kTileElements + offset),
+                    values + kSrc + vDelta, bytes);
+      } else {
+        // fp8 passes through registers: 8 codes in, 8 bf16 out.
+        uint4 kBf16 = make_uint4(0, 0, 0, 0), vBf16 = kBf16;
+        if (j < keyEnd) {
+          const auto *codes = static_cast<const uint8_t *>(pool.data);
+          const uint2 kCodes = *reinterpret_cast<const uint2 *>(codes + kSrc);
+          const uint2 vCodes =
+              *reinterpret_cast<const uint2 *>(codes + kSrc + vDelta);
+          float kScale = 1.0f, vScale = 1.0f;
+          if constexpr (KVElement<T>::kScaled) {
+            kScale = pool.scales[kSrc / D];
+            vScale = pool.scales[(kSrc + vDelta) / D];
+          }
+          kBf16 = decodeToBf16x8<T>(kCodes, kScale);
+          vBf16 = decodeToBf16x8<T>(vCodes, vScale);
+        }
+        *reinterpret_cast<uint4 *>(kDst + offset) = kBf16;
+        *reinterpret_cast<uint4 *>(kDst + kTileElements + offset) = vBf16;
+      }
     }
     copyAsyncCommit();
   };
@@ -360,8 +385,8 @@ template <int D> constexpr int prefillSharedBytes() {
   return 2 * 2 * kKeys * D * int(sizeof(__nv_bfloat16));
 }
 
-template <int D>
-cudaError_t launch(const float *q, const __nv_bfloat16 *pool, CacheDims dims,
+template <int D, KVCacheDtype T>
+cudaError_t launch(const float *q, KVCachePool pool, CacheDims dims,
                    AttentionDims attention, const int32_t *blockTables,
                    int64_t maxBlocksPerSeq, const int32_t *contextLens,
                    const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
@@ -374,14 +399,37 @@ cudaError_t launch(const float *q, const __nv_bfloat16 *pool, CacheDims dims,
   // device, so on every launch; it enqueues nothing and may be captured).
   constexpr int kShared = prefillSharedBytes<D>();
   const cudaError_t status = cudaFuncSetAttribute(
-      prefillAttentionKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      prefillAttentionKernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
       kShared);
   if (status != cudaSuccess)
     return status;
-  prefillAttentionKernel<D><<<grid, kThreads, kShared, stream>>>(
+  prefillAttentionKernel<D, T><<<grid, kThreads, kShared, stream>>>(
       q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
       queryStartLoc, numSeqs, out);
   return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t launchOfDtype(const float *q, KVCachePool pool, CacheDims dims,
+                          AttentionDims attention, const int32_t *blockTables,
+                          int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                          const int32_t *queryStartLoc, int64_t numSeqs,
+                          int64_t t, float *out, cudaStream_t stream) {
+  switch (pool.dtype) {
+  case KVCacheDtype::kBf16:
+    return launch<D, KVCacheDtype::kBf16>(
+        q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
+        queryStartLoc, numSeqs, t, out, stream);
+  case KVCacheDtype::kF8E5M2:
+    return launch<D, KVCacheDtype::kF8E5M2>(
+        q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
+        queryStartLoc, numSeqs, t, out, stream);
+  case KVCacheDtype::kF8E4M3:
+    return launch<D, KVCacheDtype::kF8E4M3>(
+        q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
+        queryStartLoc, numSeqs, t, out, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 } // namespace
@@ -400,25 +448,27 @@ bool prefillAttentionSupports(const AttentionDims &attention) {
   return major >= 8;
 }
 
-cudaError_t launchPrefillAttention(const float *q, const __nv_bfloat16 *pool,
-                                   CacheDims dims, AttentionDims attention,
-                                   const int32_t *blockTables,
-                                   int64_t maxBlocksPerSeq,
-                                   const int32_t *contextLens,
-                                   const int32_t *queryStartLoc,
-                                   int64_t numSeqs, int64_t t, float *out,
-                                   cudaStream_t stream) {
+cudaError_t
+launchPrefillAttention(const float *q, KVCachePool pool, CacheDims dims,
+                       AttentionDims attention, const int32_t *blockTables,
+                       int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                       const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
+                       float *out, cudaStream_t stream) {
   if (t <= 0 || numSeqs <= 0)
     return cudaSuccess;
   if (!prefillAttentionSupports(attention) ||
       attention.headDim != dims.headDim ||
       attention.numKVHeads != dims.numKVHeads)
     return cudaErrorInvalidValue;
+  if (pool.dtype == KVCacheDtype::kF8E4M3 && !pool.scales)
+    return cudaErrorInvalidValue;
   if (attention.headDim == 64)
-    return launch<64>(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
-                      contextLens, queryStartLoc, numSeqs, t, out, stream);
-  return launch<128>(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
-                     contextLens, queryStartLoc, numSeqs, t, out, stream);
+    return launchOfDtype<64>(q, pool, dims, attention, blockTables,
+                             maxBlocksPerSeq, contextLens, queryStartLoc,
+                             numSeqs, t, out, stream);
+  return launchOfDtype<128>(q, pool, dims, attention, blockTables,
+                            maxBlocksPerSeq, contextLens, queryStartLoc,
+                            numSeqs, t, out, stream);
 }
 
 } // namespace infer::cuda

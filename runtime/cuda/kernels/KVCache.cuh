@@ -1,0 +1,100 @@
+//===- KVCache.cuh - Reads and writes of the paged KV pool -----*- CUDA -*-===//
+//
+// The element offsets of the pool (KVCachePool in runtime/cuda/Kernels.h)
+// and the conversions of its element types, shared by the cache writes and
+// the attention kernels:
+//
+//   pool[block][layer][k|v][slot in block][kv_head][head_dim]
+//   token at position p of a sequence: block = table[p / bs], slot p % bs
+//   E4M3 scale of the head vector at element offset o: scales[o / head_dim]
+//
+// fp8 codes are made by __nv_cvt_float_to_fp8 with __NV_SATFINITE (round to
+// nearest even, finite values past the largest saturate), the function that
+// runtime/support/Fp8.h ports to the host for the CPU backend; decoding is
+// exact (every fp8 value is a half), and E4M3 values are multiplied by their
+// scale in fp32, as cpu::KVPool::decodeHead does.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_CUDA_KERNELS_KVCACHE_CUH
+#define INFER_RUNTIME_CUDA_KERNELS_KVCACHE_CUH
+
+#include "runtime/cuda/Kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace infer::cuda {
+
+/// Element offset of the keys (kv = 0) or values (kv = 1) of `slot`.
+__device__ __forceinline__ int64_t kvSlotOffset(CacheDims d, int64_t slot,
+                                                int layer, int kv) {
+  const int64_t slotElements = int64_t(d.numKVHeads) * d.headDim;
+  const int64_t block = slot / d.blockSize, inBlock = slot % d.blockSize;
+  return ((block * d.numLayers + layer) * 2 + kv) * d.blockSize * slotElements +
+         inBlock * slotElements;
+}
+
+template <KVCacheDtype T> struct KVElement;
+
+template <> struct KVElement<KVCacheDtype::kBf16> {
+  using Storage = __nv_bfloat16;
+  static constexpr bool kScaled = false;
+};
+template <> struct KVElement<KVCacheDtype::kF8E5M2> {
+  using Storage = uint8_t;
+  static constexpr bool kScaled = false;
+  static constexpr __nv_fp8_interpretation_t kFormat = __NV_E5M2;
+};
+template <> struct KVElement<KVCacheDtype::kF8E4M3> {
+  using Storage = uint8_t;
+  static constexpr bool kScaled = true;
+  static constexpr __nv_fp8_interpretation_t kFormat = __NV_E4M3;
+};
+
+/// The fp32 value of element `index` of the pool; `scale` is its head
+/// vector's (E4M3) and ignored otherwise.
+template <KVCacheDtype T>
+__device__ __forceinline__ float loadKV(const void *data, int64_t index,
+                                        float scale) {
+  if constexpr (T == KVCacheDtype::kBf16) {
+    return __bfloat162float(static_cast<const __nv_bfloat16 *>(data)[index]);
+  } else {
+    const uint8_t code = static_cast<const uint8_t *>(data)[index];
+    const float value = __half2float(
+        __half(__nv_cvt_fp8_to_halfraw(code, KVElement<T>::kFormat)));
+    return KVElement<T>::kScaled ? value * scale : value;
+  }
+}
+
+/// Decodes the 8 codes in `codes` (little-endian, first element lowest) and
+/// multiplies them by `scale` where the format is scaled.
+template <KVCacheDtype T>
+__device__ __forceinline__ void decodeFp8x8(uint2 codes, float scale,
+                                            float (&out)[8]) {
+  const uint32_t words[2] = {codes.x, codes.y};
+#pragma unroll
+  for (int w = 0; w < 2; ++w)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 pair = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h)),
+          KVElement<T>::kFormat)));
+      out[w * 4 + h * 2] = KVElement<T>::kScaled ? pair.x * scale : pair.x;
+      out[w * 4 + h * 2 + 1] = KVElement<T>::kScaled ? pair.y * scale : pair.y;
+    }
+}
+
+/// The fp8 code of `x` (E4M3: of x / scale, the caller passes the quotient).
+template <KVCacheDtype T>
+__device__ __forceinline__ uint8_t encodeFp8(float x) {
+  return static_cast<uint8_t>(
+      __nv_cvt_float_to_fp8(x, __NV_SATFINITE, KVElement<T>::kFormat));
+}
+
+} // namespace infer::cuda
+
+#endif // INFER_RUNTIME_CUDA_KERNELS_KVCACHE_CUH
