@@ -16,15 +16,19 @@
 //   prefill one sequence of N tokens in one call (time to first token
 //           without queueing); the FLOP roofline: (2 * N * matrix params +
 //           causal attention 2 * layers * heads * head_dim * N^2) / peak.
-//   gemms   (--gemms 1,16) every distinct weight shape (and dtype) of the
+//   gemms   (--gemms 1,16; with --no-decode and no --prefill the weights
+//           are not loaded) every distinct weight shape (and dtype) of the
 //           plan's linear and logits steps through the backend's routed path
 //           at M rows (Gemm::linear: the skinny kernels at small M, else the
-//           fp32 -> bf16 conversion and cuBLASLt, or fp8 dequantization):
-//           achieved bandwidth against the measured copy bandwidth, the
-//           shapes' summed time per forward call against the weight roofline,
-//           and each candidate alone for comparison: the CUDA-core (gemv) and
+//           fp32 -> bf16 conversion and cuBLASLt, or for fp8 weights the
+//           per-token E4M3 quantization and fp8 cuBLASLt): achieved
+//           bandwidth against the measured copy bandwidth, the shapes'
+//           summed time per forward call against the weight roofline, and
+//           each candidate alone for comparison: the CUDA-core (gemv) and
 //           tensor-core (gemv-mma) skinny kernels where they apply (-1 where
-//           not) and cuBLASLt on bf16 operands of the shape.
+//           not), cuBLASLt on bf16 operands of the shape and, for fp8
+//           weights, fp8 cuBLASLt with its quantization (Gemm::runFp8; the
+//           table's last line says where it applied the scales).
 // Each figure is the median over `repeats` runs (each run's median of its
 // steps for decode); the runs are printed too. An ARTIFACT is what `infer
 // compile` wrote (the fused pipeline users run); a MODEL_DIR is built into
@@ -351,11 +355,14 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
   const auto shapes = gemmShapes(artifact);
   std::printf(
       "| M | N x K (uses per call) | weights | path | us | GB/s | %% of "
-      "copy bandwidth | gemv us | gemv-mma us | cuBLASLt bf16 us |\n"
-      "|---|---|---|---|---|---|---|---|---|---|\n");
+      "copy bandwidth | gemv us | gemv-mma us | cuBLASLt bf16 us | fp8 "
+      "cuBLASLt us |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::set<std::string> fp8Scalings;
   for (int64_t m : rows) {
-    double totalUs = 0, totalCublasUs = 0, totalGemvUs = 0, totalMmaUs = 0;
-    bool gemvMissing = false, mmaMissing = false;
+    double totalUs = 0, totalCublasUs = 0, totalGemvUs = 0, totalMmaUs = 0,
+           totalFp8Us = 0;
+    bool gemvMissing = false, mmaMissing = false, fp8Missing = false;
     for (const auto &[shape, uses] : shapes) {
       const auto [n, k, fp8] = shape;
       __nv_bfloat16 *w = nullptr, *xb = nullptr;
@@ -385,8 +392,8 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
       }
       // What CudaBackend::linear runs: the bf16 copy of x only where the
       // path reads it.
-      const cuda::Gemm::Path path = cuda::Gemm::path(m, k, weight);
-      const bool convert = cuda::Gemm::needsBf16Input(m, k, weight);
+      const cuda::Gemm::Path path = cuda::Gemm::path(m, n, k, weight);
+      const bool convert = cuda::Gemm::needsBf16Input(m, n, k, weight);
       const double t = timeCalls(stream, start, stop, [&] {
         if (convert && cuda::launchToBf16(x, xb, m * k, stream) != cudaSuccess)
           die("bf16 conversion failed");
@@ -423,20 +430,34 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
         if (!status.isOk())
           die(status.message());
       });
+      const double fp8Cublas =
+          !fp8 || !cuda::Gemm::fp8CublasLtSupports(n, k, codes)
+              ? -1
+              : timeCalls(stream, start, stop, [&] {
+                  Status status =
+                      (*gemm)->runFp8(x, weight, nullptr, y, m, n, k, stream);
+                  if (!status.isOk())
+                    die(status.message());
+                });
+      if (const char *scaling =
+              fp8Cublas < 0 ? nullptr : (*gemm)->fp8Scaling(m, n, k))
+        fp8Scalings.insert(scaling);
       const double bytes = double(n) * k * (fp8 ? 1 : 2) + (fp8 ? 4.0 * n : 0) +
                            double(m) * k * 4 + double(m) * n * 4;
       std::printf("| %lld | %lld x %lld (%d) | %s | %s | %.1f | %.0f | %.0f%% "
-                  "| %.1f | %.1f | %.1f |\n",
+                  "| %.1f | %.1f | %.1f | %.1f |\n",
                   (long long)m, (long long)n, (long long)k, uses,
                   fp8 ? "fp8" : "bf16", cuda::Gemm::pathName(path), t,
                   bytes / t / 1e3, 100.0 * bytes / (t * 1e-6) / bandwidth, gemv,
-                  mma, cublas);
+                  mma, cublas, fp8Cublas);
       totalUs += t * uses;
       totalCublasUs += cublas * uses;
       totalGemvUs += gemv * uses;
       totalMmaUs += mma * uses;
+      totalFp8Us += fp8Cublas * uses;
       gemvMissing = gemvMissing || gemv < 0;
       mmaMissing = mmaMissing || mma < 0;
+      fp8Missing = fp8Missing || fp8Cublas < 0;
       cudaFree(w);
       cudaFree(xb);
       cudaFree(x);
@@ -452,11 +473,14 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
       return std::string(text);
     };
     std::printf("| %lld | all GEMMs of one forward call | | | %.1f | | "
-                "weight roofline %.1f us | %s | %s | %.1f |\n",
+                "weight roofline %.1f us | %s | %s | %.1f | %s |\n",
                 (long long)m, totalUs, weightBytes / bandwidth * 1e6,
                 total(gemvMissing, totalGemvUs).c_str(),
-                total(mmaMissing, totalMmaUs).c_str(), totalCublasUs);
+                total(mmaMissing, totalMmaUs).c_str(), totalCublasUs,
+                total(fp8Missing, totalFp8Us).c_str());
   }
+  for (const std::string &scaling : fp8Scalings)
+    std::printf("\nfp8 cuBLASLt scales: %s", scaling.c_str());
   std::printf("\n");
   cudaStreamDestroy(stream);
 }
@@ -470,6 +494,18 @@ int main(int argc, char **argv) {
                                    : testing::buildLlamaArtifact(options.model);
   if (!artifact.isOk())
     die(artifact.status().message());
+  const ModelCost cost = modelCost(*artifact);
+  // The GEMM table alone needs the plan's shapes, not the weights.
+  if (options.decodeBatches.empty() && options.prefill.empty()) {
+    if (options.gemmRows.empty())
+      die("nothing to time: give --decode-batches, --prefill or --gemms");
+    const double bandwidth = copyBandwidth();
+    std::printf("model %s: GEMMs only (no weights loaded), copy bandwidth "
+                "%.2f TB/s (measured)\n\n",
+                options.model.c_str(), bandwidth / 1e12);
+    benchGemms(*artifact, options.gemmRows, bandwidth, cost.weightBytes);
+    return 0;
+  }
   const int numRanks = artifact->plan.numRanks;
   const std::string weightsDir = weightsDirOf(*artifact, options.weights);
   auto loadStart = std::chrono::steady_clock::now();
@@ -480,7 +516,6 @@ int main(int argc, char **argv) {
       die(rankParams.status().message());
     params.push_back(std::move(rankParams).value());
   }
-  const ModelCost cost = modelCost(*artifact);
   const int64_t blockSize = artifact->plan.kvCache.blockSize;
   const int64_t vocab = artifact->manifest.model.vocabSize;
 

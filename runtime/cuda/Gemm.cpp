@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <string>
 
 namespace infer::cuda {
 
@@ -15,6 +16,9 @@ struct Gemm::Shape {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  /// fp8: the scales are applied in cuBLASLt's epilogue (outer vectors)
+  /// rather than by launchScaleRowsColumns after it.
+  bool outerVectorScales = false;
 
   ~Shape() {
     if (y)
@@ -29,32 +33,81 @@ struct Gemm::Shape {
 };
 
 StatusOr<std::unique_ptr<Gemm>> Gemm::create(size_t workspaceBytes,
-                                             size_t dequantBytes) {
+                                             size_t scratchBytes) {
   std::unique_ptr<Gemm> gemm(new Gemm());
   INFER_CUDA_RETURN_IF_ERROR(cublasLtCreate(&gemm->handle_));
   INFER_CUDA_RETURN_IF_ERROR(cudaMalloc(&gemm->workspace_, workspaceBytes));
   gemm->workspaceBytes_ = workspaceBytes;
-  if (dequantBytes > 0) {
+  if (scratchBytes > 0) {
     INFER_CUDA_RETURN_IF_ERROR(
-        cudaMalloc(reinterpret_cast<void **>(&gemm->dequant_), dequantBytes));
-    gemm->dequantBytes_ = dequantBytes;
+        cudaMalloc(reinterpret_cast<void **>(&gemm->scratch_), scratchBytes));
+    gemm->scratchBytes_ = scratchBytes;
   }
   return gemm;
 }
 
 Gemm::~Gemm() {
   shapes_.clear();
-  if (dequant_)
-    cudaFree(dequant_);
+  if (scratch_)
+    cudaFree(scratch_);
   if (workspace_)
     cudaFree(workspace_);
   if (handle_)
     cublasLtDestroy(handle_);
 }
 
+namespace {
+
+/// cuBLASLt's first heuristic choice for the descriptors in `s`; `found` is
+/// false where it has none (an empty answer or CUBLAS_STATUS_NOT_SUPPORTED).
+Status chooseAlgorithm(cublasLtHandle_t handle, size_t workspaceBytes,
+                       cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t w,
+                       cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t y,
+                       cublasLtMatmulAlgo_t &algo, bool &found) {
+  found = false;
+  cublasLtMatmulPreference_t preference = nullptr;
+  INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
+  cublasLtMatmulHeuristicResult_t result{};
+  int count = 0;
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes,
+      sizeof(workspaceBytes));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulAlgoGetHeuristic(handle, op, w, x, y, y, preference,
+                                            1, &result, &count);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED)
+    return Status::ok();
+  INFER_CUDA_RETURN_IF_ERROR(status);
+  found = count > 0;
+  if (found)
+    algo = result.algo;
+  return Status::ok();
+}
+
+std::string shapeText(int64_t t, int64_t n, int64_t k) {
+  return "y[" + std::to_string(t) + "," + std::to_string(n) +
+         "] = x * w^T with K=" + std::to_string(k);
+}
+
+/// The row scales and token scales of fp8 cuBLASLt: one fp32 per row of
+/// op(A) = w (N) and one per column of B = x^T (T).
+Status setFp8Scales(cublasLtMatmulDesc_t op, const float *wScales,
+                    const float *xScales) {
+  INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &wScales, sizeof(wScales)));
+  INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xScales, sizeof(xScales)));
+  return Status::ok();
+}
+
+constexpr size_t kScratchAlign = 256;
+
+} // namespace
+
 StatusOr<const Gemm::Shape *> Gemm::shape(int64_t t, int64_t n, int64_t k,
                                           int64_t ldy) {
-  auto key = std::make_tuple(n, t, k, ldy);
+  auto key = std::make_tuple(false, n, t, k, ldy);
   if (auto it = shapes_.find(key); it != shapes_.end())
     return static_cast<const Shape *>(it->second.get());
   auto s = std::make_unique<Shape>();
@@ -71,31 +124,76 @@ StatusOr<const Gemm::Shape *> Gemm::shape(int64_t t, int64_t n, int64_t k,
       cublasLtMatrixLayoutCreate(&s->x, CUDA_R_16BF, k, t, k));
   INFER_CUDA_RETURN_IF_ERROR(
       cublasLtMatrixLayoutCreate(&s->y, CUDA_R_32F, n, t, ldy));
-
-  cublasLtMatmulPreference_t preference = nullptr;
-  INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  Status status =
-      cudaStatus(cublasLtMatmulPreferenceSetAttribute(
-                     preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                     &workspaceBytes_, sizeof(workspaceBytes_)),
-                 "cublasLtMatmulPreferenceSetAttribute", __FILE__, __LINE__);
-  if (status.isOk())
-    status = cudaStatus(
-        cublasLtMatmulAlgoGetHeuristic(handle_, s->op, s->w, s->x, s->y, s->y,
-                                       preference, 1, &result, &found),
-        "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-  cublasLtMatmulPreferenceDestroy(preference);
-  INFER_RETURN_IF_ERROR(status);
-  if (found == 0)
-    return unimplemented("cuBLASLt has no bf16 algorithm for y[" +
-                         std::to_string(t) + "," + std::to_string(n) +
-                         "] = x * w^T with K=" + std::to_string(k));
-  s->algo = result.algo;
+  bool found = false;
+  INFER_RETURN_IF_ERROR(chooseAlgorithm(handle_, workspaceBytes_, s->op, s->w,
+                                        s->x, s->y, s->algo, found));
+  if (!found)
+    return unimplemented("cuBLASLt has no bf16 algorithm for " +
+                         shapeText(t, n, k));
   const Shape *raw = s.get();
   shapes_[key] = std::move(s);
   return raw;
+}
+
+StatusOr<const Gemm::Shape *> Gemm::fp8Shape(int64_t t, int64_t n, int64_t k,
+                                             const float *wScales,
+                                             const float *xScales) {
+  auto key = std::make_tuple(true, n, t, k, n);
+  if (auto it = shapes_.find(key); it != shapes_.end())
+    return static_cast<const Shape *>(it->second.get());
+  auto s = std::make_unique<Shape>();
+  // Hopper's fp8 tensor cores take only the TN layout: A = w transposed.
+  INFER_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&s->w, CUDA_R_8F_E4M3, k, n, k));
+  INFER_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&s->x, CUDA_R_8F_E4M3, k, t, k));
+  INFER_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&s->y, CUDA_R_32F, n, t, n));
+  // Outer-vector scales first; without an algorithm for them (or where this
+  // cuBLASLt rejects the mode), unit scales: the fp32 result is scaled by a
+  // kernel after the product, the same arithmetic in another place.
+  auto describe = [&](bool outer, bool &found) -> Status {
+    if (s->op)
+      cublasLtMatmulDescDestroy(s->op);
+    s->op = nullptr;
+    INFER_CUDA_RETURN_IF_ERROR(
+        cublasLtMatmulDescCreate(&s->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transW = CUBLAS_OP_T, transX = CUBLAS_OP_N;
+    INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        s->op, CUBLASLT_MATMUL_DESC_TRANSA, &transW, sizeof(transW)));
+    INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        s->op, CUBLASLT_MATMUL_DESC_TRANSB, &transX, sizeof(transX)));
+    if (outer) {
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+          s->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+      INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+          s->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+      INFER_RETURN_IF_ERROR(setFp8Scales(s->op, wScales, xScales));
+    }
+    return chooseAlgorithm(handle_, workspaceBytes_, s->op, s->w, s->x, s->y,
+                           s->algo, found);
+  };
+  bool found = false;
+  if (!describe(/*outer=*/true, found).isOk())
+    found = false;
+  s->outerVectorScales = found;
+  if (!found)
+    INFER_RETURN_IF_ERROR(describe(/*outer=*/false, found));
+  if (!found)
+    return unimplemented("cuBLASLt has no fp8 E4M3 algorithm for " +
+                         shapeText(t, n, k));
+  const Shape *raw = s.get();
+  shapes_[key] = std::move(s);
+  return raw;
+}
+
+const char *Gemm::fp8Scaling(int64_t t, int64_t n, int64_t k) const {
+  auto it = shapes_.find(std::make_tuple(true, n, t, k, n));
+  if (it == shapes_.end())
+    return nullptr;
+  return it->second->outerVectorScales ? "outer-vector epilogue"
+                                       : "scale kernel";
 }
 
 Status Gemm::run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
@@ -111,14 +209,80 @@ Status Gemm::run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
   return Status::ok();
 }
 
-Gemm::Path Gemm::path(int64_t t, int64_t k, const GemmWeight &w) {
+bool Gemm::fp8CublasLtSupports(int64_t n, int64_t k, const uint8_t *codes) {
+  return k % 16 == 0 && n % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(codes) % 16 == 0;
+}
+
+Status Gemm::runFp8(const float *x, const GemmWeight &w, const float *bias,
+                    float *y, int64_t t, int64_t n, int64_t k,
+                    cudaStream_t stream) {
+  if (t == 0 || n == 0)
+    return Status::ok();
+  if (!w.fp8 || !w.rowScales)
+    return invalidArgument("gemm: fp8 cuBLASLt needs E4M3 codes with row "
+                           "scales");
+  if (!fp8CublasLtSupports(n, k, w.fp8) ||
+      reinterpret_cast<uintptr_t>(y) % 16 != 0)
+    return invalidArgument(
+        "gemm: fp8 cuBLASLt needs K % 16 == 0, N % 4 == 0 and 16-byte "
+        "aligned codes and y; got " +
+        shapeText(t, n, k));
+  // Scratch: [scales of `chunk` tokens | pad to 256 | codes, chunk x K]. A
+  // chunk short of T is a multiple of 64 rows, so y's row blocks stay
+  // 256-byte aligned.
+  const int64_t fit =
+      scratchBytes_ > kScratchAlign
+          ? static_cast<int64_t>((scratchBytes_ - kScratchAlign) /
+                                 (static_cast<size_t>(k) + sizeof(float)))
+          : 0;
+  const int64_t chunk = t <= fit ? t : fit / 64 * 64;
+  if (chunk <= 0)
+    return resourceExhausted(
+        "gemm: fp8 weights at " + std::to_string(t) +
+        " rows need a scratch of at least " +
+        std::to_string(kScratchAlign + std::min<int64_t>(t, 64) *
+                                           (k + int64_t(sizeof(float)))) +
+        " bytes for the quantized activations (have " +
+        std::to_string(scratchBytes_) + ")");
+  float *xScales = reinterpret_cast<float *>(scratch_);
+  const size_t scalesBytes = (chunk * sizeof(float) + kScratchAlign - 1) /
+                             kScratchAlign * kScratchAlign;
+  uint8_t *xCodes = scratch_ + scalesBytes;
+  const float alpha = 1.0f, beta = 0.0f;
+  for (int64_t r = 0; r < t; r += chunk) {
+    const int64_t rows = std::min(chunk, t - r);
+    float *yr = y + r * n;
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchQuantizeRowsFp8(x + r * k, rows, k, xCodes, xScales, stream));
+    INFER_ASSIGN_OR_RETURN(const Shape *s,
+                           fp8Shape(rows, n, k, w.rowScales, xScales));
+    // Shapes are shared by weights of one size: this call's row scales.
+    if (s->outerVectorScales)
+      INFER_RETURN_IF_ERROR(setFp8Scales(s->op, w.rowScales, xScales));
+    INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmul(
+        handle_, s->op, &alpha, w.fp8, s->w, xCodes, s->x, &beta, yr, s->y, yr,
+        s->y, &s->algo, workspace_, workspaceBytes_, stream));
+    if (!s->outerVectorScales)
+      INFER_CUDA_RETURN_IF_ERROR(launchScaleRowsColumns(
+          yr, xScales, w.rowScales, bias, rows, n, stream));
+    else if (bias)
+      INFER_CUDA_RETURN_IF_ERROR(launchAddBias(yr, bias, rows, n, stream));
+  }
+  return Status::ok();
+}
+
+Gemm::Path Gemm::path(int64_t t, int64_t n, int64_t k, const GemmWeight &w) {
   if (!w.fp8)
     return t <= kCudaCoreBf16MaxRows ? Path::kGemv : Path::kCublasLt;
   if (t == 1)
     return Path::kGemv;
   if (t <= kFp8MmaMaxRows && gemvMmaSupports(kGemvMaxRows, k, true))
     return Path::kGemvMma;
-  return t <= kGemvMaxRows ? Path::kGemv : Path::kDequantCublasLt;
+  if (t <= kGemvMaxRows)
+    return Path::kGemv;
+  return fp8CublasLtSupports(n, k, w.fp8) ? Path::kFp8CublasLt
+                                          : Path::kDequantCublasLt;
 }
 
 const char *Gemm::pathName(Path path) {
@@ -129,6 +293,8 @@ const char *Gemm::pathName(Path path) {
     return "gemv-mma";
   case Path::kCublasLt:
     return "cuBLASLt";
+  case Path::kFp8CublasLt:
+    return "fp8 cuBLASLt";
   case Path::kDequantCublasLt:
     return "dequant+cuBLASLt";
   }
@@ -143,19 +309,20 @@ Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
   if (!w.bf16 && !(w.fp8 && w.rowScales))
     return invalidArgument("gemm: the weight has neither bf16 values nor fp8 "
                            "codes with row scales");
-  switch (path(t, k, w)) {
+  const Path p = path(t, n, k, w);
+  switch (p) {
   case Path::kGemvMma:
   case Path::kGemv: {
     // The tensor-core kernel needs 16-byte aligned operands (the backend's
     // arena gives 256); the CUDA-core one takes any. Both take at most
     // kGemvMaxRows rows: more (fp8 up to kFp8MmaMaxRows) run as blocks of
     // rows, each streaming the weights again.
-    const bool mma = path(t, k, w) == Path::kGemvMma &&
-                     reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(
-                         w.fp8 ? static_cast<const void *>(w.fp8) : w.bf16) %
-                             16 ==
-                         0;
+    const bool mma =
+        p == Path::kGemvMma && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(w.fp8 ? static_cast<const void *>(w.fp8)
+                                          : w.bf16) %
+                16 ==
+            0;
     for (int64_t r = 0; r < t; r += kGemvMaxRows) {
       const int64_t rows = std::min(kGemvMaxRows, t - r);
       const float *xr = x + r * k;
@@ -171,6 +338,8 @@ Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
     }
     return Status::ok();
   }
+  case Path::kFp8CublasLt:
+    return runFp8(x, w, bias, y, t, n, k, stream);
   case Path::kCublasLt:
   case Path::kDequantCublasLt:
     break;
@@ -184,22 +353,29 @@ Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
       INFER_CUDA_RETURN_IF_ERROR(launchAddBias(y, bias, t, n, stream));
     return Status::ok();
   }
-  // fp8 at large T: chunks of rows decoded into the scratch, a multiple of
-  // 64 rows so that every chunk's y column block stays 256-byte aligned.
+  return runDequantized(xBf16, w, bias, y, t, n, k, stream);
+}
+
+Status Gemm::runDequantized(const __nv_bfloat16 *xBf16, const GemmWeight &w,
+                            const float *bias, float *y, int64_t t, int64_t n,
+                            int64_t k, cudaStream_t stream) {
+  // Chunks of rows decoded into the scratch, a multiple of 64 rows so that
+  // every chunk's y column block stays 256-byte aligned.
+  __nv_bfloat16 *dequant = reinterpret_cast<__nv_bfloat16 *>(scratch_);
   const int64_t fit = static_cast<int64_t>(
-      dequantBytes_ / (sizeof(__nv_bfloat16) * static_cast<size_t>(k)));
+      scratchBytes_ / (sizeof(__nv_bfloat16) * static_cast<size_t>(k)));
   const int64_t chunk = n <= fit ? n : fit / 64 * 64;
   if (chunk <= 0)
     return resourceExhausted(
         "gemm: fp8 weights at " + std::to_string(t) +
         " rows need a dequantization scratch of at least " +
         std::to_string(64 * k * sizeof(__nv_bfloat16)) + " bytes (have " +
-        std::to_string(dequantBytes_) + ")");
+        std::to_string(scratchBytes_) + ")");
   for (int64_t n0 = 0; n0 < n; n0 += chunk) {
     const int64_t rows = std::min(chunk, n - n0);
     INFER_CUDA_RETURN_IF_ERROR(
-        launchDequantizeFp8(w.fp8 + n0 * k, dequant_, rows * k, stream));
-    INFER_RETURN_IF_ERROR(run(xBf16, dequant_, y + n0, t, rows, k, n, stream));
+        launchDequantizeFp8(w.fp8 + n0 * k, dequant, rows * k, stream));
+    INFER_RETURN_IF_ERROR(run(xBf16, dequant, y + n0, t, rows, k, n, stream));
   }
   INFER_CUDA_RETURN_IF_ERROR(
       launchScaleColumns(y, w.rowScales, bias, t, n, stream));

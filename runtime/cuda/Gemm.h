@@ -15,15 +15,23 @@
 //                       CUDA-core one up to T = 8 (it runs out of FMA
 //                       throughput beyond: 2x slower than the tensor cores
 //                       at T = 8)
-//   larger T, fp8       the codes decoded to bf16 (exact) in chunks of rows
-//                       that fill the dequantization scratch, cuBLASLt per
-//                       chunk, then y[:, j] *= rowScales[j] (+ bias): the
-//                       same products as bf16 weights, no activation
-//                       quantization; 2.7x the bf16 GEMM time at T = 16
-//                       (decode) and 1.5x a bf16 prefill of 512 tokens
+//   fp8, T > 24         cuBLASLt on the FP8 tensor cores: x quantized per
+//                       token to E4M3 (kernels/QuantizeFp8.cu: scale =
+//                       amax / 448) into the scratch, in chunks of rows
+//                       that fit it; the weights' row scales and the
+//                       tokens' scales applied in cuBLASLt's epilogue
+//                       (outer-vector scaling), or by a kernel after it
+//                       where the heuristic has no such algorithm; needs
+//                       K % 16 == 0, N % 4 == 0 and 16-byte aligned codes
+//   fp8, other shapes   the codes decoded to bf16 (exact) in chunks of rows
+//                       that fill the scratch, bf16 cuBLASLt per chunk,
+//                       then y[:, j] *= rowScales[j] (+ bias): the same
+//                       products as bf16 weights (2.7x the bf16 GEMM time
+//                       at T = 16, 1.5x at 512 tokens)
 //
 // In cuBLAS's column-major terms y^T[N,T] = op_T(w as [K,N]) * x^T[K,T]. The
-// heuristic's algorithm is chosen once per (N, T, K, ldy) and cached.
+// heuristic's algorithm is chosen once per (operand types, N, T, K, ldy) and
+// cached; fp8 cuBLASLt needs that TN layout (A = w transposed).
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,23 +61,35 @@ struct GemmWeight {
 class Gemm {
 public:
   /// A cuBLASLt handle, a `workspaceBytes` device workspace and a
-  /// `dequantBytes` scratch for fp8 weights at large T (0: no fp8 weights).
+  /// `scratchBytes` scratch for fp8 weights at large T (0: no fp8 weights):
+  /// the tokens' E4M3 codes and scales, or dequantized weight rows.
   static StatusOr<std::unique_ptr<Gemm>> create(size_t workspaceBytes,
-                                                size_t dequantBytes = 0);
+                                                size_t scratchBytes = 0);
   ~Gemm();
   Gemm(const Gemm &) = delete;
   Gemm &operator=(const Gemm &) = delete;
 
-  enum class Path { kGemv, kGemvMma, kCublasLt, kDequantCublasLt };
-  /// What linear() runs for T rows, width K and `w` (16-byte aligned
-  /// operands; a misaligned one takes kGemv instead of kGemvMma).
-  static Path path(int64_t t, int64_t k, const GemmWeight &w);
+  enum class Path {
+    kGemv,
+    kGemvMma,
+    kCublasLt,
+    kFp8CublasLt,
+    kDequantCublasLt
+  };
+  /// What linear() runs for T rows, N outputs, width K and `w` (16-byte
+  /// aligned operands; a misaligned x takes kGemv instead of kGemvMma).
+  static Path path(int64_t t, int64_t n, int64_t k, const GemmWeight &w);
   static const char *pathName(Path path);
   /// Whether that path reads the bf16 copy of x.
-  static bool needsBf16Input(int64_t t, int64_t k, const GemmWeight &w) {
-    const Path p = path(t, k, w);
+  static bool needsBf16Input(int64_t t, int64_t n, int64_t k,
+                             const GemmWeight &w) {
+    const Path p = path(t, n, k, w);
     return p == Path::kCublasLt || p == Path::kDequantCublasLt;
   }
+  /// Whether fp8 cuBLASLt takes [N, K] codes at `codes`: K % 16 == 0 (its
+  /// operands' leading dimension), N % 4 == 0 (16-byte rows of fp32 y),
+  /// codes 16-byte aligned.
+  static bool fp8CublasLtSupports(int64_t n, int64_t k, const uint8_t *codes);
 
   /// y[T,N] = x[T,K] * w^T (+ bias, may be null), routed as above. `x` is
   /// the fp32 activation; `xBf16` the same rounded to bf16 where
@@ -84,6 +104,18 @@ public:
              int64_t t, int64_t n, int64_t k, cudaStream_t stream) {
     return run(x, w, y, t, n, k, n, stream);
   }
+  /// fp8 cuBLASLt alone (Path::kFp8CublasLt at any T): y = quantize(x) *
+  /// w^T (+ bias), the fp32 x quantized per token into the scratch; y
+  /// 16-byte aligned. Graph-capturable once each chunk's shape has run.
+  Status runFp8(const float *x, const GemmWeight &w, const float *bias,
+                float *y, int64_t t, int64_t n, int64_t k, cudaStream_t stream);
+
+  /// Where fp8 cuBLASLt applies the scales of a T x N x K product that has
+  /// run (T at most one chunk of rows): "outer-vector epilogue" (cuBLASLt's
+  /// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) or "scale kernel" (the
+  /// heuristic had no outer-vector algorithm: unscaled cuBLASLt, then
+  /// launchScaleRowsColumns); null for a shape that has not run.
+  const char *fp8Scaling(int64_t t, int64_t n, int64_t k) const;
 
 private:
   /// bf16 rows the CUDA-core kernel takes (T = 2: 5.65 ms of GEMMs per
@@ -98,6 +130,13 @@ private:
   Gemm() = default;
   struct Shape;
   StatusOr<const Shape *> shape(int64_t t, int64_t n, int64_t k, int64_t ldy);
+  /// The fp8 descriptors of T x N x K, made on first use with the scale
+  /// pointers of that call (the heuristic sees the same attributes).
+  StatusOr<const Shape *> fp8Shape(int64_t t, int64_t n, int64_t k,
+                                   const float *wScales, const float *xScales);
+  Status runDequantized(const __nv_bfloat16 *xBf16, const GemmWeight &w,
+                        const float *bias, float *y, int64_t t, int64_t n,
+                        int64_t k, cudaStream_t stream);
   /// y has leading dimension ldy (a column block of a wider output).
   Status run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
              int64_t t, int64_t n, int64_t k, int64_t ldy, cudaStream_t stream);
@@ -105,9 +144,10 @@ private:
   cublasLtHandle_t handle_ = nullptr;
   void *workspace_ = nullptr;
   size_t workspaceBytes_ = 0;
-  __nv_bfloat16 *dequant_ = nullptr;
-  size_t dequantBytes_ = 0;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>,
+  uint8_t *scratch_ = nullptr;
+  size_t scratchBytes_ = 0;
+  /// (fp8 operands, N, T, K, ldy) -> descriptors and algorithm.
+  std::map<std::tuple<bool, int64_t, int64_t, int64_t, int64_t>,
            std::unique_ptr<Shape>>
       shapes_;
 };

@@ -1,7 +1,8 @@
 //===- GemvKernels.h - Skinny GEMMs and fp8 weight kernels ------*- C++ -*-===//
 //
-// Launchers of kernels/Gemv.cu (Gemm.cpp routes matrix products to them).
-// Each returns the launch's cudaError_t; none allocates or synchronises, so
+// Launchers of kernels/Gemv.cu (Gemm.cpp routes matrix products to them)
+// and of kernels/QuantizeFp8.cu (the activations of fp8 cuBLASLt). Each
+// returns the launch's cudaError_t; none allocates or synchronises, so
 // all of them can be captured in CUDA graphs.
 //
 //===----------------------------------------------------------------------===//
@@ -50,6 +51,18 @@ cudaError_t launchDequantizeFp8(const uint8_t *codes, __nv_bfloat16 *out,
 /// y[r, j] = y[r, j] * scales[j] (+ bias[j]); bias may be null.
 cudaError_t launchScaleColumns(float *y, const float *scales, const float *bias,
                                int64_t rows, int64_t cols, cudaStream_t stream);
+/// Per-token E4M3: scales[r] = max_i |x[r, i]| / 448 and codes[r, i] =
+/// encodeFp8(x[r, i] / scales[r], kE4M3) (runtime/support/Fp8.h) for x fp32
+/// [rows, k]; an all-zero row gets scale 0 and codes 0.
+cudaError_t launchQuantizeRowsFp8(const float *x, int64_t rows, int64_t k,
+                                  uint8_t *codes, float *scales,
+                                  cudaStream_t stream);
+/// y[r, j] = y[r, j] * (rowScales[r] * colScales[j]) (+ bias[j]); bias may be
+/// null.
+cudaError_t launchScaleRowsColumns(float *y, const float *rowScales,
+                                   const float *colScales, const float *bias,
+                                   int64_t rows, int64_t cols,
+                                   cudaStream_t stream);
 
 } // namespace infer::cuda
 

@@ -1,7 +1,8 @@
 //===- GemvTest.cpp - Skinny GEMMs and fp8 weights on the GPU -------------===//
 //
 // Gemm::linear on every path (Gemm::Path: the CUDA-core and the tensor-core
-// skinny kernels, cuBLASLt, fp8 dequantized in chunks) against the CPU
+// skinny kernels, cuBLASLt, fp8 dequantized in chunks; fp8 cuBLASLt, which
+// quantizes x, has its own references in Fp8GemmTest) against the CPU
 // backend's linear / linearFp8 on fresh random inputs, including K that is
 // not a multiple of the 16-byte vector width and K longer than a shared-
 // memory chunk of x. Tolerances are max |gpu - cpu| / max |cpu|:
@@ -155,7 +156,10 @@ void checkEveryPath(const Shape &s, const std::vector<float> &x,
   const std::string where = "T=" + std::to_string(s.t) +
                             " N=" + std::to_string(s.n) +
                             " K=" + std::to_string(s.k);
-  const cuda::Gemm::Path path = cuda::Gemm::path(s.t, s.k, weight);
+  const cuda::Gemm::Path path = cuda::Gemm::path(s.t, s.n, s.k, weight);
+  // fp8 cuBLASLt quantizes x: Fp8GemmTest checks it against its references.
+  if (path == cuda::Gemm::Path::kFp8CublasLt)
+    return;
   EXPECT_LT(relativeError(gpuRouted,
                           path == cuda::Gemm::Path::kGemv ? refF32 : refBf16),
             kGemmTol)
@@ -234,8 +238,9 @@ TEST_F(CudaGemvTest, Fp8WeightsMatchTheCpuLinearFp8) {
 }
 
 /// Row n of the weight holds code n in column 5 and zeros elsewhere; x rows
-/// are the unit vector e_5 and the scales 1, so y[r, n] = decode(n) exactly
-/// (T = 1 CUDA cores, 3 and 16 tensor cores, 32 dequantized).
+/// are 448 e_5 (an E4M3 code with token scale 1 where x is quantized) and
+/// the row scales 1, so y[r, n] = 448 decode(n) exactly (T = 1 CUDA cores,
+/// 3 and 16 tensor cores, 32 and 100 fp8 cuBLASLt).
 TEST_F(CudaGemvTest, Fp8DecodeEqualsTheHostDecodeOnEveryCode) {
   constexpr int64_t n = 256, k = 64, column = 5;
   std::vector<uint8_t> codes(size_t(n * k), 0);
@@ -246,14 +251,16 @@ TEST_F(CudaGemvTest, Fp8DecodeEqualsTheHostDecodeOnEveryCode) {
   cuda::GemmWeight weight;
   weight.fp8 = dcodes.get();
   weight.rowScales = dscales.get();
-  for (int64_t t : {int64_t(1), int64_t(3), int64_t(16), int64_t(32)}) {
+  for (int64_t t :
+       {int64_t(1), int64_t(3), int64_t(16), int64_t(32), int64_t(100)}) {
     std::vector<float> x(size_t(t * k), 0.0f);
     for (int64_t r = 0; r < t; ++r)
-      x[r * k + column] = 1.0f;
+      x[r * k + column] = kFp8E4M3Max;
     const std::vector<float> y = linear(x, weight, nullptr, t, n, k);
     for (int64_t r = 0; r < t; ++r)
       for (int64_t j = 0; j < n; ++j) {
-        const float want = decodeFp8(static_cast<uint8_t>(j), Fp8Format::kE4M3);
+        const float want =
+            kFp8E4M3Max * decodeFp8(static_cast<uint8_t>(j), Fp8Format::kE4M3);
         const float got = y[r * n + j];
         // Exact values; code 0x80 (-0) sums to +0 (0 + -0), equal as floats.
         if (std::isnan(want))
@@ -265,35 +272,41 @@ TEST_F(CudaGemvTest, Fp8DecodeEqualsTheHostDecodeOnEveryCode) {
 }
 
 TEST_F(CudaGemvTest, Fp8WithoutScratchIsAClearErrorAtLargeT) {
-  // 32 rows: past the tensor-core row blocks, so dequantized.
+  // 32 rows: past the tensor-core row blocks, so fp8 cuBLASLt (K = 64) or,
+  // where K is not a multiple of 16 (72), dequantized.
   constexpr int64_t t = 32;
   auto gemm = cuda::Gemm::create(size_t(1) << 20);
   ASSERT_TRUE(gemm.isOk());
-  DeviceArray<uint8_t> codes(std::vector<uint8_t>(64 * 64, 0x38));
+  DeviceArray<uint8_t> codes(std::vector<uint8_t>(64 * 72, 0x38));
   DeviceArray<float> scales(std::vector<float>(64, 1.0f));
-  DeviceArray<float> x(std::vector<float>(t * 64, 1.0f));
-  auto xb = DeviceArray<__nv_bfloat16>::poisoned(t * 64);
+  DeviceArray<float> x(std::vector<float>(t * 72, 1.0f));
+  auto xb = DeviceArray<__nv_bfloat16>::poisoned(t * 72);
   auto y = DeviceArray<float>::poisoned(t * 64);
   cuda::GemmWeight weight;
   weight.fp8 = codes.get();
   weight.rowScales = scales.get();
-  ASSERT_EQ(cuda::Gemm::path(t, 64, weight),
-            cuda::Gemm::Path::kDequantCublasLt);
-  Status status = (*gemm)->linear(x.get(), xb.get(), weight, nullptr, y.get(),
-                                  t, 64, 64, nullptr);
-  EXPECT_FALSE(status.isOk());
-  EXPECT_NE(status.message().find("dequantization scratch"), std::string::npos)
-      << status.message();
+  const std::pair<int64_t, const char *> cases[] = {
+      {64, "for the quantized activations"}, {72, "dequantization scratch"}};
+  for (const auto &[k, message] : cases) {
+    ASSERT_EQ(cuda::Gemm::path(t, 64, k, weight),
+              k == 64 ? cuda::Gemm::Path::kFp8CublasLt
+                      : cuda::Gemm::Path::kDequantCublasLt);
+    Status status = (*gemm)->linear(x.get(), xb.get(), weight, nullptr, y.get(),
+                                    t, 64, k, nullptr);
+    EXPECT_FALSE(status.isOk());
+    EXPECT_NE(status.message().find(message), std::string::npos)
+        << status.message();
+  }
 }
 
 /// tiny-pycode-target compiled with `infer compile MODEL_DIR -o
 /// $INFER_CUDA_FP8_ARTIFACTS/tiny-pycode-target --quant fp8
 /// --quant-granularity per-channel` (skipped without it) on the GPU and the CPU
 /// backend from the same loaded codes and scales: the prompt's logits (T = its
-/// length: tensor-core row blocks up to 24 tokens, dequantized chunks and
-/// cuBLASLt beyond) and greedy decode steps (T = 1: the CUDA-core fp8 kernel),
-/// within FixturesTest's bf16 bound 5e-2 (the GPU rounds GEMM activations and
-/// the KV cache to bf16; the weights are the same values on both).
+/// length: tensor-core row blocks up to 24 tokens, fp8 cuBLASLt beyond) and
+/// greedy decode steps (T = 1: the CUDA-core fp8 kernel), within
+/// FixturesTest's bf16 bound 5e-2 (the GPU rounds GEMM activations and the KV
+/// cache to bf16; the weights are the same values on both).
 TEST(CudaFp8ArtifactTest, MatchesTheCpuBackend) {
   std::string why;
   if (!gpuAvailable(&why))
