@@ -24,7 +24,7 @@ struct FixtureCase {
 /// The random-weight models under `sharedFixtures`/rand and
 /// `projectFixtures` (expected.json + expected_logits.safetensors), then the
 /// tiny-pycode pair's golden cases that have logits; models whose directory
-/// is missing are left out.
+/// is missing, or none of whose golden cases has logits, are left out.
 std::vector<FixtureCase> loadFixtureCases(const std::string &sharedFixtures,
                                           const std::string &projectFixtures);
 
