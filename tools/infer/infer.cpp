@@ -509,7 +509,7 @@ Status runBench(const ParsedArgs &args) {
                                            : nlohmann::ordered_json("inf")},
       {"max_num_seqs", sched.maxNumSeqs},
       {"max_num_batched_tokens", sched.maxNumBatchedTokens},
-      {"num_blocks", numBlocks},
+      {"num_blocks", backend->numBlocks()},
       {"duration_s", duration},
       {"request_throughput", numPrompts / duration},
       {"output_throughput", outputTokens / duration},
@@ -557,7 +557,7 @@ Status runBench(const ParsedArgs &args) {
                 "blocks\n",
                 static_cast<long long>(sched.maxNumSeqs),
                 static_cast<long long>(sched.maxNumBatchedTokens),
-                static_cast<long long>(numBlocks));
+                static_cast<long long>(backend->numBlocks()));
   std::cout << line;
   std::snprintf(line, sizeof(line),
                 "duration %.3f s\nthroughput: %.3f req/s, %.2f output tok/s, "
