@@ -277,12 +277,12 @@ Gemm::Path Gemm::path(int64_t t, int64_t n, int64_t k, const GemmWeight &w) {
     return t <= kCudaCoreBf16MaxRows ? Path::kGemv : Path::kCublasLt;
   if (t == 1)
     return Path::kGemv;
-  if (t <= kFp8MmaMaxRows && gemvMmaSupports(kGemvMaxRows, k, true))
-    return Path::kGemvMma;
-  if (t <= kGemvMaxRows)
-    return Path::kGemv;
-  return fp8CublasLtSupports(n, k, w.fp8) ? Path::kFp8CublasLt
-                                          : Path::kDequantCublasLt;
+  const bool mma = gemvMmaSupports(kGemvMaxRows, k, true);
+  if (t <= kFp8SkinnyMaxRows)
+    return mma ? Path::kGemvMma : Path::kGemv;
+  if (fp8CublasLtSupports(n, k, w.fp8))
+    return Path::kFp8CublasLt;
+  return t <= kFp8MmaMaxRows && mma ? Path::kGemvMma : Path::kDequantCublasLt;
 }
 
 const char *Gemm::pathName(Path path) {

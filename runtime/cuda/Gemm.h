@@ -9,25 +9,24 @@
 //                       both skinny kernels: infer-cuda-bench --gemms on an
 //                       H100, Llama-3-8B shapes)
 //   fp8, T = 1          the CUDA-core skinny kernel
-//   fp8, 2 <= T <= 24   the tensor-core skinny kernel (mma.sync, codes
-//                       decoded to bf16 in registers, x rounded to bf16) in
-//                       blocks of 8 rows, where K % 64 == 0; else the
-//                       CUDA-core one up to T = 8 (it runs out of FMA
-//                       throughput beyond: 2x slower than the tensor cores
-//                       at T = 8)
-//   fp8, T > 24         cuBLASLt on the FP8 tensor cores: x quantized per
+//   fp8, 2 <= T <= 8    the tensor-core skinny kernel (mma.sync, codes
+//                       decoded to bf16 in registers, x rounded to bf16)
+//                       where K % 64 == 0, else the CUDA-core one
+//   fp8, T > 8          cuBLASLt on the FP8 tensor cores: x quantized per
 //                       token to E4M3 (kernels/QuantizeFp8.cu: scale =
 //                       amax / 448) into the scratch, in chunks of rows
 //                       that fit it; the weights' row scales and the
 //                       tokens' scales applied in cuBLASLt's epilogue
-//                       (outer-vector scaling), or by a kernel after it
-//                       where the heuristic has no such algorithm; needs
-//                       K % 16 == 0, N % 4 == 0 and 16-byte aligned codes
-//   fp8, other shapes   the codes decoded to bf16 (exact) in chunks of rows
-//                       that fill the scratch, bf16 cuBLASLt per chunk,
-//                       then y[:, j] *= rowScales[j] (+ bias): the same
-//                       products as bf16 weights (2.7x the bf16 GEMM time
-//                       at T = 16, 1.5x at 512 tokens)
+//                       (outer-vector scaling; on an H100 with CUDA 13 the
+//                       heuristic has it for every shape tried), or by a
+//                       kernel after it where the heuristic has no such
+//                       algorithm; needs K % 16 == 0, N % 4 == 0 and
+//                       16-byte aligned codes. Elsewhere: the tensor-core
+//                       skinny kernel in blocks of 8 rows up to T = 24,
+//                       beyond that the codes decoded to bf16 (exact) in
+//                       chunks of rows that fill the scratch, bf16
+//                       cuBLASLt per chunk, then y[:, j] *= rowScales[j]
+//                       (+ bias)
 //
 // In cuBLAS's column-major terms y^T[N,T] = op_T(w as [K,N]) * x^T[K,T]. The
 // heuristic's algorithm is chosen once per (operand types, N, T, K, ldy) and
@@ -122,9 +121,15 @@ private:
   /// Llama-3-8B token against cuBLASLt's 6.26 and the tensor-core kernel's
   /// 6.04; T = 4: cuBLASLt 5.67, tensor cores 5.92, CUDA cores 6.14).
   static constexpr int64_t kCudaCoreBf16MaxRows = 2;
-  /// fp8 rows the tensor-core kernel takes in blocks of kGemvMaxRows: three
-  /// blocks (3 x 3.74 ms per token at T = 8) still beat dequantization
-  /// (15.1 ms at T = 16).
+  /// fp8 rows the skinny kernels take where fp8 cuBLASLt applies: one block
+  /// of kGemvMaxRows. Llama-3-8B GEMMs per forward call on an H100
+  /// (infer-cuda-bench --gemms, CUDA 13): T = 8 tensor-core kernel 3.74 ms
+  /// against fp8 cuBLASLt's 5.10 (quantization included); T = 16 two row
+  /// blocks 7.62 ms against 5.02; T = 24 11.25 against 4.95.
+  static constexpr int64_t kFp8SkinnyMaxRows = kGemvMaxRows;
+  /// fp8 rows the tensor-core kernel takes in blocks of kGemvMaxRows where
+  /// fp8 cuBLASLt does not apply: three blocks (3 x 3.74 ms per token at
+  /// T = 8) still beat dequantization (15.1 ms at T = 16).
   static constexpr int64_t kFp8MmaMaxRows = 24;
 
   Gemm() = default;

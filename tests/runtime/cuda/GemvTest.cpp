@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -129,8 +130,9 @@ struct Shape {
 // K: multiples of 64 (every kernel's vector path), 1000 (bf16 vectors, fp8
 // not; no tensor-core kernel), 77 (neither), 4104 and 9000 (several x
 // chunks at T = 2 and 8); N not a multiple of the rows per block. T 1..8
-// every skinny kernel that takes the shape, larger T routed only (fp8 9 and
-// 20 in blocks of 8 rows on the tensor cores; 24 and 40 dequantized).
+// every skinny kernel that takes the shape, larger T routed only (fp8: 9 to
+// fp8 cuBLASLt, which Fp8GemmTest checks; 20, N % 4 != 0, in blocks of 8
+// rows on the tensor cores; 24 and 40 dequantized).
 const Shape kShapes[] = {
     {1, 64, 256},   {1, 300, 4104},  {2, 129, 9000},  {2, 300, 4096},
     {3, 70, 1000},  {3, 129, 8192},  {4, 33, 77},     {4, 40, 64},
@@ -240,7 +242,7 @@ TEST_F(CudaGemvTest, Fp8WeightsMatchTheCpuLinearFp8) {
 /// Row n of the weight holds code n in column 5 and zeros elsewhere; x rows
 /// are 448 e_5 (an E4M3 code with token scale 1 where x is quantized) and
 /// the row scales 1, so y[r, n] = 448 decode(n) exactly (T = 1 CUDA cores,
-/// 3 and 16 tensor cores, 32 and 100 fp8 cuBLASLt).
+/// 3 and 8 tensor cores, 16, 32 and 100 fp8 cuBLASLt).
 TEST_F(CudaGemvTest, Fp8DecodeEqualsTheHostDecodeOnEveryCode) {
   constexpr int64_t n = 256, k = 64, column = 5;
   std::vector<uint8_t> codes(size_t(n * k), 0);
@@ -251,8 +253,8 @@ TEST_F(CudaGemvTest, Fp8DecodeEqualsTheHostDecodeOnEveryCode) {
   cuda::GemmWeight weight;
   weight.fp8 = dcodes.get();
   weight.rowScales = dscales.get();
-  for (int64_t t :
-       {int64_t(1), int64_t(3), int64_t(16), int64_t(32), int64_t(100)}) {
+  for (int64_t t : {int64_t(1), int64_t(3), int64_t(8), int64_t(16),
+                    int64_t(32), int64_t(100)}) {
     std::vector<float> x(size_t(t * k), 0.0f);
     for (int64_t r = 0; r < t; ++r)
       x[r * k + column] = kFp8E4M3Max;
@@ -303,10 +305,13 @@ TEST_F(CudaGemvTest, Fp8WithoutScratchIsAClearErrorAtLargeT) {
 /// $INFER_CUDA_FP8_ARTIFACTS/tiny-pycode-target --quant fp8
 /// --quant-granularity per-channel` (skipped without it) on the GPU and the CPU
 /// backend from the same loaded codes and scales: the prompt's logits (T = its
-/// length: tensor-core row blocks up to 24 tokens, fp8 cuBLASLt beyond) and
-/// greedy decode steps (T = 1: the CUDA-core fp8 kernel), within
+/// length: fp8 cuBLASLt beyond 8 tokens) and greedy decode steps (T = 1: the
+/// CUDA-core fp8 kernel). Where the skinny kernels take the prompt, within
 /// FixturesTest's bf16 bound 5e-2 (the GPU rounds GEMM activations and the KV
-/// cache to bf16; the weights are the same values on both).
+/// cache to bf16; the weights are the same values on both). Where fp8 cuBLASLt
+/// does, x is quantized per token to E4M3 (2.2-3.7e-2 of max |y| per GEMM
+/// against the fp32 x in Fp8GemmTest) and those errors pass through every layer
+/// into the logits and the KV cache the decode steps read: twice that bound.
 TEST(CudaFp8ArtifactTest, MatchesTheCpuBackend) {
   std::string why;
   if (!gpuAvailable(&why))
@@ -333,6 +338,24 @@ TEST(CudaFp8ArtifactTest, MatchesTheCpuBackend) {
   ASSERT_TRUE(params.isOk()) << params.status().message();
 
   const std::vector<int32_t> prompt = fixture.inputs.back();
+  // How Gemm routes the prompt's first fp8 linear (a 16-byte aligned
+  // stand-in for the codes: the route reads only their alignment).
+  alignas(16) static const uint8_t kCodes[16] = {};
+  bool quantizedX = false;
+  for (const plan::Step &step : artifact->plan.ranks[0].steps) {
+    if (step.op != "linear")
+      continue;
+    const plan::Value &w = artifact->plan.ranks[0].values[step.operands.at(1)];
+    if (w.dtype != plan::DType::kF8E4M3)
+      continue;
+    cuda::GemmWeight probe;
+    probe.fp8 = kCodes;
+    quantizedX = cuda::Gemm::path(int64_t(prompt.size()), w.shape[0].size,
+                                  w.shape[1].size,
+                                  probe) == cuda::Gemm::Path::kFp8CublasLt;
+    break;
+  }
+  const double tolerance = quantizedX ? 1e-1 : 5e-2;
   constexpr int64_t kSteps = 8;
   const int64_t blockSize = artifact->plan.kvCache.blockSize;
   const int64_t blocks =
@@ -372,7 +395,10 @@ TEST(CudaFp8ArtifactTest, MatchesTheCpuBackend) {
     ASSERT_TRUE(g.isOk()) << g.status().message();
     ASSERT_TRUE(c.isOk()) << c.status().message();
     ASSERT_EQ(g->data.size(), c->data.size());
-    EXPECT_LT(relativeError(g->data, c->data), 5e-2)
+    const double error = relativeError(g->data, c->data);
+    std::printf("[ fp8 artifact ] %s: %.2e (bound %.0e)\n",
+                step == 0 ? "prompt" : "decode step", error, tolerance);
+    EXPECT_LT(error, tolerance)
         << (step == 0 ? "prompt of " + std::to_string(prompt.size()) + " tokens"
                       : "decode step " + std::to_string(step));
     // Both continue with the CPU's greedy token.
