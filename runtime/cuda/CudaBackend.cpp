@@ -221,6 +221,9 @@ private:
   KVCacheDtype kvDtype_ = KVCacheDtype::kBf16;
   void *pool_ = nullptr;
   float *poolScales_ = nullptr;
+  /// Partial results of split-KV decode attention, sized at init for any
+  /// batch (splitKVWorkspaceBytes).
+  SplitKVWorkspace splitKV_;
   std::vector<void *> deviceAllocations_;
 
   plan::RankPlan rank_;
@@ -282,6 +285,8 @@ CudaBackend::~CudaBackend() {
     cudaFree(pool_);
   if (poolScales_)
     cudaFree(poolScales_);
+  if (splitKV_.data)
+    cudaFree(splitKV_.data);
   gemm_.reset();
   if (stream_)
     cudaStreamDestroy(stream_);
@@ -436,6 +441,9 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
   INFER_ASSIGN_OR_RETURN(gemm_,
                          Gemm::create(32 << 20, fp8Weights ? 64 << 20 : 0));
 
+  // Before the pool, which may take the rest of the memory.
+  splitKV_.bytes = splitKVWorkspaceBytes(dims_.headDim);
+  INFER_CUDA_RETURN_IF_ERROR(cudaMalloc(&splitKV_.data, splitKV_.bytes));
   const size_t dataBytes = blockDataBytes(), scaleBytes = blockScaleBytes();
   const size_t blockBytes = dataBytes + scaleBytes;
   numBlocks_ = options.numBlocks;
@@ -693,6 +701,25 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
       return unimplemented("cuda backend: " + where + ": head_dim " +
                            std::to_string(a.headDim) + " > " +
                            std::to_string(kMaxHeadDim));
+    if (!step.attrs.count("key_rotary_dim"))
+      break;
+    // Streaming: the rope attributes rotate the cached keys at their index.
+    StatusOr<int64_t> keyRotaryDim = step.getInt("key_rotary_dim");
+    if (!keyRotaryDim.isOk())
+      return withWhere(keyRotaryDim.status());
+    if (a.slidingWindow != 0)
+      return invalidArgument("cuda backend: " + where +
+                             ": key_rotary_dim with a sliding_window");
+    StatusOr<cpu::RopeConfig> config = cpu::ropeConfigOf(step);
+    if (!config.isOk())
+      return withWhere(config.status());
+    cpu::RopeConfig keyRope = *config;
+    keyRope.rotaryDim = *keyRotaryDim;
+    INFER_RETURN_IF_ERROR(withWhere(keyRope.validate()));
+    INFER_RETURN_IF_ERROR(upload(cpu::ropeInverseFrequencies(keyRope),
+                                 &out.ropeInvFreq, deviceAllocations_));
+    a.keyRotaryDim = static_cast<int>(keyRope.rotaryDim);
+    a.keyRopeInvFreq = out.ropeInvFreq;
     break;
   }
   default:
@@ -1040,7 +1067,7 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
         paddedBlocksPerSeq_,
         static_cast<const int32_t *>(input(s.operands[3], &unused, batch)),
         static_cast<const int32_t *>(input(s.operands[4], &unused, batch)),
-        batch.numSeqs(), q.rows, result->f32, stream_));
+        batch.numSeqs(), q.rows, result->f32, stream_, splitKV_));
     return Status::ok();
   }
   case OpKind::kSilu:
@@ -1422,15 +1449,15 @@ Status CudaBackend::copyBlocks(
                              std::to_string(to) + " outside the pool");
   INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   // A block's codes and, for E4M3, its scales.
-  const std::pair<void *, size_t> arrays[] = {
-      {pool_, blockDataBytes()}, {poolScales_, blockScaleBytes()}};
+  const std::pair<void *, size_t> arrays[] = {{pool_, blockDataBytes()},
+                                              {poolScales_, blockScaleBytes()}};
   for (const auto &[from, to] : copies)
     for (const auto &[base, bytes] : arrays)
       if (bytes > 0)
-        INFER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-            static_cast<char *>(base) + to * bytes,
-            static_cast<const char *>(base) + from * bytes, bytes,
-            cudaMemcpyDeviceToDevice, stream_));
+        INFER_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(static_cast<char *>(base) + to * bytes,
+                            static_cast<const char *>(base) + from * bytes,
+                            bytes, cudaMemcpyDeviceToDevice, stream_));
   INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::ok();
 }
@@ -1499,13 +1526,6 @@ createCudaBackend(const plan::Plan &plan, int rank, const ParamTable &params,
   if (layout.layout != "block_layer_kv_slot_head_dim")
     return unimplemented("cuda backend: KV-cache layout '" + layout.layout +
                          "'");
-  // Its paged attention reads keys rotated at their sequence positions.
-  if (layout.isStreaming())
-    return unimplemented(
-        "cuda backend: a streaming plan (attention sinks, window " +
-        std::to_string(layout.window) +
-        ", keys rotated at their cache index): run it on the cpu backend or "
-        "compile without --window");
   if (options.numBlocks < 0)
     return invalidArgument("cuda backend: negative number of KV blocks");
   if (!(options.kvCacheMemoryFraction > 0 &&

@@ -67,6 +67,12 @@ struct AttentionDims {
   float scale = 1.0f;
   /// 0: none; else a query at position p sees keys in (p - window, p].
   int slidingWindow = 0;
+  /// > 0: the cache holds unrotated keys, and key j of a sequence is
+  /// rotated at position j, its index in the sequence's cache
+  /// (StreamingLLM's position shift), as launchRope rotates with these
+  /// keyRotaryDim / 2 inverse frequencies (on the device).
+  int keyRotaryDim = 0;
+  const float *keyRopeInvFreq = nullptr;
 };
 
 /// Largest head_dim the attention kernel supports.
@@ -151,6 +157,16 @@ cudaError_t launchRope(const float *x, float *y, int64_t t, int64_t heads,
                        int headDim, int rotaryDim, const int32_t *positions,
                        const float *invFreq, cudaStream_t stream);
 
+/// Room for the partial results of split-KV decode attention (normalized
+/// output, max and sum per decode row, query head and split): allocated
+/// once, so captured graphs point into it. A launch splits a sequence's
+/// keys only as far as the room allows (splitKVWorkspaceBytes is enough for
+/// any batch).
+struct SplitKVWorkspace {
+  float *data = nullptr;
+  size_t bytes = 0;
+};
+
 /// Writes k and v rows [t, kvh*d] of `layer` to their slots; slot -1 skips.
 /// An fp8 pool stores codes (and E4M3 scales) as KVCachePool says; one warp
 /// per (token, kv head) finds the head vector's amax.
@@ -171,22 +187,61 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
 
 /// Causal attention of q[t, h*d] over the cached keys and values of each
 /// sequence (query i of sequence s at position
-/// context_lens[s] - new_tokens(s) + i); writes out[t, h*d]. An fp8 pool is
-/// dequantized as it is read. When the batch has more tokens than
-/// sequences and launchPrefillAttention supports the shape, the rows of
-/// sequences with two or more new tokens go to it (bf16 q, K, V and
-/// probabilities, ~1e-3 relative error) and the rest to the fp32 kernel;
-/// the batch stays on the device either way.
+/// context_lens[s] - new_tokens(s) + i; every sequence has at least one new
+/// token); writes out[t, h*d]. An fp8 pool is dequantized as it is read.
+/// The rows go to three kernels, each reading the batch on the device:
+/// - sequences with one new token (decode rows): launchSplitKVDecode where
+///   it supports the shape, splitting long contexts as far as `workspace`
+///   allows (none: one split);
+/// - sequences with two or more new tokens: launchPrefillAttention where it
+///   supports the shape (bf16 q, K, V and probabilities, ~1e-3 relative
+///   error);
+/// - the rest: an fp32 kernel of one block of 16 warps per (row, head).
+/// It alone rotates keys (keyRotaryDim > 0): such a batch runs on it whole.
 cudaError_t launchPagedAttention(const float *q, KVCachePool pool,
                                  CacheDims dims, AttentionDims attention,
                                  const int32_t *blockTables,
                                  int64_t maxBlocksPerSeq,
                                  const int32_t *contextLens,
                                  const int32_t *queryStartLoc, int64_t numSeqs,
-                                 int64_t t, float *out, cudaStream_t stream);
+                                 int64_t t, float *out, cudaStream_t stream,
+                                 SplitKVWorkspace workspace = {});
+
+/// Whether launchSplitKVDecode takes this shape: head_dim 64, 128 or 256
+/// (the cache's), whole groups of query heads per kv head, no key rope.
+bool splitKVDecodeSupports(const AttentionDims &attention,
+                           const CacheDims &dims);
+
+/// launchPagedAttention's function for the rows of the sequences with one
+/// new token (the others' rows are left unwritten): one block per
+/// (sequence, kv head, tile of up to 8 query heads, split) reads each key
+/// and value once for the heads of its tile; the keys of a sequence are
+/// split over splitKVSplits(...) blocks whose partial results a second
+/// kernel merges.
+cudaError_t
+launchSplitKVDecode(const float *q, KVCachePool pool, CacheDims dims,
+                    AttentionDims attention, const int32_t *blockTables,
+                    int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                    const int32_t *queryStartLoc, int64_t numSeqs, float *out,
+                    SplitKVWorkspace workspace, cudaStream_t stream);
+
+/// The splits launchSplitKVDecode gives each sequence's keys: enough blocks
+/// for 4 per SM, at least 64 keys per split of the longest context the
+/// block tables hold (maxBlocksPerSeq * blockSize, or the sliding window),
+/// at most 256, and no more than `workspaceBytes` holds. It depends on the
+/// launch's shape only, so a captured graph replays it.
+int splitKVSplits(const AttentionDims &attention, int blockSize,
+                  int64_t maxBlocksPerSeq, int64_t numSeqs,
+                  size_t workspaceBytes);
+
+/// Bytes of a SplitKVWorkspace with which every batch on the current device
+/// gets the splits it would get with unlimited room, for head_dim up to
+/// `headDim` (a few MiB: splitting stops once the blocks fill the GPU).
+size_t splitKVWorkspaceBytes(int headDim);
 
 /// Whether launchPrefillAttention takes this shape on the current device:
-/// head_dim 64 or 128, whole groups of heads per kv head, sm_80 or newer.
+/// head_dim 64 or 128, whole groups of heads per kv head, no key rope,
+/// sm_80 or newer.
 bool prefillAttentionSupports(const AttentionDims &attention);
 
 /// launchPagedAttention's function on tensor cores (FlashAttention-2,

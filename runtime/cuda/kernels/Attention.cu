@@ -11,14 +11,18 @@
 // key as Rope.cu does in the same pass, so the rotated keys never land in
 // fp32 memory and an fp8 pool quantizes the rotated values.
 //
-// paged attention: one thread block of 16 warps per (query token, head).
+// paged attention, the fp32 kernel: one thread block of 16 warps per (query
+// token, head), for the rows the split-KV decode kernel (DecodeAttention.cu)
+// and the tensor-core prefill kernel (PrefillAttention.cu) do not take.
 // Warp w visits the keys w, w+16, ...; each lane holds head_dim/32 dimensions
 // of q, of the running output and of every key/value it reads, and keeps
 // an online softmax (running max and sum); the warps merge at the end.
-// It serves every row of a batch, or, when launchPrefillAttention
-// (PrefillAttention.cu) takes the rows of sequences with two or more new
-// tokens, only the decode rows: one block per (sequence, head), exiting
-// unless the sequence has exactly one new token.
+// Rows::kAll serves every row of a batch; Rows::kDecode only the decode
+// rows, one block per (sequence, head), exiting unless the sequence has
+// exactly one new token; Rows::kNotDecode the others, one block per (token,
+// head), exiting where the sequence has one new token. It alone serves
+// streaming plans (AttentionDims::keyRotaryDim): key j of a sequence is
+// cached unrotated and rotated at j, its index in the cache, as it is read.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,6 +37,10 @@ namespace {
 
 constexpr int kWarps = 16;
 constexpr int kPerLane = kMaxHeadDim / 32;
+
+/// The rows pagedAttentionKernel computes: every row (grid over tokens),
+/// the decode rows (grid over sequences) or the others (grid over tokens).
+enum class Rows : int8_t { kAll, kDecode, kNotDecode };
 
 /// One warp per (token, kv head): lane l holds elements l, l + 32, ... of
 /// the key (rotated as ropeKernel in Rope.cu does, head_dim = the cache's,
@@ -149,19 +157,37 @@ cudaError_t dispatchWrite(KVCachePool pool, CacheDims dims, int layer,
   return cudaErrorInvalidValue;
 }
 
-template <KVCacheDtype T>
+/// Element e of the key at element offset `offset`, rotated at `position`
+/// when `rotate` (AttentionDims::keyRotaryDim; ropeKernel's arithmetic).
+template <KVCacheDtype T, bool rotate>
+__device__ __forceinline__ float keyAt(const KVCachePool &pool,
+                                       const AttentionDims &a, int64_t offset,
+                                       float scale, int e, int64_t position) {
+  if (!rotate || e >= a.keyRotaryDim)
+    return loadKV<T>(pool.data, offset + e, scale);
+  const int half = a.keyRotaryDim / 2;
+  const int f = e < half ? e : e - half;
+  const float angle = static_cast<float>(position) * a.keyRopeInvFreq[f];
+  const float c = static_cast<float>(cos(static_cast<double>(angle)));
+  const float s = static_cast<float>(sin(static_cast<double>(angle)));
+  const float x1 = loadKV<T>(pool.data, offset + f, scale);
+  const float x2 = loadKV<T>(pool.data, offset + f + half, scale);
+  return e < half ? x1 * c - x2 * s : x2 * c + x1 * s;
+}
+
+template <KVCacheDtype T, bool rotate>
 __global__ void __launch_bounds__(kWarps * 32)
     pagedAttentionKernel(const float *q, KVCachePool pool, CacheDims dims,
                          AttentionDims a, const int32_t *blockTables,
                          int64_t maxBlocksPerSeq, const int32_t *contextLens,
                          const int32_t *queryStartLoc, int64_t numSeqs,
-                         bool decodeRowsOnly, float *out) {
+                         Rows rows, float *out) {
   const int head = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int d = a.headDim;
 
   int64_t token, seq;
-  if (decodeRowsOnly) {
+  if (rows == Rows::kDecode) {
     seq = blockIdx.x;
     token = queryStartLoc[seq];
     if (queryStartLoc[seq + 1] - token != 1)
@@ -180,6 +206,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     seq = lo;
   }
   const int64_t newTokens = queryStartLoc[seq + 1] - queryStartLoc[seq];
+  if (rows == Rows::kNotDecode && newTokens == 1)
+    return;
   const int64_t position =
       contextLens[seq] - newTokens + (token - queryStartLoc[seq]);
   const int64_t first =
@@ -212,7 +240,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int r = 0; r < kPerLane; ++r) {
       const int e = lane + 32 * r;
       if (e < d)
-        dot += qv[r] * loadKV<T>(pool.data, kj + e, kScale);
+        dot += qv[r] * keyAt<T, rotate>(pool, a, kj, kScale, e, j);
     }
     for (int offset = 16; offset > 0; offset /= 2)
       dot += __shfl_xor_sync(0xffffffffu, dot, offset);
@@ -263,11 +291,15 @@ void launchAttentionKernel(dim3 grid, const float *q, KVCachePool pool,
                            const int32_t *blockTables, int64_t maxBlocksPerSeq,
                            const int32_t *contextLens,
                            const int32_t *queryStartLoc, int64_t numSeqs,
-                           bool decodeRowsOnly, float *out,
-                           cudaStream_t stream) {
-  pagedAttentionKernel<T><<<grid, kWarps * 32, 0, stream>>>(
-      q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
-      queryStartLoc, numSeqs, decodeRowsOnly, out);
+                           Rows rows, float *out, cudaStream_t stream) {
+  if (attention.keyRotaryDim > 0)
+    pagedAttentionKernel<T, true><<<grid, kWarps * 32, 0, stream>>>(
+        q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
+        queryStartLoc, numSeqs, rows, out);
+  else
+    pagedAttentionKernel<T, false><<<grid, kWarps * 32, 0, stream>>>(
+        q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
+        queryStartLoc, numSeqs, rows, out);
 }
 
 } // namespace
@@ -290,48 +322,70 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                              rotaryDim, invFreq, stream);
 }
 
-cudaError_t launchPagedAttention(const float *q, KVCachePool pool,
-                                 CacheDims dims, AttentionDims attention,
-                                 const int32_t *blockTables,
-                                 int64_t maxBlocksPerSeq,
-                                 const int32_t *contextLens,
-                                 const int32_t *queryStartLoc, int64_t numSeqs,
-                                 int64_t t, float *out, cudaStream_t stream) {
+cudaError_t launchPagedAttention(
+    const float *q, KVCachePool pool, CacheDims dims, AttentionDims attention,
+    const int32_t *blockTables, int64_t maxBlocksPerSeq,
+    const int32_t *contextLens, const int32_t *queryStartLoc, int64_t numSeqs,
+    int64_t t, float *out, cudaStream_t stream, SplitKVWorkspace workspace) {
   if (t <= 0)
     return cudaSuccess;
   if (attention.headDim > kMaxHeadDim || attention.numHeads > 65535 ||
       (pool.dtype == KVCacheDtype::kF8E4M3 && !pool.scales))
     return cudaErrorInvalidValue;
-  // A batch of more tokens than sequences has prefill rows: they go to the
-  // tensor-core kernel where it supports the shape, the decode rows to one
-  // block per (sequence, head). Both launches read the batch on the device.
-  const bool prefillRows = t > numSeqs && prefillAttentionSupports(attention) &&
+  if (attention.keyRotaryDim < 0 || attention.keyRotaryDim % 2 != 0 ||
+      attention.keyRotaryDim > attention.headDim ||
+      (attention.keyRotaryDim > 0 &&
+       (!attention.keyRopeInvFreq || attention.slidingWindow > 0)))
+    return cudaErrorInvalidValue;
+  // Every sequence has a new token, so a batch of as many tokens as
+  // sequences is all decode rows, and only a larger one has prefill rows.
+  const bool prefillRows = t > numSeqs;
+  const bool tensorCores = prefillRows && prefillAttentionSupports(attention) &&
                            attention.headDim == dims.headDim &&
                            attention.numKVHeads == dims.numKVHeads;
-  if (prefillRows) {
+  const bool splitKV = splitKVDecodeSupports(attention, dims);
+  if (tensorCores) {
     const cudaError_t status = launchPrefillAttention(
         q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
         queryStartLoc, numSeqs, t, out, stream);
     if (status != cudaSuccess)
       return status;
   }
-  dim3 grid(static_cast<unsigned>(prefillRows ? numSeqs : t),
+  if (splitKV) {
+    const cudaError_t status = launchSplitKVDecode(
+        q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
+        queryStartLoc, numSeqs, out, workspace, stream);
+    if (status != cudaSuccess)
+      return status;
+  }
+  // The fp32 kernel takes what the others left: the prefill rows without
+  // tensor cores, the decode rows without split-KV.
+  if (splitKV && (tensorCores || !prefillRows))
+    return cudaSuccess;
+  Rows rows;
+  if (splitKV)
+    rows = Rows::kNotDecode;
+  else if (tensorCores)
+    rows = Rows::kDecode;
+  else
+    rows = Rows::kAll;
+  dim3 grid(static_cast<unsigned>(rows == Rows::kDecode ? numSeqs : t),
             static_cast<unsigned>(attention.numHeads));
   switch (pool.dtype) {
   case KVCacheDtype::kBf16:
     launchAttentionKernel<KVCacheDtype::kBf16>(
         grid, q, pool, dims, attention, blockTables, maxBlocksPerSeq,
-        contextLens, queryStartLoc, numSeqs, prefillRows, out, stream);
+        contextLens, queryStartLoc, numSeqs, rows, out, stream);
     break;
   case KVCacheDtype::kF8E5M2:
     launchAttentionKernel<KVCacheDtype::kF8E5M2>(
         grid, q, pool, dims, attention, blockTables, maxBlocksPerSeq,
-        contextLens, queryStartLoc, numSeqs, prefillRows, out, stream);
+        contextLens, queryStartLoc, numSeqs, rows, out, stream);
     break;
   case KVCacheDtype::kF8E4M3:
     launchAttentionKernel<KVCacheDtype::kF8E4M3>(
         grid, q, pool, dims, attention, blockTables, maxBlocksPerSeq,
-        contextLens, queryStartLoc, numSeqs, prefillRows, out, stream);
+        contextLens, queryStartLoc, numSeqs, rows, out, stream);
     break;
   }
   return cudaGetLastError();

@@ -435,7 +435,8 @@ cudaError_t launchOfDtype(const float *q, KVCachePool pool, CacheDims dims,
 } // namespace
 
 bool prefillAttentionSupports(const AttentionDims &attention) {
-  if (attention.headDim != 64 && attention.headDim != 128)
+  if ((attention.headDim != 64 && attention.headDim != 128) ||
+      attention.keyRotaryDim > 0)
     return false;
   if (attention.numKVHeads <= 0 || attention.numKVHeads > 65535 ||
       attention.numHeads % attention.numKVHeads != 0)

@@ -1,0 +1,396 @@
+//===- SplitKVDecodeTest.cpp - Split-KV GQA decode attention vs CPU -------===//
+//
+// launchPagedAttention on decode batches (one new token per sequence), which
+// it sends to the split-KV kernel (DecodeAttention.cu), against the CPU
+// kernel on fresh random inputs: contexts of 1, 17, 1000, 5000 and 20000
+// tokens, GQA ratios 1/4/8 (and 5, a partial head tile; 16, two tiles),
+// head_dim 64/128/256, bf16 and both fp8 pools, sliding windows; with the
+// workspace (long contexts split over many blocks) and without (one split).
+// Both sides read the same dequantized fp32 keys and values and differ only
+// in fp32 summation order; the outputs average n values, so they shrink like
+// 1/sqrt(n) while each sum's rounding stays ~1e-7 of its terms: the bound
+// is 1e-5 + 2e-6 sqrt(n) of the largest output. Slots no sequence owns hold
+// NaN, so a read outside a sequence's keys shows. A captured graph replays
+// for other context lengths of the same block-table width.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/ThreadPool.h"
+#include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/Kernels.h"
+#include "tests/runtime/cuda/DeviceArray.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <random>
+
+namespace infer::testing {
+namespace {
+
+using cuda::AttentionDims;
+using cuda::CacheDims;
+using cuda::KVCacheDtype;
+
+struct Case {
+  int heads, kvHeads, headDim, window, blockSize;
+  std::vector<int> contexts; ///< One decode sequence per context length.
+};
+
+std::string describe(const Case &c, KVCacheDtype dtype) {
+  std::string s = dtype == KVCacheDtype::kBf16     ? "bf16"
+                  : dtype == KVCacheDtype::kF8E5M2 ? "e5m2"
+                                                   : "e4m3";
+  s += " h=" + std::to_string(c.heads) + " kvh=" + std::to_string(c.kvHeads) +
+       " d=" + std::to_string(c.headDim) +
+       " window=" + std::to_string(c.window) +
+       " bs=" + std::to_string(c.blockSize) + " contexts";
+  for (int n : c.contexts)
+    s += " " + std::to_string(n);
+  return s;
+}
+
+/// max |actual - expected| / max |expected|; NaN fails.
+double relError(const std::vector<float> &actual,
+                const std::vector<float> &expected) {
+  EXPECT_EQ(actual.size(), expected.size());
+  double maxDiff = 0.0, maxRef = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (!std::isfinite(actual[i]))
+      return INFINITY;
+    maxDiff = std::max(maxDiff, std::fabs(double(actual[i]) - expected[i]));
+    maxRef = std::max(maxRef, std::fabs(double(expected[i])));
+  }
+  return maxRef > 0 ? maxDiff / maxRef : maxDiff;
+}
+
+/// One decode batch: the pool in both forms, tables and the CPU output.
+struct Batch {
+  std::vector<float> q, ref;
+  std::vector<int32_t> tables, contextLens, qsl;
+  std::vector<__nv_bfloat16> bf16;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  int64_t maxBlocks = 0;
+};
+
+class SplitKVDecodeTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    std::string why;
+    if (!cuda::cudaDeviceAvailable(&why))
+      GTEST_SKIP() << "CUDA kernel tests need a GPU: " << why;
+  }
+
+  float normal() { return dist_(rng_); }
+
+  /// Random keys and values written into a pool of `dtype` by the CPU
+  /// (bf16: rounded first, so both sides hold the same values).
+  Batch make(const Case &c, KVCacheDtype dtype, int layer, int numLayers) {
+    cpu::CacheGeometry g;
+    g.numLayers = numLayers;
+    g.numKVHeads = c.kvHeads;
+    g.headDim = c.headDim;
+    g.blockSize = c.blockSize;
+    Batch b;
+    const int64_t numSeqs = c.contexts.size();
+    for (int n : c.contexts)
+      b.maxBlocks =
+          std::max<int64_t>(b.maxBlocks, (n + c.blockSize - 1) / c.blockSize);
+    const int64_t numBlocks = numSeqs * b.maxBlocks + 2;
+    std::vector<int32_t> free(numBlocks);
+    for (int64_t i = 0; i < numBlocks; ++i)
+      free[i] = int32_t(i);
+    std::shuffle(free.begin(), free.end(), rng_);
+    const bool fp8 = dtype != KVCacheDtype::kBf16;
+    const size_t elements = numBlocks * g.blockElements();
+    std::vector<float> values;
+    cpu::KVPool pool;
+    if (fp8) {
+      b.codes.assign(elements, 0x7F); // NaN in both formats
+      b.scales.assign(elements / c.headDim,
+                      std::numeric_limits<float>::quiet_NaN());
+      pool.codes = b.codes.data();
+      pool.scales = b.scales.data();
+      pool.format =
+          dtype == KVCacheDtype::kF8E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+    } else {
+      values.assign(elements, std::numeric_limits<float>::quiet_NaN());
+      pool.values = values.data();
+    }
+    b.tables.assign(numSeqs * b.maxBlocks, -1);
+    b.qsl.push_back(0);
+    const int64_t width = g.slotElements();
+    std::vector<float> k(width), v(width);
+    for (int64_t s = 0; s < numSeqs; ++s) {
+      const int n = c.contexts[s];
+      for (int64_t j = 0; j * c.blockSize < n; ++j)
+        b.tables[s * b.maxBlocks + j] = free.back(), free.pop_back();
+      for (int p = 0; p < n; ++p) {
+        const int64_t slot =
+            int64_t(b.tables[s * b.maxBlocks + p / c.blockSize]) * c.blockSize +
+            p % c.blockSize;
+        for (int64_t e = 0; e < width; ++e) {
+          k[e] = __bfloat162float(__float2bfloat16_rn(normal()));
+          v[e] = __bfloat162float(__float2bfloat16_rn(normal()));
+        }
+        cpu::kvCacheWrite(pool, g, layer, k.data(), v.data(), &slot, 1);
+      }
+      b.contextLens.push_back(n);
+      b.qsl.push_back(b.qsl.back() + 1);
+    }
+    if (!fp8) {
+      b.bf16.resize(elements);
+      for (size_t i = 0; i < elements; ++i)
+        b.bf16[i] = __float2bfloat16_rn(values[i]);
+    }
+    b.q.resize(numSeqs * c.heads * c.headDim);
+    for (float &x : b.q)
+      x = normal();
+    cpu::AttentionParams p;
+    p.layer = layer;
+    p.numHeads = c.heads;
+    p.numKVHeads = c.kvHeads;
+    p.headDim = c.headDim;
+    p.scale = 1.0 / std::sqrt(double(c.headDim));
+    p.slidingWindow = c.window;
+    b.ref.resize(b.q.size());
+    cpu::pagedAttention(b.q.data(), pool, g, p, b.tables.data(), b.maxBlocks,
+                        b.contextLens.data(), b.qsl.data(), numSeqs,
+                        b.ref.data(), threads_);
+    return b;
+  }
+
+  std::mt19937 rng_{std::random_device{}()};
+  std::normal_distribution<float> dist_{0.0f, 1.0f};
+  cpu::ThreadPool threads_{8};
+};
+
+/// The device copies of a batch's pool.
+struct DevicePool {
+  DeviceArray<__nv_bfloat16> bf16;
+  DeviceArray<uint8_t> codes;
+  DeviceArray<float> scales;
+  cuda::KVCachePool pool;
+
+  DevicePool(const Batch &b, KVCacheDtype dtype)
+      : bf16(b.bf16), codes(b.codes), scales(b.scales) {
+    pool = dtype == KVCacheDtype::kBf16
+               ? cuda::KVCachePool(bf16.get())
+               : cuda::KVCachePool(codes.get(), scales.get(), dtype);
+  }
+};
+
+double tolerance(const Case &c) {
+  int longest = 0;
+  for (int n : c.contexts)
+    longest = std::max(longest, c.window > 0 ? std::min(n, c.window) : n);
+  return 1e-5 + 2e-6 * std::sqrt(double(longest));
+}
+
+TEST_F(SplitKVDecodeTest, MatchesCpuAttention) {
+  const Case cases[] = {
+      {8, 8, 128, 0, 16, {1, 17, 1000, 5000}},  // MHA
+      {32, 8, 128, 0, 16, {1, 17, 1000, 5000}}, // GQA 4
+      {16, 2, 128, 0, 32, {20000}},             // GQA 8, batch 1
+      {4, 4, 64, 0, 16, {20000, 3}},            // MHA, d 64
+      {32, 4, 64, 0, 16, {5000, 1000}},         // GQA 8, d 64
+      {10, 2, 128, 0, 16, {1, 4000}},           // GQA 5: partial tile
+      {32, 2, 64, 0, 16, {700}},                // GQA 16: two tiles
+      {8, 2, 256, 0, 16, {3000, 2}},            // d 256
+      {16, 4, 128, 700, 16, {5000, 300, 701}},  // GQA 4, window
+  };
+  const int layer = 1, numLayers = 2;
+  const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(256);
+  auto workspace = DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
+  for (KVCacheDtype dtype :
+       {KVCacheDtype::kBf16, KVCacheDtype::kF8E5M2, KVCacheDtype::kF8E4M3})
+    for (const Case &c : cases) {
+      Batch b = make(c, dtype, layer, numLayers);
+      const int64_t numSeqs = c.contexts.size();
+      AttentionDims a{layer,
+                      c.heads,
+                      c.kvHeads,
+                      c.headDim,
+                      1.0f / std::sqrt(float(c.headDim)),
+                      c.window};
+      CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+      ASSERT_TRUE(cuda::splitKVDecodeSupports(a, dims)) << describe(c, dtype);
+      DevicePool pool(b, dtype);
+      DeviceArray<float> q(b.q);
+      DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
+      const int splits = cuda::splitKVSplits(a, c.blockSize, b.maxBlocks,
+                                             numSeqs, workspaceBytes);
+      for (bool split : {true, false}) {
+        auto out = DeviceArray<float>::poisoned(b.q.size());
+        ASSERT_EQ(
+            cuda::launchPagedAttention(
+                q.get(), pool.pool, dims, a, tables.get(), b.maxBlocks,
+                context.get(), qsl.get(), numSeqs, numSeqs, out.get(), nullptr,
+                split ? cuda::SplitKVWorkspace{workspace.get(), workspaceBytes}
+                      : cuda::SplitKVWorkspace{}),
+            cudaSuccess);
+        const double err = relError(out.download(), b.ref);
+        std::cout << "[ kernel   ] split_kv_decode " << describe(c, dtype)
+                  << " splits " << (split ? splits : 1) << " max rel err "
+                  << err << "\n";
+        EXPECT_LT(err, tolerance(c))
+            << describe(c, dtype) << " split " << split;
+      }
+      // Long contexts of few sequences are split over many blocks.
+      if (numSeqs == 1 && c.contexts[0] >= 5000)
+        EXPECT_GT(splits, 8) << describe(c, dtype);
+    }
+}
+
+TEST_F(SplitKVDecodeTest, LongContextBatchOneTiming) {
+  // Llama-3-8B's attention shape (32 heads, 8 kv heads, d 128), one
+  // sequence: split over the GPU vs one block per (kv head, tile). Prints
+  // the time per launch and the KV bytes read per second; both ways give
+  // the same output to fp32 summation order.
+  const int heads = 32, kvHeads = 8, d = 128, blockSize = 16;
+  const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(d);
+  auto workspace = DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
+  for (KVCacheDtype dtype : {KVCacheDtype::kBf16, KVCacheDtype::kF8E4M3})
+    for (int context : {4096, 32768}) {
+      const int64_t blocks = context / blockSize;
+      CacheDims dims{1, kvHeads, d, blockSize};
+      const int64_t elements = blocks * 2 * blockSize * kvHeads * d;
+      std::uniform_int_distribution<int> byte(0, 255);
+      Batch b;
+      b.maxBlocks = blocks;
+      for (int64_t j = 0; j < blocks; ++j)
+        b.tables.push_back(int32_t(j));
+      b.contextLens = {context};
+      b.qsl = {0, 1};
+      if (dtype == KVCacheDtype::kBf16) {
+        b.bf16.resize(elements);
+        for (__nv_bfloat16 &x : b.bf16)
+          x = __float2bfloat16_rn(normal());
+      } else {
+        // Finite codes of magnitude below 1, unit scales.
+        b.codes.resize(elements);
+        for (uint8_t &x : b.codes)
+          x = uint8_t(byte(rng_) & 0xB7);
+        b.scales.assign(elements / d, 1.0f);
+      }
+      b.q.resize(heads * d);
+      for (float &x : b.q)
+        x = normal();
+      DevicePool pool(b, dtype);
+      DeviceArray<float> q(b.q);
+      DeviceArray<int32_t> tables(b.tables), contextLens(b.contextLens),
+          qsl(b.qsl);
+      AttentionDims a{0, heads, kvHeads, d, 1.0f / std::sqrt(float(d)), 0};
+      const double kvBytes =
+          2.0 * context * kvHeads * d * cuda::kvCacheElementBytes(dtype);
+      std::vector<float> outputs[2];
+      for (bool split : {true, false}) {
+        const cuda::SplitKVWorkspace ws =
+            split ? cuda::SplitKVWorkspace{workspace.get(), workspaceBytes}
+                  : cuda::SplitKVWorkspace{};
+        auto out = DeviceArray<float>::poisoned(b.q.size());
+        auto launch = [&] {
+          return cuda::launchPagedAttention(
+              q.get(), pool.pool, dims, a, tables.get(), b.maxBlocks,
+              contextLens.get(), qsl.get(), 1, 1, out.get(), nullptr, ws);
+        };
+        ASSERT_EQ(launch(), cudaSuccess);
+        cudaEvent_t start, stop;
+        ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
+        ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
+        constexpr int kRuns = 20;
+        ASSERT_EQ(cudaEventRecord(start), cudaSuccess);
+        for (int r = 0; r < kRuns; ++r)
+          ASSERT_EQ(launch(), cudaSuccess);
+        ASSERT_EQ(cudaEventRecord(stop), cudaSuccess);
+        ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+        float ms = 0.0f;
+        ASSERT_EQ(cudaEventElapsedTime(&ms, start, stop), cudaSuccess);
+        cudaEventDestroy(start);
+        cudaEventDestroy(stop);
+        const double us = 1e3 * ms / kRuns;
+        const int splits =
+            split ? cuda::splitKVSplits(a, blockSize, blocks, 1, workspaceBytes)
+                  : 1;
+        std::cout << "[ timing   ] split_kv_decode batch 1 context " << context
+                  << (dtype == KVCacheDtype::kBf16 ? " bf16" : " e4m3")
+                  << " splits " << splits << ": " << us << " us, "
+                  << kvBytes / (us * 1e-6) / 1e9 << " GB/s of KV\n";
+        outputs[split] = out.download();
+      }
+      EXPECT_LT(relError(outputs[1], outputs[0]),
+                1e-5 + 2e-6 * std::sqrt(double(context)));
+    }
+}
+
+TEST_F(SplitKVDecodeTest, CapturedGraphReplaysForOtherContexts) {
+  // Captured once for block tables 320 blocks wide, replayed after the
+  // context lengths (device memory the graph reads) change.
+  const Case c{32, 8, 128, 0, 16, {5000, 300}};
+  const int layer = 0, numLayers = 1;
+  Batch b = make(c, KVCacheDtype::kBf16, layer, numLayers);
+  const int64_t numSeqs = c.contexts.size();
+  AttentionDims a{layer,
+                  c.heads,
+                  c.kvHeads,
+                  c.headDim,
+                  1.0f / std::sqrt(float(c.headDim)),
+                  c.window};
+  CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+  DevicePool pool(b, KVCacheDtype::kBf16);
+  DeviceArray<float> q(b.q);
+  DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
+  const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(c.headDim);
+  auto workspace = DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
+  const cuda::SplitKVWorkspace ws{workspace.get(), workspaceBytes};
+  ASSERT_GT(
+      cuda::splitKVSplits(a, c.blockSize, b.maxBlocks, numSeqs, workspaceBytes),
+      1);
+  auto replayed = DeviceArray<float>::poisoned(b.q.size());
+
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+            cudaSuccess);
+  const cudaError_t launched = cuda::launchPagedAttention(
+      q.get(), pool.pool, dims, a, tables.get(), b.maxBlocks, context.get(),
+      qsl.get(), numSeqs, numSeqs, replayed.get(), stream, ws);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(launched, cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+
+  for (const std::vector<int32_t> &lengths :
+       {std::vector<int32_t>{5000, 300}, std::vector<int32_t>{4001, 17}}) {
+    ASSERT_EQ(cudaMemcpy(context.get(), lengths.data(),
+                         lengths.size() * sizeof(int32_t),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    auto eager = DeviceArray<float>::poisoned(b.q.size());
+    ASSERT_EQ(cuda::launchPagedAttention(q.get(), pool.pool, dims, a,
+                                         tables.get(), b.maxBlocks,
+                                         context.get(), qsl.get(), numSeqs,
+                                         numSeqs, eager.get(), nullptr, ws),
+              cudaSuccess);
+    const std::vector<float> got = replayed.download();
+    EXPECT_EQ(relError(got, eager.download()), 0.0)
+        << lengths[0] << "+" << lengths[1];
+    if (lengths == b.contextLens)
+      EXPECT_LT(relError(got, b.ref), tolerance(c));
+  }
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+} // namespace
+} // namespace infer::testing
