@@ -778,7 +778,7 @@ std::vector<Command> commands() {
        "scales computed from the checkpoint at load, one per tensor or per\n"
        "output row (--quant-granularity per-channel); infer-quantize-fp8.\n"
        "--kv-cache-dtype fp8_e5m2 stores the KV cache as FP8 E5M2, fp8_e4m3\n"
-       "as FP8 E4M3 with an fp32 scale per token and head (cpu backend).\n"
+       "as FP8 E4M3 with an fp32 scale per token and head (both backends).\n"
        "--mlir-print-ir-after-all prints the module to stderr after every\n"
        "pass of the pipeline.\n"
        "--estimate-memory prints, per rank, the weights, activations and KV\n"

@@ -20,7 +20,8 @@
 // the CPU backend's greedy tokens on the GPU: the plan built here with
 // either format, and the artifacts compiled with `infer compile --target
 // cuda --kv-cache-dtype fp8_e4m3|fp8_e5m2` under INFER_CUDA_FP8KV_ARTIFACTS
-// (one directory each, tests/runtime/cuda/gpu_check.sh). The GPU's bf16
+// (one directory each, tests/runtime/cuda/gpu_check.sh; one of them may be
+// a streaming plan, `--window 16`, whose sequences outgrow the window). The GPU's bf16
 // GEMMs round differently from the CPU's fp32 ones, so a near-tie may fall
 // either way: where the tokens part, the two candidates must be within
 // 5e-2 of max |logit| in the CPU's own logits (DESIGN.md's rule, as in

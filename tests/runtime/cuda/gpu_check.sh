@@ -10,7 +10,9 @@
 # .gpu/artifacts/NAME --target cuda`, plus llama-gqa-gelu, llama-gqa with
 # "hidden_act": "gelu_pytorch_tanh", whose fused regions run generated
 # kernels; the fixture and generated-kernel tests run them through
-# INFER_CUDA_ARTIFACTS, the CLI runs llama-gqa); SRC names
+# INFER_CUDA_ARTIFACTS, the CLI runs llama-gqa), and .gpu/fp8kv/NAME, the
+# tiny-pycode-target compiled with --target cuda --kv-cache-dtype fp8_e4m3 or
+# fp8_e5m2 (INFER_CUDA_FP8KV_ARTIFACTS, Fp8KVCacheTest.cpp); SRC names
 # another source tree than the current directory. Logs go to $OUT; a short
 # table is printed last.
 #
@@ -38,7 +40,8 @@ ninja -C "$BUILD" -j16 ${TARGETS:-InferCudaTests InferCudaGeneratedKernelsTests 
 # BUILD_ONLY=1: configure and build TARGETS, run nothing (bench/ scripts).
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 
-INFER_CUDA_ARTIFACTS=$ROOT/.gpu/artifacts "$BUILD/bin/InferCudaTests" 2>&1 | tee "$OUT/gtest.log" |
+INFER_CUDA_ARTIFACTS=$ROOT/.gpu/artifacts INFER_CUDA_FP8KV_ARTIFACTS=$ROOT/.gpu/fp8kv \
+  "$BUILD/bin/InferCudaTests" 2>&1 | tee "$OUT/gtest.log" |
   grep -E "FAILED|Failure|error|PASSED|SKIPPED" | head -40
 INFER_CUDA_ARTIFACTS=$ROOT/.gpu/artifacts "$BUILD/bin/InferCudaGeneratedKernelsTests" 2>&1 |
   tee "$OUT/gtest-generated.log" | grep -E "FAILED|Failure|error|PASSED|SKIPPED" | head -20
