@@ -28,7 +28,8 @@
 //           tensor-core (gemv-mma) skinny kernels where they apply (-1 where
 //           not), cuBLASLt on bf16 operands of the shape and, for fp8
 //           weights, fp8 cuBLASLt with its quantization (Gemm::runFp8; the
-//           table's last line says where it applied the scales).
+//           table's last line says where it applied the scales) and that
+//           quantization kernel alone.
 // Each figure is the median over `repeats` runs (each run's median of its
 // steps for decode); the runs are printed too. An ARTIFACT is what `infer
 // compile` wrote (the fused pipeline users run); a MODEL_DIR is built into
@@ -356,12 +357,12 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
   std::printf(
       "| M | N x K (uses per call) | weights | path | us | GB/s | %% of "
       "copy bandwidth | gemv us | gemv-mma us | cuBLASLt bf16 us | fp8 "
-      "cuBLASLt us |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "cuBLASLt us | of which quantization us |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::set<std::string> fp8Scalings;
   for (int64_t m : rows) {
     double totalUs = 0, totalCublasUs = 0, totalGemvUs = 0, totalMmaUs = 0,
-           totalFp8Us = 0;
+           totalFp8Us = 0, totalQuantizeUs = 0;
     bool gemvMissing = false, mmaMissing = false, fp8Missing = false;
     for (const auto &[shape, uses] : shapes) {
       const auto [n, k, fp8] = shape;
@@ -406,7 +407,7 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
       // where it does not.
       auto launchCheck = [](cudaError_t error) {
         if (error != cudaSuccess)
-          die(std::string("skinny kernel: ") + cudaGetErrorString(error));
+          die(std::string("kernel launch: ") + cudaGetErrorString(error));
       };
       const double gemv =
           m > cuda::kGemvMaxRows ? -1 : timeCalls(stream, start, stop, [&] {
@@ -442,19 +443,35 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
       if (const char *scaling =
               fp8Cublas < 0 ? nullptr : (*gemm)->fp8Scaling(m, n, k))
         fp8Scalings.insert(scaling);
+      // Its first kernel alone: x to per-token E4M3 codes and scales.
+      double quantize = -1;
+      if (fp8Cublas >= 0) {
+        uint8_t *xCodes = nullptr;
+        float *xScales = nullptr;
+        BENCH_CHECK(
+            cudaMalloc(reinterpret_cast<void **>(&xCodes), size_t(m) * k));
+        BENCH_CHECK(cudaMalloc(reinterpret_cast<void **>(&xScales), m * 4));
+        quantize = timeCalls(stream, start, stop, [&] {
+          launchCheck(
+              cuda::launchQuantizeRowsFp8(x, m, k, xCodes, xScales, stream));
+        });
+        cudaFree(xCodes);
+        cudaFree(xScales);
+      }
       const double bytes = double(n) * k * (fp8 ? 1 : 2) + (fp8 ? 4.0 * n : 0) +
                            double(m) * k * 4 + double(m) * n * 4;
       std::printf("| %lld | %lld x %lld (%d) | %s | %s | %.1f | %.0f | %.0f%% "
-                  "| %.1f | %.1f | %.1f | %.1f |\n",
+                  "| %.1f | %.1f | %.1f | %.1f | %.1f |\n",
                   (long long)m, (long long)n, (long long)k, uses,
                   fp8 ? "fp8" : "bf16", cuda::Gemm::pathName(path), t,
                   bytes / t / 1e3, 100.0 * bytes / (t * 1e-6) / bandwidth, gemv,
-                  mma, cublas, fp8Cublas);
+                  mma, cublas, fp8Cublas, quantize);
       totalUs += t * uses;
       totalCublasUs += cublas * uses;
       totalGemvUs += gemv * uses;
       totalMmaUs += mma * uses;
       totalFp8Us += fp8Cublas * uses;
+      totalQuantizeUs += quantize * uses;
       gemvMissing = gemvMissing || gemv < 0;
       mmaMissing = mmaMissing || mma < 0;
       fp8Missing = fp8Missing || fp8Cublas < 0;
@@ -473,11 +490,12 @@ void benchGemms(const Artifact &artifact, const std::vector<int64_t> &rows,
       return std::string(text);
     };
     std::printf("| %lld | all GEMMs of one forward call | | | %.1f | | "
-                "weight roofline %.1f us | %s | %s | %.1f | %s |\n",
+                "weight roofline %.1f us | %s | %s | %.1f | %s | %s |\n",
                 (long long)m, totalUs, weightBytes / bandwidth * 1e6,
                 total(gemvMissing, totalGemvUs).c_str(),
                 total(mmaMissing, totalMmaUs).c_str(), totalCublasUs,
-                total(fp8Missing, totalFp8Us).c_str());
+                total(fp8Missing, totalFp8Us).c_str(),
+                total(fp8Missing, totalQuantizeUs).c_str());
   }
   for (const std::string &scaling : fp8Scalings)
     std::printf("\nfp8 cuBLASLt scales: %s", scaling.c_str());
