@@ -109,6 +109,8 @@ public:
   std::string_view name() const override { return "cuda"; }
   int64_t numBlocks() const override { return numBlocks_; }
   StatusOr<Logits> forward(const Batch &batch) override;
+  StatusOr<std::vector<int32_t>>
+  forwardSample(const Batch &batch, const SamplingBatch &sampling) override;
   Status
   copyBlocks(const std::vector<std::pair<int32_t, int32_t>> &copies) override {
     return runOnRanks([&](int r) { return ranks_[r]->copyBlocks(copies); });
@@ -120,6 +122,8 @@ public:
                      const CudaBackendOptions &options);
 
 private:
+  /// Rejects a batch every rank would reject, before any rank runs.
+  Status validate(const Batch &batch) const;
   /// Runs `step` for every rank on its thread; the first failure aborts the
   /// group (peers may be waiting for the failed rank in a collective).
   Status runOnRanks(const std::function<Status(int)> &step);
@@ -189,7 +193,7 @@ TensorParallelBackend::runOnRanks(const std::function<Status(int)> &step) {
   return *firstError;
 }
 
-StatusOr<Logits> TensorParallelBackend::forward(const Batch &batch) {
+Status TensorParallelBackend::validate(const Batch &batch) const {
   // What every rank would reject alike is rejected here, before any rank
   // enqueues a collective its peers would wait for.
   INFER_RETURN_IF_ERROR(batch.validate(numBlocks(), blockSize_));
@@ -197,6 +201,11 @@ StatusOr<Logits> TensorParallelBackend::forward(const Batch &batch) {
     if (id < 0 || id >= vocab_)
       return outOfRange("token id " + std::to_string(id) +
                         " outside the vocabulary of " + std::to_string(vocab_));
+  return Status::ok();
+}
+
+StatusOr<Logits> TensorParallelBackend::forward(const Batch &batch) {
+  INFER_RETURN_IF_ERROR(validate(batch));
   Logits logits;
   INFER_RETURN_IF_ERROR(runOnRanks([&](int r) -> Status {
     StatusOr<Logits> result = ranks_[r]->forward(batch);
@@ -207,6 +216,27 @@ StatusOr<Logits> TensorParallelBackend::forward(const Batch &batch) {
     return Status::ok();
   }));
   return logits;
+}
+
+/// Rank 0 samples on its GPU, where the gathered logits are; the other
+/// ranks run the same forward call (their collectives meet rank 0's) and
+/// copy nothing back.
+StatusOr<std::vector<int32_t>>
+TensorParallelBackend::forwardSample(const Batch &batch,
+                                     const SamplingBatch &sampling) {
+  INFER_RETURN_IF_ERROR(validate(batch));
+  std::vector<int32_t> tokens;
+  INFER_RETURN_IF_ERROR(runOnRanks([&](int r) -> Status {
+    if (r != 0)
+      return ranks_[r]->forward(batch).status();
+    StatusOr<std::vector<int32_t>> result =
+        ranks_[0]->forwardSample(batch, sampling);
+    if (!result.isOk())
+      return result.status();
+    tokens = std::move(result).value();
+    return Status::ok();
+  }));
+  return tokens;
 }
 
 /// The vocabulary the token ids index: the embedding's vocab_size, or its

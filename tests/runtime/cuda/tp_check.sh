@@ -14,7 +14,8 @@
 #                                        llama3-8b DIR --header-only)
 # It builds with NCCL, runs the CUDA tests (the tensor-parallel ones
 # included), checks the CLI on a tp=2 artifact, then times Llama-3-8B decode
-# (random weights) at tp=1 and tp=2 with infer-cuda-bench. SRC names another
+# (random weights, greedy sampling on the device: rank 0 samples) at tp=1
+# and tp=2 with infer-cuda-bench. SRC names another
 # source tree than the current directory (e.g. `git archive HEAD`). Logs go
 # to $OUT; a short table is printed last.
 #
@@ -84,7 +85,7 @@ CUDA_VISIBLE_DEVICES=0 "$BUILD/bin/infer" generate "$TP/art/llama-gqa-tp2" \
 wait $CKPT || { tail -5 "$OUT/ckpt.log"; exit 1; }
 for art in llama3-8b llama3-8b-tp2; do
   timeout 150 "$BUILD/bin/infer-cuda-bench" "$TP/art/$art" --weights /tmp/l8b \
-    --decode-batches 1,8,32 --context 128 --steps 32 --repeats 3 \
+    --decode-batches 1,8,32 --context 128 --steps 32 --repeats 3 --sample greedy \
     >"$OUT/bench-$art.md" 2>&1
   echo "bench $art: rc=$?"
 done
