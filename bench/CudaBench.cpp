@@ -3,7 +3,7 @@
 //   infer-cuda-bench (ARTIFACT [--weights DIR] | MODEL_DIR)
 //       [--decode-batches 1,8,32] [--context 128] [--steps 32]
 //       [--prefill 128,512,2048] [--repeats 3] [--graph-tokens 256]
-//       [--sample greedy]
+//       [--sample greedy] [--long-context 1:8192,1:32768]
 //
 // Times forward calls of the CUDA backend alone (no scheduler, no sampling;
 // with --sample greedy, forwardSample calls that choose each row's token on
@@ -12,7 +12,9 @@
 //           token per call; the median call time, B / median tokens/s, and
 //           the memory roofline of one call: (bytes of the weights a step
 //           reads + bytes of the KV cache it reads) / device copy bandwidth
-//           measured in the same run.
+//           measured in the same run. --long-context B:C,... adds decode
+//           rows of B sequences of context C each after the sweep (the
+//           pool then holds the largest B x C as well).
 //   prefill one sequence of N tokens in one call (time to first token
 //           without queueing); the FLOP roofline: (2 * N * matrix params +
 //           causal attention 2 * layers * heads * head_dim * N^2) / peak.
@@ -124,6 +126,8 @@ struct Options {
   std::vector<int64_t> prefill;
   std::vector<int64_t> gemmRows;
   int64_t context = 128;
+  /// Extra decode points (batch, context) after the --decode-batches sweep.
+  std::vector<std::pair<int64_t, int64_t>> longContext;
   int64_t steps = 32;
   int64_t repeats = 3;
   int64_t graphTokens = 256;
@@ -150,7 +154,23 @@ Options parseArgs(int argc, char **argv) {
       options.gemmRows = parseList(next());
     else if (arg == "--context")
       options.context = parseList(next()).at(0);
-    else if (arg == "--steps")
+    else if (arg == "--long-context") {
+      std::string list = next();
+      size_t start = 0;
+      while (start <= list.size()) {
+        const size_t end = std::min(list.find(',', start), list.size());
+        const std::string item = list.substr(start, end - start);
+        const size_t colon = item.find(':');
+        const long long b = std::atoll(item.substr(0, colon).c_str());
+        const long long c = colon == std::string::npos
+                                ? 0
+                                : std::atoll(item.substr(colon + 1).c_str());
+        if (b <= 0 || c <= 0)
+          die("--long-context takes BATCH:CONTEXT pairs, not '" + item + "'");
+        options.longContext.push_back({b, c});
+        start = end + 1;
+      }
+    } else if (arg == "--steps")
       options.steps = parseList(next()).at(0);
     else if (arg == "--repeats")
       options.repeats = parseList(next()).at(0);
@@ -174,7 +194,7 @@ Options parseArgs(int argc, char **argv) {
     die("usage: infer-cuda-bench (ARTIFACT [--weights DIR] | MODEL_DIR) "
         "[--decode-batches 1,8] [--context N] [--steps N] [--prefill "
         "128,512] [--gemms 1,16] [--repeats N] [--graph-tokens N] "
-        "[--no-decode] [--sample greedy]");
+        "[--no-decode] [--sample greedy] [--long-context B:C,...]");
   return options;
 }
 
@@ -537,20 +557,26 @@ int main(int argc, char **argv) {
   const int64_t blockSize = artifact->plan.kvCache.blockSize;
   const int64_t vocab = artifact->manifest.model.vocabSize;
 
-  // One pool that fits the largest decode batch or the longest prompt.
-  int64_t decodeBlocksPerSeq =
-      (options.context + options.repeats * options.steps + 8 + blockSize) /
-      blockSize;
-  int64_t maxBatch = 0;
+  // One pool that fits the largest decode point or the longest prompt.
+  auto blocksPerSeq = [&](int64_t context) {
+    return (context + options.repeats * options.steps + 8 + blockSize) /
+           blockSize;
+  };
+  std::vector<std::pair<int64_t, int64_t>> decodePoints;
   for (int64_t b : options.decodeBatches)
-    maxBatch = std::max(maxBatch, b);
+    decodePoints.push_back({b, options.context});
+  decodePoints.insert(decodePoints.end(), options.longContext.begin(),
+                      options.longContext.end());
+  int64_t decodeBlocks = 0;
+  for (auto [b, c] : decodePoints)
+    decodeBlocks = std::max(decodeBlocks, b * blocksPerSeq(c));
   int64_t maxPrefill = 0;
   for (int64_t n : options.prefill)
     maxPrefill = std::max(maxPrefill, n);
   const int64_t prefillBlocks = (maxPrefill + blockSize - 1) / blockSize;
   cuda::CudaBackendOptions backendOptions;
   backendOptions.numBlocks =
-      std::max<int64_t>({maxBatch * decodeBlocksPerSeq, prefillBlocks, 1});
+      std::max<int64_t>({decodeBlocks, prefillBlocks, 1});
   backendOptions.maxGraphTokens = options.graphTokens;
   // A tensor-parallel artifact runs rank r on GPU r (NCCL).
   auto backend = numRanks == 1
@@ -586,21 +612,24 @@ int main(int argc, char **argv) {
   if (options.sampleGreedy)
     std::printf("decode steps: forwardSample, greedy on the device (token "
                 "ids come back, not logits)\n\n");
-  if (!options.decodeBatches.empty()) {
+  if (!decodePoints.empty()) {
     std::printf("| decode batch | context | ms/step (median of %lld runs) | "
                 "tokens/s | roofline ms/step | %% of roofline | runs |\n"
                 "|---|---|---|---|---|---|---|\n",
                 (long long)options.repeats);
-    for (int64_t batch : options.decodeBatches) {
+    for (auto [batch, context] : decodePoints) {
+      const int64_t decodeBlocksPerSeq = blocksPerSeq(context);
       std::vector<int64_t> lengths(batch, 0);
       // Prefill every sequence's context, whole prompts of at most 8192
-      // tokens per call.
-      const int64_t perCall = std::max<int64_t>(1, 8192 / options.context);
+      // tokens per call (a longer context in chunks of 8192).
+      const int64_t perCall = std::max<int64_t>(1, 8192 / context);
       for (int64_t first = 0; first < batch; first += perCall) {
         std::vector<int64_t> seqs;
         for (int64_t s = first; s < std::min(batch, first + perCall); ++s)
           seqs.push_back(s);
-        runner.step(lengths, seqs, options.context, decodeBlocksPerSeq);
+        for (int64_t done = 0; done < context; done += 8192)
+          runner.step(lengths, seqs, std::min<int64_t>(8192, context - done),
+                      decodeBlocksPerSeq);
       }
       std::vector<int64_t> everyone(batch);
       for (int64_t s = 0; s < batch; ++s)
@@ -614,12 +643,12 @@ int main(int argc, char **argv) {
       }
       const double stepMs = median(runs);
       const double avgContext =
-          options.context + options.repeats * options.steps / 2.0;
+          context + options.repeats * options.steps / 2.0;
       const double rooflineMs =
           (cost.weightBytes + batch * avgContext * cost.kvBytesPerToken) /
           bandwidth * 1e3;
       std::printf("| %lld | %lld | %.3f | %.0f | %.3f | %.0f%% | %s |\n",
-                  (long long)batch, (long long)options.context, stepMs,
+                  (long long)batch, (long long)context, stepMs,
                   batch / stepMs * 1e3, rooflineMs, 100.0 * rooflineMs / stepMs,
                   joined(runs).c_str());
       std::fflush(stdout);
