@@ -311,7 +311,8 @@ TEST_F(CudaGemvTest, Fp8WithoutScratchIsAClearErrorAtLargeT) {
 /// cache to bf16; the weights are the same values on both). Where fp8 cuBLASLt
 /// does, x is quantized per token to E4M3 (2.2-3.7e-2 of max |y| per GEMM
 /// against the fp32 x in Fp8GemmTest) and those errors pass through every layer
-/// into the logits and the KV cache the decode steps read: twice that bound.
+/// into the logits and the KV cache the decode steps read: twice that bound
+/// (an H100 gives 3.1e-2 at the 9-token prompt, 0.8e-2 to 2.1e-2 after it).
 TEST(CudaFp8ArtifactTest, MatchesTheCpuBackend) {
   std::string why;
   if (!gpuAvailable(&why))
