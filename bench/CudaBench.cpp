@@ -3,7 +3,7 @@
 //   infer-cuda-bench (ARTIFACT [--weights DIR] | MODEL_DIR)
 //       [--decode-batches 1,8,32] [--context 128] [--steps 32]
 //       [--prefill 128,512,2048] [--repeats 3] [--graph-tokens 256]
-//       [--sample greedy] [--long-context 1:8192,1:32768]
+//       [--sample greedy] [--long-context 1:8192,1:32768] [--profile]
 //
 // Times forward calls of the CUDA backend alone (no scheduler, no sampling;
 // with --sample greedy, forwardSample calls that choose each row's token on
@@ -32,6 +32,10 @@
 //           weights, fp8 cuBLASLt with its quantization (Gemm::runFp8; the
 //           table's last line says where it applied the scales) and that
 //           quantization kernel alone.
+// --profile times every step with CUDA events (eager calls, no graphs:
+// slower than the plain runs) and prints after each decode point and prompt
+// size the time per forward call by op, GEMMs by weight shape
+// (stepProfileReport); the warm-up calls are left out.
 // Each figure is the median over `repeats` runs (each run's median of its
 // steps for decode); the runs are printed too. An ARTIFACT is what `infer
 // compile` wrote (the fused pipeline users run); a MODEL_DIR is built into
@@ -133,6 +137,8 @@ struct Options {
   int64_t graphTokens = 256;
   /// Time forwardSample (greedy on the device) instead of forward.
   bool sampleGreedy = false;
+  /// Per-step timing (CudaBackendOptions::profileSteps).
+  bool profile = false;
 };
 
 Options parseArgs(int argc, char **argv) {
@@ -176,6 +182,8 @@ Options parseArgs(int argc, char **argv) {
       options.repeats = parseList(next()).at(0);
     else if (arg == "--graph-tokens")
       options.graphTokens = std::atoll(next());
+    else if (arg == "--profile")
+      options.profile = true;
     else if (arg == "--no-decode")
       options.decodeBatches.clear();
     else if (arg == "--sample") {
@@ -194,7 +202,8 @@ Options parseArgs(int argc, char **argv) {
     die("usage: infer-cuda-bench (ARTIFACT [--weights DIR] | MODEL_DIR) "
         "[--decode-batches 1,8] [--context N] [--steps N] [--prefill "
         "128,512] [--gemms 1,16] [--repeats N] [--graph-tokens N] "
-        "[--no-decode] [--sample greedy] [--long-context B:C,...]");
+        "[--no-decode] [--sample greedy] [--long-context B:C,...] "
+        "[--profile]");
   return options;
 }
 
@@ -578,6 +587,7 @@ int main(int argc, char **argv) {
   backendOptions.numBlocks =
       std::max<int64_t>({decodeBlocks, prefillBlocks, 1});
   backendOptions.maxGraphTokens = options.graphTokens;
+  backendOptions.profileSteps = options.profile;
   // A tensor-parallel artifact runs rank r on GPU r (NCCL).
   auto backend = numRanks == 1
                      ? cuda::createCudaBackend(artifact->plan, 0, params[0],
@@ -612,6 +622,9 @@ int main(int argc, char **argv) {
   if (options.sampleGreedy)
     std::printf("decode steps: forwardSample, greedy on the device (token "
                 "ids come back, not logits)\n\n");
+  // --profile: one step table per decode point and prompt size, printed
+  // after the sweeps.
+  std::vector<std::string> profiles;
   if (!decodePoints.empty()) {
     std::printf("| decode batch | context | ms/step (median of %lld runs) | "
                 "tokens/s | roofline ms/step | %% of roofline | runs |\n"
@@ -635,6 +648,7 @@ int main(int argc, char **argv) {
       for (int64_t s = 0; s < batch; ++s)
         everyone[s] = s;
       std::vector<double> runs;
+      cuda::resetStepProfile(**backend);
       for (int64_t r = 0; r < options.repeats; ++r) {
         std::vector<double> ms;
         for (int64_t i = 0; i < options.steps; ++i)
@@ -652,6 +666,10 @@ int main(int argc, char **argv) {
                   batch / stepMs * 1e3, rooflineMs, 100.0 * rooflineMs / stepMs,
                   joined(runs).c_str());
       std::fflush(stdout);
+      if (options.profile)
+        profiles.push_back("decode batch " + std::to_string(batch) +
+                           ", context " + std::to_string(context) + ":\n" +
+                           cuda::stepProfileReport(**backend));
     }
     std::printf("\n");
   }
@@ -667,6 +685,8 @@ int main(int argc, char **argv) {
         const double ms = runner.step(lengths, {0}, n, prefillBlocks);
         if (r > 0) // the first call of a size warms up (allocations)
           runs.push_back(ms);
+        else
+          cuda::resetStepProfile(**backend);
       }
       const double ms = median(runs);
       const double flops =
@@ -678,7 +698,13 @@ int main(int argc, char **argv) {
                   100.0 * rooflineMs / ms, flops / (ms * 1e-3) / 1e12,
                   joined(runs).c_str());
       std::fflush(stdout);
+      if (options.profile)
+        profiles.push_back("prefill " + std::to_string(n) + " tokens:\n" +
+                           cuda::stepProfileReport(**backend));
     }
+    std::printf("\n");
   }
+  for (const std::string &profile : profiles)
+    std::printf("%s\n", profile.c_str());
   return 0;
 }

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -144,6 +145,11 @@ public:
   Status init(const plan::RankPlan &plan, const ParamTable &params,
               const CudaBackendOptions &options);
   std::string fusedKernelsReport() const;
+  std::string stepProfileReport() const;
+  void resetStepProfile() {
+    profile_.clear();
+    profiledForwards_ = 0;
+  }
 
 private:
   /// (tokens, sequences, padded max blocks per sequence, logits rows,
@@ -247,6 +253,20 @@ private:
   int64_t paddedBlocksPerSeq_ = 0;
 
   int64_t maxGraphTokens_ = 0;
+  /// CudaBackendOptions::profileSteps: an event before each step and one
+  /// after the last, each step's label in the last run, and the time per
+  /// label summed over forward calls.
+  bool profileSteps_ = false;
+  std::vector<cudaEvent_t> profileEvents_;
+  std::vector<std::string> profileLabels_;
+  struct StepTime {
+    int64_t calls = 0;
+    double ms = 0;
+  };
+  std::map<std::string, StepTime> profile_;
+  int64_t profiledForwards_ = 0;
+  /// Adds the last run's event intervals to profile_ (after a sync).
+  Status collectStepProfile();
   std::map<GraphKey, CapturedGraph> graphs_;
   /// Shapes that ran eagerly once (tensor-parallel ranks only).
   std::set<GraphKey> warmShapes_;
@@ -267,6 +287,8 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_)
     cudaStreamSynchronize(stream_);
+  for (cudaEvent_t event : profileEvents_)
+    cudaEventDestroy(event);
   for (auto &[key, graph] : graphs_) {
     cudaGraphExecDestroy(graph.exec);
     cudaFreeHost(graph.hostLogits);
@@ -389,6 +411,7 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
                          const CudaBackendOptions &options) {
   rank_ = plan;
   maxGraphTokens_ = options.maxGraphTokens;
+  profileSteps_ = options.profileSteps;
   communicator_ = options.communicator;
   copyLogits_ = options.copyLogits;
   INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
@@ -1209,11 +1232,35 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
 
 Status CudaBackend::runSteps(const Batch &batch) {
   gatherRows_.clear();
+  if (profileSteps_ && profileEvents_.empty()) {
+    profileEvents_.resize(steps_.size() + 1);
+    for (cudaEvent_t &event : profileEvents_)
+      INFER_CUDA_RETURN_IF_ERROR(cudaEventCreate(&event));
+  }
+  if (profileSteps_)
+    profileLabels_.assign(steps_.size(), "");
   for (size_t i = 0; i < steps_.size(); ++i) {
+    if (profileSteps_) {
+      INFER_CUDA_RETURN_IF_ERROR(cudaEventRecord(profileEvents_[i], stream_));
+      // GEMMs by weight shape and dtype (the routed path depends on both).
+      const plan::Step &step = rank_.steps[i];
+      std::string label = step.op;
+      const PreparedStep &s = steps_[i];
+      if ((s.op == OpKind::kLinear || s.op == OpKind::kLogits) &&
+          s.operands.size() >= 2) {
+        const Tensor &w = params_[s.operands[1]];
+        label += " " + std::to_string(w.rows) + "x" + std::to_string(w.cols) +
+                 (w.fp8 ? " fp8" : " bf16");
+      }
+      profileLabels_[i] = std::move(label);
+    }
     INFER_RETURN_IF_ERROR(runStep(i, batch));
     for (int id : steps_[i].release)
       INFER_RETURN_IF_ERROR(release(id));
   }
+  if (profileSteps_)
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaEventRecord(profileEvents_[steps_.size()], stream_));
   if (!values_[output_].f32)
     return internalError("cuda backend: the plan output was not computed");
   return Status::ok();
@@ -1312,7 +1359,8 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
                      static_cast<int64_t>(batch.logitsIndices.size()),
                      sampling_ != nullptr};
   auto it = graphs_.find(key);
-  bool replay = batch.numTokens() <= maxGraphTokens_ &&
+  // Profiled runs are eager: a graph's steps cannot be timed one by one.
+  bool replay = !profileSteps_ && batch.numTokens() <= maxGraphTokens_ &&
                 (it != graphs_.end() || graphs_.size() < kMaxGraphs);
   // NCCL connects peers lazily, with host allocations a capture forbids:
   // a shape's collectives run once eagerly before they are captured.
@@ -1367,6 +1415,8 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
   INFER_RETURN_IF_ERROR(status);
   INFER_RETURN_IF_ERROR(released);
   INFER_RETURN_IF_ERROR(synced);
+  if (profileSteps_)
+    INFER_RETURN_IF_ERROR(collectStepProfile());
   return logits;
 }
 
@@ -1490,6 +1540,54 @@ std::string CudaBackend::fusedKernelsReport() const {
   return std::to_string(numGeneratedSteps_) + " of " +
          std::to_string(numFusedSteps_) +
          " fused steps run generated kernels (" + fusedReport_ + ")";
+}
+
+Status CudaBackend::collectStepProfile() {
+  for (size_t i = 0; i < profileLabels_.size(); ++i) {
+    float ms = 0;
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaEventElapsedTime(&ms, profileEvents_[i], profileEvents_[i + 1]));
+    StepTime &t = profile_[profileLabels_[i]];
+    ++t.calls;
+    t.ms += ms;
+  }
+  ++profiledForwards_;
+  return Status::ok();
+}
+
+std::string CudaBackend::stepProfileReport() const {
+  std::vector<std::pair<std::string, StepTime>> rows(profile_.begin(),
+                                                     profile_.end());
+  std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) {
+    return a.second.ms > b.second.ms;
+  });
+  double total = 0;
+  for (const auto &row : rows)
+    total += row.second.ms;
+  const double forwards = std::max<int64_t>(profiledForwards_, 1);
+  std::string out = "| step (op, GEMM weight shape) | steps per call | ms per "
+                    "call | % |\n|---|---|---|---|\n";
+  char line[256];
+  for (const auto &[label, t] : rows) {
+    std::snprintf(line, sizeof(line), "| %s | %.0f | %.3f | %.1f%% |\n",
+                  label.c_str(), t.calls / forwards, t.ms / forwards,
+                  total > 0 ? 100.0 * t.ms / total : 0.0);
+    out += line;
+  }
+  std::snprintf(line, sizeof(line),
+                "| all steps | | %.3f | over %lld forward calls |\n",
+                total / forwards, static_cast<long long>(profiledForwards_));
+  return out + line;
+}
+
+std::string stepProfileReport(const Backend &backend) {
+  const auto *cuda = dynamic_cast<const CudaBackend *>(&backend);
+  return cuda ? cuda->stepProfileReport() : "";
+}
+
+void resetStepProfile(Backend &backend) {
+  if (auto *cuda = dynamic_cast<CudaBackend *>(&backend))
+    cuda->resetStepProfile();
 }
 
 std::string fusedKernelsReport(const Backend &backend) {

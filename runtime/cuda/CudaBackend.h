@@ -44,12 +44,24 @@ struct CudaBackendOptions {
   /// manifest.kernels)): `fused` steps that name one run it when an image
   /// fits the device, the others the interpreter kernel.
   KernelImages kernels;
+  /// Times every step of every forward call with CUDA events, by op (GEMMs
+  /// by weight shape and dtype): stepProfileReport. The calls then run
+  /// eagerly (no graphs), with an event per step: for finding where time
+  /// goes, not for timing the whole.
+  bool profileSteps = false;
 };
 
 /// How a backend made by createCudaBackend runs its `fused` steps, e.g. "3
 /// of 3 fused steps run generated kernels (cubin sm_90a)"; when none do, the
 /// parentheses say why. Empty for other backends.
 std::string fusedKernelsReport(const Backend &backend);
+
+/// With CudaBackendOptions::profileSteps: a markdown table of the step time
+/// per forward call by op, largest first, over the calls since the backend
+/// was made or resetStepProfile; empty for other backends (and for
+/// tensor-parallel ones).
+std::string stepProfileReport(const Backend &backend);
+void resetStepProfile(Backend &backend);
 
 /// Whether a CUDA device can be used; `why` says why not.
 bool cudaDeviceAvailable(std::string *why = nullptr);

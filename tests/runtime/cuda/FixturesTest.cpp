@@ -32,6 +32,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 namespace infer::testing {
 namespace {
@@ -106,11 +107,13 @@ protected:
     blockSize_ = artifact_.plan.kvCache.blockSize;
   }
 
-  std::unique_ptr<Backend> gpuBackend(int64_t blocks, bool graphs = true) {
+  std::unique_ptr<Backend> gpuBackend(int64_t blocks, bool graphs = true,
+                                      bool profile = false) {
     cuda::CudaBackendOptions options;
     options.numBlocks = blocks;
     if (!graphs)
       options.maxGraphTokens = 0;
+    options.profileSteps = profile;
     // A --target cuda artifact's generated kernels (none for the others).
     StatusOr<cuda::KernelImages> kernels =
         cuda::readKernelImages(artifact_.dir, artifact_.manifest.kernels);
@@ -330,6 +333,55 @@ TEST_P(CudaFixturesTest, BatchEqualsEachSequenceAlone) {
         1e-2);
     row += one.rows;
   }
+}
+
+TEST_P(CudaFixturesTest, StepProfileTimesEveryStepAndChangesNothing) {
+  // A prompt and a decode step (which would replay a graph unprofiled).
+  const std::vector<int32_t> &prompt = case_.inputs.back();
+  const int64_t blocks = blocksFor(prompt.size() + 1);
+  std::unique_ptr<Backend> plain = gpuBackend(blocks);
+  std::unique_ptr<Backend> profiled =
+      gpuBackend(blocks, /*graphs=*/true, /*profile=*/true);
+  ASSERT_TRUE(plain && profiled);
+  std::vector<int32_t> tokens = prompt;
+  for (Backend *b : {plain.get(), profiled.get()}) {
+    std::vector<int32_t> all = prompt;
+    StatusOr<Logits> first =
+        b->forward(sequenceBatch(all, 0, blockSize_, blocks, false));
+    ASSERT_TRUE(first.isOk()) << first.status().message();
+    all.push_back(argmax(first->row(0), first->vocab));
+    StatusOr<Logits> next = b->forward(
+        sequenceBatch(all, all.size() - 1, blockSize_, blocks, false));
+    ASSERT_TRUE(next.isOk()) << next.status().message();
+    all.push_back(argmax(next->row(0), next->vocab));
+    if (b == plain.get())
+      tokens = all;
+    else
+      EXPECT_EQ(all, tokens) << "profiling changed the tokens";
+  }
+  EXPECT_EQ(cuda::stepProfileReport(*plain).find("| linear"),
+            std::string::npos);
+  const std::string report = cuda::stepProfileReport(*profiled);
+  // Rows "| label | steps per call | ms per call | % |": the steps per
+  // call add up to the plan's steps, and the times are positive.
+  double steps = 0, ms = 0;
+  std::istringstream lines(report);
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> cells;
+    std::istringstream cols(line);
+    for (std::string cell; std::getline(cols, cell, '|');)
+      cells.push_back(cell);
+    if (cells.size() < 5 || cells[1].find("step") != std::string::npos ||
+        cells[1].find("---") != std::string::npos ||
+        cells[1].find("all steps") != std::string::npos)
+      continue;
+    steps += std::atof(cells[2].c_str());
+    ms += std::atof(cells[3].c_str());
+  }
+  std::cout << "[ fixture  ] " << case_.name << " step profile:\n" << report;
+  EXPECT_EQ(steps, static_cast<double>(artifact_.plan.ranks[0].steps.size()));
+  EXPECT_GT(ms, 0.0);
+  EXPECT_NE(report.find("over 2 forward calls"), std::string::npos);
 }
 
 TEST_P(CudaFixturesTest, GraphReplaysEqualEagerRuns) {
