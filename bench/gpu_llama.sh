@@ -12,11 +12,14 @@
 #   PART=ours   infer-cuda-bench decode (device-sampled greedy) and prefill
 #               sweeps and the decode GEMMs (both models; Llama-3-8B bf16
 #               and, PART=fp8, with fp8 weights: .gpu/llama3-8b-fp8)
-#   PART=serve  `infer bench` offline throughput through the engine
+#   PART=kv8    the same sweeps with an fp8 E4M3 KV cache (.gpu/llama3-8b-kv8:
+#               infer compile --kv-cache-dtype fp8_e4m3)
+#   PART=serve  `infer bench` offline throughput through the engine (SERVE:
+#               in:out:prompts items, default 128:128:2000 2048:128:1000)
 #   PART=hf     the HF transformers peer on the same Llama-3-8B checkpoint
-#   PART=torch  the PyTorch CUDA-graph decode peer, PART=compile its
-#               torch.compile variant (.gpu/peer_pytorch_decode.py, from
-#               ../shared/tools)
+#   PART=torch  the PyTorch CUDA-graph decode peer (.gpu/peer_pytorch_decode.py,
+#               from ../shared/tools); PART=compile the torch.compile peer
+#               (bench/peers/torch_compile_decode.py)
 # PART may list several ("ours hf"). Tables go to stdout and $OUT.
 #
 #===----------------------------------------------------------------------===#
@@ -30,12 +33,12 @@ has() { [[ " $PART " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 
 NEED_CKPT=0
-for p in ours fp8 serve hf; do has $p && NEED_CKPT=1; done
+for p in ours fp8 kv8 serve hf; do has $p && NEED_CKPT=1; done
 if [ $NEED_CKPT = 1 ]; then
   python3 bench/random_checkpoint.py llama3-8b /tmp/l8b >"$OUT/ckpt.log" 2>&1 &
   CKPT=$!
 fi
-if has ours || has tests || has serve || has fp8; then
+if has ours || has tests || has serve || has fp8 || has kv8; then
   BUILD_ONLY=1 TARGETS="infer infer-cuda-bench InferCudaTests" OUT=$OUT \
     BUILD=$BUILD SRC=${SRC:-$ROOT} bash tests/runtime/cuda/gpu_check.sh || exit 1
 fi
@@ -57,6 +60,7 @@ fi
 if has ours; then
   "$BUILD/bin/infer-cuda-bench" .gpu/llama3-8b --weights /tmp/l8b --sample greedy \
     --decode-batches ${BATCHES:-1,2,4,8,16,32,64,128,256} --gemms 1 \
+    --long-context ${LONG:-1:8192,1:32768,32:2048} \
     --prefill ${PREFILL:-128,512,1024,2048,4096,8192} 2>&1 |
     tee "$OUT/ours-llama3-8b.md"
 fi
@@ -65,12 +69,17 @@ if has fp8; then
     --decode-batches ${FP8_BATCHES:-1,8,32,128} --prefill ${FP8_PREFILL:-512,2048} \
     2>&1 | tee "$OUT/ours-llama3-8b-fp8.md"
 fi
+if has kv8; then
+  "$BUILD/bin/infer-cuda-bench" .gpu/llama3-8b-kv8 --weights /tmp/l8b --sample greedy \
+    --decode-batches ${KV8_BATCHES:-1,32,128,256} --long-context ${LONG:-1:8192,1:32768,32:2048} \
+    --prefill ${KV8_PREFILL:-2048,8192} 2>&1 | tee "$OUT/ours-llama3-8b-kv8.md"
+fi
 if has serve; then
-  for len in ${SERVE:-128:128:1000}; do
+  for len in ${SERVE:-128:128:2000 2048:128:1000}; do
     IFS=: read -r in out n <<<"$len"
-    timeout 200 "$BUILD/bin/infer" bench .gpu/llama3-8b --weights /tmp/l8b --backend cuda \
+    timeout 300 "$BUILD/bin/infer" bench .gpu/llama3-8b --weights /tmp/l8b --backend cuda \
       --input-len $in --output-len $out --num-prompts $n --max-num-batched-tokens 8192 \
-      --seed 0 --json 2>&1 | tail -3 | tee -a "$OUT/serve.log"
+      --gpu-memory-utilization 0.9 --seed 0 2>&1 | tail -8 | tee -a "$OUT/serve.log"
   done
 fi
 if has hf; then
@@ -83,6 +92,6 @@ if has torch; then
     ${TORCH_BATCHES:-1 8 32 128} 2>&1 | tee "$OUT/torch-graphs.md"
 fi
 if has compile; then
-  PEER_MODE=compile PYTHONUNBUFFERED=1 OUT=$OUT python3 .gpu/peer_pytorch_decode.py \
-    llama3-8b ${COMPILE_BATCHES:-1} 2>&1 | tail -5 | tee "$OUT/torch-compile.md"
+  PYTHONUNBUFFERED=1 python3 bench/peers/torch_compile_decode.py llama3-8b \
+    --batches ${COMPILE_BATCHES:-1,8} 2>&1 | grep -v Warn | tail -6 | tee "$OUT/torch-compile.md"
 fi
