@@ -21,9 +21,9 @@
 // either format, and the artifacts compiled with `infer compile --target
 // cuda --kv-cache-dtype fp8_e4m3|fp8_e5m2` under INFER_CUDA_FP8KV_ARTIFACTS
 // (one directory each, tests/runtime/cuda/gpu_check.sh; one of them may be
-// a streaming plan, `--window 16`, whose sequences outgrow the window). The GPU's bf16
-// GEMMs round differently from the CPU's fp32 ones, so a near-tie may fall
-// either way: where the tokens part, the two candidates must be within
+// a streaming plan, `--window 16`, whose sequences outgrow the window). The
+// GPU's bf16 GEMMs round differently from the CPU's fp32 ones, so a near-tie
+// may fall either way: where the tokens part, the two candidates must be within
 // 5e-2 of max |logit| in the CPU's own logits (DESIGN.md's rule, as in
 // EngineGpuTest); anything else (a wrong code, scale or block) is an O(1)
 // difference.
@@ -36,6 +36,7 @@
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/engine/Artifact.h"
+#include "tests/runtime/cuda/AttentionTestSupport.h"
 #include "tests/runtime/cuda/DeviceArray.h"
 #include "tests/runtime/support/FixtureCases.h"
 #include "tests/runtime/support/Generate.h"
@@ -72,24 +73,7 @@ constexpr Format kFormats[] = {
     {KVCacheDtype::kF8E4M3, Fp8Format::kE4M3, "e4m3"},
 };
 
-/// Sequences as (cached tokens, new tokens).
-using SeqShape = std::vector<std::pair<int, int>>;
-
-struct Case {
-  int heads, kvHeads, headDim, window, blockSize;
-  SeqShape seqs;
-};
-
-std::string describe(const Case &c) {
-  std::string s = "h=" + std::to_string(c.heads) +
-                  " kvh=" + std::to_string(c.kvHeads) +
-                  " d=" + std::to_string(c.headDim) +
-                  " window=" + std::to_string(c.window) +
-                  " bs=" + std::to_string(c.blockSize) + " seqs";
-  for (auto [cached, fresh] : c.seqs)
-    s += " " + std::to_string(cached) + "+" + std::to_string(fresh);
-  return s;
-}
+using Case = AttentionCase;
 
 /// A host fp8 pool (cpu::KVPool storage) and its device copy.
 struct HostPool {
@@ -116,38 +100,14 @@ std::vector<uint32_t> bitsOf(const std::vector<float> &v) {
   return bits;
 }
 
-/// max |actual - expected| / max |expected|; NaN fails.
-double relError(const std::vector<float> &actual,
-                const std::vector<float> &expected) {
-  EXPECT_EQ(actual.size(), expected.size());
-  double maxDiff = 0.0, maxRef = 0.0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    if (!std::isfinite(actual[i]))
-      return INFINITY;
-    maxDiff = std::max(maxDiff, std::fabs(double(actual[i]) - expected[i]));
-    maxRef = std::max(maxRef, std::fabs(double(expected[i])));
-  }
-  return maxRef > 0 ? maxDiff / maxRef : maxDiff;
-}
-
-class Fp8KVCacheTest : public ::testing::Test {
+class Fp8KVCacheTest : public GpuAttentionTest {
 protected:
-  void SetUp() override {
-    std::string why;
-    if (!cuda::cudaDeviceAvailable(&why))
-      GTEST_SKIP() << "CUDA kernel tests need a GPU: " << why;
-  }
-
   std::vector<float> random(size_t n) {
     std::vector<float> v(n);
     for (float &x : v)
-      x = dist_(rng_);
+      x = normal();
     return v;
   }
-
-  std::mt19937 rng_{std::random_device{}()};
-  std::normal_distribution<float> dist_{0.0f, 1.0f};
-  cpu::ThreadPool threads_{4};
 };
 
 TEST_F(Fp8KVCacheTest, CacheWriteCodesEqualTheCpus) {
@@ -157,11 +117,8 @@ TEST_F(Fp8KVCacheTest, CacheWriteCodesEqualTheCpus) {
   for (const Format &f : kFormats)
     for (Shape c : {Shape{2, 64, 16, 40}, Shape{8, 128, 32, 7},
                     Shape{1, 256, 16, 19}, Shape{3, 96, 8, 11}}) {
-      cpu::CacheGeometry g;
-      g.numLayers = 2;
-      g.numKVHeads = c.kvHeads;
-      g.headDim = c.headDim;
-      g.blockSize = c.blockSize;
+      const cpu::CacheGeometry g =
+          cacheGeometry(2, c.kvHeads, c.headDim, c.blockSize);
       CacheDims dims{2, c.kvHeads, c.headDim, c.blockSize};
       const int layer = 1, width = c.kvHeads * c.headDim;
       const int64_t numBlocks = (c.t + c.blockSize - 1) / c.blockSize + 2;
@@ -257,33 +214,20 @@ TEST_F(Fp8KVCacheTest, PagedAttentionMatchesCpu) {
   const int layer = 1, numLayers = 2;
   for (const Format &f : kFormats)
     for (const Case &c : cases) {
-      cpu::CacheGeometry g;
-      g.numLayers = numLayers;
-      g.numKVHeads = c.kvHeads;
-      g.headDim = c.headDim;
-      g.blockSize = c.blockSize;
+      const cpu::CacheGeometry g =
+          cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize);
       const int64_t numSeqs = c.seqs.size();
-      int64_t maxBlocks = 0;
-      for (auto [cached, fresh] : c.seqs)
-        maxBlocks = std::max<int64_t>(
-            maxBlocks, (cached + fresh + c.blockSize - 1) / c.blockSize);
-      const int64_t numBlocks = numSeqs * maxBlocks + 3;
-      std::vector<int32_t> free(numBlocks);
-      for (int64_t i = 0; i < numBlocks; ++i)
-        free[i] = int32_t(i);
-      std::shuffle(free.begin(), free.end(), rng_);
-      std::vector<int32_t> tables(numSeqs * maxBlocks, -1), contextLens, qsl{0};
+      const BlockTables blocks =
+          shuffledBlockTables(c.seqs, c.blockSize, /*spareBlocks=*/3, rng_);
+      const int64_t numBlocks = blocks.numBlocks, maxBlocks = blocks.maxBlocks;
+      const std::vector<int32_t> &tables = blocks.tables,
+                                 &contextLens = blocks.contextLens,
+                                 &qsl = blocks.qsl;
       std::vector<int64_t> slots;
       for (int64_t s = 0; s < numSeqs; ++s) {
         auto [cached, fresh] = c.seqs[s];
-        for (int64_t j = 0; j * c.blockSize < cached + fresh; ++j)
-          tables[s * maxBlocks + j] = free.back(), free.pop_back();
         for (int p = 0; p < cached + fresh; ++p)
-          slots.push_back(int64_t(tables[s * maxBlocks + p / c.blockSize]) *
-                              c.blockSize +
-                          p % c.blockSize);
-        contextLens.push_back(cached + fresh);
-        qsl.push_back(qsl.back() + fresh);
+          slots.push_back(blocks.slot(s, p));
       }
       const int64_t t = qsl.back();
       const int width = c.kvHeads * c.headDim;
@@ -306,19 +250,10 @@ TEST_F(Fp8KVCacheTest, PagedAttentionMatchesCpu) {
                 cudaSuccess);
       ASSERT_EQ(codes.download(), cpuPool.codes) << f.name << describe(c);
 
-      AttentionDims a{layer,
-                      c.heads,
-                      c.kvHeads,
-                      c.headDim,
-                      1.0f / std::sqrt(float(c.headDim)),
-                      c.window};
-      cpu::AttentionParams p;
-      p.layer = layer;
-      p.numHeads = c.heads;
-      p.numKVHeads = c.kvHeads;
-      p.headDim = c.headDim;
-      p.scale = 1.0 / std::sqrt(double(c.headDim));
-      p.slidingWindow = c.window;
+      AttentionDims a =
+          attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window);
+      const cpu::AttentionParams p =
+          cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window);
       std::vector<float> ref(q.size());
       cpu::pagedAttention(q.data(), cpuPool.cpu(f.fp8), g, p, tables.data(),
                           maxBlocks, contextLens.data(), qsl.data(), numSeqs,

@@ -16,6 +16,7 @@
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/Kernels.h"
+#include "tests/runtime/cuda/AttentionTestSupport.h"
 #include "tests/runtime/cuda/DeviceArray.h"
 
 #include <gtest/gtest.h>
@@ -65,24 +66,6 @@ std::vector<float> roundedToBf16(const std::vector<float> &v) {
   for (size_t i = 0; i < v.size(); ++i)
     out[i] = __bfloat162float(__float2bfloat16_rn(v[i]));
   return out;
-}
-
-/// max |a - b| / max |b|; NaN (an unwritten output) fails.
-/// max |actual - expected| / max(max |expected|, floor). A floor above 0 keeps
-/// a tiny reference (a single element near a zero of the function) from
-/// turning rounding noise into a large relative error.
-double relError(const std::vector<float> &actual,
-                const std::vector<float> &expected, double floor = 0.0) {
-  EXPECT_EQ(actual.size(), expected.size());
-  double maxDiff = 0.0, maxRef = 0.0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    if (!std::isfinite(actual[i]))
-      return INFINITY;
-    maxDiff = std::max(maxDiff, std::fabs(double(actual[i]) - expected[i]));
-    maxRef = std::max(maxRef, std::fabs(double(expected[i])));
-  }
-  maxRef = std::max(maxRef, floor);
-  return maxRef > 0 ? maxDiff / maxRef : maxDiff;
 }
 
 void report(const std::string &kernel, const std::string &shape, double err) {
@@ -395,11 +378,8 @@ TEST_F(CudaKernelsTest, RopeKVCacheWrite) {
     config.theta = 10000.0;
     ASSERT_TRUE(config.validate().isOk());
     std::vector<float> invFreq = cpu::ropeInverseFrequencies(config);
-    cpu::CacheGeometry g;
-    g.numLayers = 2;
-    g.numKVHeads = c.kvHeads;
-    g.headDim = c.headDim;
-    g.blockSize = c.blockSize;
+    const cpu::CacheGeometry g =
+        cacheGeometry(2, c.kvHeads, c.headDim, c.blockSize);
     cuda::CacheDims dims{2, c.kvHeads, c.headDim, c.blockSize};
     const int layer = 1, width = c.kvHeads * c.headDim;
     const int64_t numBlocks = (c.t + c.blockSize - 1) / c.blockSize + 2;
@@ -459,53 +439,30 @@ TEST_F(CudaKernelsTest, RopeKVCacheWrite) {
   }
 }
 
-/// Sequences as (cached tokens, new tokens).
-using SeqShape = std::vector<std::pair<int, int>>;
-
 TEST_F(CudaKernelsTest, KVCacheWriteAndPagedAttention) {
-  struct Case {
-    int heads, kvHeads, headDim, window, blockSize;
-    SeqShape seqs;
-  };
-  const Case cases[] = {
+  const AttentionCase cases[] = {
       {4, 4, 64, 0, 16, {{0, 20}}},                  // prefill, MHA
       {8, 2, 128, 0, 16, {{0, 5}, {37, 1}, {3, 9}}}, // mixed, GQA
       {32, 4, 64, 0, 16, {{100, 1}, {15, 1}}},       // decode
       {4, 1, 32, 7, 8, {{0, 30}, {12, 4}}},          // MQA, sliding window
       {2, 2, 256, 0, 16, {{40, 3}}},                 // largest head_dim
   };
-  for (const Case &c : cases) {
-    cpu::CacheGeometry g;
-    g.numLayers = 2;
-    g.numKVHeads = c.kvHeads;
-    g.headDim = c.headDim;
-    g.blockSize = c.blockSize;
+  for (const AttentionCase &c : cases) {
+    const cpu::CacheGeometry g =
+        cacheGeometry(2, c.kvHeads, c.headDim, c.blockSize);
     const int layer = 1, width = c.kvHeads * c.headDim;
     const int64_t b = c.seqs.size();
-    int64_t maxBlocks = 0;
-    for (auto [cached, fresh] : c.seqs)
-      maxBlocks = std::max<int64_t>(
-          maxBlocks, (cached + fresh + c.blockSize - 1) / c.blockSize);
-    const int64_t numBlocks = b * maxBlocks + 3;
-    // Blocks handed out in a shuffled order.
-    std::vector<int32_t> free(numBlocks);
-    for (int64_t i = 0; i < numBlocks; ++i)
-      free[i] = int32_t(i);
-    std::shuffle(free.begin(), free.end(), rng_);
-    std::vector<int32_t> tables(b * maxBlocks, -1), contextLens, qsl{0};
+    const BlockTables blocks =
+        shuffledBlockTables(c.seqs, c.blockSize, /*spareBlocks=*/3, rng_);
+    const int64_t numBlocks = blocks.numBlocks, maxBlocks = blocks.maxBlocks;
+    const std::vector<int32_t> &tables = blocks.tables,
+                               &contextLens = blocks.contextLens,
+                               &qsl = blocks.qsl;
     std::vector<int64_t> allSlots, newSlots;
     for (int64_t s = 0; s < b; ++s) {
       auto [cached, fresh] = c.seqs[s];
-      for (int64_t j = 0; j * c.blockSize < cached + fresh; ++j)
-        tables[s * maxBlocks + j] = free.back(), free.pop_back();
-      for (int p = 0; p < cached + fresh; ++p) {
-        const int64_t slot =
-            int64_t(tables[s * maxBlocks + p / c.blockSize]) * c.blockSize +
-            p % c.blockSize;
-        (p < cached ? allSlots : newSlots).push_back(slot);
-      }
-      contextLens.push_back(cached + fresh);
-      qsl.push_back(qsl.back() + fresh);
+      for (int p = 0; p < cached + fresh; ++p)
+        (p < cached ? allSlots : newSlots).push_back(blocks.slot(s, p));
     }
     const int64_t t = qsl.back();
     // The cached context is written first (as earlier steps would), then
@@ -548,18 +505,10 @@ TEST_F(CudaKernelsTest, KVCacheWriteAndPagedAttention) {
           }
     EXPECT_EQ(writeErr, 0.0);
 
-    AttentionDims a{layer,
-                    c.heads,
-                    c.kvHeads,
-                    c.headDim,
-                    1.0f / std::sqrt(float(c.headDim)),
-                    c.window};
-    cpu::AttentionParams p{layer,
-                           c.heads,
-                           c.kvHeads,
-                           c.headDim,
-                           1.0 / std::sqrt(double(c.headDim)),
-                           c.window};
+    AttentionDims a =
+        attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window);
+    const cpu::AttentionParams p =
+        cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window);
     DeviceArray<int32_t> dTables(tables), dContext(contextLens), dQsl(qsl);
     auto out = DeviceArray<float>::poisoned(q.size());
     ASSERT_EQ(cuda::launchPagedAttention(

@@ -15,19 +15,16 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "runtime/cpu/Kernels.h"
-#include "runtime/cpu/ThreadPool.h"
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Kernels.h"
+#include "tests/runtime/cuda/AttentionTestSupport.h"
 #include "tests/runtime/cuda/DeviceArray.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <iostream>
-#include <limits>
 #include <random>
 
 namespace infer::testing {
@@ -55,134 +52,21 @@ std::string describe(const Case &c, KVCacheDtype dtype) {
   return s;
 }
 
-/// max |actual - expected| / max |expected|; NaN fails.
-double relError(const std::vector<float> &actual,
-                const std::vector<float> &expected) {
-  EXPECT_EQ(actual.size(), expected.size());
-  double maxDiff = 0.0, maxRef = 0.0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    if (!std::isfinite(actual[i]))
-      return INFINITY;
-    maxDiff = std::max(maxDiff, std::fabs(double(actual[i]) - expected[i]));
-    maxRef = std::max(maxRef, std::fabs(double(expected[i])));
-  }
-  return maxRef > 0 ? maxDiff / maxRef : maxDiff;
-}
-
-/// One decode batch: the pool in both forms, tables and the CPU output.
-struct Batch {
-  std::vector<float> q, ref;
-  std::vector<int32_t> tables, contextLens, qsl;
-  std::vector<__nv_bfloat16> bf16;
-  std::vector<uint8_t> codes;
-  std::vector<float> scales;
-  int64_t maxBlocks = 0;
-};
-
-class SplitKVDecodeTest : public ::testing::Test {
+class SplitKVDecodeTest : public GpuAttentionTest {
 protected:
-  void SetUp() override {
-    std::string why;
-    if (!cuda::cudaDeviceAvailable(&why))
-      GTEST_SKIP() << "CUDA kernel tests need a GPU: " << why;
-  }
+  SplitKVDecodeTest() : GpuAttentionTest(/*threads=*/8) {}
 
-  float normal() { return dist_(rng_); }
-
-  /// Random keys and values written into a pool of `dtype` by the CPU
-  /// (bf16: rounded first, so both sides hold the same values).
-  Batch make(const Case &c, KVCacheDtype dtype, int layer, int numLayers) {
-    cpu::CacheGeometry g;
-    g.numLayers = numLayers;
-    g.numKVHeads = c.kvHeads;
-    g.headDim = c.headDim;
-    g.blockSize = c.blockSize;
-    Batch b;
-    const int64_t numSeqs = c.contexts.size();
+  /// One decode sequence per context length over a pool of `dtype` with 2
+  /// spare blocks.
+  PagedBatch make(const Case &c, KVCacheDtype dtype, int layer, int numLayers) {
+    SeqShape seqs;
     for (int n : c.contexts)
-      b.maxBlocks =
-          std::max<int64_t>(b.maxBlocks, (n + c.blockSize - 1) / c.blockSize);
-    const int64_t numBlocks = numSeqs * b.maxBlocks + 2;
-    std::vector<int32_t> free(numBlocks);
-    for (int64_t i = 0; i < numBlocks; ++i)
-      free[i] = int32_t(i);
-    std::shuffle(free.begin(), free.end(), rng_);
-    const bool fp8 = dtype != KVCacheDtype::kBf16;
-    const size_t elements = numBlocks * g.blockElements();
-    std::vector<float> values;
-    cpu::KVPool pool;
-    if (fp8) {
-      b.codes.assign(elements, 0x7F); // NaN in both formats
-      b.scales.assign(elements / c.headDim,
-                      std::numeric_limits<float>::quiet_NaN());
-      pool.codes = b.codes.data();
-      pool.scales = b.scales.data();
-      pool.format =
-          dtype == KVCacheDtype::kF8E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
-    } else {
-      values.assign(elements, std::numeric_limits<float>::quiet_NaN());
-      pool.values = values.data();
-    }
-    b.tables.assign(numSeqs * b.maxBlocks, -1);
-    b.qsl.push_back(0);
-    const int64_t width = g.slotElements();
-    std::vector<float> k(width), v(width);
-    for (int64_t s = 0; s < numSeqs; ++s) {
-      const int n = c.contexts[s];
-      for (int64_t j = 0; j * c.blockSize < n; ++j)
-        b.tables[s * b.maxBlocks + j] = free.back(), free.pop_back();
-      for (int p = 0; p < n; ++p) {
-        const int64_t slot =
-            int64_t(b.tables[s * b.maxBlocks + p / c.blockSize]) * c.blockSize +
-            p % c.blockSize;
-        for (int64_t e = 0; e < width; ++e) {
-          k[e] = __bfloat162float(__float2bfloat16_rn(normal()));
-          v[e] = __bfloat162float(__float2bfloat16_rn(normal()));
-        }
-        cpu::kvCacheWrite(pool, g, layer, k.data(), v.data(), &slot, 1);
-      }
-      b.contextLens.push_back(n);
-      b.qsl.push_back(b.qsl.back() + 1);
-    }
-    if (!fp8) {
-      b.bf16.resize(elements);
-      for (size_t i = 0; i < elements; ++i)
-        b.bf16[i] = __float2bfloat16_rn(values[i]);
-    }
-    b.q.resize(numSeqs * c.heads * c.headDim);
-    for (float &x : b.q)
-      x = normal();
-    cpu::AttentionParams p;
-    p.layer = layer;
-    p.numHeads = c.heads;
-    p.numKVHeads = c.kvHeads;
-    p.headDim = c.headDim;
-    p.scale = 1.0 / std::sqrt(double(c.headDim));
-    p.slidingWindow = c.window;
-    b.ref.resize(b.q.size());
-    cpu::pagedAttention(b.q.data(), pool, g, p, b.tables.data(), b.maxBlocks,
-                        b.contextLens.data(), b.qsl.data(), numSeqs,
-                        b.ref.data(), threads_);
-    return b;
-  }
-
-  std::mt19937 rng_{std::random_device{}()};
-  std::normal_distribution<float> dist_{0.0f, 1.0f};
-  cpu::ThreadPool threads_{8};
-};
-
-/// The device copies of a batch's pool.
-struct DevicePool {
-  DeviceArray<__nv_bfloat16> bf16;
-  DeviceArray<uint8_t> codes;
-  DeviceArray<float> scales;
-  cuda::KVCachePool pool;
-
-  DevicePool(const Batch &b, KVCacheDtype dtype)
-      : bf16(b.bf16), codes(b.codes), scales(b.scales) {
-    pool = dtype == KVCacheDtype::kBf16
-               ? cuda::KVCachePool(bf16.get())
-               : cuda::KVCachePool(codes.get(), scales.get(), dtype);
+      seqs.push_back({n - 1, 1});
+    return makePagedBatch(
+        seqs, dtype,
+        cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize),
+        cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window),
+        /*spareBlocks=*/2);
   }
 };
 
@@ -211,14 +95,10 @@ TEST_F(SplitKVDecodeTest, MatchesCpuAttention) {
   for (KVCacheDtype dtype :
        {KVCacheDtype::kBf16, KVCacheDtype::kF8E5M2, KVCacheDtype::kF8E4M3})
     for (const Case &c : cases) {
-      Batch b = make(c, dtype, layer, numLayers);
+      PagedBatch b = make(c, dtype, layer, numLayers);
       const int64_t numSeqs = c.contexts.size();
-      AttentionDims a{layer,
-                      c.heads,
-                      c.kvHeads,
-                      c.headDim,
-                      1.0f / std::sqrt(float(c.headDim)),
-                      c.window};
+      AttentionDims a =
+          attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window);
       CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
       ASSERT_TRUE(cuda::splitKVDecodeSupports(a, dims)) << describe(c, dtype);
       DevicePool pool(b, dtype);
@@ -262,7 +142,7 @@ TEST_F(SplitKVDecodeTest, LongContextBatchOneTiming) {
       CacheDims dims{1, kvHeads, d, blockSize};
       const int64_t elements = blocks * 2 * blockSize * kvHeads * d;
       std::uniform_int_distribution<int> byte(0, 255);
-      Batch b;
+      PagedBatch b;
       b.maxBlocks = blocks;
       for (int64_t j = 0; j < blocks; ++j)
         b.tables.push_back(int32_t(j));
@@ -286,7 +166,7 @@ TEST_F(SplitKVDecodeTest, LongContextBatchOneTiming) {
       DeviceArray<float> q(b.q);
       DeviceArray<int32_t> tables(b.tables), contextLens(b.contextLens),
           qsl(b.qsl);
-      AttentionDims a{0, heads, kvHeads, d, 1.0f / std::sqrt(float(d)), 0};
+      AttentionDims a = attentionDims(0, heads, kvHeads, d, 0);
       const double kvBytes =
           2.0 * context * kvHeads * d * cuda::kvCacheElementBytes(dtype);
       std::vector<float> outputs[2];
@@ -334,14 +214,10 @@ TEST_F(SplitKVDecodeTest, CapturedGraphReplaysForOtherContexts) {
   // context lengths (device memory the graph reads) change.
   const Case c{32, 8, 128, 0, 16, {5000, 300}};
   const int layer = 0, numLayers = 1;
-  Batch b = make(c, KVCacheDtype::kBf16, layer, numLayers);
+  PagedBatch b = make(c, KVCacheDtype::kBf16, layer, numLayers);
   const int64_t numSeqs = c.contexts.size();
-  AttentionDims a{layer,
-                  c.heads,
-                  c.kvHeads,
-                  c.headDim,
-                  1.0f / std::sqrt(float(c.headDim)),
-                  c.window};
+  AttentionDims a =
+      attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window);
   CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
   DevicePool pool(b, KVCacheDtype::kBf16);
   DeviceArray<float> q(b.q);

@@ -1,0 +1,160 @@
+//===- AttentionTestSupport.cpp - Paged batches for GPU attention tests ---===//
+
+#include "tests/runtime/cuda/AttentionTestSupport.h"
+
+#include "runtime/cuda/CudaBackend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace infer::testing {
+
+using cuda::KVCacheDtype;
+
+std::string describe(const AttentionCase &c) {
+  std::string s = "h=" + std::to_string(c.heads) +
+                  " kvh=" + std::to_string(c.kvHeads) +
+                  " d=" + std::to_string(c.headDim) +
+                  " window=" + std::to_string(c.window) +
+                  " bs=" + std::to_string(c.blockSize) + " seqs";
+  for (auto [cached, fresh] : c.seqs)
+    s += " " + std::to_string(cached) + "+" + std::to_string(fresh);
+  return s;
+}
+
+double relError(const std::vector<float> &actual,
+                const std::vector<float> &expected, double floor) {
+  EXPECT_EQ(actual.size(), expected.size());
+  double maxDiff = 0.0, maxRef = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (!std::isfinite(actual[i]))
+      return INFINITY;
+    maxDiff = std::max(maxDiff, std::fabs(double(actual[i]) - expected[i]));
+    maxRef = std::max(maxRef, std::fabs(double(expected[i])));
+  }
+  maxRef = std::max(maxRef, floor);
+  return maxRef > 0 ? maxDiff / maxRef : maxDiff;
+}
+
+cpu::CacheGeometry cacheGeometry(int numLayers, int kvHeads, int headDim,
+                                 int blockSize) {
+  cpu::CacheGeometry g;
+  g.numLayers = numLayers;
+  g.numKVHeads = kvHeads;
+  g.headDim = headDim;
+  g.blockSize = blockSize;
+  return g;
+}
+
+cpu::AttentionParams cpuAttentionParams(int layer, int heads, int kvHeads,
+                                        int headDim, int window) {
+  cpu::AttentionParams p;
+  p.layer = layer;
+  p.numHeads = heads;
+  p.numKVHeads = kvHeads;
+  p.headDim = headDim;
+  p.scale = 1.0 / std::sqrt(double(headDim));
+  p.slidingWindow = window;
+  return p;
+}
+
+cuda::AttentionDims attentionDims(int layer, int heads, int kvHeads,
+                                  int headDim, int window) {
+  return cuda::AttentionDims{
+      layer, heads, kvHeads, headDim, 1.0f / std::sqrt(float(headDim)), window};
+}
+
+BlockTables shuffledBlockTables(const SeqShape &seqs, int blockSize,
+                                int64_t spareBlocks, std::mt19937 &rng) {
+  BlockTables b;
+  b.blockSize = blockSize;
+  const int64_t numSeqs = seqs.size();
+  for (auto [cached, fresh] : seqs)
+    b.maxBlocks = std::max<int64_t>(
+        b.maxBlocks, (cached + fresh + blockSize - 1) / blockSize);
+  b.numBlocks = numSeqs * b.maxBlocks + spareBlocks;
+  std::vector<int32_t> free(b.numBlocks);
+  for (int64_t i = 0; i < b.numBlocks; ++i)
+    free[i] = int32_t(i);
+  std::shuffle(free.begin(), free.end(), rng);
+  b.tables.assign(numSeqs * b.maxBlocks, -1);
+  b.qsl.push_back(0);
+  for (int64_t s = 0; s < numSeqs; ++s) {
+    auto [cached, fresh] = seqs[s];
+    for (int64_t j = 0; j * blockSize < cached + fresh; ++j)
+      b.tables[s * b.maxBlocks + j] = free.back(), free.pop_back();
+    b.contextLens.push_back(cached + fresh);
+    b.qsl.push_back(b.qsl.back() + fresh);
+  }
+  return b;
+}
+
+DevicePool::DevicePool(const PagedBatch &b, KVCacheDtype dtype)
+    : bf16(b.bf16), codes(b.codes), scales(b.scales) {
+  pool = dtype == KVCacheDtype::kBf16
+             ? cuda::KVCachePool(bf16.get())
+             : cuda::KVCachePool(codes.get(), scales.get(), dtype);
+}
+
+void GpuAttentionTest::SetUp() {
+  std::string why;
+  if (!cuda::cudaDeviceAvailable(&why))
+    GTEST_SKIP() << "CUDA kernel tests need a GPU: " << why;
+}
+
+PagedBatch GpuAttentionTest::makePagedBatch(const SeqShape &seqs,
+                                            KVCacheDtype dtype,
+                                            const cpu::CacheGeometry &g,
+                                            const cpu::AttentionParams &p,
+                                            int64_t spareBlocks) {
+  PagedBatch b;
+  static_cast<BlockTables &>(b) =
+      shuffledBlockTables(seqs, g.blockSize, spareBlocks, rng_);
+  const int64_t numSeqs = seqs.size();
+  const bool fp8 = dtype != KVCacheDtype::kBf16;
+  const size_t elements = b.numBlocks * g.blockElements();
+  std::vector<float> values;
+  cpu::KVPool pool;
+  if (fp8) {
+    b.codes.assign(elements, 0x7F); // NaN in both formats
+    b.scales.assign(elements / g.headDim,
+                    std::numeric_limits<float>::quiet_NaN());
+    pool.codes = b.codes.data();
+    pool.scales = b.scales.data();
+    pool.format =
+        dtype == KVCacheDtype::kF8E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+  } else {
+    values.assign(elements, std::numeric_limits<float>::quiet_NaN());
+    pool.values = values.data();
+  }
+  const int64_t width = g.slotElements();
+  std::vector<float> k(width), v(width);
+  for (int64_t s = 0; s < numSeqs; ++s) {
+    auto [cached, fresh] = seqs[s];
+    for (int pos = 0; pos < cached + fresh; ++pos) {
+      const int64_t slot = b.slot(s, pos);
+      for (int64_t e = 0; e < width; ++e) {
+        k[e] = __bfloat162float(__float2bfloat16_rn(normal()));
+        v[e] = __bfloat162float(__float2bfloat16_rn(normal()));
+      }
+      cpu::kvCacheWrite(pool, g, p.layer, k.data(), v.data(), &slot, 1);
+    }
+  }
+  if (!fp8) {
+    b.bf16.resize(elements);
+    for (size_t i = 0; i < elements; ++i)
+      b.bf16[i] = __float2bfloat16_rn(values[i]);
+  }
+  b.t = b.qsl.back();
+  b.q.resize(size_t(b.t) * p.numHeads * p.headDim);
+  for (float &x : b.q)
+    x = normal();
+  b.ref.resize(b.q.size());
+  cpu::pagedAttention(b.q.data(), pool, g, p, b.tables.data(), b.maxBlocks,
+                      b.contextLens.data(), b.qsl.data(), numSeqs, b.ref.data(),
+                      threads_);
+  return b;
+}
+
+} // namespace infer::testing

@@ -1,0 +1,130 @@
+//===- AttentionTestSupport.h - GPU attention test support ------*- C++ -*-===//
+//
+// What the GPU attention tests (KernelsTest, PrefillAttentionTest,
+// SplitKVDecodeTest, KeyRopeAttentionTest, Fp8KVCacheTest) share: a fixture
+// that skips without a GPU, block tables handed out from a shuffled pool,
+// random paged batches with the CPU kernel's output as the reference, their
+// device copies, and the relative error the tests bound.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_TESTS_RUNTIME_CUDA_ATTENTIONTESTSUPPORT_H
+#define INFER_TESTS_RUNTIME_CUDA_ATTENTIONTESTSUPPORT_H
+
+#include "runtime/cpu/Kernels.h"
+#include "runtime/cpu/ThreadPool.h"
+#include "runtime/cuda/Kernels.h"
+#include "tests/runtime/cuda/DeviceArray.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace infer::testing {
+
+/// Sequences as (cached tokens, new tokens).
+using SeqShape = std::vector<std::pair<int, int>>;
+
+/// An attention shape and the sequences of one batch.
+struct AttentionCase {
+  int heads, kvHeads, headDim, window, blockSize;
+  SeqShape seqs;
+};
+
+/// "h=.. kvh=.. d=.. window=.. bs=.. seqs cached+new ...".
+std::string describe(const AttentionCase &c);
+
+/// max |actual - expected| / max(max |expected|, floor); NaN in `actual` (an
+/// unwritten output or a read of a slot no sequence owns) fails. A floor
+/// above 0 keeps a tiny reference (a single element near a zero of the
+/// function) from turning rounding noise into a large relative error.
+double relError(const std::vector<float> &actual,
+                const std::vector<float> &expected, double floor = 0.0);
+
+/// The pool geometry on the CPU side; cuda::CacheDims is the GPU's.
+cpu::CacheGeometry cacheGeometry(int numLayers, int kvHeads, int headDim,
+                                 int blockSize);
+
+/// Attention of `layer` with scale 1/sqrt(head_dim), on the CPU and the GPU.
+cpu::AttentionParams cpuAttentionParams(int layer, int heads, int kvHeads,
+                                        int headDim, int window);
+cuda::AttentionDims attentionDims(int layer, int heads, int kvHeads,
+                                  int headDim, int window);
+
+/// The block tables of a batch over a pool of numBlocks blocks, handed out
+/// from a shuffled free list (so a sequence's blocks are not contiguous):
+///
+///   tables [numSeqs][maxBlocks]   seq 0: 7 2 5 -1   (-1: past its blocks)
+///                                 seq 1: 0 6 -1 -1
+///   slot of token p of seq s = tables[s][p / blockSize] * blockSize
+///                              + p % blockSize
+///
+/// contextLens[s] = cached + new tokens; qsl (query_start_loc) = the
+/// running sum of the new tokens, numSeqs + 1 entries from 0.
+struct BlockTables {
+  int64_t numBlocks = 0;
+  int64_t maxBlocks = 0;
+  int blockSize = 0;
+  std::vector<int32_t> tables, contextLens, qsl;
+
+  int64_t slot(int64_t seq, int pos) const {
+    return int64_t(tables[seq * maxBlocks + pos / blockSize]) * blockSize +
+           pos % blockSize;
+  }
+};
+
+/// Tables of `seqs` over a pool of their blocks (maxBlocks a sequence) and
+/// `spareBlocks` more, shuffled by `rng`.
+BlockTables shuffledBlockTables(const SeqShape &seqs, int blockSize,
+                                int64_t spareBlocks, std::mt19937 &rng);
+
+/// A batch over a pool of `dtype`: bf16 values, or fp8 codes and scales
+/// (cpu::KVPool's layout); slots no sequence owns hold NaN (code 0x7F in
+/// both fp8 formats). `ref` is the CPU kernel's output for `q`.
+struct PagedBatch : BlockTables {
+  int64_t t = 0; ///< New tokens of all sequences.
+  std::vector<float> q, ref;
+  std::vector<__nv_bfloat16> bf16;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+
+/// The device copies of a batch's pool.
+struct DevicePool {
+  DeviceArray<__nv_bfloat16> bf16;
+  DeviceArray<uint8_t> codes;
+  DeviceArray<float> scales;
+  cuda::KVCachePool pool;
+
+  DevicePool(const PagedBatch &b, cuda::KVCacheDtype dtype);
+};
+
+/// The fixture of the attention tests: skips without a GPU; normal(0, 1)
+/// values from a random seed and the CPU reference's threads.
+class GpuAttentionTest : public ::testing::Test {
+protected:
+  explicit GpuAttentionTest(int threads = 4) : threads_(threads) {}
+  void SetUp() override;
+
+  float normal() { return dist_(rng_); }
+
+  /// A batch of `seqs` over a pool of their blocks and `spareBlocks` more,
+  /// geometry `g`: random keys and values (rounded to bf16, so a bf16 pool
+  /// holds what the CPU's fp32 pool does) of every token written by the CPU
+  /// one token at a time, then random queries of the new tokens and the
+  /// CPU's paged attention `p` over the pool.
+  PagedBatch makePagedBatch(const SeqShape &seqs, cuda::KVCacheDtype dtype,
+                            const cpu::CacheGeometry &g,
+                            const cpu::AttentionParams &p, int64_t spareBlocks);
+
+  std::mt19937 rng_{std::random_device{}()};
+  std::normal_distribution<float> dist_{0.0f, 1.0f};
+  cpu::ThreadPool threads_;
+};
+
+} // namespace infer::testing
+
+#endif // INFER_TESTS_RUNTIME_CUDA_ATTENTIONTESTSUPPORT_H
