@@ -427,19 +427,13 @@ Status CpuBackend::prepareStep(const Step &step, const std::string &where,
     if (a.slidingWindow < 0)
       return invalidArgument("cpu backend: " + where +
                              ": sliding_window must be >= 0");
-    if (!step.attrs.count("key_rotary_dim"))
-      break;
     // Streaming: the rope attributes rotate the cached keys at their index.
-    StatusOr<int64_t> keyRotaryDim = step.getInt("key_rotary_dim");
-    if (!keyRotaryDim.isOk())
-      return withWhere(keyRotaryDim.status());
-    if (a.slidingWindow != 0)
-      return invalidArgument("cpu backend: " + where +
-                             ": key_rotary_dim with a sliding_window");
-    INFER_RETURN_IF_ERROR(prepareRope());
-    a.keyRope = out.rope;
-    a.keyRope.rotaryDim = *keyRotaryDim;
-    INFER_RETURN_IF_ERROR(withWhere(a.keyRope.validate()));
+    StatusOr<std::optional<RopeConfig>> keyRope = keyRopeConfigOf(step);
+    if (!keyRope.isOk())
+      return withWhere(keyRope.status());
+    if (!*keyRope)
+      break;
+    a.keyRope = **keyRope;
     a.keyRopeInvFreq = ropeInverseFrequencies(a.keyRope);
     break;
   }

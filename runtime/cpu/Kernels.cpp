@@ -222,6 +222,19 @@ StatusOr<RopeConfig> ropeConfigOf(const plan::Step &step) {
   return c;
 }
 
+StatusOr<std::optional<RopeConfig>> keyRopeConfigOf(const plan::Step &step) {
+  if (!step.attrs.count("key_rotary_dim"))
+    return std::optional<RopeConfig>();
+  INFER_ASSIGN_OR_RETURN(const int64_t keyRotaryDim,
+                         step.getInt("key_rotary_dim"));
+  if (step.getInt("sliding_window", 0) != 0)
+    return invalidArgument("key_rotary_dim with a sliding_window");
+  INFER_ASSIGN_OR_RETURN(RopeConfig c, ropeConfigOf(step));
+  c.rotaryDim = keyRotaryDim;
+  INFER_RETURN_IF_ERROR(c.validate());
+  return std::optional<RopeConfig>(c);
+}
+
 std::vector<float> ropeInverseFrequencies(const RopeConfig &c) {
   const int64_t half = c.rotaryDim / 2;
   std::vector<float> inv(half);

@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,13 @@ struct RopeConfig {
 /// The validated RopeConfig of a plan step carrying the `rope` attributes
 /// (rope, rope_kv_cache_write; runtime/plan/Plan.h), for every backend.
 StatusOr<RopeConfig> ropeConfigOf(const plan::Step &step);
+
+/// The key rope of a streaming paged_attention step (AttentionParams::keyRope:
+/// the cache holds unrotated keys, each rotated at its cache index): the
+/// step's rope attributes with rotary_dim = key_rotary_dim, validated, for
+/// every backend; std::nullopt for a step without key_rotary_dim. A key rope
+/// with a sliding_window is an error.
+StatusOr<std::optional<RopeConfig>> keyRopeConfigOf(const plan::Step &step);
 
 /// The rotary_dim / 2 inverse frequencies, computed in fp32 like HF's
 /// _compute_default_rope_parameters, _compute_linear_scaling_rope_parameters

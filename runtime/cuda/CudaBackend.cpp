@@ -724,24 +724,16 @@ Status CudaBackend::prepareStep(const Step &step, const std::string &where,
       return unimplemented("cuda backend: " + where + ": head_dim " +
                            std::to_string(a.headDim) + " > " +
                            std::to_string(kMaxHeadDim));
-    if (!step.attrs.count("key_rotary_dim"))
-      break;
     // Streaming: the rope attributes rotate the cached keys at their index.
-    StatusOr<int64_t> keyRotaryDim = step.getInt("key_rotary_dim");
-    if (!keyRotaryDim.isOk())
-      return withWhere(keyRotaryDim.status());
-    if (a.slidingWindow != 0)
-      return invalidArgument("cuda backend: " + where +
-                             ": key_rotary_dim with a sliding_window");
-    StatusOr<cpu::RopeConfig> config = cpu::ropeConfigOf(step);
-    if (!config.isOk())
-      return withWhere(config.status());
-    cpu::RopeConfig keyRope = *config;
-    keyRope.rotaryDim = *keyRotaryDim;
-    INFER_RETURN_IF_ERROR(withWhere(keyRope.validate()));
-    INFER_RETURN_IF_ERROR(upload(cpu::ropeInverseFrequencies(keyRope),
+    StatusOr<std::optional<cpu::RopeConfig>> keyRope =
+        cpu::keyRopeConfigOf(step);
+    if (!keyRope.isOk())
+      return withWhere(keyRope.status());
+    if (!*keyRope)
+      break;
+    INFER_RETURN_IF_ERROR(upload(cpu::ropeInverseFrequencies(**keyRope),
                                  &out.ropeInvFreq, deviceAllocations_));
-    a.keyRotaryDim = static_cast<int>(keyRope.rotaryDim);
+    a.keyRotaryDim = static_cast<int>((*keyRope)->rotaryDim);
     a.keyRopeInvFreq = out.ropeInvFreq;
     break;
   }

@@ -172,6 +172,36 @@ TEST(Rope, RejectsBadConfigs) {
   EXPECT_FALSE(c.validate().isOk());
 }
 
+TEST(Rope, KeyRopeOfAStreamingStep) {
+  plan::Step step{"paged_attention",
+                  {},
+                  {},
+                  {{"head_dim", int64_t(64)},
+                   {"theta", 500000.0},
+                   {"sliding_window", int64_t(0)}}};
+  StatusOr<std::optional<RopeConfig>> none = keyRopeConfigOf(step);
+  ASSERT_TRUE(none.isOk()) << none.status().message();
+  EXPECT_FALSE(none->has_value());
+
+  step.attrs["key_rotary_dim"] = int64_t(32);
+  StatusOr<std::optional<RopeConfig>> keyRope = keyRopeConfigOf(step);
+  ASSERT_TRUE(keyRope.isOk()) << keyRope.status().message();
+  ASSERT_TRUE(keyRope->has_value());
+  EXPECT_EQ((*keyRope)->headDim, 64);
+  EXPECT_EQ((*keyRope)->rotaryDim, 32);
+  EXPECT_EQ((*keyRope)->theta, 500000.0);
+
+  step.attrs["key_rotary_dim"] = int64_t(33);
+  EXPECT_FALSE(keyRopeConfigOf(step).isOk()) << "odd key_rotary_dim";
+  step.attrs["key_rotary_dim"] = int64_t(32);
+  step.attrs["sliding_window"] = int64_t(128);
+  StatusOr<std::optional<RopeConfig>> windowed = keyRopeConfigOf(step);
+  ASSERT_FALSE(windowed.isOk());
+  EXPECT_NE(
+      windowed.status().message().find("key_rotary_dim with a sliding_window"),
+      std::string::npos);
+}
+
 TEST(Rope, RotatesHalvesAndPassesTheRest) {
   RopeConfig c;
   c.headDim = 12;
