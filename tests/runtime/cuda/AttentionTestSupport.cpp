@@ -90,6 +90,17 @@ BlockTables shuffledBlockTables(const SeqShape &seqs, int blockSize,
   return b;
 }
 
+std::vector<int64_t> shuffledSlots(int64_t numBlocks, int blockSize, int t,
+                                   std::mt19937 &rng) {
+  std::vector<int64_t> slots(numBlocks * blockSize);
+  for (size_t i = 0; i < slots.size(); ++i)
+    slots[i] = int64_t(i);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(t);
+  slots[t / 2] = -1;
+  return slots;
+}
+
 DevicePool::DevicePool(const PagedBatch &b, KVCacheDtype dtype)
     : bf16(b.bf16), codes(b.codes), scales(b.scales) {
   pool = dtype == KVCacheDtype::kBf16

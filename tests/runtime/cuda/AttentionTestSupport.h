@@ -81,6 +81,11 @@ struct BlockTables {
 BlockTables shuffledBlockTables(const SeqShape &seqs, int blockSize,
                                 int64_t spareBlocks, std::mt19937 &rng);
 
+/// The slots of `t` tokens written in one call: distinct slots of a pool of
+/// `numBlocks` blocks in shuffled order, the middle token's -1 (skipped).
+std::vector<int64_t> shuffledSlots(int64_t numBlocks, int blockSize, int t,
+                                   std::mt19937 &rng);
+
 /// A batch over a pool of `dtype`: bf16 values, or fp8 codes and scales
 /// (cpu::KVPool's layout); slots no sequence owns hold NaN (code 0x7F in
 /// both fp8 formats). `ref` is the CPU kernel's output for `q`.

@@ -122,12 +122,8 @@ TEST_F(Fp8KVCacheTest, CacheWriteCodesEqualTheCpus) {
       CacheDims dims{2, c.kvHeads, c.headDim, c.blockSize};
       const int layer = 1, width = c.kvHeads * c.headDim;
       const int64_t numBlocks = (c.t + c.blockSize - 1) / c.blockSize + 2;
-      std::vector<int64_t> slots(numBlocks * c.blockSize);
-      for (size_t i = 0; i < slots.size(); ++i)
-        slots[i] = int64_t(i);
-      std::shuffle(slots.begin(), slots.end(), rng_);
-      slots.resize(c.t);
-      slots[c.t / 2] = -1;
+      const std::vector<int64_t> slots =
+          shuffledSlots(numBlocks, c.blockSize, c.t, rng_);
       // Normal values at several magnitudes, one all-zero head vector, one
       // head past E5M2's and (unscaled) E4M3's largest value, subnormals.
       std::vector<float> k = random(size_t(c.t) * width),

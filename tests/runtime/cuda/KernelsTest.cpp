@@ -383,13 +383,8 @@ TEST_F(CudaKernelsTest, RopeKVCacheWrite) {
     cuda::CacheDims dims{2, c.kvHeads, c.headDim, c.blockSize};
     const int layer = 1, width = c.kvHeads * c.headDim;
     const int64_t numBlocks = (c.t + c.blockSize - 1) / c.blockSize + 2;
-    // Distinct shuffled slots, one token skipped (slot -1).
-    std::vector<int64_t> slots(numBlocks * c.blockSize);
-    for (size_t i = 0; i < slots.size(); ++i)
-      slots[i] = int64_t(i);
-    std::shuffle(slots.begin(), slots.end(), rng_);
-    slots.resize(c.t);
-    slots[c.t / 2] = -1;
+    const std::vector<int64_t> slots =
+        shuffledSlots(numBlocks, c.blockSize, c.t, rng_);
     std::uniform_int_distribution<int32_t> pos(0, 5000);
     std::vector<int32_t> positions(c.t);
     for (int32_t &p : positions)
