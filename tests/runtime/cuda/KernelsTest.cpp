@@ -34,14 +34,8 @@ using cuda::CacheDims;
 
 constexpr double kF32Tol = 1e-5;
 
-class CudaKernelsTest : public ::testing::Test {
+class CudaKernelsTest : public GpuAttentionTest {
 protected:
-  void SetUp() override {
-    std::string why;
-    if (!cuda::cudaDeviceAvailable(&why))
-      GTEST_SKIP() << "CUDA kernel tests need a GPU: " << why;
-  }
-
   std::vector<float> random(size_t n, float scale = 1.0f) {
     std::normal_distribution<float> dist(0.0f, scale);
     std::vector<float> v(n);
@@ -49,9 +43,6 @@ protected:
       x = dist(rng_);
     return v;
   }
-
-  std::mt19937 rng_{std::random_device{}()};
-  cpu::ThreadPool pool_{4};
 };
 
 std::vector<__nv_bfloat16> toBf16(const std::vector<float> &v) {
@@ -235,9 +226,9 @@ TEST_F(CudaKernelsTest, LinearThroughCublasLt) {
     ASSERT_TRUE(s.isOk()) << s.message();
     std::vector<float> got = y.download(), ref(size_t(t) * n);
     cpu::linear(roundedToBf16(x).data(), t, k, roundedToBf16(w).data(), n,
-                nullptr, ref.data(), pool_);
+                nullptr, ref.data(), threads_);
     const double err = relError(got, ref);
-    cpu::linear(x.data(), t, k, w.data(), n, nullptr, ref.data(), pool_);
+    cpu::linear(x.data(), t, k, w.data(), n, nullptr, ref.data(), threads_);
     const double errF32 = relError(got, ref);
     const std::string shape = "T=" + std::to_string(t) +
                               " N=" + std::to_string(n) +
@@ -513,7 +504,7 @@ TEST_F(CudaKernelsTest, KVCacheWriteAndPagedAttention) {
     std::vector<float> ref(q.size());
     cpu::pagedAttention(q.data(), cpuPool.data(), g, p, tables.data(),
                         maxBlocks, contextLens.data(), qsl.data(), b,
-                        ref.data(), pool_);
+                        ref.data(), threads_);
     const double err = relError(out.download(), ref);
     report(
         "paged_attention",
