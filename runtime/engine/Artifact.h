@@ -48,6 +48,13 @@ std::string weightsDirOf(const Artifact &artifact, const std::string &override);
 StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
                                 const std::string &weightsDir);
 
+/// Applies a `quantize_fp8_e4m3` weight transform (granularity per-tensor
+/// or per-channel, optional `parts`) to a 2-D fp32 tensor: its data becomes
+/// E4M3 codes with one scale per row (amax / 448 of the row's group), as
+/// loadParams does last. Large tensors are quantized on several threads.
+Status applyQuantizeFp8(const plan::WeightTransform &transform,
+                        HostTensor &tensor);
+
 } // namespace infer
 
 #endif // INFER_RUNTIME_ENGINE_ARTIFACT_H

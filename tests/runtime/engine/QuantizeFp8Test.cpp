@@ -23,6 +23,7 @@
 #include <fstream>
 #include <iostream>
 #include <numeric>
+#include <random>
 
 namespace infer::testing {
 namespace {
@@ -146,6 +147,71 @@ TEST_F(QuantizeFp8Transform, PerChannelScalesEachOutputRow) {
     for (int64_t c = 0; c < cols; ++c)
       ASSERT_EQ(values[r * cols + c], expectedFp8(in[c], scale))
           << "row " << r << " col " << c;
+  }
+}
+
+TEST(QuantizeFp8Threads, LargeTensorsMatchARowByRowQuantization) {
+  // 1024 x 4096 (4M elements) is quantized on several threads where the
+  // machine has them; every code and scale must be what one pass gives.
+  const int64_t rows = 1024, cols = 4096;
+  HostTensor source;
+  source.shape = {rows, cols};
+  source.data.resize(static_cast<size_t>(rows * cols));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (float &x : source.data)
+    x = normal(rng);
+  source.data[12345] = 0.75f; // one outlier sets the per-tensor scale
+  for (int64_t c = 0; c < cols; ++c) // an all-zero row keeps scale 0
+    source.data[static_cast<size_t>(5 * cols + c)] = 0.0f;
+  for (const std::string granularity : {"per-tensor", "per-channel"}) {
+    plan::WeightTransform transform;
+    transform.kind = "quantize_fp8_e4m3";
+    transform.attrs["granularity"] = granularity;
+    if (granularity == "per-tensor")
+      transform.attrs["parts"] = std::vector<int64_t>{512, 256, 256};
+    HostTensor q = source;
+    ASSERT_TRUE(applyQuantizeFp8(transform, q).isOk()) << granularity;
+    ASSERT_EQ(q.fp8Codes.size(), source.data.size());
+    ASSERT_EQ(q.rowScales.size(), static_cast<size_t>(rows));
+    EXPECT_TRUE(q.data.empty());
+    // The reference: each group's amax in one pass, then each element.
+    const std::vector<int64_t> groups =
+        granularity == "per-tensor" ? std::vector<int64_t>{512, 256, 256}
+                                    : std::vector<int64_t>(rows, 1);
+    int64_t row = 0;
+    for (int64_t groupRows : groups) {
+      float amax = 0.0f;
+      for (int64_t i = row * cols; i < (row + groupRows) * cols; ++i)
+        amax = std::max(amax, std::fabs(source.data[static_cast<size_t>(i)]));
+      const float scale = amax / kFp8E4M3Max;
+      for (int64_t r = row; r < row + groupRows; ++r) {
+        ASSERT_EQ(q.rowScales[static_cast<size_t>(r)], scale)
+            << granularity << " row " << r;
+        for (int64_t c = 0; c < cols; ++c) {
+          const size_t i = static_cast<size_t>(r * cols + c);
+          const uint8_t expected =
+              scale == 0.0f
+                  ? 0
+                  : encodeFp8(source.data[i] / scale, Fp8Format::kE4M3);
+          ASSERT_EQ(q.fp8Codes[i], expected)
+              << granularity << " row " << r << " col " << c;
+        }
+      }
+      row += groupRows;
+    }
+  }
+  // A NaN anywhere is an error (not a scale that drops it).
+  for (const float bad : {NAN, INFINITY}) {
+    plan::WeightTransform transform;
+    transform.kind = "quantize_fp8_e4m3";
+    transform.attrs["granularity"] = std::string("per-tensor");
+    HostTensor q = source;
+    q.data[static_cast<size_t>(700 * cols + 3)] = bad;
+    const Status status = applyQuantizeFp8(transform, q);
+    EXPECT_FALSE(status.isOk()) << bad;
+    EXPECT_NE(status.message().find("inf or NaN"), std::string::npos)
+        << status.message();
   }
 }
 
