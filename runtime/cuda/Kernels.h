@@ -75,6 +75,15 @@ struct AttentionDims {
   const float *keyRopeInvFreq = nullptr;
 };
 
+/// Whether `attention` has no key rope (keyRotaryDim 0) or one the attention
+/// kernels take: an even keyRotaryDim <= headDim and its inverse frequencies.
+inline bool validKeyRope(const AttentionDims &attention) {
+  return attention.keyRotaryDim == 0 ||
+         (attention.keyRotaryDim > 0 && attention.keyRotaryDim % 2 == 0 &&
+          attention.keyRotaryDim <= attention.headDim &&
+          attention.keyRopeInvFreq);
+}
+
 /// Largest head_dim the attention kernel supports.
 inline constexpr int kMaxHeadDim = 256;
 
@@ -197,7 +206,8 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
 ///   supports the shape (bf16 q, K, V and probabilities, ~1e-3 relative
 ///   error);
 /// - the rest: an fp32 kernel of one block of 16 warps per (row, head).
-/// It alone rotates keys (keyRotaryDim > 0): such a batch runs on it whole.
+/// All three rotate keys (keyRotaryDim > 0) as they read them, in the same
+/// fp32 arithmetic (the tensor-core kernel before rounding them to bf16).
 cudaError_t launchPagedAttention(const float *q, KVCachePool pool,
                                  CacheDims dims, AttentionDims attention,
                                  const int32_t *blockTables,
@@ -208,7 +218,8 @@ cudaError_t launchPagedAttention(const float *q, KVCachePool pool,
                                  SplitKVWorkspace workspace = {});
 
 /// Whether launchSplitKVDecode takes this shape: head_dim 64, 128 or 256
-/// (the cache's), whole groups of query heads per kv head, no key rope.
+/// (the cache's), whole groups of query heads per kv head, a valid key rope
+/// or none (validKeyRope).
 bool splitKVDecodeSupports(const AttentionDims &attention,
                            const CacheDims &dims);
 
@@ -217,7 +228,7 @@ bool splitKVDecodeSupports(const AttentionDims &attention,
 /// (sequence, kv head, tile of up to 8 query heads, split) reads each key
 /// and value once for the heads of its tile; the keys of a sequence are
 /// split over splitKVSplits(...) blocks whose partial results a second
-/// kernel merges.
+/// kernel merges. Keys are rotated (keyRotaryDim > 0) as they are loaded.
 cudaError_t
 launchSplitKVDecode(const float *q, KVCachePool pool, CacheDims dims,
                     AttentionDims attention, const int32_t *blockTables,
@@ -240,15 +251,16 @@ int splitKVSplits(const AttentionDims &attention, int blockSize,
 size_t splitKVWorkspaceBytes(int headDim);
 
 /// Whether launchPrefillAttention takes this shape on the current device:
-/// head_dim 64 or 128, whole groups of heads per kv head, no key rope,
-/// sm_80 or newer.
+/// head_dim 64 or 128, whole groups of heads per kv head, a valid key rope
+/// or none (validKeyRope), sm_80 or newer.
 bool prefillAttentionSupports(const AttentionDims &attention);
 
 /// launchPagedAttention's function on tensor cores (FlashAttention-2,
 /// mma.sync bf16, fp32 softmax) for the rows of the sequences with two or
 /// more new tokens; the rows of other sequences are left unwritten. fp8
 /// keys and values are dequantized to bf16 as they are staged in shared
-/// memory.
+/// memory; keys are rotated (keyRotaryDim > 0) in fp32 on that way, before
+/// the rounding to bf16.
 cudaError_t
 launchPrefillAttention(const float *q, KVCachePool pool, CacheDims dims,
                        AttentionDims attention, const int32_t *blockTables,

@@ -20,9 +20,10 @@
 // Rows::kAll serves every row of a batch; Rows::kDecode only the decode
 // rows, one block per (sequence, head), exiting unless the sequence has
 // exactly one new token; Rows::kNotDecode the others, one block per (token,
-// head), exiting where the sequence has one new token. It alone serves
-// streaming plans (AttentionDims::keyRotaryDim): key j of a sequence is
-// cached unrotated and rotated at j, its index in the cache, as it is read.
+// head), exiting where the sequence has one new token. Streaming plans
+// (AttentionDims::keyRotaryDim): key j of a sequence is cached unrotated
+// and rotated at j, its index in the cache, as it is read (ropeKeyElement,
+// which the split-KV and tensor-core kernels use too).
 //
 //===----------------------------------------------------------------------===//
 
@@ -158,21 +159,15 @@ cudaError_t dispatchWrite(KVCachePool pool, CacheDims dims, int layer,
 }
 
 /// Element e of the key at element offset `offset`, rotated at `position`
-/// when `rotate` (AttentionDims::keyRotaryDim; ropeKernel's arithmetic).
+/// when `rotate` (AttentionDims::keyRotaryDim; ropeKeyElement).
 template <KVCacheDtype T, bool rotate>
 __device__ __forceinline__ float keyAt(const KVCachePool &pool,
                                        const AttentionDims &a, int64_t offset,
                                        float scale, int e, int64_t position) {
-  if (!rotate || e >= a.keyRotaryDim)
-    return loadKV<T>(pool.data, offset + e, scale);
-  const int half = a.keyRotaryDim / 2;
-  const int f = e < half ? e : e - half;
-  const float angle = static_cast<float>(position) * a.keyRopeInvFreq[f];
-  const float c = static_cast<float>(cos(static_cast<double>(angle)));
-  const float s = static_cast<float>(sin(static_cast<double>(angle)));
-  const float x1 = loadKV<T>(pool.data, offset + f, scale);
-  const float x2 = loadKV<T>(pool.data, offset + f + half, scale);
-  return e < half ? x1 * c - x2 * s : x2 * c + x1 * s;
+  const float x = loadKV<T>(pool.data, offset + e, scale);
+  if (!rotate)
+    return x;
+  return ropeKeyElement<T>(pool.data, offset, scale, a, e, x, position);
 }
 
 template <KVCacheDtype T, bool rotate>
@@ -332,10 +327,8 @@ cudaError_t launchPagedAttention(
   if (attention.headDim > kMaxHeadDim || attention.numHeads > 65535 ||
       (pool.dtype == KVCacheDtype::kF8E4M3 && !pool.scales))
     return cudaErrorInvalidValue;
-  if (attention.keyRotaryDim < 0 || attention.keyRotaryDim % 2 != 0 ||
-      attention.keyRotaryDim > attention.headDim ||
-      (attention.keyRotaryDim > 0 &&
-       (!attention.keyRopeInvFreq || attention.slidingWindow > 0)))
+  if (!validKeyRope(attention) ||
+      (attention.keyRotaryDim > 0 && attention.slidingWindow > 0))
     return cudaErrorInvalidValue;
   // Every sequence has a new token, so a batch of as many tokens as
   // sequences is all decode rows, and only a larger one has prefill rows.

@@ -26,6 +26,10 @@
 // live on the device), so launches read the batch on the device only and
 // can be captured in a CUDA graph.
 //
+// Streaming plans (AttentionDims::keyRotaryDim > 0): each lane rotates its
+// 8 elements of key j at position j as it loads them (ropeKeyElement, the
+// fp32 kernel's arithmetic; the partner elements are read from the pool).
+//
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/Kernels.h"
@@ -50,30 +54,7 @@ constexpr int kBlocksPerSm = 4;
 constexpr int kMinKeysPerSplit = 64;
 constexpr int kMaxSplits = 256;
 
-/// Elements [8 * sub, 8 * sub + 8) of the head vector at element `offset`.
-template <KVCacheDtype T>
-__device__ __forceinline__ void load8(const void *data, int64_t offset,
-                                      float scale, float (&x)[8]) {
-  if constexpr (T == KVCacheDtype::kBf16) {
-    const uint4 raw = *reinterpret_cast<const uint4 *>(
-        static_cast<const __nv_bfloat16 *>(data) + offset);
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      __nv_bfloat162 pair;
-      *reinterpret_cast<uint32_t *>(&pair) = words[i];
-      const float2 f = __bfloat1622float2(pair);
-      x[2 * i] = f.x;
-      x[2 * i + 1] = f.y;
-    }
-  } else {
-    const uint2 raw = *reinterpret_cast<const uint2 *>(
-        static_cast<const uint8_t *>(data) + offset);
-    decodeFp8x8<T>(raw, scale, x);
-  }
-}
-
-template <int D, int kHeadTile, KVCacheDtype T>
+template <int D, int kHeadTile, KVCacheDtype T, bool kRotate>
 __global__ void __launch_bounds__(kThreads)
     splitKVDecodeKernel(const float *q, KVCachePool pool, CacheDims dims,
                         AttentionDims a, const int32_t *blockTables,
@@ -147,8 +128,15 @@ __global__ void __launch_bounds__(kThreads)
         kScale = pool.scales[kOffset / D];
         vScale = pool.scales[vOffset / D];
       }
-      load8<T>(pool.data, kOffset + sub * 8, kScale, kx);
-      load8<T>(pool.data, vOffset + sub * 8, vScale, vx);
+      loadKV8<T>(pool.data, kOffset + sub * 8, kScale, kx);
+      loadKV8<T>(pool.data, vOffset + sub * 8, vScale, vx);
+      // Streaming: key j is cached unrotated and rotated at j.
+      if constexpr (kRotate) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          kx[e] = ropeKeyElement<T>(pool.data, kOffset, kScale, a, sub * 8 + e,
+                                    kx[e], j);
+      }
     }
 #pragma unroll
     for (int h = 0; h < kHeadTile; ++h) {
@@ -283,9 +271,17 @@ cudaError_t launchDecode(const Launch &l) {
   dim3 grid(static_cast<unsigned>(l.splits),
             static_cast<unsigned>(a.numKVHeads * headTiles),
             static_cast<unsigned>(l.numSeqs));
-  splitKVDecodeKernel<D, kHeadTile, T><<<grid, kThreads, 0, l.stream>>>(
-      l.q, l.pool, l.dims, a, l.blockTables, l.maxBlocksPerSeq, l.contextLens,
-      l.queryStartLoc, l.splits, l.out, partialOut, partialMax, partialSum);
+  if (a.keyRotaryDim > 0)
+    splitKVDecodeKernel<D, kHeadTile, T, true><<<grid, kThreads, 0, l.stream>>>(
+        l.q, l.pool, l.dims, a, l.blockTables, l.maxBlocksPerSeq,
+        l.contextLens, l.queryStartLoc, l.splits, l.out, partialOut,
+        partialMax, partialSum);
+  else
+    splitKVDecodeKernel<D, kHeadTile, T, false>
+        <<<grid, kThreads, 0, l.stream>>>(
+            l.q, l.pool, l.dims, a, l.blockTables, l.maxBlocksPerSeq,
+            l.contextLens, l.queryStartLoc, l.splits, l.out, partialOut,
+            partialMax, partialSum);
   if (l.splits == 1)
     return cudaGetLastError();
   dim3 combineGrid(static_cast<unsigned>(l.numSeqs),
@@ -327,7 +323,7 @@ bool splitKVDecodeSupports(const AttentionDims &attention,
                            const CacheDims &dims) {
   return (attention.headDim == 64 || attention.headDim == 128 ||
           attention.headDim == 256) &&
-         attention.keyRotaryDim == 0 && attention.headDim == dims.headDim &&
+         validKeyRope(attention) && attention.headDim == dims.headDim &&
          attention.numKVHeads == dims.numKVHeads && attention.numKVHeads > 0 &&
          attention.numHeads % attention.numKVHeads == 0 &&
          attention.numKVHeads * ((attention.numHeads / attention.numKVHeads +

@@ -88,6 +88,55 @@ __device__ __forceinline__ void decodeFp8x8(uint2 codes, float scale,
     }
 }
 
+/// Elements [offset, offset + 8) of the pool as fp32 (16 bytes of bf16 or 8
+/// of fp8, `offset` a multiple of 8); `scale` as loadKV's.
+template <KVCacheDtype T>
+__device__ __forceinline__ void loadKV8(const void *data, int64_t offset,
+                                        float scale, float (&x)[8]) {
+  if constexpr (T == KVCacheDtype::kBf16) {
+    const uint4 raw = *reinterpret_cast<const uint4 *>(
+        static_cast<const __nv_bfloat16 *>(data) + offset);
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __nv_bfloat162 pair;
+      *reinterpret_cast<uint32_t *>(&pair) = words[i];
+      const float2 f = __bfloat1622float2(pair);
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    }
+  } else {
+    const uint2 raw = *reinterpret_cast<const uint2 *>(
+        static_cast<const uint8_t *>(data) + offset);
+    decodeFp8x8<T>(raw, scale, x);
+  }
+}
+
+/// Streaming plans' key rope (AttentionDims::keyRotaryDim > 0): element e of
+/// the unrotated key cached at element offset `key` (head vector start,
+/// `scale` its loadKV scale), whose own value `x` the caller loaded, rotated
+/// at `position` as ropeKernel (Rope.cu) rotates: rotate-half over
+/// keyRotaryDim, angle position * keyRopeInvFreq[f] in fp32, cos and sin in
+/// double rounded to float. The partner element is read from the pool, so
+/// callers may overwrite their copies in place. Elements past keyRotaryDim
+/// are x. Every attention kernel rotates keys through this function.
+template <KVCacheDtype T>
+__device__ __forceinline__ float ropeKeyElement(const void *data, int64_t key,
+                                                float scale,
+                                                const AttentionDims &a, int e,
+                                                float x, int64_t position) {
+  if (e >= a.keyRotaryDim)
+    return x;
+  const int half = a.keyRotaryDim / 2;
+  const int f = e < half ? e : e - half;
+  const float angle = static_cast<float>(position) * a.keyRopeInvFreq[f];
+  const float c = static_cast<float>(cos(static_cast<double>(angle)));
+  const float s = static_cast<float>(sin(static_cast<double>(angle)));
+  const float partner = loadKV<T>(data, key + (e < half ? e + half : f), scale);
+  const float x1 = e < half ? x : partner, x2 = e < half ? partner : x;
+  return e < half ? x1 * c - x2 * s : x2 * c + x1 * s;
+}
+
 /// The fp8 code of `x` (E4M3: of x / scale, the caller passes the quotient).
 template <KVCacheDtype T>
 __device__ __forceinline__ uint8_t encodeFp8(float x) {
