@@ -5,7 +5,10 @@
 // decode rows stay with pagedAttentionKernel (Attention.cu). A bf16 pool's
 // tiles are copied with cp.async; an fp8 pool's pass through registers,
 // 8 codes per thread and chunk decoded (E4M3: times the head vector's scale)
-// and rounded to bf16 on their way into shared memory.
+// and rounded to bf16 on their way into shared memory. Streaming plans
+// (AttentionDims::keyRotaryDim > 0) stage keys through registers for every
+// pool: key j is decoded to fp32, rotated at j (ropeKeyElement, the fp32
+// kernel's arithmetic), then rounded to bf16; values keep their path.
 //
 // One thread block of 4 warps per (tile of 64 rows, kv head). The rows of a
 // sequence are its (query, head of the kv head's group) pairs, query-major:
@@ -103,16 +106,42 @@ template <int D> __device__ __forceinline__ int swizzled(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) * 8);
 }
 
+/// 8 fp32 values as 8 bf16 in 16 bytes.
+__device__ __forceinline__ uint4 packBf16x8(const float (&x)[8]) {
+  return make_uint4(packBf16(x[0], x[1]), packBf16(x[2], x[3]),
+                    packBf16(x[4], x[5]), packBf16(x[6], x[7]));
+}
+
 /// 8 fp8 codes (E4M3: times `scale`) as 8 bf16 in 16 bytes.
 template <KVCacheDtype T>
 __device__ __forceinline__ uint4 decodeToBf16x8(uint2 codes, float scale) {
   float x[8];
   decodeFp8x8<T>(codes, scale, x);
-  return make_uint4(packBf16(x[0], x[1]), packBf16(x[2], x[3]),
-                    packBf16(x[4], x[5]), packBf16(x[6], x[7]));
+  return packBf16x8(x);
 }
 
-template <int D, KVCacheDtype T>
+/// Chunk `chunk` of key j (element offset kSrc, in its head vector's chunk
+/// `chunk`) as staged through registers: decoded to fp32, rotated at j when
+/// kRotate (ropeKeyElement), rounded to bf16.
+template <int D, KVCacheDtype T, bool kRotate>
+__device__ __forceinline__ uint4 stagedKey(const KVCachePool &pool,
+                                           const AttentionDims &a, int64_t kSrc,
+                                           int chunk, int64_t j) {
+  float scale = 1.0f;
+  if constexpr (KVElement<T>::kScaled)
+    scale = pool.scales[kSrc / D];
+  float x[8];
+  loadKV8<T>(pool.data, kSrc, scale, x);
+  if constexpr (kRotate) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      x[e] = ropeKeyElement<T>(pool.data, kSrc - chunk * 8, scale, a,
+                               chunk * 8 + e, x[e], j);
+  }
+  return packBf16x8(x);
+}
+
+template <int D, KVCacheDtype T, bool kRotate>
 __global__ void __launch_bounds__(kThreads)
     prefillAttentionKernel(const float *q, KVCachePool pool, CacheDims dims,
                            AttentionDims a, const int32_t *blockTables,
@@ -196,23 +225,28 @@ __global__ void __launch_bounds__(kThreads)
       if constexpr (T == KVCacheDtype::kBf16) {
         const auto *values = static_cast<const __nv_bfloat16 *>(pool.data);
         const int bytes = j < keyEnd ? 16 : 0;
-        copyAsync16(sharedAddress(kDst + offset), values + kSrc, bytes);
+        if constexpr (kRotate) {
+          // Rotated keys pass through registers (fp32), as fp8 ones do.
+          *reinterpret_cast<uint4 *>(kDst + offset) =
+              j < keyEnd ? stagedKey<D, T, true>(pool, a, kSrc, chunk, j)
+                         : make_uint4(0, 0, 0, 0);
+        } else {
+          copyAsync16(sharedAddress(kDst + offset), values + kSrc, bytes);
+        }
         copyAsync16(sharedAddress(kDst + kTileElements + offset),
                     values + kSrc + vDelta, bytes);
       } else {
-        // fp8 passes through registers: 8 codes in, 8 bf16 out.
+        // fp8 passes through registers: 8 codes in, 8 bf16 out (keys
+        // rotated in fp32 first when kRotate).
         uint4 kBf16 = make_uint4(0, 0, 0, 0), vBf16 = kBf16;
         if (j < keyEnd) {
           const auto *codes = static_cast<const uint8_t *>(pool.data);
-          const uint2 kCodes = *reinterpret_cast<const uint2 *>(codes + kSrc);
           const uint2 vCodes =
               *reinterpret_cast<const uint2 *>(codes + kSrc + vDelta);
-          float kScale = 1.0f, vScale = 1.0f;
-          if constexpr (KVElement<T>::kScaled) {
-            kScale = pool.scales[kSrc / D];
+          float vScale = 1.0f;
+          if constexpr (KVElement<T>::kScaled)
             vScale = pool.scales[(kSrc + vDelta) / D];
-          }
-          kBf16 = decodeToBf16x8<T>(kCodes, kScale);
+          kBf16 = stagedKey<D, T, kRotate>(pool, a, kSrc, chunk, j);
           vBf16 = decodeToBf16x8<T>(vCodes, vScale);
         }
         *reinterpret_cast<uint4 *>(kDst + offset) = kBf16;
@@ -398,12 +432,14 @@ cudaError_t launch(const float *q, KVCachePool pool, CacheDims dims,
   // Above 48 KiB a kernel's dynamic shared memory needs this opt-in (per
   // device, so on every launch; it enqueues nothing and may be captured).
   constexpr int kShared = prefillSharedBytes<D>();
+  auto *kernel = attention.keyRotaryDim > 0
+                     ? prefillAttentionKernel<D, T, true>
+                     : prefillAttentionKernel<D, T, false>;
   const cudaError_t status = cudaFuncSetAttribute(
-      prefillAttentionKernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      kShared);
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
   if (status != cudaSuccess)
     return status;
-  prefillAttentionKernel<D, T><<<grid, kThreads, kShared, stream>>>(
+  kernel<<<grid, kThreads, kShared, stream>>>(
       q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
       queryStartLoc, numSeqs, out);
   return cudaGetLastError();
@@ -436,7 +472,7 @@ cudaError_t launchOfDtype(const float *q, KVCachePool pool, CacheDims dims,
 
 bool prefillAttentionSupports(const AttentionDims &attention) {
   if ((attention.headDim != 64 && attention.headDim != 128) ||
-      attention.keyRotaryDim > 0)
+      !validKeyRope(attention))
     return false;
   if (attention.numKVHeads <= 0 || attention.numKVHeads > 65535 ||
       attention.numHeads % attention.numKVHeads != 0)
