@@ -3,11 +3,19 @@
 // launchPagedAttention with AttentionDims::keyRotaryDim (StreamingLLM: keys
 // cached unrotated, key j of a sequence rotated at j, its index in the
 // cache) against the CPU kernel with AttentionParams::keyRope, on fresh
-// random inputs: bf16 and both fp8 pools, full and partial rotary dims,
-// GQA, block sizes 16/32, mixed prefill + decode batches over several
-// blocks. Both sides rotate the same dequantized keys with the same fp32
-// arithmetic (cos and sin in double, rounded to float) and sum in fp32 in a
-// different order: 1e-5 of the largest output.
+// random inputs: bf16 and both fp8 pools, full and partial rotary dims (one
+// whose half, 10, cuts the 8-element chunks the fast kernels load), GQA,
+// block sizes 16/32, mixed prefill + decode batches. Each kernel is checked
+// on the rows it serves:
+// - decode rows on the split-KV kernel (head_dim 64/128/256), contexts up to
+//   3000 keys split over many blocks: both sides rotate the same dequantized
+//   keys with the same fp32 arithmetic (cos and sin in double, rounded to
+//   float) and sum in fp32 in a different order, so SplitKVDecodeTest's
+//   bound, 1e-5 + 2e-6 sqrt(n) of the largest output for n keys;
+// - prefill rows on the tensor-core kernel (head_dim 64/128), which rounds
+//   the rotated keys, q, the values and the probabilities to bf16: 1e-2 of
+//   the largest output, PrefillAttentionTest's bound;
+// - every row of head_dim 96 on the fp32 kernel: 1e-5.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +27,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 
 namespace infer::testing {
@@ -27,19 +37,36 @@ namespace {
 using cuda::KVCacheDtype;
 
 constexpr double kF32Tol = 1e-5;
+constexpr double kBf16Tol = 1e-2;
 
 struct Case {
   int heads, kvHeads, headDim, rotaryDim, blockSize;
   SeqShape seqs;
 };
 
+/// The rows [token, heads * head_dim] of `rows` of the sequences with one
+/// new token (`decode`) or with more.
+std::vector<float> rowsOf(const std::vector<float> &rows, const PagedBatch &b,
+                          int64_t width, bool decode) {
+  std::vector<float> picked;
+  for (size_t s = 0; s + 1 < b.qsl.size(); ++s)
+    if ((b.qsl[s + 1] - b.qsl[s] == 1) == decode)
+      picked.insert(picked.end(), rows.begin() + b.qsl[s] * width,
+                    rows.begin() + b.qsl[s + 1] * width);
+  return picked;
+}
+
 using KeyRopeAttentionTest = GpuAttentionTest;
 
 TEST_F(KeyRopeAttentionTest, MatchesCpuAttention) {
   const Case cases[] = {
-      {8, 2, 64, 64, 16, {{40, 1}, {0, 37}, {100, 1}}},
-      {32, 8, 128, 128, 32, {{300, 1}, {20, 50}}},
-      {4, 4, 64, 32, 16, {{70, 9}, {5, 1}}},
+      {8, 2, 128, 128, 16, {{2999, 1}, {0, 37}, {100, 1}}}, // GQA 4, full
+      {32, 8, 128, 64, 32, {{3000, 1}, {20, 150}}},         // partial, chunked
+      {8, 2, 64, 64, 16, {{0, 200}, {1500, 1}}},            // d 64, full
+      {4, 4, 64, 32, 16, {{70, 9}, {5, 1}}},                // d 64, partial
+      {8, 4, 64, 20, 16, {{1000, 1}, {30, 70}}},            // half 10
+      {8, 2, 256, 128, 16, {{3000, 1}, {40, 1}}},           // d 256, decode
+      {4, 2, 96, 64, 16, {{300, 1}, {10, 40}}},             // d 96: fp32
   };
   const int layer = 1, numLayers = 2;
   for (KVCacheDtype dtype :
@@ -64,6 +91,7 @@ TEST_F(KeyRopeAttentionTest, MatchesCpuAttention) {
       p.keyRopeInvFreq = cpu::ropeInverseFrequencies(p.keyRope);
       const PagedBatch b =
           makePagedBatch(c.seqs, dtype, g, p, /*spareBlocks=*/2);
+      const int64_t numSeqs = c.seqs.size();
 
       DevicePool pool(b, dtype);
       DeviceArray<float> dq(b.q), dFreq(p.keyRopeInvFreq);
@@ -74,16 +102,53 @@ TEST_F(KeyRopeAttentionTest, MatchesCpuAttention) {
       a.keyRotaryDim = c.rotaryDim;
       a.keyRopeInvFreq = dFreq.get();
       cuda::CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+      // The routing under test: the fast kernels take streaming shapes.
+      const bool splitKV = c.headDim != 96;
+      const bool tensorCores = c.headDim == 64 || c.headDim == 128;
+      ASSERT_EQ(cuda::splitKVDecodeSupports(a, dims), splitKV) << what;
+      ASSERT_EQ(cuda::prefillAttentionSupports(a), tensorCores) << what;
+      const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(c.headDim);
+      auto workspace =
+          DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
+      const int splits = cuda::splitKVSplits(a, c.blockSize, b.maxBlocks,
+                                             numSeqs, workspaceBytes);
       auto out = DeviceArray<float>::poisoned(b.q.size());
       ASSERT_EQ(cuda::launchPagedAttention(
                     dq.get(), pool.pool, dims, a, dTables.get(), b.maxBlocks,
-                    dContext.get(), dQsl.get(), c.seqs.size(), b.t, out.get(),
-                    nullptr),
+                    dContext.get(), dQsl.get(), numSeqs, b.t, out.get(),
+                    nullptr,
+                    cuda::SplitKVWorkspace{workspace.get(), workspaceBytes}),
                 cudaSuccess);
-      const double err = relError(out.download(), b.ref);
-      std::cout << "[ kernel   ] key_rope_attention " << what << " max rel err "
-                << err << "\n";
-      EXPECT_LT(err, kF32Tol) << what;
+      const std::vector<float> actual = out.download();
+
+      const int64_t width = int64_t(c.heads) * c.headDim;
+      int longestDecode = 0;
+      for (const auto &[cached, fresh] : c.seqs)
+        if (fresh == 1)
+          longestDecode = std::max(longestDecode, cached + 1);
+      const double decodeTol =
+          splitKV ? 1e-5 + 2e-6 * std::sqrt(double(longestDecode)) : kF32Tol;
+      const double prefillTol = tensorCores ? kBf16Tol : kF32Tol;
+      for (bool decode : {true, false}) {
+        const std::vector<float> expected = rowsOf(b.ref, b, width, decode);
+        if (expected.empty())
+          continue;
+        const double err =
+            relError(rowsOf(actual, b, width, decode), expected);
+        const char *kernel = decode ? (splitKV ? "split_kv" : "fp32")
+                                    : (tensorCores ? "tensor_core" : "fp32");
+        std::cout << "[ kernel   ] key_rope_attention " << what << " "
+                  << (decode ? "decode" : "prefill") << " rows on " << kernel
+                  << (decode && splitKV
+                          ? " (" + std::to_string(splits) + " splits)"
+                          : std::string())
+                  << " max rel err " << err << "\n";
+        EXPECT_LT(err, decode ? decodeTol : prefillTol)
+            << what << (decode ? " decode" : " prefill");
+      }
+      // Contexts of 1000+ keys are split over several blocks.
+      if (splitKV && longestDecode >= 1000)
+        EXPECT_GT(splits, 4) << what;
     }
 }
 
