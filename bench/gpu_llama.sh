@@ -15,7 +15,11 @@
 #   PART=kv8    the same sweeps with an fp8 E4M3 KV cache (.gpu/llama3-8b-kv8:
 #               infer compile --kv-cache-dtype fp8_e4m3)
 #   PART=serve  `infer bench` offline throughput through the engine (SERVE:
-#               in:out:prompts items, default 128:128:2000 2048:128:1000)
+#               in:out:prompts items, default 128:128:2000 2048:128:1000;
+#               SERVE_ARTS: the artifacts, default llama3-8b, add
+#               llama3-8b-fp8 llama3-8b-kv8 for the fp8 variants)
+#   PART=profile infer-cuda-bench --profile: time per step and op of decode
+#               (batch 1, 256) and prefill (2048, 8192), bf16
 #   PART=hf     the HF transformers peer on the same Llama-3-8B checkpoint
 #   PART=torch  the PyTorch CUDA-graph decode peer (.gpu/peer_pytorch_decode.py,
 #               from ../shared/tools); PART=compile the torch.compile peer
@@ -33,12 +37,12 @@ has() { [[ " $PART " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 
 NEED_CKPT=0
-for p in ours fp8 kv8 serve hf; do has $p && NEED_CKPT=1; done
+for p in ours fp8 kv8 serve hf profile; do has $p && NEED_CKPT=1; done
 if [ $NEED_CKPT = 1 ]; then
   python3 bench/random_checkpoint.py llama3-8b /tmp/l8b >"$OUT/ckpt.log" 2>&1 &
   CKPT=$!
 fi
-if has ours || has tests || has serve || has fp8 || has kv8; then
+if has ours || has tests || has serve || has fp8 || has kv8 || has profile; then
   BUILD_ONLY=1 TARGETS="infer infer-cuda-bench InferCudaTests" OUT=$OUT \
     BUILD=$BUILD SRC=${SRC:-$ROOT} bash tests/runtime/cuda/gpu_check.sh || exit 1
 fi
@@ -74,12 +78,20 @@ if has kv8; then
     --decode-batches ${KV8_BATCHES:-1,32,128,256} --long-context ${LONG:-1:8192,1:32768,32:2048} \
     --prefill ${KV8_PREFILL:-2048,8192} 2>&1 | tee "$OUT/ours-llama3-8b-kv8.md"
 fi
+if has profile; then
+  "$BUILD/bin/infer-cuda-bench" .gpu/llama3-8b --weights /tmp/l8b --profile --sample greedy \
+    --decode-batches 1,256 --prefill 2048,8192 --steps 8 --repeats 1 2>&1 |
+    tee "$OUT/profile-llama3-8b.md"
+fi
 if has serve; then
-  for len in ${SERVE:-128:128:2000 2048:128:1000}; do
-    IFS=: read -r in out n <<<"$len"
-    timeout 300 "$BUILD/bin/infer" bench .gpu/llama3-8b --weights /tmp/l8b --backend cuda \
-      --input-len $in --output-len $out --num-prompts $n --max-num-batched-tokens 8192 \
-      --gpu-memory-utilization 0.9 --seed 0 2>&1 | tail -8 | tee -a "$OUT/serve.log"
+  for art in ${SERVE_ARTS:-llama3-8b}; do
+    for len in ${SERVE:-128:128:2000 2048:128:1000}; do
+      IFS=: read -r in out n <<<"$len"
+      echo "== $art $len" | tee -a "$OUT/serve.log"
+      timeout 300 "$BUILD/bin/infer" bench ".gpu/$art" --weights /tmp/l8b --backend cuda \
+        --input-len $in --output-len $out --num-prompts $n --max-num-batched-tokens 8192 \
+        --gpu-memory-utilization 0.9 --seed 0 2>&1 | tail -8 | tee -a "$OUT/serve.log"
+    done
   done
 fi
 if has hf; then
