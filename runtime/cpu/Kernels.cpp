@@ -316,12 +316,13 @@ void KVPool::storeHead(int64_t offset, int64_t headDim,
   float amax = 0.0f;
   for (int64_t e = 0; e < headDim; ++e)
     amax = std::max(amax, std::fabs(src[e]));
-  // An all-zero head keeps scale 0 and codes 0 (no division by zero); a
-  // non-finite one gets a non-finite scale, as the activations it came from.
+  // A head whose scale is 0 (all zeros, or an amax so small that amax / 448
+  // underflows) keeps codes 0, no 0 / 0; a non-finite one gets a non-finite
+  // scale, as the activations it came from.
   const float scale = amax / kFp8E4M3Max;
   scales[offset / headDim] = scale;
   for (int64_t e = 0; e < headDim; ++e)
-    out[e] = amax == 0.0f ? 0 : encodeFp8(src[e] / scale, Fp8Format::kE4M3);
+    out[e] = scale == 0.0f ? 0 : encodeFp8(src[e] / scale, Fp8Format::kE4M3);
 }
 
 void KVPool::decodeHead(int64_t offset, int64_t headDim, float *out) const {

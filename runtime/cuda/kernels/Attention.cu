@@ -102,7 +102,8 @@ __global__ void kvCacheWriteKernel(KVCachePool pool, CacheDims dims, int layer,
       } else {
         for (int offset = 16; offset > 0; offset /= 2)
           amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-        // An all-zero head keeps scale 0 and codes 0 (no division by zero).
+        // A head whose scale is 0 (all zeros, or an amax so small that
+        // amax / 448 underflows) keeps codes 0: no 0 / 0.
         const float scale = amax / 448.0f;
         if (lane == 0)
           pool.scales[dst / d] = scale;
@@ -110,7 +111,7 @@ __global__ void kvCacheWriteKernel(KVCachePool pool, CacheDims dims, int layer,
         for (int r = 0; r < kPerLane; ++r)
           if (lane + 32 * r < d)
             data[dst + lane + 32 * r] =
-                amax == 0.0f ? uint8_t(0) : encodeFp8<T>(x[r] / scale);
+                scale == 0.0f ? uint8_t(0) : encodeFp8<T>(x[r] / scale);
       }
     }
   }

@@ -71,7 +71,9 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0)
     scales[blockIdx.x] = scale;
   auto encode = [&](float v) {
-    return amax == 0.0f ? uint8_t(0) : encodeE4M3(v / scale);
+    // Scale 0 (all zeros, or amax / 448 underflowing) gives codes 0, as
+    // the host quantizer does.
+    return scale == 0.0f ? uint8_t(0) : encodeE4M3(v / scale);
   };
   if constexpr (Vec4) {
     const float4 *row4 = reinterpret_cast<const float4 *>(row);

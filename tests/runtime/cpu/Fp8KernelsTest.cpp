@@ -99,6 +99,10 @@ TEST_P(Fp8KVPool, WriteThenReadRoundTripsThroughFp8) {
   // A head of zeros (scale 0) and values past E5M2's range (saturation).
   std::fill_n(k.begin() + width, g.headDim, 0.0f);
   v[2 * width + 1] = 1e6f;
+  // A head of subnormals so small that amax / 448 underflows to a scale of
+  // 0, and a zero in it: codes 0, not 0 / 0.
+  std::fill_n(k.begin() + 4 * width + g.headDim, g.headDim, 1e-44f);
+  k[4 * width + g.headDim + 3] = 0.0f;
   const std::vector<int64_t> slots = {9, 0, 4, -1, 11};
   kvCacheWrite(pool, g, layer, k.data(), v.data(), slots.data(), t);
 
@@ -122,6 +126,7 @@ TEST_P(Fp8KVPool, WriteThenReadRoundTripsThroughFp8) {
           const uint8_t code =
               scale == 0.0f ? 0 : encodeFp8(in[e] / scale, format);
           ASSERT_EQ(codes[offset + e], code);
+          ASSERT_FALSE(std::isnan(out[e]));
           ASSERT_EQ(out[e], decodeFp8(code, format) * scale)
               << "token " << i << " kv " << kv << " head " << h << " elem "
               << e;
