@@ -45,7 +45,8 @@ struct Batch {
   int64_t numSeqs() const { return static_cast<int64_t>(contextLens.size()); }
 
   /// Checks sizes and index ranges against a pool of `numBlocks` blocks of
-  /// `blockSize` slots, so a backend never reads or writes out of bounds.
+  /// `blockSize` slots, so a backend never reads or writes out of bounds,
+  /// and that every sequence has at least one new token.
   Status validate(int64_t numBlocks, int64_t blockSize) const;
 };
 

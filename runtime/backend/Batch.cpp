@@ -30,6 +30,12 @@ Status Batch::validate(int64_t numBlocks, int64_t blockSize) const {
     if (newTokens < 0)
       return invalidArgument("batch: query_start_loc decreases at sequence " +
                              str(s));
+    // A sequence in a batch schedules at least one token (the batch
+    // contract's "all scheduled tokens"); the CUDA attention routing counts
+    // on it (a batch with as many tokens as sequences is all decode rows).
+    if (newTokens == 0)
+      return invalidArgument("batch: sequence " + str(s) +
+                             " has no new tokens (query_start_loc repeats)");
     const int64_t context = contextLens[s];
     if (context < newTokens)
       return invalidArgument("batch: sequence " + str(s) + " has " +

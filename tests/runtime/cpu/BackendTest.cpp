@@ -125,6 +125,16 @@ TEST_F(LlamaGqa, RejectsBadBatchesWithoutTouchingMemory) {
   bad = prefill({1, 2, 3});
   bad.queryStartLoc = {0, 2};
   EXPECT_FALSE(backend.forward(bad).isOk()) << "query_start_loc";
+  // Two sequences, the first with no new token.
+  bad = prefill({1, 2, 3});
+  bad.queryStartLoc = {0, 0, 3};
+  bad.contextLens = {2, 3};
+  bad.blockTables.insert(bad.blockTables.end(), bad.blockTables.begin(),
+                         bad.blockTables.end());
+  StatusOr<Logits> empty = backend.forward(bad);
+  ASSERT_FALSE(empty.isOk());
+  EXPECT_NE(empty.status().message().find("no new tokens"), std::string::npos)
+      << empty.status().message();
   StatusOr<Logits> oov = backend.forward(prefill({1, 512, 3}));
   ASSERT_FALSE(oov.isOk());
   EXPECT_NE(oov.status().message().find("token id 512"), std::string::npos);
