@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/CpuBackend.h"
+#include "tests/runtime/support/Batches.h"
 
 #include <gtest/gtest.h>
 
@@ -98,20 +99,12 @@ std::pair<plan::Plan, std::vector<ParamTable>> buildPlan(int numRanks) {
   return {p, params};
 }
 
+/// A prompt in block 0 (the plans here have one block per sequence), with
+/// the logits of every token.
 Batch batchOf(const std::vector<int32_t> &tokens) {
-  Batch b;
-  b.tokenIds = tokens;
-  b.queryStartLoc = {0, static_cast<int32_t>(tokens.size())};
-  b.contextLens = {static_cast<int32_t>(tokens.size())};
-  b.maxBlocksPerSeq = 1;
-  b.blockTables = {0};
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    b.positions.push_back(static_cast<int32_t>(i));
-    b.slotMapping.push_back(static_cast<int64_t>(i));
-  }
-  for (size_t i = 0; i < tokens.size(); ++i)
-    b.logitsIndices.push_back(static_cast<int32_t>(i));
-  return b;
+  return testing::oneSequenceBatch(tokens, 0, /*blockSize=*/0,
+                                   /*maxBlocks=*/1,
+                                   /*allLogits=*/true);
 }
 
 /// A one-rank plan runs in a group of one, whose collectives are the

@@ -21,6 +21,7 @@
 #include "runtime/spec/DraftModelProposer.h"
 #include "runtime/spec/NgramProposer.h"
 #include "runtime/spec/Speculator.h"
+#include "tests/runtime/support/Batches.h"
 #include "tests/runtime/support/FixtureCases.h"
 #include "tests/runtime/support/Generate.h"
 #include "tests/runtime/support/LlamaPlan.h"
@@ -133,18 +134,8 @@ protected:
         (static_cast<int64_t>(context.size()) + blockSize - 1) / blockSize;
     std::unique_ptr<Backend> backend = gpuBackend(target_, blocks);
     ASSERT_NE(backend, nullptr);
-    Batch batch;
-    batch.maxBlocksPerSeq = blocks;
-    for (int64_t j = 0; j < blocks; ++j)
-      batch.blockTables.push_back(static_cast<int32_t>(j));
-    for (size_t p = 0; p < context.size(); ++p) {
-      batch.tokenIds.push_back(context[p]);
-      batch.positions.push_back(static_cast<int32_t>(p));
-      batch.slotMapping.push_back(static_cast<int64_t>(p));
-    }
-    batch.queryStartLoc = {0, static_cast<int32_t>(context.size())};
-    batch.contextLens = {static_cast<int32_t>(context.size())};
-    batch.logitsIndices = {static_cast<int32_t>(context.size() - 1)};
+    const Batch batch =
+        oneSequenceBatch(context, 0, blockSize, blocks, /*allLogits=*/false);
     StatusOr<Logits> logits = backend->forward(batch);
     ASSERT_TRUE(logits.isOk()) << logits.status().message();
     const float *row = logits->row(0);

@@ -21,6 +21,7 @@
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/plan/FusedBody.h"
 #include "runtime/safetensors/Safetensors.h"
+#include "tests/runtime/support/Batches.h"
 #include "tests/runtime/support/FixtureCases.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
@@ -46,26 +47,6 @@ using Case = FixtureCase;
 
 std::vector<Case> fixtureCases() {
   return loadFixtureCases(INFER_FIXTURES_DIR, INFER_PROJECT_FIXTURES_DIR);
-}
-
-/// One sequence in blocks 0, 1, ...: `fresh` new tokens after `cached`.
-Batch sequenceBatch(const std::vector<int32_t> &tokens, int64_t cached,
-                    int64_t blockSize, int64_t maxBlocks, bool allLogits) {
-  Batch batch;
-  const int64_t total = static_cast<int64_t>(tokens.size());
-  batch.maxBlocksPerSeq = maxBlocks;
-  for (int64_t j = 0; j < maxBlocks; ++j)
-    batch.blockTables.push_back(static_cast<int32_t>(j));
-  batch.queryStartLoc = {0, static_cast<int32_t>(total - cached)};
-  batch.contextLens = {static_cast<int32_t>(total)};
-  for (int64_t p = cached; p < total; ++p) {
-    batch.tokenIds.push_back(tokens[p]);
-    batch.positions.push_back(static_cast<int32_t>(p));
-    batch.slotMapping.push_back(p);
-    if (allLogits || p == total - 1)
-      batch.logitsIndices.push_back(static_cast<int32_t>(p - cached));
-  }
-  return batch;
 }
 
 int32_t argmax(const float *row, int64_t n) {
@@ -138,7 +119,7 @@ protected:
   Logits promptLogits(Backend &backend, const std::vector<int32_t> &tokens) {
     const int64_t blocks = blocksFor(tokens.size());
     StatusOr<Logits> l = backend.forward(
-        sequenceBatch(tokens, 0, blockSize_, blocks, /*allLogits=*/true));
+        oneSequenceBatch(tokens, 0, blockSize_, blocks, /*allLogits=*/true));
     EXPECT_TRUE(l.isOk()) << l.status().message();
     return l.isOk() ? std::move(l).value() : Logits();
   }
@@ -247,7 +228,7 @@ TEST_P(CudaFixturesTest, GreedyFollowsTransformers) {
     int64_t cached = 0;
     while (static_cast<int64_t>(generated.size()) < steps) {
       StatusOr<Logits> l = g->forward(
-          sequenceBatch(tokens, cached, blockSize_, maxBlocks, false));
+          oneSequenceBatch(tokens, cached, blockSize_, maxBlocks, false));
       ASSERT_TRUE(l.isOk()) << l.status().message();
       cached = static_cast<int64_t>(tokens.size());
       generated.push_back(argmax(l->row(0), l->vocab));
@@ -347,11 +328,11 @@ TEST_P(CudaFixturesTest, StepProfileTimesEveryStepAndChangesNothing) {
   for (Backend *b : {plain.get(), profiled.get()}) {
     std::vector<int32_t> all = prompt;
     StatusOr<Logits> first =
-        b->forward(sequenceBatch(all, 0, blockSize_, blocks, false));
+        b->forward(oneSequenceBatch(all, 0, blockSize_, blocks, false));
     ASSERT_TRUE(first.isOk()) << first.status().message();
     all.push_back(argmax(first->row(0), first->vocab));
     StatusOr<Logits> next = b->forward(
-        sequenceBatch(all, all.size() - 1, blockSize_, blocks, false));
+        oneSequenceBatch(all, all.size() - 1, blockSize_, blocks, false));
     ASSERT_TRUE(next.isOk()) << next.status().message();
     all.push_back(argmax(next->row(0), next->vocab));
     if (b == plain.get())
@@ -395,7 +376,8 @@ TEST_P(CudaFixturesTest, GraphReplaysEqualEagerRuns) {
   std::vector<int32_t> tokens = prompt;
   int64_t cached = 0;
   for (int step = 0; step < 6; ++step) {
-    Batch batch = sequenceBatch(tokens, cached, blockSize_, maxBlocks, false);
+    Batch batch =
+        oneSequenceBatch(tokens, cached, blockSize_, maxBlocks, false);
     StatusOr<Logits> a = graphs->forward(batch), b = eager->forward(batch);
     ASSERT_TRUE(a.isOk()) << a.status().message();
     ASSERT_TRUE(b.isOk()) << b.status().message();
@@ -417,14 +399,14 @@ TEST_P(CudaFixturesTest, CopiedBlocksGiveTheSameLogits) {
   ASSERT_TRUE(g);
   std::vector<int32_t> prefix(input.begin(), input.end() - 1);
   ASSERT_TRUE(
-      g->forward(sequenceBatch(prefix, 0, blockSize_, used, false)).isOk());
+      g->forward(oneSequenceBatch(prefix, 0, blockSize_, used, false)).isOk());
   std::vector<std::pair<int32_t, int32_t>> copies;
   for (int64_t j = 0; j < used; ++j)
     copies.emplace_back(static_cast<int32_t>(j),
                         static_cast<int32_t>(2 * used - 1 - j));
   Status copied = g->copyBlocks(copies);
   ASSERT_TRUE(copied.isOk()) << copied.message();
-  Batch original = sequenceBatch(input, t - 1, blockSize_, used, false);
+  Batch original = oneSequenceBatch(input, t - 1, blockSize_, used, false);
   Batch forked = original;
   for (int64_t j = 0; j < used; ++j)
     forked.blockTables[j] = copies[j].second;

@@ -38,6 +38,7 @@
 #include "runtime/engine/Artifact.h"
 #include "tests/runtime/cuda/AttentionTestSupport.h"
 #include "tests/runtime/cuda/DeviceArray.h"
+#include "tests/runtime/support/Batches.h"
 #include "tests/runtime/support/FixtureCases.h"
 #include "tests/runtime/support/Generate.h"
 #include "tests/runtime/support/LlamaPlan.h"
@@ -371,18 +372,8 @@ protected:
     const int64_t blockSize = artifact.plan.kvCache.blockSize;
     const int64_t blocks =
         (static_cast<int64_t>(context.size()) + blockSize - 1) / blockSize;
-    Batch batch;
-    batch.maxBlocksPerSeq = blocks;
-    for (int64_t j = 0; j < blocks; ++j)
-      batch.blockTables.push_back(static_cast<int32_t>(j));
-    for (size_t p = 0; p < context.size(); ++p) {
-      batch.tokenIds.push_back(context[p]);
-      batch.positions.push_back(static_cast<int32_t>(p));
-      batch.slotMapping.push_back(static_cast<int64_t>(p));
-    }
-    batch.queryStartLoc = {0, static_cast<int32_t>(context.size())};
-    batch.contextLens = {static_cast<int32_t>(context.size())};
-    batch.logitsIndices = {static_cast<int32_t>(context.size() - 1)};
+    const Batch batch =
+        oneSequenceBatch(context, 0, blockSize, blocks, /*allLogits=*/false);
     StatusOr<Logits> logits = backend.forward(batch);
     EXPECT_TRUE(logits.isOk()) << logits.status().message();
     if (!logits.isOk())

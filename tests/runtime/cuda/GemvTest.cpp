@@ -30,6 +30,7 @@
 #include "runtime/cuda/Kernels.h"
 #include "runtime/support/Fp8.h"
 #include "tests/runtime/cuda/DeviceArray.h"
+#include "tests/runtime/support/Batches.h"
 #include "tests/runtime/support/FixtureCases.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
@@ -371,26 +372,12 @@ TEST(CudaFp8ArtifactTest, MatchesTheCpuBackend) {
       cpu::createCpuBackend(artifact->plan, 0, *params, cpuOptions);
   ASSERT_TRUE(cpuBackend.isOk()) << cpuBackend.status().message();
 
-  // One sequence in blocks 0..blocks-1: tokens[cached..] are new.
-  auto batchOf = [&](const std::vector<int32_t> &tokens, int64_t cached) {
-    Batch batch;
-    batch.maxBlocksPerSeq = blocks;
-    for (int64_t j = 0; j < blocks; ++j)
-      batch.blockTables.push_back(static_cast<int32_t>(j));
-    batch.queryStartLoc = {0, static_cast<int32_t>(tokens.size() - cached)};
-    batch.contextLens = {static_cast<int32_t>(tokens.size())};
-    for (int64_t p = cached; p < int64_t(tokens.size()); ++p) {
-      batch.tokenIds.push_back(tokens[p]);
-      batch.positions.push_back(static_cast<int32_t>(p));
-      batch.slotMapping.push_back(p);
-      batch.logitsIndices.push_back(static_cast<int32_t>(p - cached));
-    }
-    return batch;
-  };
   std::vector<int32_t> tokens = prompt;
   int64_t cached = 0;
   for (int64_t step = 0; step <= kSteps; ++step) {
-    const Batch batch = batchOf(tokens, cached);
+    // One sequence in blocks 0..blocks-1: tokens[cached..] are new.
+    const Batch batch =
+        oneSequenceBatch(tokens, cached, blockSize, blocks, /*allLogits=*/true);
     StatusOr<Logits> g = (*gpu)->forward(batch);
     StatusOr<Logits> c = (*cpuBackend)->forward(batch);
     ASSERT_TRUE(g.isOk()) << g.status().message();

@@ -33,6 +33,7 @@
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/engine/Artifact.h"
+#include "tests/runtime/support/Batches.h"
 #include "tests/runtime/cuda/DeviceArray.h"
 
 #include <gtest/gtest.h>
@@ -396,25 +397,6 @@ TEST_F(GeneratedKernelsTest, ArtifactFusedStepsMatchTheCpuInterpreter) {
             << " artifact fused steps checked\n";
 }
 
-/// One sequence of `tokens` (after `cached` in the cache), blocks 0, 1, ...
-Batch sequenceBatch(const std::vector<int32_t> &tokens, int64_t cached,
-                    int64_t blockSize) {
-  Batch batch;
-  const int64_t total = static_cast<int64_t>(tokens.size());
-  batch.maxBlocksPerSeq = (total + blockSize - 1) / blockSize;
-  for (int64_t j = 0; j < batch.maxBlocksPerSeq; ++j)
-    batch.blockTables.push_back(static_cast<int32_t>(j));
-  batch.queryStartLoc = {0, static_cast<int32_t>(total - cached)};
-  batch.contextLens = {static_cast<int32_t>(total)};
-  for (int64_t p = cached; p < total; ++p) {
-    batch.tokenIds.push_back(tokens[p]);
-    batch.positions.push_back(static_cast<int32_t>(p));
-    batch.slotMapping.push_back(p);
-    batch.logitsIndices.push_back(static_cast<int32_t>(p - cached));
-  }
-  return batch;
-}
-
 double logitsError(const Logits &got, const Logits &want) {
   double scale = 0.0, err = 0.0;
   for (float w : want.data)
@@ -467,7 +449,8 @@ TEST_F(GeneratedKernelsTest, GeluModelRunsGeneratedKernelsEndToEnd) {
   double promptErr = 0.0, decodeErr = 0.0, graphDiff = 0.0;
   for (int step = 0; step < 6; ++step) {
     const int64_t cached = step == 0 ? 0 : tokens.size() - 1;
-    Batch batch = sequenceBatch(tokens, cached, blockSize);
+    Batch batch =
+        oneSequenceBatch(tokens, cached, blockSize, 0, /*allLogits=*/true);
     StatusOr<Logits> want = (*cpu)->forward(batch);
     StatusOr<Logits> got = graphs->forward(batch);
     StatusOr<Logits> same = eager->forward(batch);

@@ -19,6 +19,7 @@
 #include "runtime/cuda/NcclCommunicator.h"
 #include "runtime/engine/Artifact.h"
 #include "tests/runtime/cuda/DeviceArray.h"
+#include "tests/runtime/support/Batches.h"
 #include "tests/runtime/support/FixtureCases.h"
 
 #include <gtest/gtest.h>
@@ -212,26 +213,6 @@ protected:
     return backend.isOk() ? std::move(backend).value() : nullptr;
   }
 
-  /// `tokens[cached..]` of one sequence in blocks 0, 1, ...
-  Batch batchOf(const std::vector<int32_t> &tokens, int64_t cached,
-                bool allLogits) const {
-    Batch batch;
-    const int64_t total = static_cast<int64_t>(tokens.size());
-    batch.maxBlocksPerSeq = (total + blockSize_ - 1) / blockSize_;
-    for (int64_t j = 0; j < batch.maxBlocksPerSeq; ++j)
-      batch.blockTables.push_back(static_cast<int32_t>(j));
-    batch.queryStartLoc = {0, static_cast<int32_t>(total - cached)};
-    batch.contextLens = {static_cast<int32_t>(total)};
-    for (int64_t p = cached; p < total; ++p) {
-      batch.tokenIds.push_back(tokens[p]);
-      batch.positions.push_back(static_cast<int32_t>(p));
-      batch.slotMapping.push_back(p);
-      if (allLogits || p == total - 1)
-        batch.logitsIndices.push_back(static_cast<int32_t>(p - cached));
-    }
-    return batch;
-  }
-
   FixtureCase case_;
   int64_t blockSize_ = 16;
   std::unique_ptr<Backend> tp1_, tp2_;
@@ -239,7 +220,8 @@ protected:
 
 TEST_P(CudaTensorParallelTest, PromptLogitsMatchOneRank) {
   for (const std::vector<int32_t> &prompt : case_.inputs) {
-    const Batch batch = batchOf(prompt, 0, /*allLogits=*/true);
+    const Batch batch =
+        oneSequenceBatch(prompt, 0, blockSize_, 0, /*allLogits=*/true);
     StatusOr<Logits> one = tp1_->forward(batch), two = tp2_->forward(batch);
     ASSERT_TRUE(one.isOk()) << one.status().message();
     ASSERT_TRUE(two.isOk()) << two.status().message();
@@ -268,7 +250,8 @@ TEST_P(CudaTensorParallelTest, GreedyTokensMatchOneRank) {
     for (int step = 0; step < kNewTokens; ++step) {
       const int64_t cached =
           step == 0 ? 0 : static_cast<int64_t>(tokens.size()) - 1;
-      const Batch batch = batchOf(tokens, cached, false);
+      const Batch batch =
+          oneSequenceBatch(tokens, cached, blockSize_, 0, false);
       StatusOr<Logits> one = tp1_->forward(batch), two = tp2_->forward(batch);
       ASSERT_TRUE(one.isOk()) << one.status().message();
       ASSERT_TRUE(two.isOk()) << two.status().message();

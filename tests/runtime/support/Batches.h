@@ -1,0 +1,28 @@
+//===- Batches.h - Forward-call batches for backend tests -------*- C++ -*-===//
+//
+// The batch most backend tests build by hand: one sequence whose KV cache
+// is blocks 0, 1, ... of the pool, position p in slot p.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_TESTS_RUNTIME_SUPPORT_BATCHES_H
+#define INFER_TESTS_RUNTIME_SUPPORT_BATCHES_H
+
+#include "runtime/backend/Backend.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace infer::testing {
+
+/// tokens[cached..] as the new tokens of one sequence whose first `cached`
+/// tokens are in the cache already. Its block table is blocks 0 ..
+/// maxBlocks - 1 (0: just enough blocks of `blockSize` for all of
+/// `tokens`); logits for every new token when `allLogits`, else for the
+/// last one.
+Batch oneSequenceBatch(const std::vector<int32_t> &tokens, int64_t cached,
+                       int64_t blockSize, int64_t maxBlocks, bool allLogits);
+
+} // namespace infer::testing
+
+#endif // INFER_TESTS_RUNTIME_SUPPORT_BATCHES_H
