@@ -67,6 +67,22 @@ StatusOr<LoadedModel> loadModel(const std::string &model) {
 
 /// All ranks of a tensor-parallel artifact in this process, one thread each
 /// (and one GPU each on cuda).
+#ifdef INFER_HAS_CUDA
+/// The CUDA backend's options for `artifact`: the pool (numBlocks, or 0 and
+/// the memory fraction) and the artifact's generated kernels.
+static StatusOr<cuda::CudaBackendOptions>
+cudaOptionsFor(const Artifact &artifact, int64_t numBlocks,
+               double kvCacheMemoryFraction) {
+  cuda::CudaBackendOptions options;
+  options.numBlocks = numBlocks;
+  options.kvCacheMemoryFraction = kvCacheMemoryFraction;
+  INFER_ASSIGN_OR_RETURN(
+      options.kernels,
+      cuda::readKernelImages(artifact.dir, artifact.manifest.kernels));
+  return options;
+}
+#endif
+
 static StatusOr<std::unique_ptr<Backend>>
 createTensorParallelBackend(const Artifact &artifact, const std::string &name,
                             const std::string &weightsDirOverride,
@@ -82,12 +98,9 @@ createTensorParallelBackend(const Artifact &artifact, const std::string &name,
   }
 #ifdef INFER_HAS_CUDA
   if (name == "cuda") {
-    cuda::CudaBackendOptions options;
-    options.numBlocks = numBlocks;
-    options.kvCacheMemoryFraction = kvCacheMemoryFraction;
     INFER_ASSIGN_OR_RETURN(
-        options.kernels,
-        cuda::readKernelImages(artifact.dir, artifact.manifest.kernels));
+        cuda::CudaBackendOptions options,
+        cudaOptionsFor(artifact, numBlocks, kvCacheMemoryFraction));
     return cuda::createCudaTensorParallelBackend(artifact.plan, params,
                                                  options);
   }
@@ -126,12 +139,9 @@ createBackend(const Artifact &artifact, const std::string &name,
       loadParams(artifact, 0, weightsDirOf(artifact, weightsDirOverride)));
 #ifdef INFER_HAS_CUDA
   if (name == "cuda") {
-    cuda::CudaBackendOptions options;
-    options.numBlocks = numBlocks;
-    options.kvCacheMemoryFraction = kvCacheMemoryFraction;
     INFER_ASSIGN_OR_RETURN(
-        options.kernels,
-        cuda::readKernelImages(artifact.dir, artifact.manifest.kernels));
+        cuda::CudaBackendOptions options,
+        cudaOptionsFor(artifact, numBlocks, kvCacheMemoryFraction));
     return cuda::createCudaBackend(artifact.plan, 0, params, options);
   }
 #endif
