@@ -73,10 +73,15 @@ struct Tensor {
   float *rowScales = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
-  /// Activations are stream-ordered allocations freed after their last use.
+  /// Elements from one row to the next: 0 for contiguous rows (cols). Only
+  /// a split's column views (PreparedStep::viewSplit) have another.
+  int64_t ld = 0;
+  /// Activations are stream-ordered allocations freed after their last use
+  /// (not views, whose split input owns the memory).
   bool owned = false;
 
   int64_t size() const { return rows * cols; }
+  int64_t stride() const { return ld ? ld : cols; }
 };
 
 /// One captured forward call and the pinned buffer its logits land in (none
@@ -100,6 +105,9 @@ struct PreparedStep {
   std::vector<int> results;
   /// split: the columns of each result.
   std::vector<int64_t> sizes;
+  /// split: the results are column views of the input, no copy (every
+  /// reader of every result takes rows with a stride: viewableSplits).
+  bool viewSplit = false;
   /// fused: the body, with the tensors filled in per run.
   FusedProgram fused;
   /// fused: the artifact's generated kernel of the body, or null (the
@@ -119,6 +127,50 @@ struct PreparedStep {
   int64_t gatherDim = 0;
   std::vector<int> release;
 };
+
+/// Whether operand `i` of `op` may be a column view (rows `ld` apart): the
+/// kernels of these operands take a row stride.
+bool takesRowStride(OpKind op, size_t i) {
+  switch (op) {
+  case OpKind::kRope:
+    return i == 0;
+  case OpKind::kKVCacheWrite:
+  case OpKind::kRopeKVCacheWrite:
+    return i == 1 || i == 2;
+  case OpKind::kSiluMul:
+    return i == 0 || i == 1;
+  default:
+    return false;
+  }
+}
+
+/// Marks the splits whose results are read only through takesRowStride
+/// operands (q/k/v into rope and the cache write, gate/up into silu_mul):
+/// they run as column views of their input, so no split copies the fused
+/// projection's output. The input then lives until its views' last use.
+void markViewSplits(std::vector<PreparedStep> &steps,
+                    const plan::RankPlan &rank, int output,
+                    std::vector<int> &lastUse) {
+  std::vector<bool> strided(rank.values.size(), true);
+  for (const PreparedStep &step : steps)
+    for (size_t i = 0; i < step.operands.size(); ++i)
+      if (!takesRowStride(step.op, i))
+        strided[step.operands[i]] = false;
+  for (PreparedStep &step : steps) {
+    if (step.op != OpKind::kSplit ||
+        rank.values[step.operands[0]].kind != ValueKind::kActivation)
+      continue;
+    const bool views =
+        std::all_of(step.results.begin(), step.results.end(),
+                    [&](int r) { return r != output && strided[r]; });
+    if (!views)
+      continue;
+    step.viewSplit = true;
+    for (int r : step.results)
+      lastUse[step.operands[0]] =
+          std::max(lastUse[step.operands[0]], lastUse[r]);
+  }
+}
 
 class CudaBackend final : public Backend {
 public:
@@ -450,6 +502,7 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
       lastUse[id] = static_cast<int>(i);
     steps_.push_back(std::move(prepared));
   }
+  markViewSplits(steps_, rank_, output_, lastUse);
   for (size_t id = 0; id < lastUse.size(); ++id)
     if (lastUse[id] >= 0 && rank_.values[id].kind == ValueKind::kActivation &&
         static_cast<int>(id) != output_)
@@ -1050,7 +1103,7 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
     INFER_CUDA_RETURN_IF_ERROR(launchRope(
         x.f32, result->f32, x.rows, x.cols / s.ropeHeadDim, s.ropeHeadDim,
         s.ropeRotaryDim, static_cast<const int32_t *>(positions), s.ropeInvFreq,
-        stream_));
+        stream_, x.stride()));
     return Status::ok();
   }
   case OpKind::kKVCacheWrite: {
@@ -1064,7 +1117,8 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
       return mismatch("keys/values do not match the cache");
     INFER_CUDA_RETURN_IF_ERROR(
         launchKVCacheWrite(kvPool(), dims_, s.layer, k.f32, v.f32,
-                           static_cast<const int64_t *>(slots), t, stream_));
+                           static_cast<const int64_t *>(slots), t, stream_,
+                           k.stride(), v.stride()));
     return Status::ok();
   }
   case OpKind::kPagedAttention: {
@@ -1142,6 +1196,15 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
     int64_t column = 0;
     for (size_t r = 0; r < s.results.size(); ++r) {
       Tensor &y = values_[s.results[r]];
+      if (s.viewSplit) {
+        y = Tensor();
+        y.f32 = x.f32 + column;
+        y.rows = x.rows;
+        y.cols = s.sizes[r];
+        y.ld = x.stride();
+        column += s.sizes[r];
+        continue;
+      }
       INFER_RETURN_IF_ERROR(allocate(y, x.rows, s.sizes[r]));
       INFER_CUDA_RETURN_IF_ERROR(launchSplitColumns(
           x.f32, x.rows, x.cols, column, s.sizes[r], y.f32, stream_));
@@ -1170,8 +1233,9 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
     if (gate.rows != up.rows || gate.cols != up.cols)
       return mismatch("silu_mul operands have different shapes");
     INFER_RETURN_IF_ERROR(allocate(*result, gate.rows, gate.cols));
-    INFER_CUDA_RETURN_IF_ERROR(
-        launchSiluMul(gate.f32, up.f32, result->f32, gate.size(), stream_));
+    INFER_CUDA_RETURN_IF_ERROR(launchSiluMul(gate.f32, gate.stride(), up.f32,
+                                             up.stride(), result->f32,
+                                             gate.rows, gate.cols, stream_));
     return Status::ok();
   }
   case OpKind::kRopeKVCacheWrite: {
@@ -1185,11 +1249,11 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
         v.cols != k.cols || k.rows != t || v.rows != t || numPositions != t)
       return mismatch("rope_kv_cache_write keys/values do not match the "
                       "cache");
-    INFER_CUDA_RETURN_IF_ERROR(
-        launchRopeKVCacheWrite(kvPool(), dims_, s.layer, k.f32, v.f32,
-                               static_cast<const int64_t *>(slots),
-                               static_cast<const int32_t *>(positions), t,
-                               s.ropeRotaryDim, s.ropeInvFreq, stream_));
+    INFER_CUDA_RETURN_IF_ERROR(launchRopeKVCacheWrite(
+        kvPool(), dims_, s.layer, k.f32, v.f32,
+        static_cast<const int64_t *>(slots),
+        static_cast<const int32_t *>(positions), t, s.ropeRotaryDim,
+        s.ropeInvFreq, stream_, k.stride(), v.stride()));
     return Status::ok();
   }
   case OpKind::kFused: {

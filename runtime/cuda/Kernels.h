@@ -125,9 +125,12 @@ cudaError_t launchSplitColumns(const float *x, int64_t rows, int64_t cols,
 cudaError_t launchAddRmsNorm(const float *a, const float *b, const float *w,
                              float *sum, float *y, int64_t rows, int64_t h,
                              float epsilon, cudaStream_t stream);
-/// silu_mul: y = silu(gate) * up.
-cudaError_t launchSiluMul(const float *gate, const float *up, float *y,
-                          int64_t n, cudaStream_t stream);
+/// silu_mul: y[rows, cols] = silu(gate) * up, where row r of gate starts
+/// at gate + r * gateLd and of up at up + r * upLd (a split's column views
+/// of gate_up, CudaBackend; cols for contiguous operands).
+cudaError_t launchSiluMul(const float *gate, int64_t gateLd, const float *up,
+                          int64_t upLd, float *y, int64_t rows, int64_t cols,
+                          cudaStream_t stream);
 
 /// The ops of a `fused` step's register program (plan::ElementwiseOp).
 enum class FusedOp : int8_t { kAdd, kMul, kSilu, kGeluTanh, kSiluMul };
@@ -160,11 +163,13 @@ struct FusedProgram {
 cudaError_t launchFused(const FusedProgram &program, int64_t n,
                         cudaStream_t stream);
 
-/// HF rotate_half rotary embedding of x[t, heads*headDim] into y, with the
-/// rotaryDim/2 inverse frequencies on the device.
+/// HF rotate_half rotary embedding of x[t, heads*headDim] into y
+/// (contiguous), with the rotaryDim/2 inverse frequencies on the device.
+/// Row r of x starts at x + r * xLd (0: heads * headDim, contiguous).
 cudaError_t launchRope(const float *x, float *y, int64_t t, int64_t heads,
                        int headDim, int rotaryDim, const int32_t *positions,
-                       const float *invFreq, cudaStream_t stream);
+                       const float *invFreq, cudaStream_t stream,
+                       int64_t xLd = 0);
 
 /// Room for the partial results of split-KV decode attention (normalized
 /// output, max and sum per decode row, query head and split): allocated
@@ -178,11 +183,13 @@ struct SplitKVWorkspace {
 
 /// Writes k and v rows [t, kvh*d] of `layer` to their slots; slot -1 skips.
 /// An fp8 pool stores codes (and E4M3 scales) as KVCachePool says; one warp
-/// per (token, kv head) finds the head vector's amax.
+/// per (token, kv head) finds the head vector's amax. Row r of k starts at
+/// k + r * kLd, of v at v + r * vLd (0: kvh * d, contiguous).
 cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                const float *k, const float *v,
                                const int64_t *slots, int64_t t,
-                               cudaStream_t stream);
+                               cudaStream_t stream, int64_t kLd = 0,
+                               int64_t vLd = 0);
 
 /// rope_kv_cache_write: launchRope of the keys (head_dim = dims.headDim)
 /// and launchKVCacheWrite of the rotated keys and v, in one pass that never
@@ -192,7 +199,8 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                    const int64_t *slots,
                                    const int32_t *positions, int64_t t,
                                    int rotaryDim, const float *invFreq,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, int64_t kLd = 0,
+                                   int64_t vLd = 0);
 
 /// Causal attention of q[t, h*d] over the cached keys and values of each
 /// sequence (query i of sequence s at position

@@ -52,7 +52,8 @@ __global__ void kvCacheWriteKernel(KVCachePool pool, CacheDims dims, int layer,
                                    const float *k, const float *v,
                                    const int64_t *slots,
                                    const int32_t *positions, int rotaryDim,
-                                   const float *invFreq, int64_t vectors) {
+                                   const float *invFreq, int64_t vectors,
+                                   int64_t kLd, int64_t vLd) {
   using Storage = typename KVElement<T>::Storage;
   Storage *data = static_cast<Storage *>(pool.data);
   const int lane = threadIdx.x % 32;
@@ -65,9 +66,9 @@ __global__ void kvCacheWriteKernel(KVCachePool pool, CacheDims dims, int layer,
     const int64_t slot = slots[token];
     if (slot < 0)
       continue;
-    const int64_t src = w * d;
     for (int kv = 0; kv < 2; ++kv) {
-      const float *row = (kv == 0 ? k : v) + src;
+      const float *row =
+          kv == 0 ? k + token * kLd + head * d : v + token * vLd + head * d;
       float x[kPerLane];
       float amax = 0.0f;
 #pragma unroll
@@ -121,14 +122,15 @@ template <KVCacheDtype T, bool rotate>
 cudaError_t launchWrite(KVCachePool pool, CacheDims dims, int layer,
                         const float *k, const float *v, const int64_t *slots,
                         const int32_t *positions, int64_t t, int rotaryDim,
-                        const float *invFreq, cudaStream_t stream) {
+                        const float *invFreq, cudaStream_t stream, int64_t kLd,
+                        int64_t vLd) {
   const int64_t vectors = t * dims.numKVHeads;
   constexpr int kThreads = 256, kWarpsPerBlock = kThreads / 32;
   const int64_t blocks = (vectors + kWarpsPerBlock - 1) / kWarpsPerBlock;
   kvCacheWriteKernel<T, rotate>
       <<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kThreads, 0,
          stream>>>(pool, dims, layer, k, v, slots, positions, rotaryDim,
-                   invFreq, vectors);
+                   invFreq, vectors, kLd, vLd);
   return cudaGetLastError();
 }
 
@@ -136,25 +138,31 @@ template <bool rotate>
 cudaError_t dispatchWrite(KVCachePool pool, CacheDims dims, int layer,
                           const float *k, const float *v, const int64_t *slots,
                           const int32_t *positions, int64_t t, int rotaryDim,
-                          const float *invFreq, cudaStream_t stream) {
+                          const float *invFreq, cudaStream_t stream,
+                          int64_t kLd, int64_t vLd) {
   if (t <= 0 || dims.numKVHeads <= 0)
     return cudaSuccess;
+  const int64_t width = int64_t(dims.numKVHeads) * dims.headDim;
+  kLd = kLd ? kLd : width;
+  vLd = vLd ? vLd : width;
+  if (kLd < width || vLd < width)
+    return cudaErrorInvalidValue;
   if (dims.headDim > kMaxHeadDim ||
       (pool.dtype == KVCacheDtype::kF8E4M3 && !pool.scales))
     return cudaErrorInvalidValue;
   switch (pool.dtype) {
   case KVCacheDtype::kBf16:
-    return launchWrite<KVCacheDtype::kBf16, rotate>(pool, dims, layer, k, v,
-                                                    slots, positions, t,
-                                                    rotaryDim, invFreq, stream);
+    return launchWrite<KVCacheDtype::kBf16, rotate>(
+        pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
+        stream, kLd, vLd);
   case KVCacheDtype::kF8E5M2:
     return launchWrite<KVCacheDtype::kF8E5M2, rotate>(
         pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream);
+        stream, kLd, vLd);
   case KVCacheDtype::kF8E4M3:
     return launchWrite<KVCacheDtype::kF8E4M3, rotate>(
         pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream);
+        stream, kLd, vLd);
   }
   return cudaErrorInvalidValue;
 }
@@ -303,19 +311,17 @@ void launchAttentionKernel(dim3 grid, const float *q, KVCachePool pool,
 cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                const float *k, const float *v,
                                const int64_t *slots, int64_t t,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, int64_t kLd, int64_t vLd) {
   return dispatchWrite<false>(pool, dims, layer, k, v, slots, nullptr, t, 0,
-                              nullptr, stream);
+                              nullptr, stream, kLd, vLd);
 }
 
-cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
-                                   const float *k, const float *v,
-                                   const int64_t *slots,
-                                   const int32_t *positions, int64_t t,
-                                   int rotaryDim, const float *invFreq,
-                                   cudaStream_t stream) {
+cudaError_t launchRopeKVCacheWrite(
+    KVCachePool pool, CacheDims dims, int layer, const float *k, const float *v,
+    const int64_t *slots, const int32_t *positions, int64_t t, int rotaryDim,
+    const float *invFreq, cudaStream_t stream, int64_t kLd, int64_t vLd) {
   return dispatchWrite<true>(pool, dims, layer, k, v, slots, positions, t,
-                             rotaryDim, invFreq, stream);
+                             rotaryDim, invFreq, stream, kLd, vLd);
 }
 
 cudaError_t launchPagedAttention(

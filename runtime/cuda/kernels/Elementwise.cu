@@ -81,22 +81,41 @@ __device__ float blockSum(float v, float *partial) {
   return partial[0];
 }
 
-__global__ void addRmsNormKernel(const float *a, const float *b, const float *w,
-                                 float *sum, float *y, int64_t h,
-                                 float epsilon) {
-  const int64_t row = blockIdx.x * h;
-  float squares = 0.0f;
+__device__ __forceinline__ float add(float a, float b) { return a + b; }
+__device__ __forceinline__ float4 add(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+__device__ __forceinline__ float squares(float a) { return a * a; }
+__device__ __forceinline__ float squares(float4 a) {
+  return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+}
+/// w * (x * inv), per element.
+__device__ __forceinline__ float scaled(float w, float x, float inv) {
+  return w * (x * inv);
+}
+__device__ __forceinline__ float4 scaled(float4 w, float4 x, float inv) {
+  return make_float4(w.x * (x.x * inv), w.y * (x.y * inv), w.z * (x.z * inv),
+                     w.w * (x.w * inv));
+}
+
+/// One block per row of h floats, as `n` vectors V (float4 where h and the
+/// pointers allow).
+template <typename V>
+__global__ void addRmsNormKernel(const V *a, const V *b, const V *w, V *sum,
+                                 V *y, int64_t n, int64_t h, float epsilon) {
+  const int64_t row = blockIdx.x * n;
+  float total = 0.0f;
   // Each thread reads back only the sums it wrote itself.
-  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
-    const float s = a[row + i] + b[row + i];
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const V s = add(a[row + i], b[row + i]);
     sum[row + i] = s;
-    squares += s * s;
+    total += squares(s);
   }
   __shared__ float partial[32];
-  const float total = blockSum(squares, partial);
+  total = blockSum(total, partial);
   const float inv = rsqrtf(total / static_cast<float>(h) + epsilon);
-  for (int64_t i = threadIdx.x; i < h; i += blockDim.x)
-    y[row + i] = w[i] * (sum[row + i] * inv);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    y[row + i] = scaled(w[i], sum[row + i], inv);
 }
 
 __device__ __forceinline__ float siluOf(float v) {
@@ -139,6 +158,28 @@ __global__ void fusedKernel(FusedProgram p, int64_t n) {
     for (int r = 0; r < p.numOutputs; ++r)
       p.outputs[r][i] = regs[p.yields[r]];
   }
+}
+
+__device__ __forceinline__ float siluMulOf(float g, float u) {
+  return siluOf(g) * u;
+}
+
+__device__ __forceinline__ float4 siluMulOf(float4 g, float4 u) {
+  return make_float4(siluOf(g.x) * u.x, siluOf(g.y) * u.y, siluOf(g.z) * u.z,
+                     siluOf(g.w) * u.w);
+}
+
+/// silu_mul over rows whose operands have their own row strides (in V
+/// units): grid.x covers the columns, grid.y strides over the rows.
+template <typename V>
+__global__ void siluMulRowsKernel(const V *gate, int64_t gateLd, const V *up,
+                                  int64_t upLd, V *y, int64_t rows,
+                                  int64_t cols) {
+  const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (col >= cols)
+    return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    y[r * cols + col] = siluMulOf(gate[r * gateLd + col], up[r * upLd + col]);
 }
 
 } // namespace
@@ -222,15 +263,52 @@ cudaError_t launchAddRmsNorm(const float *a, const float *b, const float *w,
                              float epsilon, cudaStream_t stream) {
   if (rows <= 0)
     return cudaSuccess;
-  addRmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      a, b, w, sum, y, h, epsilon);
+  const auto aligned = [](const void *p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  };
+  if (h % 4 == 0 && aligned(a) && aligned(b) && aligned(w) && aligned(sum) &&
+      aligned(y))
+    addRmsNormKernel<float4>
+        <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+            reinterpret_cast<const float4 *>(a),
+            reinterpret_cast<const float4 *>(b),
+            reinterpret_cast<const float4 *>(w),
+            reinterpret_cast<float4 *>(sum), reinterpret_cast<float4 *>(y),
+            h / 4, h, epsilon);
+  else
+    addRmsNormKernel<float>
+        <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(a, b, w, sum, y,
+                                                               h, h, epsilon);
   return cudaGetLastError();
 }
 
-cudaError_t launchSiluMul(const float *gate, const float *up, float *y,
-                          int64_t n, cudaStream_t stream) {
-  return launchMap(
-      n, stream, [=] __device__(int64_t i) { y[i] = siluOf(gate[i]) * up[i]; });
+cudaError_t launchSiluMul(const float *gate, int64_t gateLd, const float *up,
+                          int64_t upLd, float *y, int64_t rows, int64_t cols,
+                          cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0)
+    return cudaSuccess;
+  if (gateLd < cols || upLd < cols)
+    return cudaErrorInvalidValue;
+  const auto aligned = [](const float *p, int64_t ld) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0;
+  };
+  const unsigned rowBlocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+  if (cols % 4 == 0 && aligned(gate, gateLd) && aligned(up, upLd) &&
+      aligned(y, cols)) {
+    const int64_t quads = cols / 4;
+    const dim3 grid(static_cast<unsigned>((quads + kThreads - 1) / kThreads),
+                    rowBlocks);
+    siluMulRowsKernel<float4><<<grid, kThreads, 0, stream>>>(
+        reinterpret_cast<const float4 *>(gate), gateLd / 4,
+        reinterpret_cast<const float4 *>(up), upLd / 4,
+        reinterpret_cast<float4 *>(y), rows, quads);
+  } else {
+    const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
+                    rowBlocks);
+    siluMulRowsKernel<float>
+        <<<grid, kThreads, 0, stream>>>(gate, gateLd, up, upLd, y, rows, cols);
+  }
+  return cudaGetLastError();
 }
 
 cudaError_t launchFused(const FusedProgram &program, int64_t n,

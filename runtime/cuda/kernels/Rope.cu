@@ -1,8 +1,11 @@
 //===- Rope.cu - Rotary position embedding --------------------------------===//
 //
-// One thread per output element. As in the CPU reference, the angle is
-// position * inv_freq in fp32 and its cosine and sine are taken in double
-// then rounded, so both backends rotate by the same fp32 factors.
+// One thread per (token, group of kHeadsPerThread heads, pair): pair
+// f < rotaryDim / 2 rotates elements f and f + rotaryDim / 2 of each head of
+// its group, the others copy one element past the rotary dims. As in the CPU
+// reference, the angle is position * inv_freq in fp32 and its cosine and
+// sine are taken in double then rounded, so both backends rotate by the same
+// fp32 factors; a thread takes them once for its heads.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,25 +15,40 @@ namespace infer::cuda {
 
 namespace {
 
-__global__ void ropeKernel(const float *x, float *y, int64_t n, int64_t heads,
-                           int headDim, int rotaryDim, const int32_t *positions,
-                           const float *invFreq) {
+constexpr int kHeadsPerThread = 4;
+
+__global__ void ropeKernel(const float *x, int64_t xLd, float *y, int64_t t,
+                           int heads, int headDim, int rotaryDim,
+                           const int32_t *positions, const float *invFreq) {
   const int half = rotaryDim / 2;
+  // Per head: `half` rotated pairs, then headDim - rotaryDim copies.
+  const int perHead = headDim - half;
+  const int groups = (heads + kHeadsPerThread - 1) / kHeadsPerThread;
+  const int64_t n = t * groups * perHead;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int e = static_cast<int>(i % headDim);
-    if (e >= rotaryDim) {
-      y[i] = x[i];
+    const int j = static_cast<int>(i % perHead);
+    const int64_t tg = i / perHead;
+    const int group = static_cast<int>(tg % groups);
+    const int64_t token = tg / groups;
+    const float *xr = x + token * xLd;
+    float *yr = y + token * int64_t(heads) * headDim;
+    const int first = group * kHeadsPerThread;
+    const int last = min(first + kHeadsPerThread, heads);
+    if (j >= half) {
+      const int e = j + half;
+      for (int h = first; h < last; ++h)
+        yr[h * headDim + e] = xr[h * headDim + e];
       continue;
     }
-    const int64_t token = i / (heads * headDim);
-    const int f = e < half ? e : e - half;
-    const float angle = static_cast<float>(positions[token]) * invFreq[f];
+    const float angle = static_cast<float>(positions[token]) * invFreq[j];
     const float c = static_cast<float>(cos(static_cast<double>(angle)));
     const float s = static_cast<float>(sin(static_cast<double>(angle)));
-    const int64_t base = i - e;
-    const float x1 = x[base + f], x2 = x[base + f + half];
-    y[i] = e < half ? x1 * c - x2 * s : x2 * c + x1 * s;
+    for (int h = first; h < last; ++h) {
+      const float x1 = xr[h * headDim + j], x2 = xr[h * headDim + j + half];
+      yr[h * headDim + j] = x1 * c - x2 * s;
+      yr[h * headDim + j + half] = x2 * c + x1 * s;
+    }
   }
 }
 
@@ -38,15 +56,20 @@ __global__ void ropeKernel(const float *x, float *y, int64_t n, int64_t heads,
 
 cudaError_t launchRope(const float *x, float *y, int64_t t, int64_t heads,
                        int headDim, int rotaryDim, const int32_t *positions,
-                       const float *invFreq, cudaStream_t stream) {
-  const int64_t n = t * heads * headDim;
-  if (n <= 0)
+                       const float *invFreq, cudaStream_t stream, int64_t xLd) {
+  if (t <= 0 || heads <= 0)
     return cudaSuccess;
+  if (heads > (int64_t(1) << 30) || rotaryDim % 2 != 0 || rotaryDim > headDim ||
+      (xLd != 0 && xLd < heads * headDim))
+    return cudaErrorInvalidValue;
+  const int64_t groups = (heads + kHeadsPerThread - 1) / kHeadsPerThread;
+  const int64_t n = t * groups * (headDim - rotaryDim / 2);
   constexpr int kThreads = 256;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   ropeKernel<<<static_cast<unsigned>(blocks < 524280 ? blocks : 524280),
-               kThreads, 0, stream>>>(x, y, n, heads, headDim, rotaryDim,
-                                      positions, invFreq);
+               kThreads, 0, stream>>>(x, xLd ? xLd : heads * headDim, y, t,
+                                      static_cast<int>(heads), headDim,
+                                      rotaryDim, positions, invFreq);
   return cudaGetLastError();
 }
 

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <random>
 
@@ -203,12 +204,28 @@ TEST_F(CudaKernelsTest, Rope) {
               cudaSuccess);
     std::vector<float> ref = x;
     cpu::applyRope(ref.data(), c.t, c.heads, positions.data(), config, invFreq);
-    const double err = relError(y.download(), ref);
+    const std::vector<float> got = y.download();
+    const double err = relError(got, ref);
     report("rope",
            std::string(c.scaling) + " d=" + std::to_string(c.headDim) +
                " rot=" + std::to_string(c.rotaryDim),
            err);
     EXPECT_LT(err, kF32Tol);
+
+    // The same rows as a column view of a wider matrix (q of a merged q/k/v
+    // output, rows ld apart): the same values.
+    const int64_t width = int64_t(c.heads) * c.headDim, ld = width + 37,
+                  column = 5;
+    std::vector<float> wide = random(size_t(c.t) * ld);
+    for (int r = 0; r < c.t; ++r)
+      std::copy_n(x.begin() + r * width, width, wide.begin() + r * ld + column);
+    DeviceArray<float> dWide(wide);
+    auto yView = DeviceArray<float>::poisoned(x.size());
+    ASSERT_EQ(cuda::launchRope(dWide.get() + column, yView.get(), c.t, c.heads,
+                               c.headDim, c.rotaryDim, dPos.get(), dFreq.get(),
+                               nullptr, ld),
+              cudaSuccess);
+    EXPECT_EQ(yView.download(), got) << "rows " << ld << " apart";
   }
 }
 
@@ -271,7 +288,9 @@ TEST_F(CudaKernelsTest, Split) {
 }
 
 TEST_F(CudaKernelsTest, AddRmsNorm) {
-  for (auto [rows, h] : {std::pair{1, 64}, {5, 2048}, {33, 4096}, {3, 100}}) {
+  // float4 rows (h % 4 == 0) and scalar ones (h = 102).
+  for (auto [rows, h] :
+       {std::pair{1, 64}, {5, 2048}, {33, 4096}, {3, 100}, {4, 102}}) {
     std::vector<float> a = random(size_t(rows) * h, 3.0f),
                        b = random(size_t(rows) * h), w = random(h);
     DeviceArray<float> da(a), db(b), dw(w);
@@ -291,18 +310,43 @@ TEST_F(CudaKernelsTest, AddRmsNorm) {
 }
 
 TEST_F(CudaKernelsTest, SiluMul) {
-  for (int64_t n : {1, 1000, 5632 * 17}) {
+  // Contiguous operands (vectorized where cols % 4 == 0, scalar otherwise),
+  // then gate and up as the column views of one merged gate/up row (a
+  // split's views), including an odd width that takes the scalar path.
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1},
+                            {1, 1000},
+                            {17, 5632},
+                            {3, 333},
+                            {70000, 4}}) {
+    const int64_t n = rows * cols;
     std::vector<float> gate = random(n, 4.0f), up = random(n);
     DeviceArray<float> dg(gate), du(up);
     auto y = DeviceArray<float>::poisoned(n);
-    ASSERT_EQ(cuda::launchSiluMul(dg.get(), du.get(), y.get(), n, nullptr),
+    ASSERT_EQ(cuda::launchSiluMul(dg.get(), cols, du.get(), cols, y.get(), rows,
+                                  cols, nullptr),
               cudaSuccess);
     std::vector<float> ref(n);
     cpu::siluMul(gate.data(), up.data(), ref.data(), n);
-    const double err = relError(y.download(), ref);
-    report("silu_mul", std::to_string(n), err);
+    const std::vector<float> got = y.download();
+    const double err = relError(got, ref);
+    report("silu_mul", std::to_string(rows) + "x" + std::to_string(cols), err);
     EXPECT_LT(err, kF32Tol);
+
+    std::vector<float> merged(size_t(n) * 2);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(gate.begin() + r * cols, cols, merged.begin() + r * 2 * cols);
+      std::copy_n(up.begin() + r * cols, cols,
+                  merged.begin() + r * 2 * cols + cols);
+    }
+    DeviceArray<float> dMerged(merged);
+    auto yView = DeviceArray<float>::poisoned(n);
+    ASSERT_EQ(cuda::launchSiluMul(dMerged.get(), 2 * cols, dMerged.get() + cols,
+                                  2 * cols, yView.get(), rows, cols, nullptr),
+              cudaSuccess);
+    EXPECT_EQ(yView.download(), got) << rows << "x" << cols << " as views";
   }
+  EXPECT_EQ(cuda::launchSiluMul(nullptr, 3, nullptr, 4, nullptr, 2, 4, nullptr),
+            cudaErrorInvalidValue);
 }
 
 TEST_F(CudaKernelsTest, FusedRegisterProgram) {
@@ -410,6 +454,27 @@ TEST_F(CudaKernelsTest, RopeKVCacheWrite) {
       sameF[i] = __bfloat162float(same[i]);
     }
     EXPECT_EQ(relError(gotF, sameF), 0.0);
+    // k and v as column views of one merged q/k/v output (rows ld apart,
+    // q first): the same cache contents.
+    const int64_t ld = 3 * int64_t(width) + 8;
+    std::vector<float> qkv = random(size_t(c.t) * ld);
+    for (int r = 0; r < c.t; ++r) {
+      std::copy_n(k.begin() + r * width, width, qkv.begin() + r * ld + width);
+      std::copy_n(v.begin() + r * width, width,
+                  qkv.begin() + r * ld + 2 * width);
+    }
+    DeviceArray<float> dQkv(qkv);
+    DeviceArray<__nv_bfloat16> viewed(zeros);
+    ASSERT_EQ(cuda::launchRopeKVCacheWrite(
+                  viewed.get(), dims, layer, dQkv.get() + width,
+                  dQkv.get() + 2 * width, dSlots.get(), dPos.get(), c.t,
+                  c.rotaryDim, dFreq.get(), nullptr, ld, ld),
+              cudaSuccess);
+    std::vector<__nv_bfloat16> gotView = viewed.download();
+    EXPECT_EQ(std::memcmp(gotView.data(), got.data(),
+                          got.size() * sizeof(__nv_bfloat16)),
+              0)
+        << "k and v rows " << ld << " apart";
     // The CPU kernel on an fp32 pool, rounded to bf16 as the GPU stores it.
     std::vector<float> ref(poolSize, 0.0f);
     cpu::ropeKVCacheWrite(ref.data(), g, layer, k.data(), v.data(),
