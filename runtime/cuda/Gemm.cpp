@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 namespace infer::cuda {
 
@@ -16,6 +17,12 @@ struct Gemm::Shape {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  /// The heuristic's candidates, best first (algo is candidates[0] until
+  /// Gemm::tune times them).
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  bool tuned = false;
+  /// The rank (in the heuristic's order) of the candidate tune chose.
+  int tunedRank = 0;
   /// fp8: the scales are applied in cuBLASLt's epilogue (outer vectors)
   /// rather than by launchScaleRowsColumns after it.
   bool outerVectorScales = false;
@@ -48,6 +55,8 @@ StatusOr<std::unique_ptr<Gemm>> Gemm::create(size_t workspaceBytes,
 
 Gemm::~Gemm() {
   shapes_.clear();
+  if (flush_)
+    cudaFree(flush_);
   if (scratch_)
     cudaFree(scratch_);
   if (workspace_)
@@ -58,30 +67,33 @@ Gemm::~Gemm() {
 
 namespace {
 
-/// cuBLASLt's first heuristic choice for the descriptors in `s`; `found` is
-/// false where it has none (an empty answer or CUBLAS_STATUS_NOT_SUPPORTED).
-Status chooseAlgorithm(cublasLtHandle_t handle, size_t workspaceBytes,
-                       cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t w,
-                       cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t y,
-                       cublasLtMatmulAlgo_t &algo, bool &found) {
-  found = false;
+/// Heuristic candidates Gemm::tune times.
+constexpr int kTuneCandidates = 8;
+
+/// cuBLASLt's heuristic choices for the descriptors, best first (empty
+/// where it has none: an empty answer or CUBLAS_STATUS_NOT_SUPPORTED).
+Status chooseAlgorithms(cublasLtHandle_t handle, size_t workspaceBytes,
+                        cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t w,
+                        cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t y,
+                        std::vector<cublasLtMatmulAlgo_t> &candidates) {
+  candidates.clear();
   cublasLtMatmulPreference_t preference = nullptr;
   INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
   int count = 0;
   cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes,
       sizeof(workspaceBytes));
   if (status == CUBLAS_STATUS_SUCCESS)
     status = cublasLtMatmulAlgoGetHeuristic(handle, op, w, x, y, y, preference,
-                                            1, &result, &count);
+                                            kTuneCandidates, results, &count);
   cublasLtMatmulPreferenceDestroy(preference);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED)
     return Status::ok();
   INFER_CUDA_RETURN_IF_ERROR(status);
-  found = count > 0;
-  if (found)
-    algo = result.algo;
+  for (int i = 0; i < count; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS)
+      candidates.push_back(results[i].algo);
   return Status::ok();
 }
 
@@ -105,11 +117,11 @@ constexpr size_t kScratchAlign = 256;
 
 } // namespace
 
-StatusOr<const Gemm::Shape *> Gemm::shape(int64_t t, int64_t n, int64_t k,
-                                          int64_t ldy) {
+StatusOr<Gemm::Shape *> Gemm::shape(int64_t t, int64_t n, int64_t k,
+                                    int64_t ldy) {
   auto key = std::make_tuple(false, n, t, k, ldy);
   if (auto it = shapes_.find(key); it != shapes_.end())
-    return static_cast<const Shape *>(it->second.get());
+    return it->second.get();
   auto s = std::make_unique<Shape>();
   INFER_CUDA_RETURN_IF_ERROR(
       cublasLtMatmulDescCreate(&s->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -124,23 +136,23 @@ StatusOr<const Gemm::Shape *> Gemm::shape(int64_t t, int64_t n, int64_t k,
       cublasLtMatrixLayoutCreate(&s->x, CUDA_R_16BF, k, t, k));
   INFER_CUDA_RETURN_IF_ERROR(
       cublasLtMatrixLayoutCreate(&s->y, CUDA_R_32F, n, t, ldy));
-  bool found = false;
-  INFER_RETURN_IF_ERROR(chooseAlgorithm(handle_, workspaceBytes_, s->op, s->w,
-                                        s->x, s->y, s->algo, found));
-  if (!found)
+  INFER_RETURN_IF_ERROR(chooseAlgorithms(handle_, workspaceBytes_, s->op, s->w,
+                                         s->x, s->y, s->candidates));
+  if (s->candidates.empty())
     return unimplemented("cuBLASLt has no bf16 algorithm for " +
                          shapeText(t, n, k));
-  const Shape *raw = s.get();
+  s->algo = s->candidates[0];
+  Shape *raw = s.get();
   shapes_[key] = std::move(s);
   return raw;
 }
 
-StatusOr<const Gemm::Shape *> Gemm::fp8Shape(int64_t t, int64_t n, int64_t k,
-                                             const float *wScales,
-                                             const float *xScales) {
+StatusOr<Gemm::Shape *> Gemm::fp8Shape(int64_t t, int64_t n, int64_t k,
+                                       const float *wScales,
+                                       const float *xScales) {
   auto key = std::make_tuple(true, n, t, k, n);
   if (auto it = shapes_.find(key); it != shapes_.end())
-    return static_cast<const Shape *>(it->second.get());
+    return it->second.get();
   auto s = std::make_unique<Shape>();
   // Hopper's fp8 tensor cores take only the TN layout: A = w transposed.
   INFER_CUDA_RETURN_IF_ERROR(
@@ -171,8 +183,10 @@ StatusOr<const Gemm::Shape *> Gemm::fp8Shape(int64_t t, int64_t n, int64_t k,
           s->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
       INFER_RETURN_IF_ERROR(setFp8Scales(s->op, wScales, xScales));
     }
-    return chooseAlgorithm(handle_, workspaceBytes_, s->op, s->w, s->x, s->y,
-                           s->algo, found);
+    INFER_RETURN_IF_ERROR(chooseAlgorithms(handle_, workspaceBytes_, s->op,
+                                           s->w, s->x, s->y, s->candidates));
+    found = !s->candidates.empty();
+    return Status::ok();
   };
   bool found = false;
   if (!describe(/*outer=*/true, found).isOk())
@@ -183,7 +197,8 @@ StatusOr<const Gemm::Shape *> Gemm::fp8Shape(int64_t t, int64_t n, int64_t k,
   if (!found)
     return unimplemented("cuBLASLt has no fp8 E4M3 algorithm for " +
                          shapeText(t, n, k));
-  const Shape *raw = s.get();
+  s->algo = s->candidates[0];
+  Shape *raw = s.get();
   shapes_[key] = std::move(s);
   return raw;
 }
@@ -196,16 +211,107 @@ const char *Gemm::fp8Scaling(int64_t t, int64_t n, int64_t k) const {
                                        : "scale kernel";
 }
 
+int Gemm::tunedRank(bool fp8, int64_t t, int64_t n, int64_t k) const {
+  auto it = shapes_.find(std::make_tuple(fp8, n, t, k, n));
+  if (it == shapes_.end() || !it->second->tuned)
+    return -1;
+  return it->second->tunedRank;
+}
+
 Status Gemm::run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
                  int64_t t, int64_t n, int64_t k, int64_t ldy,
                  cudaStream_t stream) {
   if (t == 0 || n == 0)
     return Status::ok();
-  INFER_ASSIGN_OR_RETURN(const Shape *s, shape(t, n, k, ldy));
+  INFER_ASSIGN_OR_RETURN(Shape * s, shape(t, n, k, ldy));
   const float alpha = 1.0f, beta = 0.0f;
-  INFER_CUDA_RETURN_IF_ERROR(
-      cublasLtMatmul(handle_, s->op, &alpha, w, s->w, x, s->x, &beta, y, s->y,
-                     y, s->y, &s->algo, workspace_, workspaceBytes_, stream));
+  auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
+    return cublasLtMatmul(handle_, s->op, &alpha, w, s->w, x, s->x, &beta, y,
+                          s->y, y, s->y, &algo, workspace_, workspaceBytes_,
+                          stream);
+  };
+  if (!s->tuned && t <= kTuneMaxRows)
+    INFER_RETURN_IF_ERROR(tune(*s, launch, stream));
+  INFER_CUDA_RETURN_IF_ERROR(launch(s->algo));
+  return Status::ok();
+}
+
+Status Gemm::tune(
+    Shape &s,
+    const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t &)> &launch,
+    cudaStream_t stream) {
+  // Inside a capture nothing can be timed: the heuristic's first choice
+  // stays, and a later eager call of the shape does not tune either.
+  s.tuned = true;
+  s.tunedRank = -1;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  INFER_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone || s.candidates.size() < 2)
+    return Status::ok();
+  if (!flush_ && !flushFailed_ &&
+      cudaMalloc(&flush_, kFlushBytes) != cudaSuccess) {
+    // Tune with warm caches rather than not at all.
+    (void)cudaGetLastError();
+    flush_ = nullptr;
+    flushFailed_ = true;
+  }
+  constexpr int kTrials = 3;
+  const size_t count = s.candidates.size();
+  std::vector<cudaEvent_t> events(count * kTrials * 2, nullptr);
+  Status status = Status::ok();
+  for (cudaEvent_t &event : events)
+    if (status.isOk())
+      status = cudaStatus(cudaEventCreate(&event), "cudaEventCreate", __FILE__,
+                          __LINE__);
+  std::vector<bool> ran(count, true);
+  for (size_t c = 0; c < count && status.isOk(); ++c)
+    for (int r = 0; r < kTrials && status.isOk(); ++r) {
+      // The weights come from HBM in a forward call, not from L2.
+      if (flush_)
+        status = cudaStatus(cudaMemsetAsync(flush_, r, kFlushBytes, stream),
+                            "cudaMemsetAsync", __FILE__, __LINE__);
+      if (status.isOk())
+        status =
+            cudaStatus(cudaEventRecord(events[2 * (c * kTrials + r)], stream),
+                       "cudaEventRecord", __FILE__, __LINE__);
+      // A candidate the library refuses at launch is left out.
+      if (status.isOk() && launch(s.candidates[c]) != CUBLAS_STATUS_SUCCESS)
+        ran[c] = false;
+      if (status.isOk())
+        status = cudaStatus(
+            cudaEventRecord(events[2 * (c * kTrials + r) + 1], stream),
+            "cudaEventRecord", __FILE__, __LINE__);
+    }
+  if (status.isOk())
+    status = cudaStatus(cudaEventSynchronize(events.back()),
+                        "cudaEventSynchronize", __FILE__, __LINE__);
+  float best = 0.0f;
+  size_t bestIndex = 0;
+  for (size_t c = 0; c < count && status.isOk(); ++c) {
+    if (!ran[c])
+      continue;
+    float fastest = 0.0f;
+    for (int r = 0; r < kTrials && status.isOk(); ++r) {
+      float ms = 0.0f;
+      status =
+          cudaStatus(cudaEventElapsedTime(&ms, events[2 * (c * kTrials + r)],
+                                          events[2 * (c * kTrials + r) + 1]),
+                     "cudaEventElapsedTime", __FILE__, __LINE__);
+      fastest = r == 0 ? ms : std::min(fastest, ms);
+    }
+    if (status.isOk() && (best == 0.0f || fastest < best)) {
+      best = fastest;
+      bestIndex = c;
+    }
+  }
+  for (cudaEvent_t event : events)
+    if (event)
+      cudaEventDestroy(event);
+  INFER_RETURN_IF_ERROR(status);
+  if (best > 0.0f) {
+    s.algo = s.candidates[bestIndex];
+    s.tunedRank = static_cast<int>(bestIndex);
+  }
   return Status::ok();
 }
 
@@ -255,14 +361,19 @@ Status Gemm::runFp8(const float *x, const GemmWeight &w, const float *bias,
     float *yr = y + r * n;
     INFER_CUDA_RETURN_IF_ERROR(
         launchQuantizeRowsFp8(x + r * k, rows, k, xCodes, xScales, stream));
-    INFER_ASSIGN_OR_RETURN(const Shape *s,
+    INFER_ASSIGN_OR_RETURN(Shape * s,
                            fp8Shape(rows, n, k, w.rowScales, xScales));
     // Shapes are shared by weights of one size: this call's row scales.
     if (s->outerVectorScales)
       INFER_RETURN_IF_ERROR(setFp8Scales(s->op, w.rowScales, xScales));
-    INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmul(
-        handle_, s->op, &alpha, w.fp8, s->w, xCodes, s->x, &beta, yr, s->y, yr,
-        s->y, &s->algo, workspace_, workspaceBytes_, stream));
+    auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
+      return cublasLtMatmul(handle_, s->op, &alpha, w.fp8, s->w, xCodes, s->x,
+                            &beta, yr, s->y, yr, s->y, &algo, workspace_,
+                            workspaceBytes_, stream);
+    };
+    if (!s->tuned && rows <= kTuneMaxRows)
+      INFER_RETURN_IF_ERROR(tune(*s, launch, stream));
+    INFER_CUDA_RETURN_IF_ERROR(launch(s->algo));
     if (!s->outerVectorScales)
       INFER_CUDA_RETURN_IF_ERROR(launchScaleRowsColumns(
           yr, xScales, w.rowScales, bias, rows, n, stream));

@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <functional>
 
 #include <map>
 #include <memory>
@@ -115,6 +116,10 @@ public:
   /// heuristic had no outer-vector algorithm: unscaled cuBLASLt, then
   /// launchScaleRowsColumns); null for a shape that has not run.
   const char *fp8Scaling(int64_t t, int64_t n, int64_t k) const;
+  /// Which of the heuristic's candidates (0: its first choice) the bf16 or
+  /// fp8 (`fp8`) cuBLASLt product T x N x K runs after tuning; -1 for a
+  /// shape that has not run or was not tuned (T > kTuneMaxRows, a capture).
+  int tunedRank(bool fp8, int64_t t, int64_t n, int64_t k) const;
 
 private:
   /// bf16 rows the CUDA-core kernel takes (T = 2: 5.65 ms of GEMMs per
@@ -132,13 +137,31 @@ private:
   /// T = 8) still beat dequantization (15.1 ms at T = 16).
   static constexpr int64_t kFp8MmaMaxRows = 24;
 
+  /// Rows up to which the first call of a cuBLASLt shape times the
+  /// heuristic's candidates (tune): the decode and graph batch sizes, whose
+  /// shapes recur every step. Larger T (prefill, mixed batches: a new T
+  /// nearly every step) keeps the heuristic's first choice.
+  static constexpr int64_t kTuneMaxRows = 256;
+  /// What tune writes between timed runs so that each reads its weights
+  /// from HBM (larger than the H100's and H200's 50 MiB L2).
+  static constexpr size_t kFlushBytes = size_t(64) << 20;
+
   Gemm() = default;
   struct Shape;
-  StatusOr<const Shape *> shape(int64_t t, int64_t n, int64_t k, int64_t ldy);
+  StatusOr<Shape *> shape(int64_t t, int64_t n, int64_t k, int64_t ldy);
   /// The fp8 descriptors of T x N x K, made on first use with the scale
   /// pointers of that call (the heuristic sees the same attributes).
-  StatusOr<const Shape *> fp8Shape(int64_t t, int64_t n, int64_t k,
-                                   const float *wScales, const float *xScales);
+  StatusOr<Shape *> fp8Shape(int64_t t, int64_t n, int64_t k,
+                             const float *wScales, const float *xScales);
+  /// Times `launch` (the shape's product on this call's operands) with each
+  /// heuristic candidate, 3 runs each after an L2 flush, and keeps the
+  /// fastest in s.algo; nothing is timed inside a stream capture. The
+  /// operands' output is overwritten by every run (the caller's run after
+  /// it writes the result).
+  Status tune(
+      Shape &s,
+      const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t &)> &launch,
+      cudaStream_t stream);
   Status runDequantized(const __nv_bfloat16 *xBf16, const GemmWeight &w,
                         const float *bias, float *y, int64_t t, int64_t n,
                         int64_t k, cudaStream_t stream);
@@ -151,6 +174,10 @@ private:
   size_t workspaceBytes_ = 0;
   uint8_t *scratch_ = nullptr;
   size_t scratchBytes_ = 0;
+  /// kFlushBytes for tune, allocated at its first use (null where that
+  /// failed: flushFailed_, and tune times with warm caches).
+  void *flush_ = nullptr;
+  bool flushFailed_ = false;
   /// (fp8 operands, N, T, K, ldy) -> descriptors and algorithm.
   std::map<std::tuple<bool, int64_t, int64_t, int64_t, int64_t>,
            std::unique_ptr<Shape>>

@@ -250,6 +250,9 @@ TEST_F(CudaKernelsTest, LinearThroughCublasLt) {
     const std::string shape = "T=" + std::to_string(t) +
                               " N=" + std::to_string(n) +
                               " K=" + std::to_string(k);
+    // T <= Gemm::kTuneMaxRows: the fastest of the heuristic's candidates.
+    std::cout << "[ gemm     ] " << shape << ": heuristic candidate "
+              << (*gemm)->tunedRank(false, t, n, k) << " after tuning\n";
     report("linear (bf16 inputs)", shape, err);
     report("linear (vs fp32)", shape, errF32);
     EXPECT_LT(err, 1e-4);
