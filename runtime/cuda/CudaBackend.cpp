@@ -106,7 +106,7 @@ struct PreparedStep {
   /// split: the columns of each result.
   std::vector<int64_t> sizes;
   /// split: the results are column views of the input, no copy (every
-  /// reader of every result takes rows with a stride: viewableSplits).
+  /// reader of every result takes rows with a stride: markViewSplits).
   bool viewSplit = false;
   /// fused: the body, with the tensors filled in per run.
   FusedProgram fused;
