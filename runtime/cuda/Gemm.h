@@ -140,7 +140,9 @@ private:
   /// Rows up to which the first call of a cuBLASLt shape times the
   /// heuristic's candidates (tune): the decode and graph batch sizes, whose
   /// shapes recur every step. Larger T (prefill, mixed batches: a new T
-  /// nearly every step) keeps the heuristic's first choice.
+  /// nearly every step) keeps the heuristic's first choice. The choice
+  /// rests on timings, so two processes may run different algorithms for a
+  /// shape: the same product to fp32 rounding, not bit for bit.
   static constexpr int64_t kTuneMaxRows = 256;
   /// What tune writes between timed runs so that each reads its weights
   /// from HBM (larger than the H100's and H200's 50 MiB L2).
