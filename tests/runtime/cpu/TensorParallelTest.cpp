@@ -37,6 +37,25 @@ std::shared_ptr<const HostTensor> tableRows(int64_t begin, int64_t rows,
   return t;
 }
 
+/// Appends a value to `rank` (params read from model.safetensors under
+/// their name, inputs i32) and returns its id.
+int addValue(plan::RankPlan &rank, plan::ValueKind kind, std::string name,
+             std::vector<plan::Dim> shape) {
+  plan::Value v;
+  v.id = static_cast<int>(rank.values.size());
+  v.kind = kind;
+  v.name = std::move(name);
+  v.shape = std::move(shape);
+  if (kind == plan::ValueKind::kParam) {
+    v.sourceFile = "model.safetensors";
+    v.sourceTensor = v.name;
+  }
+  if (kind == plan::ValueKind::kInput)
+    v.dtype = plan::DType::kI32;
+  rank.values.push_back(v);
+  return v.id;
+}
+
 /// The plan of `numRanks` ranks and their parameter slices.
 std::pair<plan::Plan, std::vector<ParamTable>> buildPlan(int numRanks) {
   const int64_t rows = kVocab / numRanks;
@@ -49,19 +68,7 @@ std::pair<plan::Plan, std::vector<ParamTable>> buildPlan(int numRanks) {
     rank.rank = r;
     auto value = [&](plan::ValueKind kind, std::string name,
                      std::vector<plan::Dim> shape) {
-      plan::Value v;
-      v.id = static_cast<int>(rank.values.size());
-      v.kind = kind;
-      v.name = std::move(name);
-      v.shape = std::move(shape);
-      if (kind == plan::ValueKind::kParam) {
-        v.sourceFile = "model.safetensors";
-        v.sourceTensor = v.name;
-      }
-      if (kind == plan::ValueKind::kInput)
-        v.dtype = plan::DType::kI32;
-      rank.values.push_back(v);
-      return v.id;
+      return addValue(rank, kind, std::move(name), std::move(shape));
     };
     using plan::Dim;
     int ids = value(plan::ValueKind::kInput, "token_ids", {Dim::dynamic("T")});
@@ -192,19 +199,7 @@ buildRowParallelPlan(int numRanks) {
     rank.rank = r;
     auto value = [&](plan::ValueKind kind, std::string name,
                      std::vector<plan::Dim> shape) {
-      plan::Value v;
-      v.id = static_cast<int>(rank.values.size());
-      v.kind = kind;
-      v.name = std::move(name);
-      v.shape = std::move(shape);
-      if (kind == plan::ValueKind::kParam) {
-        v.sourceFile = "model.safetensors";
-        v.sourceTensor = v.name;
-      }
-      if (kind == plan::ValueKind::kInput)
-        v.dtype = plan::DType::kI32;
-      rank.values.push_back(v);
-      return v.id;
+      return addValue(rank, kind, std::move(name), std::move(shape));
     };
     using plan::Dim;
     using plan::ValueKind;
