@@ -46,6 +46,7 @@
 
 #include "passes/MemoryPlan.h"
 #include "runtime/plan/FusedBody.h"
+#include "runtime/plan/StepOps.h"
 
 #include "ir/InferAttrs.h"
 #include "ir/InferDialect.h"
@@ -84,22 +85,12 @@ std::optional<std::vector<plan::Dim>> inputShape(StringRef name) {
       .Default(std::nullopt);
 }
 
-/// The step ops of plan format 1 that map one-to-one from infer ops.
 double asDouble(const llvm::APFloat &value) {
   bool losesInfo = false;
   llvm::APFloat copy = value;
   copy.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven,
                &losesInfo);
   return copy.convertToDouble();
-}
-
-bool isDirectStep(StringRef name) {
-  return llvm::StringSwitch<bool>(name)
-      .Cases("embedding", "rms_norm", "linear", "rope", "paged_attention", true)
-      .Cases("silu", "add", "mul", "gather_rows", "logits", true)
-      .Cases("add_rms_norm", "silu_mul", true)
-      .Cases("all_reduce", "all_gather", "bias_add", true)
-      .Default(false);
 }
 
 /// The load-time transform of a `#infer.fp8` weight; `parts` are the rows
@@ -592,7 +583,7 @@ FailureOr<plan::Plan> PlanLowering::lower() {
             .Default([&](mlir::Operation *other) -> mlir::LogicalResult {
               if (other->getDialect() &&
                   mlir::isa<mlir::infer::InferDialect>(other->getDialect()) &&
-                  isDirectStep(name))
+                  plan::isDirectStep(name))
                 return lowerStep(other, name);
               return other->emitError() << "'" << other->getName()
                                         << "' has no step in plan format "
@@ -713,8 +704,9 @@ FailureOr<plan::FusedBody> fusedBodyOf(mlir::infer::FusedOp op) {
   return body;
 }
 
-FailureOr<plan::Plan> lowerToPlan(mlir::ModuleOp module,
-                                  const TensorFileMap &tensorFiles) {
+/// lowerToPlan before verification.
+static FailureOr<plan::Plan> lowerModule(mlir::ModuleOp module,
+                                         const TensorFileMap &tensorFiles) {
   auto func = module.lookupSymbol<mlir::func::FuncOp>("forward");
   if (!func)
     return module.emitError() << "the module has no func.func @forward";
@@ -742,6 +734,18 @@ FailureOr<plan::Plan> lowerToPlan(mlir::ModuleOp module,
     return mlir::failure();
   lowered->kvCache.sinkTokens = streaming.getSinkTokens();
   lowered->kvCache.window = streaming.getWindow();
+  return lowered;
+}
+
+FailureOr<plan::Plan> lowerToPlan(mlir::ModuleOp module,
+                                  const TensorFileMap &tensorFiles) {
+  FailureOr<plan::Plan> lowered = lowerModule(module, tensorFiles);
+  if (mlir::failed(lowered))
+    return mlir::failure();
+  // The runtime rejects what the verifier rejects: say so at compile time.
+  if (Status verified = plan::verifyPlan(*lowered); !verified.isOk())
+    return module.emitError()
+           << "the lowered plan does not verify: " << verified.message();
   return lowered;
 }
 

@@ -18,6 +18,7 @@
 #define INFER_RUNTIME_BACKEND_BACKEND_H
 
 #include "runtime/backend/Sampling.h"
+#include "runtime/plan/Plan.h"
 #include "runtime/support/Status.h"
 
 #include <cstdint>
@@ -59,19 +60,31 @@ struct Logits {
   const float *row(int64_t r) const { return data.data() + r * vocab; }
 };
 
-/// A parameter on the host, shared between ranks or values that reference
-/// the same source tensor: converted to fp32, or, quantized at load
-/// (`quantize_fp8_e4m3`), FP8 E4M3 codes with one fp32 scale per row of
-/// dimension 0 and no fp32 copy:
+/// A parameter on the host as its plan value's dtype says, shared between
+/// ranks or values that load the same source tensor through the same
+/// transforms: f32 elements in `data`, bf16 or f16 bit patterns in `bits16`
+/// (`dtype` says which), or, quantized at load (`quantize_fp8_e4m3`), FP8
+/// E4M3 codes with one fp32 scale per row of dimension 0:
 ///
 ///   element (i, j) = decodeFp8(fp8Codes[i * cols + j], kE4M3) * rowScales[i]
 struct HostTensor {
+  plan::DType dtype = plan::DType::kF32;
   std::vector<int64_t> shape;
   std::vector<float> data;
+  std::vector<uint16_t> bits16;
   std::vector<uint8_t> fp8Codes;
   std::vector<float> rowScales;
 
   bool isFp8() const { return !fp8Codes.empty(); }
+  int64_t numElements() const;
+  /// Whether the storage is the one `dtype` names, with shape's elements.
+  bool consistent() const;
+  /// The elements as fp32: exact for f32, bf16 and f16; fp8 decoded and
+  /// scaled.
+  std::vector<float> toFloat() const;
+  /// Rounds fp32 `data` to `to` (bf16 or f16: into bits16, nearest even);
+  /// f32 keeps it.
+  void convertTo(plan::DType to);
 };
 /// Plan value id -> parameter.
 using ParamTable = std::map<int, std::shared_ptr<const HostTensor>>;

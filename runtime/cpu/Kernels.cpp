@@ -2,6 +2,7 @@
 
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cpu/ThreadPool.h"
+#include "runtime/support/Half.h"
 
 #include <algorithm>
 #include <cmath>
@@ -181,100 +182,6 @@ void siluMul(const float *gate, const float *up, float *y, int64_t n) {
 // Rotary embedding
 //===----------------------------------------------------------------------===//
 
-Status RopeConfig::validate() const {
-  if (headDim <= 0 || rotaryDim <= 0 || rotaryDim > headDim || rotaryDim % 2)
-    return invalidArgument("rope: rotary_dim " + std::to_string(rotaryDim) +
-                           " must be even and in (0, head_dim " +
-                           std::to_string(headDim) + "]");
-  if (!(theta > 0))
-    return invalidArgument("rope: theta must be > 0");
-  if (scaling == "default")
-    return Status::ok();
-  if (scaling == "linear") {
-    if (!(factor > 0))
-      return invalidArgument("rope: linear scaling needs factor > 0");
-    return Status::ok();
-  }
-  if (scaling == "llama3") {
-    if (!(factor > 0) || !(highFreqFactor > lowFreqFactor) ||
-        originalMaxPositionEmbeddings <= 0)
-      return invalidArgument("rope: llama3 scaling needs factor > 0, "
-                             "high_freq_factor > low_freq_factor and "
-                             "original_max_position_embeddings > 0");
-    return Status::ok();
-  }
-  return invalidArgument("rope: unknown scaling '" + scaling +
-                         "' (expected default, linear or llama3)");
-}
-
-StatusOr<RopeConfig> ropeConfigOf(const plan::Step &step) {
-  RopeConfig c;
-  INFER_ASSIGN_OR_RETURN(c.headDim, step.getInt("head_dim"));
-  INFER_ASSIGN_OR_RETURN(c.theta, step.getFloat("theta"));
-  c.rotaryDim = step.getInt("rotary_dim", c.headDim);
-  c.scaling = step.getString("scaling", "default");
-  c.factor = step.getFloat("factor", 1.0);
-  c.lowFreqFactor = step.getFloat("low_freq_factor", 1.0);
-  c.highFreqFactor = step.getFloat("high_freq_factor", 4.0);
-  c.originalMaxPositionEmbeddings =
-      step.getInt("original_max_position_embeddings", 0);
-  INFER_RETURN_IF_ERROR(c.validate());
-  return c;
-}
-
-StatusOr<std::optional<RopeConfig>> keyRopeConfigOf(const plan::Step &step) {
-  if (!step.attrs.count("key_rotary_dim"))
-    return std::optional<RopeConfig>();
-  INFER_ASSIGN_OR_RETURN(const int64_t keyRotaryDim,
-                         step.getInt("key_rotary_dim"));
-  if (step.getInt("sliding_window", 0) != 0)
-    return invalidArgument("key_rotary_dim with a sliding_window");
-  INFER_ASSIGN_OR_RETURN(RopeConfig c, ropeConfigOf(step));
-  c.rotaryDim = keyRotaryDim;
-  INFER_RETURN_IF_ERROR(c.validate());
-  return std::optional<RopeConfig>(c);
-}
-
-std::vector<float> ropeInverseFrequencies(const RopeConfig &c) {
-  const int64_t half = c.rotaryDim / 2;
-  std::vector<float> inv(half);
-  // inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim)), in fp32.
-  for (int64_t i = 0; i < half; ++i) {
-    const float exponent =
-        static_cast<float>(2 * i) / static_cast<float>(c.rotaryDim);
-    const float power =
-        static_cast<float>(std::pow(c.theta, static_cast<double>(exponent)));
-    inv[i] = 1.0f / power;
-  }
-  if (c.scaling == "linear") {
-    for (float &f : inv)
-      f = f / static_cast<float>(c.factor);
-  } else if (c.scaling == "llama3") {
-    const float factor = static_cast<float>(c.factor);
-    const float low = static_cast<float>(c.lowFreqFactor);
-    const double oldContext =
-        static_cast<double>(c.originalMaxPositionEmbeddings);
-    const float lowFreqWavelen =
-        static_cast<float>(oldContext / c.lowFreqFactor);
-    const float highFreqWavelen =
-        static_cast<float>(oldContext / c.highFreqFactor);
-    for (float &f : inv) {
-      const float wavelen = static_cast<float>(2 * M_PI) / f;
-      float scaled = wavelen > lowFreqWavelen ? f / factor : f;
-      const bool medium =
-          !(wavelen < highFreqWavelen) && !(wavelen > lowFreqWavelen);
-      if (medium) {
-        const float smooth =
-            (static_cast<float>(oldContext) / wavelen - low) /
-            static_cast<float>(c.highFreqFactor - c.lowFreqFactor);
-        scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
-      }
-      f = scaled;
-    }
-  }
-  return inv;
-}
-
 void applyRope(float *x, int64_t t, int64_t heads, const int32_t *positions,
                const RopeConfig &c, const std::vector<float> &invFreq) {
   const int64_t half = c.rotaryDim / 2;
@@ -304,7 +211,20 @@ void applyRope(float *x, int64_t t, int64_t heads, const int32_t *positions,
 void KVPool::storeHead(int64_t offset, int64_t headDim,
                        const float *src) const {
   if (values) {
-    std::memcpy(values + offset, src, headDim * sizeof(float));
+    float *out = values + offset;
+    switch (valueType) {
+    case plan::DType::kBF16:
+      for (int64_t e = 0; e < headDim; ++e)
+        out[e] = roundToBf16(src[e]);
+      break;
+    case plan::DType::kF16:
+      for (int64_t e = 0; e < headDim; ++e)
+        out[e] = roundToF16(src[e]);
+      break;
+    default:
+      std::memcpy(out, src, headDim * sizeof(float));
+      break;
+    }
     return;
   }
   uint8_t *out = codes + offset;

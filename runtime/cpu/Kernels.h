@@ -10,7 +10,7 @@
 #ifndef INFER_RUNTIME_CPU_KERNELS_H
 #define INFER_RUNTIME_CPU_KERNELS_H
 
-#include "runtime/plan/Plan.h"
+#include "runtime/plan/StepAttrs.h"
 #include "runtime/support/Fp8.h"
 #include "runtime/support/Status.h"
 
@@ -64,35 +64,8 @@ void geluTanh(const float *x, float *y, int64_t n);
 /// y = silu(gate) * up.
 void siluMul(const float *gate, const float *up, float *y, int64_t n);
 
-/// Rotary embedding parameters of a `rope` step.
-struct RopeConfig {
-  int64_t headDim = 0;
-  int64_t rotaryDim = 0;
-  double theta = 10000.0;
-  std::string scaling = "default"; ///< "default" | "linear" | "llama3"
-  double factor = 1.0;
-  double lowFreqFactor = 1.0;
-  double highFreqFactor = 4.0;
-  int64_t originalMaxPositionEmbeddings = 0;
-
-  Status validate() const;
-};
-
-/// The validated RopeConfig of a plan step carrying the `rope` attributes
-/// (rope, rope_kv_cache_write; runtime/plan/Plan.h), for every backend.
-StatusOr<RopeConfig> ropeConfigOf(const plan::Step &step);
-
-/// The key rope of a streaming paged_attention step (AttentionParams::keyRope:
-/// the cache holds unrotated keys, each rotated at its cache index): the
-/// step's rope attributes with rotary_dim = key_rotary_dim, validated, for
-/// every backend; std::nullopt for a step without key_rotary_dim. A key rope
-/// with a sliding_window is an error.
-StatusOr<std::optional<RopeConfig>> keyRopeConfigOf(const plan::Step &step);
-
-/// The rotary_dim / 2 inverse frequencies, computed in fp32 like HF's
-/// _compute_default_rope_parameters, _compute_linear_scaling_rope_parameters
-/// and _compute_llama3_parameters.
-std::vector<float> ropeInverseFrequencies(const RopeConfig &config);
+/// Rotary embedding parameters (rope, rope_kv_cache_write, key ropes).
+using plan::RopeConfig;
 
 /// Rotates each head of x[T, heads*headDim] in place (rotate_half style:
 /// dimension i pairs with i + rotaryDim/2; dimensions past rotaryDim pass).
@@ -135,6 +108,8 @@ struct KVPool {
   uint8_t *codes = nullptr;
   float *scales = nullptr;
   Fp8Format format = Fp8Format::kE5M2;
+  /// The dtype `values` stores: f32 as is, bf16 / f16 rounded to it.
+  plan::DType valueType = plan::DType::kF32;
 
   /// Stores `src`, the head_dim keys or values of the head vector at element
   /// `offset`, quantizing them in an fp8 pool (E4M3: scale = amax / 448).

@@ -1,7 +1,6 @@
 //===- CudaBackend.cpp - The CUDA backend ---------------------------------===//
 
 #include "runtime/cuda/CudaBackend.h"
-#include "runtime/cpu/Kernels.h"
 #include "runtime/cuda/Arena.h"
 #include "runtime/cuda/CudaStatus.h"
 #include "runtime/cuda/Gemm.h"
@@ -10,6 +9,7 @@
 #include "runtime/cuda/NcclCommunicator.h"
 #include "runtime/cuda/SamplingKernels.h"
 #include "runtime/plan/FusedBody.h"
+#include "runtime/plan/StepAttrs.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -447,13 +447,20 @@ Status CudaBackend::uploadParams(const ParamTable &params) {
       continue;
     }
     if (asBf16.count(v.id) && !t.bf16) {
-      std::vector<__nv_bfloat16> converted(host.data.size());
-      for (size_t i = 0; i < converted.size(); ++i)
-        converted[i] = __float2bfloat16_rn(host.data[i]);
-      INFER_RETURN_IF_ERROR(upload(converted, &t.bf16, deviceAllocations_));
+      if (host.dtype == plan::DType::kBF16) {
+        INFER_RETURN_IF_ERROR(upload(host.bits16,
+                                     reinterpret_cast<uint16_t **>(&t.bf16),
+                                     deviceAllocations_));
+      } else {
+        const std::vector<float> values = host.toFloat();
+        std::vector<__nv_bfloat16> converted(values.size());
+        for (size_t i = 0; i < converted.size(); ++i)
+          converted[i] = __float2bfloat16_rn(values[i]);
+        INFER_RETURN_IF_ERROR(upload(converted, &t.bf16, deviceAllocations_));
+      }
     }
     if (asF32.count(v.id) && !t.f32)
-      INFER_RETURN_IF_ERROR(upload(host.data, &t.f32, deviceAllocations_));
+      INFER_RETURN_IF_ERROR(upload(host.toFloat(), &t.f32, deviceAllocations_));
     params_[v.id] = t;
   }
   return Status::ok();
@@ -550,243 +557,92 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
 
 Status CudaBackend::prepareStep(const Step &step, const std::string &where,
                                 PreparedStep &out) {
-  std::optional<OpKind> op = plan::parseStepOp(step.op);
-  if (!op)
-    return unimplemented("cuda backend: " + where + ": unknown op");
-  if ((*op == OpKind::kAllReduce || *op == OpKind::kAllGather) &&
+  StatusOr<plan::DecodedStep> decoded = plan::decodeStep(step);
+  if (!decoded.isOk())
+    return decoded.status().withContext("cuda backend: " + where);
+  const plan::DecodedStep &d = *decoded;
+  if ((d.op == OpKind::kAllReduce || d.op == OpKind::kAllGather) &&
       !communicator_)
     return invalidArgument("cuda backend: " + where +
                            ": a collective in a plan run without a "
                            "communicator (tensor-parallel plans run through "
                            "createCudaTensorParallelBackend)");
-  out.op = *op;
+  if (d.op == OpKind::kCast)
+    return unimplemented("cuda backend: " + where +
+                         ": cast between activation dtypes");
+  out.op = d.op;
   out.where = where;
-  out.operands = step.operands;
-  out.result = step.results.empty() ? -1 : step.results[0];
-  out.results = step.results;
-  auto withWhere = [&](const Status &s) {
-    return s.withContext("cuda backend: " + where);
-  };
-  auto kindOf = [&](size_t i) { return rank_.values[step.operands[i]].kind; };
-  // fused: any number of operands (checked against its body below).
-  static const size_t kArity[] = {2, 2, 3, 2, 4, 5, 1, 1, 2, 2,
-                                  2, 2, 1, 3, 2, 5, 0, 1, 1};
-  const size_t arity = kArity[static_cast<int>(out.op)];
-  if ((step.operands.size() != arity &&
-       !(out.op == OpKind::kLinear && step.operands.size() == 2) &&
-       out.op != OpKind::kFused) ||
-      step.operands.empty())
-    return invalidArgument("cuda backend: " + where + ": " +
-                           std::to_string(step.operands.size()) + " operands");
-  const bool writesCache =
-      out.op == OpKind::kKVCacheWrite || out.op == OpKind::kRopeKVCacheWrite;
-  const bool severalResults = out.op == OpKind::kSplit ||
-                              out.op == OpKind::kAddRmsNorm ||
-                              out.op == OpKind::kFused;
-  if (writesCache ? !step.results.empty()
-      : severalResults
-          ? step.results.empty() ||
-                (out.op == OpKind::kAddRmsNorm && step.results.size() != 2)
-          : step.results.size() != 1)
-    return invalidArgument("cuda backend: " + where +
-                           ": wrong number of results");
-  for (size_t i = 0; i < step.operands.size(); ++i) {
-    const bool intOperand = (out.op == OpKind::kEmbedding && i == 1) ||
-                            (out.op == OpKind::kRope && i == 1) ||
-                            (out.op == OpKind::kKVCacheWrite && i == 3) ||
-                            (out.op == OpKind::kRopeKVCacheWrite && i >= 3) ||
-                            (out.op == OpKind::kPagedAttention && i >= 2) ||
-                            (out.op == OpKind::kGatherRows && i == 1);
-    const bool cacheOperand = (writesCache && i == 0) ||
-                              (out.op == OpKind::kPagedAttention && i == 1);
-    const ValueKind k = kindOf(i);
-    const bool ok = intOperand ? k == ValueKind::kInput
-                    : cacheOperand
-                        ? k == ValueKind::kKVCache
-                        : k == ValueKind::kActivation || k == ValueKind::kParam;
-    if (!ok)
-      return invalidArgument("cuda backend: " + where + ": operand " +
-                             std::to_string(i) + " has the wrong kind");
-  }
-  if (writesCache && inputOf_[step.operands[3]] != InputKind::kSlotMapping)
-    return invalidArgument("cuda backend: " + where +
-                           ": operand 3 must be slot_mapping");
-  if (out.op == OpKind::kRopeKVCacheWrite &&
-      inputOf_[step.operands[4]] != InputKind::kPositions)
-    return invalidArgument("cuda backend: " + where +
-                           ": operand 4 must be positions");
-  if (out.op == OpKind::kPagedAttention &&
-      (inputOf_[step.operands[2]] != InputKind::kBlockTables ||
-       inputOf_[step.operands[3]] != InputKind::kContextLens ||
-       inputOf_[step.operands[4]] != InputKind::kQueryStartLoc))
-    return invalidArgument("cuda backend: " + where +
-                           ": operands 2-4 must be block_tables, "
-                           "context_lens and query_start_loc");
-  if ((out.op == OpKind::kEmbedding || out.op == OpKind::kRope ||
-       out.op == OpKind::kGatherRows) &&
-      (inputOf_[step.operands[1]] == InputKind::kSlotMapping ||
-       inputOf_[step.operands[1]] == InputKind::kBlockTables))
-    return invalidArgument("cuda backend: " + where +
-                           ": operand 1 must be a 1-D i32 input");
-
-  auto prepareRope = [&]() -> Status {
-    StatusOr<cpu::RopeConfig> config = cpu::ropeConfigOf(step);
-    if (!config.isOk())
-      return withWhere(config.status());
-    const cpu::RopeConfig &c = *config;
-    out.ropeHeadDim = static_cast<int>(c.headDim);
-    out.ropeRotaryDim = static_cast<int>(c.rotaryDim);
-    return upload(cpu::ropeInverseFrequencies(c), &out.ropeInvFreq,
-                  deviceAllocations_);
-  };
+  out.operands = d.operands;
+  out.result = d.results.empty() ? -1 : d.results[0];
+  out.results = d.results;
+  out.vocabOffset = d.vocabOffset;
+  out.vocabSize = d.vocabSize;
+  out.gatherDim = d.gatherDim;
+  out.epsilon = static_cast<float>(d.epsilon);
+  out.sizes = d.splitSizes;
+  out.layer = static_cast<int>(d.layer);
 
   switch (out.op) {
-  case OpKind::kEmbedding: {
-    for (const char *name : {"vocab_offset", "vocab_size"})
-      if (step.attrs.count(name))
-        if (StatusOr<int64_t> v = step.getInt(name); !v.isOk())
-          return withWhere(v.status());
-    out.vocabOffset = step.getInt("vocab_offset", 0);
-    out.vocabSize = step.getInt("vocab_size", 0);
-    const Value &table = rank_.values[step.operands[0]];
-    const int64_t rows = table.shape.empty() ? 0 : table.shape[0].size;
-    if (out.vocabSize != 0 &&
-        (out.vocabOffset < 0 || out.vocabOffset + rows > out.vocabSize))
-      return invalidArgument(
-          "cuda backend: " + where + ": vocab_offset " +
-          std::to_string(out.vocabOffset) + " + " + std::to_string(rows) +
-          " table rows exceed vocab_size " + std::to_string(out.vocabSize));
-    break;
-  }
-  case OpKind::kAllGather: {
-    StatusOr<int64_t> dim = step.getGatherDim();
-    if (!dim.isOk())
-      return withWhere(dim.status());
-    out.gatherDim = *dim;
-    break;
-  }
-  case OpKind::kRmsNorm:
-  case OpKind::kAddRmsNorm: {
-    StatusOr<double> eps = step.getFloat("epsilon");
-    if (!eps.isOk())
-      return withWhere(eps.status());
-    out.epsilon = static_cast<float>(*eps);
-    break;
-  }
   case OpKind::kRope:
-    INFER_RETURN_IF_ERROR(prepareRope());
+  case OpKind::kRopeKVCacheWrite:
+    out.ropeHeadDim = static_cast<int>(d.rope.headDim);
+    out.ropeRotaryDim = static_cast<int>(d.rope.rotaryDim);
+    INFER_RETURN_IF_ERROR(upload(plan::ropeInverseFrequencies(d.rope),
+                                 &out.ropeInvFreq, deviceAllocations_));
     break;
-  case OpKind::kSplit: {
-    StatusOr<std::vector<int64_t>> sizes = step.getSplitSizes();
-    if (!sizes.isOk())
-      return withWhere(sizes.status());
-    out.sizes = std::move(*sizes);
-    break;
-  }
   case OpKind::kFused: {
-    StatusOr<plan::FusedBody> body = plan::getFusedBody(step);
-    if (!body.isOk())
-      return withWhere(body.status());
-    if (body->numInputs != static_cast<int>(step.operands.size()) ||
-        body->yields.size() != step.results.size())
-      return invalidArgument("cuda backend: " + where +
-                             ": body does not match the operands/results");
+    const plan::FusedBody &body = d.fused;
     ++numFusedSteps_;
-    const std::string kernel = step.getString("kernel", "");
-    if (generated_ && !kernel.empty()) {
-      out.generated = generated_->kernel(kernel);
+    if (generated_ && !d.kernel.empty()) {
+      out.generated = generated_->kernel(d.kernel);
       if (!out.generated)
-        return internalError("cuda backend: " + where + ": kernel '" + kernel +
-                             "' was not loaded");
+        return internalError("cuda backend: " + where + ": kernel '" +
+                             d.kernel + "' was not loaded");
       ++numGeneratedSteps_;
       break;
     }
-    if (body->numInputs > kMaxFusedInputs ||
-        static_cast<int>(body->instructions.size()) > kMaxFusedInstructions ||
-        static_cast<int>(body->yields.size()) > kMaxFusedOutputs)
+    if (body.numInputs > kMaxFusedInputs ||
+        static_cast<int>(body.instructions.size()) > kMaxFusedInstructions ||
+        static_cast<int>(body.yields.size()) > kMaxFusedOutputs)
       return unimplemented("cuda backend: " + where + ": a body of more than " +
                            std::to_string(kMaxFusedInputs) + " inputs, " +
                            std::to_string(kMaxFusedInstructions) +
                            " instructions or " +
                            std::to_string(kMaxFusedOutputs) + " results");
     FusedProgram &p = out.fused;
-    p.numInputs = body->numInputs;
-    p.numInstructions = static_cast<int>(body->instructions.size());
-    p.numOutputs = static_cast<int>(body->yields.size());
+    p.numInputs = body.numInputs;
+    p.numInstructions = static_cast<int>(body.instructions.size());
+    p.numOutputs = static_cast<int>(body.yields.size());
     for (int i = 0; i < p.numInstructions; ++i) {
-      const plan::FusedInstruction &instr = body->instructions[i];
+      const plan::FusedInstruction &instr = body.instructions[i];
       p.op[i] = static_cast<FusedOp>(static_cast<int>(instr.op));
       p.arg0[i] = static_cast<int8_t>(instr.args[0]);
       p.arg1[i] = static_cast<int8_t>(instr.args.size() > 1 ? instr.args[1]
                                                             : instr.args[0]);
     }
     for (int r = 0; r < p.numOutputs; ++r)
-      p.yields[r] = static_cast<int8_t>(body->yields[r]);
+      p.yields[r] = static_cast<int8_t>(body.yields[r]);
     break;
   }
-  case OpKind::kRopeKVCacheWrite:
-    INFER_RETURN_IF_ERROR(prepareRope());
-    if (out.ropeHeadDim != dims_.headDim)
-      return invalidArgument("cuda backend: " + where +
-                             ": head_dim differs from the cache's");
-    [[fallthrough]];
-  case OpKind::kKVCacheWrite:
   case OpKind::kPagedAttention: {
-    StatusOr<int64_t> layer = step.getInt("layer");
-    if (!layer.isOk())
-      return withWhere(layer.status());
-    if (*layer < 0 || *layer >= dims_.numLayers)
-      return invalidArgument("cuda backend: " + where + ": layer " +
-                             std::to_string(*layer) + " outside the cache");
-    out.layer = static_cast<int>(*layer);
-    if (out.op != OpKind::kPagedAttention)
-      break;
+    const plan::AttentionAttrs &attrs = d.attention;
     AttentionDims &a = out.attention;
-    a.layer = out.layer;
-    int64_t heads[3];
-    const char *names[3] = {"num_heads", "num_kv_heads", "head_dim"};
-    for (int i = 0; i < 3; ++i) {
-      StatusOr<int64_t> v = step.getInt(names[i]);
-      if (!v.isOk())
-        return withWhere(v.status());
-      heads[i] = *v;
-    }
-    a.numHeads = static_cast<int>(heads[0]);
-    a.numKVHeads = static_cast<int>(heads[1]);
-    a.headDim = static_cast<int>(heads[2]);
-    StatusOr<double> scale = step.getFloat("scale");
-    if (!scale.isOk())
-      return withWhere(scale.status());
-    a.scale = static_cast<float>(*scale);
-    if (step.attrs.count("sliding_window")) {
-      StatusOr<int64_t> window = step.getInt("sliding_window");
-      if (!window.isOk())
-        return withWhere(window.status());
-      if (*window < 0)
-        return invalidArgument("cuda backend: " + where +
-                               ": sliding_window must be >= 0");
-      a.slidingWindow = static_cast<int>(*window);
-    }
-    if (a.numKVHeads != dims_.numKVHeads || a.headDim != dims_.headDim)
-      return invalidArgument("cuda backend: " + where +
-                             ": num_kv_heads/head_dim differ from the cache's");
-    if (a.numHeads <= 0 || a.numHeads % a.numKVHeads != 0)
-      return invalidArgument("cuda backend: " + where +
-                             ": num_heads must be a multiple of num_kv_heads");
+    a.layer = static_cast<int>(attrs.layer);
+    a.numHeads = static_cast<int>(attrs.numHeads);
+    a.numKVHeads = static_cast<int>(attrs.numKVHeads);
+    a.headDim = static_cast<int>(attrs.headDim);
+    a.scale = static_cast<float>(attrs.scale);
+    a.slidingWindow = static_cast<int>(attrs.slidingWindow);
     if (a.headDim > kMaxHeadDim)
       return unimplemented("cuda backend: " + where + ": head_dim " +
                            std::to_string(a.headDim) + " > " +
                            std::to_string(kMaxHeadDim));
     // Streaming: the rope attributes rotate the cached keys at their index.
-    StatusOr<std::optional<cpu::RopeConfig>> keyRope =
-        cpu::keyRopeConfigOf(step);
-    if (!keyRope.isOk())
-      return withWhere(keyRope.status());
-    if (!*keyRope)
+    if (!attrs.keyRope)
       break;
-    INFER_RETURN_IF_ERROR(upload(cpu::ropeInverseFrequencies(**keyRope),
+    INFER_RETURN_IF_ERROR(upload(plan::ropeInverseFrequencies(*attrs.keyRope),
                                  &out.ropeInvFreq, deviceAllocations_));
-    a.keyRotaryDim = static_cast<int>((*keyRope)->rotaryDim);
+    a.keyRotaryDim = static_cast<int>(attrs.keyRope->rotaryDim);
     a.keyRopeInvFreq = out.ropeInvFreq;
     break;
   }
@@ -1673,13 +1529,10 @@ createCudaBackend(const plan::Plan &plan, int rank, const ParamTable &params,
     return Status(StatusCode::kUnimplemented,
                   "cuda backend: " + why +
                       " on this machine (use --backend cpu)");
+  INFER_RETURN_IF_ERROR(plan::verifyPlan(plan).withContext("cuda backend"));
   if (rank < 0 || rank >= static_cast<int>(plan.ranks.size()))
     return invalidArgument("cuda backend: rank " + std::to_string(rank) +
                            " not in the plan");
-  const plan::KVCacheLayout &layout = plan.kvCache;
-  if (layout.layout != "block_layer_kv_slot_head_dim")
-    return unimplemented("cuda backend: KV-cache layout '" + layout.layout +
-                         "'");
   if (options.numBlocks < 0)
     return invalidArgument("cuda backend: negative number of KV blocks");
   if (!(options.kvCacheMemoryFraction > 0 &&
@@ -1695,7 +1548,7 @@ createCudaBackend(const plan::Plan &plan, int rank, const ParamTable &params,
                            "-rank plan needs that rank's NCCL communicator "
                            "on device " +
                            std::to_string(options.device));
-  auto backend = std::make_unique<CudaBackend>(options.device, layout);
+  auto backend = std::make_unique<CudaBackend>(options.device, plan.kvCache);
   INFER_RETURN_IF_ERROR(backend->init(plan.ranks[rank], params, options));
   return std::unique_ptr<Backend>(std::move(backend));
 }

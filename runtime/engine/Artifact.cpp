@@ -239,9 +239,9 @@ inline float maxKeepingNaN(float a, float b) {
 /// the tensor is large enough to pay for them, else once on this thread.
 void forEachRowRange(int64_t rows, int64_t cols,
                      const std::function<void(int64_t, int64_t)> &fn) {
-  const int64_t threads = std::min<int64_t>(
-      {16, std::max(1u, std::thread::hardware_concurrency()),
-       std::max<int64_t>(1, rows * cols / (1 << 20))});
+  const int64_t threads =
+      std::min<int64_t>({16, std::max(1u, std::thread::hardware_concurrency()),
+                         std::max<int64_t>(1, rows * cols / (1 << 20))});
   if (threads <= 1) {
     fn(0, rows);
     return;
@@ -319,8 +319,7 @@ Status quantizeFp8(const plan::WeightTransform &transform, HostTensor &tensor) {
     if (!std::isfinite(amax))
       return invalidArgument("cannot quantize a tensor holding inf or NaN");
     // An all-zero group keeps scale 0 and codes 0 (no division by zero).
-    std::fill_n(tensor.rowScales.begin() + row, groupRows,
-                amax / kFp8E4M3Max);
+    std::fill_n(tensor.rowScales.begin() + row, groupRows, amax / kFp8E4M3Max);
     row += groupRows;
   }
   forEachRowRange(rows, cols, [&](int64_t first, int64_t last) {
@@ -334,10 +333,12 @@ Status quantizeFp8(const plan::WeightTransform &transform, HostTensor &tensor) {
     }
   });
   tensor.data = std::vector<float>();
+  tensor.dtype = plan::DType::kF8E4M3;
   return Status::ok();
 }
 
-/// Reads a param's source tensor and applies its transforms in order.
+/// Reads a param's source tensor, applies its transforms in order and
+/// rounds it to the param's dtype.
 StatusOr<HostTensor> loadParam(const plan::Value &v, WeightReader &reader) {
   INFER_ASSIGN_OR_RETURN(HostTensor tensor,
                          reader.read(v.sourceFile, v.sourceTensor));
@@ -364,6 +365,8 @@ StatusOr<HostTensor> loadParam(const plan::Value &v, WeightReader &reader) {
         formatShape(tensor.shape) +
         (v.transforms.empty() ? "" : " after its transforms") +
         ", the plan expects " + formatShape(shape));
+  if (!tensor.isFp8())
+    tensor.convertTo(v.dtype);
   return tensor;
 }
 
@@ -392,7 +395,8 @@ StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
       continue;
     // The same tensor may load both plain and quantized (a tied embedding
     // table and LM head), so the key names the transforms.
-    std::string key = v.sourceFile + "\n" + v.sourceTensor;
+    std::string key = v.sourceFile + "\n" + v.sourceTensor + "\n" +
+                      std::string(plan::dtypeName(v.dtype));
     for (const plan::WeightTransform &transform : v.transforms) {
       key += "\n" + transform.kind;
       for (const auto &[name, value] : transform.attrs)

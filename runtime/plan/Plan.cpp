@@ -1,7 +1,7 @@
 //===- Plan.cpp - plan.json and manifest.json reading and writing ---------===//
 //
 // plan.json:
-//   {"format_version": 1, "num_ranks": 1,
+//   {"format_version": 2, "num_ranks": 1,
 //    "kv_cache": {"layout": ..., "num_layers": 8, "num_kv_heads": 2,
 //                 "head_dim": 64, "block_size": 16, "dtype": "f32"},
 //    "ranks": [{"rank": 0,
@@ -21,6 +21,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/plan/Plan.h"
+#include "runtime/plan/StepAttrs.h"
 
 #include <nlohmann/json.hpp>
 
@@ -494,9 +495,10 @@ static StatusOr<KVCacheLayout> readKVCache(const Reader &r) {
   INFER_ASSIGN_OR_RETURN(kv.dtype, readDType(r, "dtype"));
   if (kv.layout != "block_layer_kv_slot_head_dim")
     return r.error("layout", "is unknown: '" + kv.layout + "'");
-  if (kv.numLayers < 0 || kv.numKVHeads < 0 || kv.headDim < 0 ||
+  if (kv.numLayers <= 0 || kv.numKVHeads <= 0 || kv.headDim <= 0 ||
       kv.blockSize <= 0)
-    return r.error("", "has a negative size or a block_size <= 0");
+    return r.error("", "needs num_layers, num_kv_heads, head_dim and "
+                       "block_size > 0");
   if (kv.dtype == DType::kI32 || kv.dtype == DType::kI64)
     return r.error("dtype", "must be a float type (f32, f16, bf16, f8e5m2 "
                             "or f8e4m3), got " +
@@ -677,150 +679,424 @@ static StatusOr<Step> readStep(const Reader &r) {
   return s;
 }
 
+//===----------------------------------------------------------------------===//
+// Verification
+//===----------------------------------------------------------------------===//
+
 namespace {
-/// Operand and result counts of the format-1 ops.
-struct OpSignature {
-  StepOp kind;
-  const char *op;
-  int minOperands;
-  int maxOperands;
-  /// kVariadic: one or more.
-  int numResults;
-};
-constexpr int kVariadic = -1;
-constexpr int kManyOperands = 1 << 20;
-} // namespace
 
-static const OpSignature kOpSignatures[] = {
-    {StepOp::kEmbedding, "embedding", 2, 2, 1},
-    {StepOp::kRmsNorm, "rms_norm", 2, 2, 1},
-    {StepOp::kLinear, "linear", 2, 3, 1},
-    {StepOp::kRope, "rope", 2, 2, 1},
-    {StepOp::kKVCacheWrite, "kv_cache_write", 4, 4, 0},
-    {StepOp::kPagedAttention, "paged_attention", 5, 5, 1},
-    {StepOp::kSilu, "silu", 1, 1, 1},
-    {StepOp::kGeluTanh, "gelu_tanh", 1, 1, 1},
-    {StepOp::kAdd, "add", 2, 2, 1},
-    {StepOp::kMul, "mul", 2, 2, 1},
-    {StepOp::kGatherRows, "gather_rows", 2, 2, 1},
-    {StepOp::kLogits, "logits", 2, 2, 1},
-    {StepOp::kSplit, "split", 1, 1, kVariadic},
-    {StepOp::kAddRmsNorm, "add_rms_norm", 3, 3, 2},
-    {StepOp::kSiluMul, "silu_mul", 2, 2, 1},
-    {StepOp::kRopeKVCacheWrite, "rope_kv_cache_write", 5, 5, 0},
-    {StepOp::kFused, "fused", 1, kManyOperands, kVariadic},
-    {StepOp::kAllReduce, "all_reduce", 1, 1, 1},
-    {StepOp::kAllGather, "all_gather", 1, 1, 1},
-    {StepOp::kBiasAdd, "bias_add", 2, 2, 1},
+bool isFloat(DType d) {
+  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16;
+}
+
+/// The dtype and rank a batch-contract input has (Backend.h's Batch).
+struct InputSpec {
+  std::string_view name;
+  DType dtype;
+  size_t rank;
+};
+constexpr InputSpec kInputs[] = {
+    {"token_ids", DType::kI32, 1},       {"positions", DType::kI32, 1},
+    {"query_start_loc", DType::kI32, 1}, {"context_lens", DType::kI32, 1},
+    {"block_tables", DType::kI32, 2},    {"slot_mapping", DType::kI64, 1},
+    {"logits_indices", DType::kI32, 1},
 };
 
-static const OpSignature *findOp(std::string_view op) {
-  for (const OpSignature &sig : kOpSignatures)
-    if (op == sig.op)
-      return &sig;
-  return nullptr;
-}
+/// Checks the values and steps of one rank; `where` prefixes every error.
+class RankVerifier {
+public:
+  RankVerifier(const RankPlan &rank, const Plan &plan, std::string where)
+      : rank_(rank), plan_(plan), where_(std::move(where)) {}
 
-std::optional<StepOp> parseStepOp(std::string_view name) {
-  if (const OpSignature *sig = findOp(name))
-    return sig->kind;
-  return std::nullopt;
-}
+  Status verify();
 
-std::string_view stepOpName(StepOp op) {
-  for (const OpSignature &sig : kOpSignatures)
-    if (sig.kind == op)
-      return sig.op;
-  return "unknown";
-}
-
-/// Checks the rank's SSA structure: value ids are unique and in range, every
-/// operand is defined before the step that uses it, results are activations
-/// defined once, and the ops and their arities are those of format 1.
-static Status validateRank(const RankPlan &rank, const std::string &where) {
-  const int n = static_cast<int>(rank.values.size());
-  std::vector<const Value *> byId(n, nullptr);
-  for (const Value &v : rank.values) {
-    if (v.id < 0 || v.id >= n)
-      return invalidArgument(where + ": value id " + std::to_string(v.id) +
-                             " out of range [0, " + std::to_string(n) + ")");
-    if (byId[v.id])
-      return invalidArgument(where + ": value id " + std::to_string(v.id) +
-                             " defined twice");
-    byId[v.id] = &v;
+private:
+  Status error(const std::string &what) const {
+    return invalidArgument(where_ + ": " + what);
   }
-  std::vector<bool> defined(n, false);
-  for (const Value &v : rank.values)
-    defined[v.id] = v.kind != ValueKind::kActivation;
-
-  auto valueName = [&](int id) {
+  std::string name(int id) const {
+    const Value &v = *byId_[id];
     return "value " + std::to_string(id) +
-           (byId[id]->name.empty() ? "" : " ('" + byId[id]->name + "')");
+           (v.name.empty() ? "" : " ('" + v.name + "')");
+  }
+  /// The last dimension of an activation, or the element count of a param
+  /// (their static widths); -1 where it is not static.
+  int64_t width(int id) const;
+  int64_t rows(int id) const {
+    const Value &v = *byId_[id];
+    return v.shape.size() == 2 && !v.shape[0].isDynamic() ? v.shape[0].size
+                                                          : -1;
+  }
+  Status verifyValue(const Value &v);
+  Status verifyOperand(const std::string &at, const StepOpInfo &info,
+                       size_t index, int id);
+  Status verifyShapes(const std::string &at, const DecodedStep &d);
+  /// Whether two static widths disagree (a dynamic one agrees with anything).
+  static bool differ(int64_t a, int64_t b) {
+    return a >= 0 && b >= 0 && a != b;
+  }
+
+  const RankPlan &rank_;
+  const Plan &plan_;
+  std::string where_;
+  std::vector<const Value *> byId_;
+};
+
+int64_t RankVerifier::width(int id) const {
+  const Value &v = *byId_[id];
+  if (v.kind == ValueKind::kParam) {
+    int64_t n = 1;
+    for (const Dim &d : v.shape)
+      n *= d.size;
+    return v.shape.size() == 1 ? n : v.shape.back().size;
+  }
+  if (v.shape.empty() || v.shape.back().isDynamic())
+    return -1;
+  return v.shape.back().size;
+}
+
+Status RankVerifier::verifyValue(const Value &v) {
+  const std::string what = name(v.id);
+  switch (v.kind) {
+  case ValueKind::kInput: {
+    const InputSpec *spec = nullptr;
+    for (const InputSpec &s : kInputs)
+      if (s.name == v.name)
+        spec = &s;
+    if (!spec)
+      return error(what + " is not a batch-contract input");
+    if (v.dtype != spec->dtype || v.shape.size() != spec->rank)
+      return error(what + " must be " + std::to_string(spec->rank) + "-D " +
+                   std::string(dtypeName(spec->dtype)));
+    break;
+  }
+  case ValueKind::kParam: {
+    if (!isFloat(v.dtype) && v.dtype != DType::kF8E4M3)
+      return error(what + " has dtype " + std::string(dtypeName(v.dtype)) +
+                   " (params are f32, f16, bf16 or f8e4m3)");
+    if (v.shape.empty() || v.shape.size() > 2)
+      return error(what + " must be 1-D or 2-D");
+    // Element counts of up to 2^40 leave room for byte offsets in int64.
+    int64_t elements = 1;
+    for (const Dim &d : v.shape) {
+      if (d.isDynamic() || d.size <= 0 || d.size > (int64_t(1) << 40))
+        return error(what + " needs static sizes in [1, 2^40]");
+      elements *= d.size;
+      if (elements > (int64_t(1) << 40))
+        return error(what + " has more than 2^40 elements");
+    }
+    if (v.sourceFile.empty() || v.sourceTensor.empty())
+      return error(what + " has no source file and tensor");
+    break;
+  }
+  case ValueKind::kActivation: {
+    if (plan_.formatVersion == 1 && v.dtype != DType::kF32)
+      return error(what + " is " + std::string(dtypeName(v.dtype)) +
+                   ": format version 1 has f32 activations only");
+    if (!isFloat(v.dtype))
+      return error(what + " has dtype " + std::string(dtypeName(v.dtype)) +
+                   " (activations are f32, f16 or bf16)");
+    if (v.shape.size() != 2 || v.shape[1].isDynamic() || v.shape[1].size <= 0 ||
+        v.shape[1].size > (int64_t(1) << 31))
+      return error(what + " must be [rows, columns] with static columns in "
+                          "[1, 2^31]");
+    if (v.workspaceOffset >= 0 &&
+        v.workspaceOffset + v.shape[1].size * dtypeSize(v.dtype) >
+            rank_.workspaceBytesPerRow)
+      return error(what + " does not fit the workspace: offset " +
+                   std::to_string(v.workspaceOffset) + " + " +
+                   std::to_string(v.shape[1].size) + " x " +
+                   std::to_string(dtypeSize(v.dtype)) + " bytes > " +
+                   std::to_string(rank_.workspaceBytesPerRow) +
+                   " bytes per row");
+    break;
+  }
+  case ValueKind::kKVCache:
+    break;
+  }
+  if (v.kind != ValueKind::kActivation && v.workspaceOffset >= 0)
+    return error(what + " is placed in the workspace but is not an "
+                        "activation");
+  return Status::ok();
+}
+
+Status RankVerifier::verifyOperand(const std::string &at,
+                                   const StepOpInfo &info, size_t index,
+                                   int id) {
+  const OperandRole role = index < info.operands.size() ? info.operands[index]
+                                                        : info.operands.back();
+  const Value &v = *byId_[id];
+  const std::string what =
+      at + ": operand " + std::to_string(index) + " (" + name(id) + ")";
+  switch (role) {
+  case OperandRole::kTensor:
+  case OperandRole::kOptionalTensor:
+  case OperandRole::kTensors:
+  case OperandRole::kWeight: {
+    const bool tensor =
+        v.kind == ValueKind::kActivation || v.kind == ValueKind::kParam;
+    const bool fp8Weight = role == OperandRole::kWeight &&
+                           v.kind == ValueKind::kParam &&
+                           v.dtype == DType::kF8E4M3;
+    if (!tensor || (!isFloat(v.dtype) && !fp8Weight))
+      return error(what + " must be a float activation or param" +
+                   (v.dtype == DType::kF8E4M3
+                        ? " (fp8 only as a linear or logits weight)"
+                        : ""));
+    return Status::ok();
+  }
+  case OperandRole::kKVCache:
+    if (v.kind != ValueKind::kKVCache)
+      return error(what + " must be the KV cache");
+    return Status::ok();
+  default:
+    if (v.kind != ValueKind::kInput || v.name != inputNameOf(role))
+      return error(what + " must be the input '" +
+                   std::string(inputNameOf(role)) + "'");
+    return Status::ok();
+  }
+}
+
+Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
+  auto in = [&](size_t i) { return d.operands[i]; };
+  auto out = [&](size_t i) { return d.results[i]; };
+  auto mismatch = [&](const std::string &what) {
+    return error(at + ": " + what);
   };
-  for (size_t i = 0; i < rank.steps.size(); ++i) {
-    const Step &s = rank.steps[i];
-    std::string at =
-        where + ": step " + std::to_string(i) + " ('" + s.op + "')";
-    const OpSignature *sig = findOp(s.op);
-    if (!sig)
-      return invalidArgument(at + ": unknown op");
-    int numOperands = static_cast<int>(s.operands.size());
-    if (numOperands < sig->minOperands || numOperands > sig->maxOperands)
-      return invalidArgument(
-          at + ": expected " +
-          (sig->maxOperands == kManyOperands ? "at least " : "") +
-          std::to_string(sig->minOperands) +
-          (sig->maxOperands != sig->minOperands &&
-                   sig->maxOperands != kManyOperands
-               ? " or " + std::to_string(sig->maxOperands)
-               : std::string()) +
-          " operands, got " + std::to_string(numOperands));
-    if (sig->numResults == kVariadic
-            ? s.results.empty()
-            : static_cast<int>(s.results.size()) != sig->numResults)
-      return invalidArgument(
-          at + ": expected " +
-          (sig->numResults == kVariadic ? std::string("at least 1")
-                                        : std::to_string(sig->numResults)) +
-          " results, got " + std::to_string(s.results.size()));
+  const KVCacheLayout &kv = plan_.kvCache;
+  auto checkCache = [&](int64_t layer) -> Status {
+    if (layer >= kv.numLayers)
+      return mismatch("layer " + std::to_string(layer) +
+                      " outside the KV "
+                      "cache's " +
+                      std::to_string(kv.numLayers) + " layers");
+    return Status::ok();
+  };
+  switch (d.op) {
+  case StepOp::kEmbedding: {
+    const Value &table = *byId_[in(0)];
+    if (table.shape.size() != 2)
+      return mismatch("the table must be 2-D");
+    if (differ(width(out(0)), width(in(0))))
+      return mismatch("the result's width differs from the table's");
+    if (d.vocabSize > 0 && rows(in(0)) >= 0 &&
+        d.vocabOffset + rows(in(0)) > d.vocabSize)
+      return mismatch("vocab_offset " + std::to_string(d.vocabOffset) + " + " +
+                      std::to_string(rows(in(0))) +
+                      " table rows exceed vocab_size " +
+                      std::to_string(d.vocabSize));
+    return Status::ok();
+  }
+  case StepOp::kRmsNorm:
+    if (differ(width(in(1)), width(in(0))) ||
+        differ(width(out(0)), width(in(0))))
+      return mismatch("the weight or result width differs from the input's");
+    return Status::ok();
+  case StepOp::kAddRmsNorm:
+    if (differ(width(in(1)), width(in(0))) ||
+        differ(width(in(2)), width(in(0))) ||
+        differ(width(out(0)), width(in(0))) ||
+        differ(width(out(1)), width(in(0))))
+      return mismatch("the operands' or results' widths differ");
+    return Status::ok();
+  case StepOp::kLinear:
+  case StepOp::kLogits: {
+    const Value &w = *byId_[in(1)];
+    if (w.shape.size() != 2)
+      return mismatch("the weight must be 2-D [N, K]");
+    if (differ(width(in(1)), width(in(0))))
+      return mismatch("weight [" + std::to_string(rows(in(1))) + ", " +
+                      std::to_string(width(in(1))) +
+                      "] does not match the input width " +
+                      std::to_string(width(in(0))));
+    if (differ(width(out(0)), rows(in(1))))
+      return mismatch("the result width differs from the weight's rows");
+    if (d.operands.size() == 3 && differ(width(in(2)), rows(in(1))))
+      return mismatch("the bias size differs from the weight's rows");
+    if (d.op == StepOp::kLogits && byId_[out(0)]->dtype != DType::kF32)
+      return mismatch("logits are f32");
+    return Status::ok();
+  }
+  case StepOp::kRope:
+    if ((width(in(0)) >= 0 && width(in(0)) % d.rope.headDim != 0) ||
+        differ(width(out(0)), width(in(0))))
+      return mismatch("the input width is not a multiple of head_dim or "
+                      "differs from the result's");
+    return Status::ok();
+  case StepOp::kKVCacheWrite:
+  case StepOp::kRopeKVCacheWrite:
+    INFER_RETURN_IF_ERROR(checkCache(d.layer));
+    if (differ(width(in(1)), kv.numKVHeads * kv.headDim) ||
+        differ(width(in(2)), kv.numKVHeads * kv.headDim))
+      return mismatch("keys and values must be num_kv_heads * head_dim = " +
+                      std::to_string(kv.numKVHeads * kv.headDim) + " wide");
+    if (d.op == StepOp::kRopeKVCacheWrite && d.rope.headDim != kv.headDim)
+      return mismatch("head_dim differs from the KV cache's");
+    return Status::ok();
+  case StepOp::kPagedAttention: {
+    const AttentionAttrs &a = d.attention;
+    INFER_RETURN_IF_ERROR(checkCache(a.layer));
+    if (a.numKVHeads != kv.numKVHeads || a.headDim != kv.headDim)
+      return mismatch("num_kv_heads / head_dim differ from the KV cache's");
+    if (differ(width(in(0)), a.numHeads * a.headDim) ||
+        differ(width(out(0)), a.numHeads * a.headDim))
+      return mismatch("the query and result must be num_heads * head_dim = " +
+                      std::to_string(a.numHeads * a.headDim) + " wide");
+    return Status::ok();
+  }
+  case StepOp::kSilu:
+  case StepOp::kGeluTanh:
+  case StepOp::kCast:
+  case StepOp::kAllReduce:
+  case StepOp::kGatherRows:
+    if (differ(width(out(0)), width(in(0))))
+      return mismatch("the result width differs from the input's");
+    return Status::ok();
+  case StepOp::kAdd:
+  case StepOp::kMul:
+  case StepOp::kSiluMul:
+  case StepOp::kBiasAdd:
+    if (differ(width(in(1)), width(in(0))) ||
+        differ(width(out(0)), width(in(0))))
+      return mismatch("the operands' or result's widths differ");
+    return Status::ok();
+  case StepOp::kSplit: {
+    int64_t total = 0;
+    for (size_t r = 0; r < d.results.size(); ++r) {
+      total += d.splitSizes[r];
+      if (differ(width(out(r)), d.splitSizes[r]))
+        return mismatch("result " + std::to_string(r) +
+                        " is not as wide as its size");
+    }
+    if (differ(total, width(in(0))))
+      return mismatch("the sizes add up to " + std::to_string(total) +
+                      ", the input is " + std::to_string(width(in(0))) +
+                      " wide");
+    return Status::ok();
+  }
+  case StepOp::kFused:
+    for (int id : d.operands)
+      if (differ(width(id), width(in(0))))
+        return mismatch("the operands' widths differ");
+    for (int id : d.results)
+      if (differ(width(id), width(in(0))))
+        return mismatch("the results' widths differ from the operands'");
+    return Status::ok();
+  case StepOp::kAllGather: {
+    const int64_t factor = d.gatherDim == 1 ? plan_.numRanks : 1;
+    if (width(in(0)) >= 0 && differ(width(out(0)), width(in(0)) * factor))
+      return mismatch("the result width is not the gathered width");
+    return Status::ok();
+  }
+  }
+  return Status::ok();
+}
+
+Status RankVerifier::verify() {
+  const int n = static_cast<int>(rank_.values.size());
+  byId_.assign(n, nullptr);
+  for (const Value &v : rank_.values) {
+    if (v.id < 0 || v.id >= n)
+      return error("value id " + std::to_string(v.id) + " out of range [0, " +
+                   std::to_string(n) + ")");
+    if (byId_[v.id])
+      return error("value id " + std::to_string(v.id) + " defined twice");
+    byId_[v.id] = &v;
+  }
+  if (rank_.workspaceBytesPerRow < 0)
+    return error("workspace_bytes_per_row is negative");
+  bool hasCache = false;
+  for (const Value &v : rank_.values) {
+    INFER_RETURN_IF_ERROR(verifyValue(v));
+    hasCache = hasCache || v.kind == ValueKind::kKVCache;
+  }
+  if (hasCache) {
+    const KVCacheLayout &kv = plan_.kvCache;
+    if (kv.numLayers <= 0 || kv.numKVHeads <= 0 || kv.headDim <= 0)
+      return error("the KV cache needs num_layers, num_kv_heads and head_dim "
+                   "> 0");
+  }
+
+  std::vector<bool> defined(n, false);
+  for (const Value &v : rank_.values)
+    defined[v.id] = v.kind != ValueKind::kActivation;
+  for (size_t i = 0; i < rank_.steps.size(); ++i) {
+    const Step &s = rank_.steps[i];
+    const std::string at = "step " + std::to_string(i) + " ('" + s.op + "')";
     for (size_t k = 0; k < s.operands.size(); ++k) {
       const int id = s.operands[k];
       if (id < 0 || id >= n)
-        return invalidArgument(at + ": operand id " + std::to_string(id) +
-                               " out of range");
+        return error(at + ": operand id " + std::to_string(id) +
+                     " out of range");
       if (!defined[id])
-        return invalidArgument(at + ": operand " + valueName(id) +
-                               " used before it is defined");
-      const bool projectionWeight = k == 1 && (sig->kind == StepOp::kLinear ||
-                                               sig->kind == StepOp::kLogits);
-      if (byId[id]->kind == ValueKind::kParam &&
-          byId[id]->dtype == DType::kF8E4M3 && !projectionWeight)
-        return invalidArgument(at + ": operand " + valueName(id) +
-                               " is fp8; only linear and logits weights "
-                               "may be");
+        return error(at + ": operand " + name(id) +
+                     " used before it is defined");
     }
     for (int id : s.results) {
       if (id < 0 || id >= n)
-        return invalidArgument(at + ": result id " + std::to_string(id) +
-                               " out of range");
-      if (byId[id]->kind != ValueKind::kActivation)
-        return invalidArgument(at + ": result " + valueName(id) +
-                               " is not an activation");
+        return error(at + ": result id " + std::to_string(id) +
+                     " out of range");
+      if (byId_[id]->kind != ValueKind::kActivation)
+        return error(at + ": result " + name(id) + " is not an activation");
       if (defined[id])
-        return invalidArgument(at + ": result " + valueName(id) +
-                               " defined twice");
+        return error(at + ": result " + name(id) + " defined twice");
       defined[id] = true;
     }
+    StatusOr<DecodedStep> decoded = decodeStep(s);
+    if (!decoded.isOk())
+      return decoded.status().withContext(where_ + ": " + at);
+    const StepOpInfo &info = stepOpInfo(decoded->op);
+    for (size_t k = 0; k < s.operands.size(); ++k)
+      INFER_RETURN_IF_ERROR(verifyOperand(at, info, k, s.operands[k]));
+    INFER_RETURN_IF_ERROR(verifyShapes(at, *decoded));
   }
-  if (rank.outputs.empty())
-    return invalidArgument(where + ": no outputs");
-  for (int id : rank.outputs) {
+  if (rank_.outputs.empty())
+    return error("no outputs");
+  for (int id : rank_.outputs) {
     if (id < 0 || id >= n)
-      return invalidArgument(where + ": output id " + std::to_string(id) +
-                             " out of range");
-    if (!defined[id])
-      return invalidArgument(where + ": output " + valueName(id) +
-                             " is never defined");
+      return error("output id " + std::to_string(id) + " out of range");
+    if (!defined[id] || byId_[id]->kind != ValueKind::kActivation)
+      return error("output " + name(id) + " is never defined by a step");
+    if (byId_[id]->workspaceOffset >= 0)
+      return error("output " + name(id) +
+                   " is placed in the workspace (outputs own their memory)");
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+Status verifyPlan(const Plan &plan) {
+  if (plan.formatVersion < kOldestPlanFormatVersion ||
+      plan.formatVersion > kPlanFormatVersion)
+    return invalidArgument("plan format_version " +
+                           std::to_string(plan.formatVersion) +
+                           " is not supported (this runtime reads versions " +
+                           std::to_string(kOldestPlanFormatVersion) + " to " +
+                           std::to_string(kPlanFormatVersion) + ")");
+  if (plan.numRanks < 1 ||
+      static_cast<int64_t>(plan.ranks.size()) != plan.numRanks)
+    return invalidArgument("plan has " + std::to_string(plan.ranks.size()) +
+                           " ranks but num_ranks is " +
+                           std::to_string(plan.numRanks));
+  const KVCacheLayout &kv = plan.kvCache;
+  if (kv.layout != "block_layer_kv_slot_head_dim")
+    return invalidArgument("unknown KV-cache layout '" + kv.layout + "'");
+  if (kv.numLayers < 0 || kv.numKVHeads < 0 || kv.headDim < 0 ||
+      kv.blockSize <= 0 || kv.sinkTokens < 0 || kv.window < 0)
+    return invalidArgument("the KV-cache layout has a negative size or a "
+                           "block_size <= 0");
+  if (!isFloat(kv.dtype) && kv.dtype != DType::kF8E4M3 &&
+      kv.dtype != DType::kF8E5M2)
+    return invalidArgument("the KV cache's dtype must be a float type, got " +
+                           std::string(dtypeName(kv.dtype)));
+  for (size_t i = 0; i < plan.ranks.size(); ++i) {
+    if (plan.ranks[i].rank != static_cast<int>(i))
+      return invalidArgument("rank " + std::to_string(i) + " is numbered " +
+                             std::to_string(plan.ranks[i].rank));
+    INFER_RETURN_IF_ERROR(
+        RankVerifier(plan.ranks[i], plan, "rank " + std::to_string(i))
+            .verify());
   }
   return Status::ok();
 }
@@ -840,9 +1116,10 @@ StatusOr<Plan> parsePlanJson(std::string_view text) {
   Reader r(j, "");
   Plan plan;
   INFER_ASSIGN_OR_RETURN(int64_t version, r.getInt("format_version"));
-  if (version != kPlanFormatVersion)
+  if (version < kOldestPlanFormatVersion || version > kPlanFormatVersion)
     return invalidArgument("plan format_version " + std::to_string(version) +
-                           " is not supported (this runtime reads version " +
+                           " is not supported (this runtime reads versions " +
+                           std::to_string(kOldestPlanFormatVersion) + " to " +
                            std::to_string(kPlanFormatVersion) + ")");
   plan.formatVersion = static_cast<int>(version);
   INFER_ASSIGN_OR_RETURN(int64_t numRanks, r.getInt("num_ranks"));
@@ -887,9 +1164,9 @@ StatusOr<Plan> parsePlanJson(std::string_view text) {
                             " at or past the end of the workspace "
                             "(workspace_bytes_per_row " +
                             std::to_string(rank.workspaceBytesPerRow) + ")");
-    INFER_RETURN_IF_ERROR(validateRank(rank, "rank " + std::to_string(i)));
     plan.ranks.push_back(std::move(rank));
   }
+  INFER_RETURN_IF_ERROR(verifyPlan(plan));
   return plan;
 }
 

@@ -18,7 +18,8 @@
 // flat batch), B (sequences), S (rows that produce logits), M (max blocks per
 // sequence). Activations are dense row-major.
 //
-// Step ops of format version 1 (operands -> results; attributes):
+// Step ops (operands -> results; attributes), declared once in StepOps.def
+// (operand roles, result counts, attribute names and types):
 //   embedding        (table[V,H], ids[T]) -> [T,H]; vocab_offset, vocab_size
 //                    (optional, vocabulary-parallel: the table holds rows
 //                    vocab_offset .. vocab_offset+V of a vocabulary of
@@ -42,6 +43,8 @@
 //                    cache (StreamingLLM, see "Streaming" below).
 //   silu, gelu_tanh  (x) -> same shape
 //   add, mul         (a, b) -> same shape
+//   cast             (x) -> same shape in the result value's dtype (round
+//                    to nearest even)
 //   gather_rows      (x[T,H], indices[S]) -> [S,H]
 //   logits           (x[S,H], w[V,H]) -> [S,V] f32
 //   all_reduce       (x) -> same shape: the elementwise sum over all ranks
@@ -66,6 +69,15 @@
 //                    that computes it, with parameters (const float *x0,
 //                    ..., float *y0, ..., long long n), launched with 256
 //                    threads per block and any grid (grid-stride loop)
+//
+// Precision (format version 2): each value's dtype is what the backends
+// store, and every backend executes it as written. A step reads its float
+// operands (f32, f16, bf16), computes in fp32 (accumulation, norm
+// statistics, softmax, rotations) and rounds each result once to its
+// value's dtype; `logits` rounds to f32. A param is loaded as its dtype (the
+// checkpoint tensor converted, round to nearest even) or as fp8 codes. The
+// KV cache stores the layout's dtype. Version 1 plans are version 2 plans
+// whose activations are all f32.
 //
 // Workspace (infer-plan-memory): an activation with a workspace_offset lives
 // in the rank's one workspace of workspace_bytes_per_row * T bytes for a
@@ -115,7 +127,8 @@
 //   [num_blocks][num_layers][2 (k, v)][block_size][num_kv_heads][head_dim]
 // so a block holds every layer's keys and values of block_size tokens, and
 // slot s lives in block s / block_size at offset s % block_size. Its dtype is
-// the element's: f32 (4 bytes), or 1-byte FP8 codes (infer-quantize-fp8):
+// the element's: f32 (4 bytes), bf16 or f16 (2 bytes: the value rounded to
+// nearest even), or 1-byte FP8 codes (infer-quantize-fp8):
 //   f8e5m2  E5M2 codes, no scale: value = decode(code);
 //   f8e4m3  E4M3 codes, plus one fp32 scale per head vector in a second
 //           array of the same layout without head_dim,
@@ -142,6 +155,7 @@
 #ifndef INFER_RUNTIME_PLAN_PLAN_H
 #define INFER_RUNTIME_PLAN_PLAN_H
 
+#include "runtime/plan/StepOps.h"
 #include "runtime/support/Status.h"
 
 #include <cstdint>
@@ -154,7 +168,9 @@
 
 namespace infer::plan {
 
-inline constexpr int kPlanFormatVersion = 1;
+/// The version this runtime writes; it reads kOldestPlanFormatVersion and up.
+inline constexpr int kPlanFormatVersion = 2;
+inline constexpr int kOldestPlanFormatVersion = 1;
 
 enum class DType { kF32, kF16, kBF16, kI32, kI64, kF8E4M3, kF8E5M2 };
 
@@ -176,35 +192,6 @@ struct Dim {
     return size == o.size && symbol == o.symbol;
   }
 };
-
-/// The step ops of format 1 (the list above), shared by the plan validator
-/// and every backend.
-enum class StepOp {
-  kEmbedding,
-  kRmsNorm,
-  kLinear,
-  kRope,
-  kKVCacheWrite,
-  kPagedAttention,
-  kSilu,
-  kGeluTanh,
-  kAdd,
-  kMul,
-  kGatherRows,
-  kLogits,
-  kSplit,
-  kAddRmsNorm,
-  kSiluMul,
-  kRopeKVCacheWrite,
-  kFused,
-  kAllReduce,
-  kAllGather,
-  kBiasAdd,
-};
-
-/// "embedding" -> StepOp::kEmbedding; nothing for an unknown op.
-std::optional<StepOp> parseStepOp(std::string_view name);
-std::string_view stepOpName(StepOp op);
 
 using AttrValue = std::variant<int64_t, double, std::string,
                                std::vector<int64_t>, std::vector<double>>;
@@ -325,8 +312,22 @@ struct Plan {
   }
 };
 
+/// Checks a plan against the format: the version; the KV-cache layout
+/// (positive sizes, a float dtype); per rank, SSA structure (ids 0..n-1,
+/// every operand defined before use, results defined once), each value's
+/// kind, dtype and shape (batch inputs by name, params and activations of
+/// float dtypes, fp8 only where a step may read it), and each step against
+/// the registry and decodeStep (operand roles, result counts, attributes)
+/// and against the values it reads (static widths of norms, splits, biases
+/// and GEMMs, the KV layout's layers, heads and head size). Backends and
+/// tests call it on in-memory plans; parsePlanJson calls it on every plan it
+/// reads. A plan it accepts cannot make a backend index out of the shapes
+/// it declares; what depends on a batch (T, token ids, indices) the
+/// backends check per forward call.
+Status verifyPlan(const Plan &plan);
+
 std::string planToJson(const Plan &plan);
-/// Parses and validates (ids in range, operands defined, version known).
+/// Parses and verifies (verifyPlan).
 StatusOr<Plan> parsePlanJson(std::string_view text);
 Status writePlanFile(const Plan &plan, const std::string &path);
 StatusOr<Plan> readPlanFile(const std::string &path);

@@ -73,7 +73,7 @@ protected:
 TEST_F(LlamaGqa, RejectsPlansItCannotRun) {
   plan::Plan plan = artifact_.plan;
   plan.ranks[0].values[0].name = "tokens";
-  expectCreateFails(plan, "unknown input 'tokens'");
+  expectCreateFails(plan, "value 0 ('tokens') is not a batch-contract input");
 
   plan = artifact_.plan;
   findStep(plan, "rope").attrs["scaling"] = std::string("yarn");
@@ -81,7 +81,7 @@ TEST_F(LlamaGqa, RejectsPlansItCannotRun) {
 
   plan = artifact_.plan;
   findStep(plan, "paged_attention").attrs["num_kv_heads"] = int64_t(4);
-  expectCreateFails(plan, "differ from the cache");
+  expectCreateFails(plan, "num_kv_heads / head_dim differ from the KV cache's");
 
   plan = artifact_.plan;
   findStep(plan, "rms_norm").attrs.erase("epsilon");
@@ -89,11 +89,11 @@ TEST_F(LlamaGqa, RejectsPlansItCannotRun) {
 
   plan = artifact_.plan;
   findStep(plan, "paged_attention").attrs["sliding_window"] = 4.5;
-  expectCreateFails(plan, "'sliding_window' is not an integer");
+  expectCreateFails(plan, "'sliding_window' must be an integer");
 
   plan = artifact_.plan;
-  plan.kvCache.dtype = plan::DType::kF16;
-  expectCreateFails(plan, "only f32");
+  plan.kvCache.dtype = plan::DType::kI32;
+  expectCreateFails(plan, "the KV cache's dtype must be a float type");
 
   plan = artifact_.plan;
   for (plan::Value &v : plan.ranks[0].values)

@@ -127,7 +127,7 @@ TEST(Rope, Llama3ScalingMatchesTheDirectFormula) {
   c.highFreqFactor = 4.0;
   c.originalMaxPositionEmbeddings = 8192;
   ASSERT_TRUE(c.validate().isOk());
-  std::vector<float> inv = ropeInverseFrequencies(c);
+  std::vector<float> inv = plan::ropeInverseFrequencies(c);
   std::vector<double> ref = llama3Reference(c);
   ASSERT_EQ(inv.size(), ref.size());
   int scaled = 0, smoothed = 0;
@@ -146,10 +146,10 @@ TEST(Rope, DefaultAndLinearFrequencies) {
   RopeConfig c;
   c.headDim = c.rotaryDim = 16;
   c.theta = 10000.0;
-  std::vector<float> plain = ropeInverseFrequencies(c);
+  std::vector<float> plain = plan::ropeInverseFrequencies(c);
   c.scaling = "linear";
   c.factor = 4.0;
-  std::vector<float> linear = ropeInverseFrequencies(c);
+  std::vector<float> linear = plan::ropeInverseFrequencies(c);
   for (int64_t i = 0; i < 8; ++i) {
     EXPECT_NEAR(plain[i], 1.0 / std::pow(10000.0, i / 8.0), 1e-7);
     EXPECT_NEAR(linear[i], plain[i] / 4, 1e-8);
@@ -172,36 +172,6 @@ TEST(Rope, RejectsBadConfigs) {
   EXPECT_FALSE(c.validate().isOk());
 }
 
-TEST(Rope, KeyRopeOfAStreamingStep) {
-  plan::Step step{"paged_attention",
-                  {},
-                  {},
-                  {{"head_dim", int64_t(64)},
-                   {"theta", 500000.0},
-                   {"sliding_window", int64_t(0)}}};
-  StatusOr<std::optional<RopeConfig>> none = keyRopeConfigOf(step);
-  ASSERT_TRUE(none.isOk()) << none.status().message();
-  EXPECT_FALSE(none->has_value());
-
-  step.attrs["key_rotary_dim"] = int64_t(32);
-  StatusOr<std::optional<RopeConfig>> keyRope = keyRopeConfigOf(step);
-  ASSERT_TRUE(keyRope.isOk()) << keyRope.status().message();
-  ASSERT_TRUE(keyRope->has_value());
-  EXPECT_EQ((*keyRope)->headDim, 64);
-  EXPECT_EQ((*keyRope)->rotaryDim, 32);
-  EXPECT_EQ((*keyRope)->theta, 500000.0);
-
-  step.attrs["key_rotary_dim"] = int64_t(33);
-  EXPECT_FALSE(keyRopeConfigOf(step).isOk()) << "odd key_rotary_dim";
-  step.attrs["key_rotary_dim"] = int64_t(32);
-  step.attrs["sliding_window"] = int64_t(128);
-  StatusOr<std::optional<RopeConfig>> windowed = keyRopeConfigOf(step);
-  ASSERT_FALSE(windowed.isOk());
-  EXPECT_NE(
-      windowed.status().message().find("key_rotary_dim with a sliding_window"),
-      std::string::npos);
-}
-
 TEST(Rope, RotatesHalvesAndPassesTheRest) {
   RopeConfig c;
   c.headDim = 12;
@@ -211,7 +181,8 @@ TEST(Rope, RotatesHalvesAndPassesTheRest) {
   auto x = randomVector(t * heads * c.headDim, 6);
   std::vector<int32_t> positions = {0, 5, 1000};
   std::vector<float> y = x;
-  applyRope(y.data(), t, heads, positions.data(), c, ropeInverseFrequencies(c));
+  applyRope(y.data(), t, heads, positions.data(), c,
+            plan::ropeInverseFrequencies(c));
   for (int64_t i = 0; i < t; ++i)
     for (int64_t h = 0; h < heads; ++h) {
       const float *in = &x[(i * heads + h) * c.headDim];

@@ -282,15 +282,14 @@ TEST(TensorParallel, BiasAddOfTheWrongWidthIsAnError) {
   CpuBackendOptions options;
   options.numBlocks = 1;
   options.numThreads = 2;
+  // The plan verifier rejects the plan before any rank runs it.
   StatusOr<std::unique_ptr<Backend>> backend =
       createCpuTensorParallelBackend(plan, std::move(params), options);
-  ASSERT_TRUE(backend.isOk()) << backend.status().message();
-  StatusOr<Logits> logits = (*backend)->forward(batchOf({1, 2}));
-  ASSERT_FALSE(logits.isOk());
-  EXPECT_NE(logits.status().message().find(
-                "bias_add bias size differs from the input width"),
+  ASSERT_FALSE(backend.isOk());
+  EXPECT_NE(backend.status().message().find(
+                "step 3 ('bias_add'): the operands' or result's widths differ"),
             std::string::npos)
-      << logits.status().message();
+      << backend.status().message();
 }
 
 } // namespace

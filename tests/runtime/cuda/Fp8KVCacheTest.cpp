@@ -168,7 +168,7 @@ TEST_F(Fp8KVCacheTest, CacheWriteCodesEqualTheCpus) {
       rope.headDim = c.headDim;
       rope.rotaryDim = c.headDim;
       ASSERT_TRUE(rope.validate().isOk());
-      std::vector<float> invFreq = cpu::ropeInverseFrequencies(rope);
+      std::vector<float> invFreq = plan::ropeInverseFrequencies(rope);
       std::vector<int32_t> positions(c.t);
       for (int32_t &p : positions)
         p = int32_t(rng_() % 4096);

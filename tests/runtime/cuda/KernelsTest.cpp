@@ -190,7 +190,7 @@ TEST_F(CudaKernelsTest, Rope) {
     config.factor = 8.0;
     config.originalMaxPositionEmbeddings = 8192;
     ASSERT_TRUE(config.validate().isOk());
-    std::vector<float> invFreq = cpu::ropeInverseFrequencies(config);
+    std::vector<float> invFreq = plan::ropeInverseFrequencies(config);
     std::vector<float> x = random(size_t(c.t) * c.heads * c.headDim);
     std::uniform_int_distribution<int32_t> pos(0, 20000);
     std::vector<int32_t> positions(c.t);
@@ -415,7 +415,7 @@ TEST_F(CudaKernelsTest, RopeKVCacheWrite) {
     config.rotaryDim = c.rotaryDim;
     config.theta = 10000.0;
     ASSERT_TRUE(config.validate().isOk());
-    std::vector<float> invFreq = cpu::ropeInverseFrequencies(config);
+    std::vector<float> invFreq = plan::ropeInverseFrequencies(config);
     const cpu::CacheGeometry g =
         cacheGeometry(2, c.kvHeads, c.headDim, c.blockSize);
     cuda::CacheDims dims{2, c.kvHeads, c.headDim, c.blockSize};

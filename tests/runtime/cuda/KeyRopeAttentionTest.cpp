@@ -88,7 +88,7 @@ TEST_F(KeyRopeAttentionTest, MatchesCpuAttention) {
       p.keyRope.rotaryDim = c.rotaryDim;
       p.keyRope.theta = 10000.0;
       ASSERT_TRUE(p.keyRope.validate().isOk());
-      p.keyRopeInvFreq = cpu::ropeInverseFrequencies(p.keyRope);
+      p.keyRopeInvFreq = plan::ropeInverseFrequencies(p.keyRope);
       const PagedBatch b =
           makePagedBatch(c.seqs, dtype, g, p, /*spareBlocks=*/2);
       const int64_t numSeqs = c.seqs.size();

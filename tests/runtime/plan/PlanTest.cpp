@@ -14,7 +14,8 @@ namespace {
 
 using nlohmann::json;
 
-/// embedding -> logits over two params, the smallest valid plan.
+/// embedding -> rope -> rms_norm -> logits, a small valid plan whose steps
+/// carry integer, float and string attributes.
 Plan tinyPlan() {
   Plan plan;
   plan.kvCache.numLayers = 1;
@@ -38,24 +39,41 @@ Plan tinyPlan() {
   value(ValueKind::kInput, "token_ids", DType::kI32, {Dim::dynamic("T")});
   value(ValueKind::kParam, "embed", DType::kBF16,
         {Dim::fixed(8), Dim::fixed(4)});
-  value(ValueKind::kActivation, "%h", DType::kF32,
+  value(ValueKind::kActivation, "%h", DType::kBF16,
         {Dim::dynamic("T"), Dim::fixed(4)});
   value(ValueKind::kActivation, "%logits", DType::kF32,
         {Dim::dynamic("S"), Dim::fixed(8)});
+  value(ValueKind::kInput, "positions", DType::kI32, {Dim::dynamic("T")});
+  value(ValueKind::kActivation, "%r", DType::kBF16,
+        {Dim::dynamic("T"), Dim::fixed(4)});
+  value(ValueKind::kParam, "norm", DType::kF32, {Dim::fixed(4)});
+  value(ValueKind::kActivation, "%n", DType::kBF16,
+        {Dim::dynamic("T"), Dim::fixed(4)});
   rank.values[1].transforms.push_back(WeightTransform{
       "slice",
       {{"dim", int64_t(0)}, {"begin", int64_t(8)}, {"size", int64_t(8)}}});
   rank.steps.push_back(Step{"embedding", {1, 0}, {2}, {}});
-  rank.steps.push_back(Step{"logits",
-                            {2, 1},
-                            {3},
-                            {{"scale", 0.125},
-                             {"name", std::string("x")},
-                             {"range", std::vector<int64_t>{0, 8}},
-                             {"list", std::vector<double>{0.5, 1e-30}}}});
+  rank.steps.push_back(Step{"rope",
+                            {2, 4},
+                            {5},
+                            {{"head_dim", int64_t(4)},
+                             {"theta", 1e4},
+                             {"scaling", std::string("linear")},
+                             {"factor", 2.0}}});
+  rank.steps.push_back(Step{"rms_norm", {5, 6}, {7}, {{"epsilon", 1e-30}}});
+  rank.steps.push_back(Step{"logits", {7, 1}, {3}, {}});
   rank.outputs = {3};
   plan.ranks.push_back(rank);
   return plan;
+}
+
+/// A manifest with a valid KV-cache layout.
+Manifest validManifest() {
+  Manifest m;
+  m.kvCache.numLayers = 2;
+  m.kvCache.numKVHeads = 1;
+  m.kvCache.headDim = 8;
+  return m;
 }
 
 TEST(PlanJson, TinyPlanRoundTrips) {
@@ -84,7 +102,7 @@ TEST(PlanJson, LlamaPlanRoundTripsThroughFiles) {
 }
 
 TEST(ManifestJson, RoundTripsOptionalFields) {
-  Manifest m;
+  Manifest m = validManifest();
   m.inferVersion = "0.1";
   m.model.architecture = "LlamaForCausalLM";
   m.model.vocabSize = 10;
@@ -102,7 +120,7 @@ TEST(ManifestJson, RoundTripsOptionalFields) {
 }
 
 TEST(ManifestJson, RoundTripsGeneratedKernels) {
-  Manifest m;
+  Manifest m = validManifest();
   m.kernels.source = "kernels/fused.cu";
   m.kernels.cubins = {{"sm_90a", "kernels/fused.sm_90a.cubin"}};
   m.kernels.ptx = "kernels/fused.ptx";
@@ -111,7 +129,8 @@ TEST(ManifestJson, RoundTripsGeneratedKernels) {
   ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
   EXPECT_EQ(parsed->kernels, m.kernels);
   // A manifest without kernels (--target cpu) reads as empty.
-  EXPECT_TRUE(parseManifestJson(manifestToJson(Manifest()))->kernels.empty());
+  EXPECT_TRUE(
+      parseManifestJson(manifestToJson(validManifest()))->kernels.empty());
 
   json j = json::parse(manifestToJson(m));
   j["kernels"].erase("ptx_arch");
@@ -191,8 +210,8 @@ json &steps(json &j) { return j["ranks"][0]["steps"]; }
 INSTANTIATE_TEST_SUITE_P(
     Cases, InvalidPlan,
     ::testing::Values(
-        InvalidCase{"UnknownVersion", [](json &j) { j["format_version"] = 2; },
-                    "format_version 2"},
+        InvalidCase{"UnknownVersion", [](json &j) { j["format_version"] = 3; },
+                    "format_version 3"},
         InvalidCase{"MissingRanks", [](json &j) { j.erase("ranks"); },
                     "'ranks' is missing"},
         InvalidCase{"RankCount", [](json &j) { j["num_ranks"] = 2; },
@@ -235,7 +254,7 @@ INSTANTIATE_TEST_SUITE_P(
                           {{"kind", "quantize_fp8_e4m3"},
                            {"attrs", {{"granularity", "per-channel"}}}});
                     },
-                    "is fp8; only linear and logits weights may be"},
+                    "fp8 only as a linear or logits weight"},
         InvalidCase{"SliceWithoutBegin",
                     [](json &j) {
                       values(j)[1]["transforms"][0]["attrs"].erase("begin");
@@ -295,7 +314,7 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"WrongArity",
                     [](json &j) { steps(j)[0]["operands"].push_back(0); },
                     "expected 2 operands"},
-        InvalidCase{"OutputNeverDefined", [](json &j) { steps(j).erase(1); },
+        InvalidCase{"OutputNeverDefined", [](json &j) { steps(j).erase(3); },
                     "never defined"},
         InvalidCase{"ParamWithoutSource",
                     [](json &j) { values(j)[1]["source_tensor"] = ""; },

@@ -13,6 +13,29 @@ namespace infer::testing {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+/// Fills `c`'s bf16 references from `projectFixtures`/bf16/NAME when they
+/// cover its inputs.
+static void addBf16References(FixtureCase &c,
+                              const std::string &projectFixtures) {
+  const fs::path dir = fs::path(projectFixtures) / "bf16" / c.name;
+  std::ifstream in(dir / "expected_bf16.json");
+  if (!in)
+    return;
+  json expected = json::parse(in);
+  if (expected["inputs"].size() != c.inputs.size())
+    return;
+  for (size_t k = 0; k < c.inputs.size(); ++k) {
+    if (expected["inputs"][k].get<std::vector<int32_t>>() != c.inputs[k])
+      return;
+  }
+  for (size_t k = 0; k < c.inputs.size(); ++k) {
+    c.bf16Logits.emplace_back(
+        (dir / "expected_bf16_logits.safetensors").string(),
+        "logits_" + std::to_string(k));
+    c.bf16Greedy.push_back(expected["greedy"][k].get<std::vector<int32_t>>());
+  }
+}
+
 std::vector<FixtureCase> loadFixtureCases(const std::string &sharedFixtures,
                                           const std::string &projectFixtures) {
   std::vector<FixtureCase> cases;
@@ -36,6 +59,7 @@ std::vector<FixtureCase> loadFixtureCases(const std::string &sharedFixtures,
                               "logits_" + std::to_string(k));
         c.greedy.push_back(expected["greedy"][k].get<std::vector<int32_t>>());
       }
+      addBf16References(c, projectFixtures);
       cases.push_back(std::move(c));
     }
   }
@@ -60,8 +84,10 @@ std::vector<FixtureCase> loadFixtureCases(const std::string &sharedFixtures,
           all[model][k]["greedy_fp32"].get<std::vector<int32_t>>());
     }
     // A case without reference logits has nothing to compare against.
-    if (fs::is_directory(c.modelDir) && !c.inputs.empty())
+    if (fs::is_directory(c.modelDir) && !c.inputs.empty()) {
+      addBf16References(c, projectFixtures);
       cases.push_back(std::move(c));
+    }
   }
   return cases;
 }

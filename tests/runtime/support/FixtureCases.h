@@ -19,6 +19,10 @@ struct FixtureCase {
   std::vector<std::pair<std::string, std::string>> logits;
   /// HF greedy tokens of each input.
   std::vector<std::vector<int32_t>> greedy;
+  /// HF's own bf16 run of the same inputs (`projectFixtures`/bf16/NAME),
+  /// the yardstick of DESIGN.md's bf16 rule; empty where it is missing.
+  std::vector<std::pair<std::string, std::string>> bf16Logits;
+  std::vector<std::vector<int32_t>> bf16Greedy;
 };
 
 /// The random-weight models under `sharedFixtures`/rand and

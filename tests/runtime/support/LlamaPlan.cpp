@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 namespace infer::testing {
 
@@ -301,6 +302,33 @@ createTestBackend(const Artifact &artifact, int64_t numBlocks, int numThreads) {
   options.numBlocks = numBlocks;
   options.numThreads = numThreads;
   return cpu::createCpuBackend(artifact.plan, 0, std::move(params), options);
+}
+
+plan::Plan withActivationType(plan::Plan plan, plan::DType dtype) {
+  auto isFloat = [](plan::DType d) {
+    return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
+  };
+  plan.formatVersion = plan::kPlanFormatVersion;
+  if (isFloat(plan.kvCache.dtype))
+    plan.kvCache.dtype = dtype;
+  for (plan::RankPlan &rank : plan.ranks) {
+    std::set<int> logits;
+    for (const Step &s : rank.steps)
+      if (s.op == "logits")
+        logits.insert(s.results[0]);
+    for (Value &v : rank.values) {
+      const bool converts =
+          (v.kind == ValueKind::kActivation && !logits.count(v.id)) ||
+          v.kind == ValueKind::kParam || v.kind == ValueKind::kKVCache;
+      if (converts && isFloat(v.dtype))
+        v.dtype = dtype;
+      // A bf16 activation takes half an f32's room: the workspace offsets
+      // planned for f32 no longer hold, so the value keeps its own memory.
+      if (v.kind == ValueKind::kActivation && dtype != DType::kF32)
+        v.workspaceOffset = -1;
+    }
+  }
+  return plan;
 }
 
 double maxRelativeError(const float *actual, const float *expected, int64_t n) {

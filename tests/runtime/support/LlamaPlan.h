@@ -31,6 +31,11 @@ StatusOr<std::unique_ptr<Backend>> createTestBackend(const Artifact &artifact,
                                                      int64_t numBlocks,
                                                      int numThreads = 0);
 
+/// `plan` as infer-assign-precision makes it for `dtype`: every activation
+/// but the logits, every float param and the KV cache (unless fp8) of that
+/// dtype, format version 2.
+plan::Plan withActivationType(plan::Plan plan, plan::DType dtype);
+
 /// max |a - b| / max |b| over equal-sized arrays.
 double maxRelativeError(const float *actual, const float *expected, int64_t n);
 

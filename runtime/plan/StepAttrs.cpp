@@ -1,0 +1,290 @@
+//===- StepAttrs.cpp - Decoded, checked attributes of plan steps ----------===//
+
+#include "runtime/plan/StepAttrs.h"
+
+#include <cmath>
+
+namespace infer::plan {
+
+//===----------------------------------------------------------------------===//
+// Rope
+//===----------------------------------------------------------------------===//
+
+Status RopeConfig::validate() const {
+  if (headDim <= 0 || rotaryDim <= 0 || rotaryDim > headDim || rotaryDim % 2)
+    return invalidArgument("rope: rotary_dim " + std::to_string(rotaryDim) +
+                           " must be even and in (0, head_dim " +
+                           std::to_string(headDim) + "]");
+  if (!(theta > 0))
+    return invalidArgument("rope: theta must be > 0");
+  if (scaling == "default")
+    return Status::ok();
+  if (scaling == "linear") {
+    if (!(factor > 0))
+      return invalidArgument("rope: linear scaling needs factor > 0");
+    return Status::ok();
+  }
+  if (scaling == "llama3") {
+    if (!(factor > 0) || !(highFreqFactor > lowFreqFactor) ||
+        originalMaxPositionEmbeddings <= 0)
+      return invalidArgument("rope: llama3 scaling needs factor > 0, "
+                             "high_freq_factor > low_freq_factor and "
+                             "original_max_position_embeddings > 0");
+    return Status::ok();
+  }
+  return invalidArgument("rope: unknown scaling '" + scaling +
+                         "' (expected default, linear or llama3)");
+}
+
+StatusOr<RopeConfig> decodeRope(const Step &step) {
+  RopeConfig c;
+  INFER_ASSIGN_OR_RETURN(c.headDim, step.getInt("head_dim"));
+  INFER_ASSIGN_OR_RETURN(c.theta, step.getFloat("theta"));
+  c.rotaryDim = step.getInt("rotary_dim", c.headDim);
+  c.scaling = step.getString("scaling", "default");
+  c.factor = step.getFloat("factor", 1.0);
+  c.lowFreqFactor = step.getFloat("low_freq_factor", 1.0);
+  c.highFreqFactor = step.getFloat("high_freq_factor", 4.0);
+  c.originalMaxPositionEmbeddings =
+      step.getInt("original_max_position_embeddings", 0);
+  INFER_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+StatusOr<std::optional<RopeConfig>> decodeKeyRope(const Step &step) {
+  if (!step.attrs.count("key_rotary_dim"))
+    return std::optional<RopeConfig>();
+  INFER_ASSIGN_OR_RETURN(const int64_t keyRotaryDim,
+                         step.getInt("key_rotary_dim"));
+  if (step.getInt("sliding_window", 0) != 0)
+    return invalidArgument("key_rotary_dim with a sliding_window");
+  INFER_ASSIGN_OR_RETURN(RopeConfig c, decodeRope(step));
+  c.rotaryDim = keyRotaryDim;
+  INFER_RETURN_IF_ERROR(c.validate());
+  return std::optional<RopeConfig>(c);
+}
+
+std::vector<float> ropeInverseFrequencies(const RopeConfig &c) {
+  const int64_t half = c.rotaryDim / 2;
+  std::vector<float> inv(half);
+  // inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim)), in fp32.
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent =
+        static_cast<float>(2 * i) / static_cast<float>(c.rotaryDim);
+    const float power =
+        static_cast<float>(std::pow(c.theta, static_cast<double>(exponent)));
+    inv[i] = 1.0f / power;
+  }
+  if (c.scaling == "linear") {
+    for (float &f : inv)
+      f = f / static_cast<float>(c.factor);
+  } else if (c.scaling == "llama3") {
+    const float factor = static_cast<float>(c.factor);
+    const float low = static_cast<float>(c.lowFreqFactor);
+    const double oldContext =
+        static_cast<double>(c.originalMaxPositionEmbeddings);
+    const float lowFreqWavelen =
+        static_cast<float>(oldContext / c.lowFreqFactor);
+    const float highFreqWavelen =
+        static_cast<float>(oldContext / c.highFreqFactor);
+    for (float &f : inv) {
+      const float wavelen = static_cast<float>(2 * M_PI) / f;
+      float scaled = wavelen > lowFreqWavelen ? f / factor : f;
+      const bool medium =
+          !(wavelen < highFreqWavelen) && !(wavelen > lowFreqWavelen);
+      if (medium) {
+        const float smooth =
+            (static_cast<float>(oldContext) / wavelen - low) /
+            static_cast<float>(c.highFreqFactor - c.lowFreqFactor);
+        scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
+      }
+      f = scaled;
+    }
+  }
+  return inv;
+}
+
+//===----------------------------------------------------------------------===//
+// decodeStep
+//===----------------------------------------------------------------------===//
+
+/// Operand and result counts and attribute names and types, from the
+/// registry line of the step's op.
+static Status checkAgainstRegistry(const Step &step, const StepOpInfo &info) {
+  const std::vector<OperandRole> &roles = info.operands;
+  const size_t n = step.operands.size();
+  size_t least = roles.size(), most = roles.size();
+  if (!roles.empty() && roles.back() == OperandRole::kOptionalTensor)
+    least = roles.size() - 1;
+  if (!roles.empty() && roles.back() == OperandRole::kTensors)
+    most = SIZE_MAX;
+  if (n < least || n > most)
+    return invalidArgument(
+        "expected " +
+        (most == SIZE_MAX ? "at least " + std::to_string(least)
+         : least == most
+             ? std::to_string(least)
+             : std::to_string(least) + " or " + std::to_string(most)) +
+        " operands, got " + std::to_string(n));
+  const bool variadic = info.numResults == StepOpInfo::kVariadicResults;
+  if (variadic ? step.results.empty()
+               : static_cast<int>(step.results.size()) != info.numResults)
+    return invalidArgument("expected " +
+                           (variadic ? std::string("at least 1")
+                                     : std::to_string(info.numResults)) +
+                           " results, got " +
+                           std::to_string(step.results.size()));
+
+  for (const auto &[name, value] : step.attrs) {
+    const AttrSpec *spec = info.attr(name);
+    if (!spec)
+      return invalidArgument("attribute '" + name + "' is not one of " +
+                             std::string(info.name) + "'s (StepOps.def)");
+    bool ok = false;
+    switch (spec->type) {
+    case AttrType::kInt:
+      ok = std::holds_alternative<int64_t>(value);
+      break;
+    case AttrType::kFloat:
+      ok = std::holds_alternative<double>(value) ||
+           std::holds_alternative<int64_t>(value);
+      break;
+    case AttrType::kString:
+      ok = std::holds_alternative<std::string>(value);
+      break;
+    case AttrType::kInts:
+      ok = std::holds_alternative<std::vector<int64_t>>(value);
+      break;
+    case AttrType::kFloats:
+      ok = std::holds_alternative<std::vector<double>>(value) ||
+           std::holds_alternative<std::vector<int64_t>>(value);
+      break;
+    }
+    if (!ok)
+      return invalidArgument("attribute '" + name + "' must be " +
+                             std::string(attrTypeName(spec->type)));
+    if (const auto *real = std::get_if<double>(&value);
+        real && !std::isfinite(*real))
+      return invalidArgument("attribute '" + name + "' must be finite");
+  }
+  for (const AttrSpec &spec : info.attrs)
+    if (spec.required && !step.attrs.count(std::string(spec.name)))
+      return invalidArgument("attribute '" + std::string(spec.name) +
+                             "' is missing");
+  return Status::ok();
+}
+
+static Status checkNonNegative(const char *name, int64_t value) {
+  if (value < 0)
+    return invalidArgument("attribute '" + std::string(name) +
+                           "' must be >= 0, got " + std::to_string(value));
+  return Status::ok();
+}
+
+static Status checkPositive(const char *name, int64_t value) {
+  if (value <= 0)
+    return invalidArgument("attribute '" + std::string(name) +
+                           "' must be > 0, got " + std::to_string(value));
+  return Status::ok();
+}
+
+static StatusOr<AttentionAttrs> decodeAttention(const Step &step) {
+  AttentionAttrs a;
+  INFER_ASSIGN_OR_RETURN(a.layer, step.getInt("layer"));
+  INFER_ASSIGN_OR_RETURN(a.numHeads, step.getInt("num_heads"));
+  INFER_ASSIGN_OR_RETURN(a.numKVHeads, step.getInt("num_kv_heads"));
+  INFER_ASSIGN_OR_RETURN(a.headDim, step.getInt("head_dim"));
+  INFER_ASSIGN_OR_RETURN(a.scale, step.getFloat("scale"));
+  a.slidingWindow = step.getInt("sliding_window", 0);
+  INFER_RETURN_IF_ERROR(checkNonNegative("layer", a.layer));
+  INFER_RETURN_IF_ERROR(checkPositive("num_heads", a.numHeads));
+  INFER_RETURN_IF_ERROR(checkPositive("num_kv_heads", a.numKVHeads));
+  INFER_RETURN_IF_ERROR(checkPositive("head_dim", a.headDim));
+  INFER_RETURN_IF_ERROR(checkNonNegative("sliding_window", a.slidingWindow));
+  if (a.numHeads % a.numKVHeads != 0)
+    return invalidArgument("num_heads " + std::to_string(a.numHeads) +
+                           " is not a multiple of num_kv_heads " +
+                           std::to_string(a.numKVHeads));
+  if (!(a.scale > 0))
+    return invalidArgument("attribute 'scale' must be > 0");
+  INFER_ASSIGN_OR_RETURN(a.keyRope, decodeKeyRope(step));
+  if (a.keyRope && a.keyRope->headDim != a.headDim)
+    return invalidArgument("the key rope's head_dim differs from the step's");
+  return a;
+}
+
+StatusOr<DecodedStep> decodeStep(const Step &step) {
+  std::optional<StepOp> op = parseStepOp(step.op);
+  if (!op)
+    return invalidArgument("unknown op '" + step.op + "'");
+  INFER_RETURN_IF_ERROR(checkAgainstRegistry(step, stepOpInfo(*op)));
+  DecodedStep d;
+  d.op = *op;
+  d.operands = step.operands;
+  d.results = step.results;
+  switch (d.op) {
+  case StepOp::kEmbedding:
+    d.vocabOffset = step.getInt("vocab_offset", 0);
+    d.vocabSize = step.getInt("vocab_size", 0);
+    INFER_RETURN_IF_ERROR(checkNonNegative("vocab_offset", d.vocabOffset));
+    INFER_RETURN_IF_ERROR(checkNonNegative("vocab_size", d.vocabSize));
+    break;
+  case StepOp::kRmsNorm:
+  case StepOp::kAddRmsNorm: {
+    INFER_ASSIGN_OR_RETURN(d.epsilon, step.getFloat("epsilon"));
+    if (!(d.epsilon > 0))
+      return invalidArgument("attribute 'epsilon' must be > 0");
+    break;
+  }
+  case StepOp::kRope: {
+    INFER_ASSIGN_OR_RETURN(d.rope, decodeRope(step));
+    break;
+  }
+  case StepOp::kKVCacheWrite:
+  case StepOp::kRopeKVCacheWrite: {
+    if (d.op == StepOp::kRopeKVCacheWrite) {
+      INFER_ASSIGN_OR_RETURN(d.rope, decodeRope(step));
+    }
+    INFER_ASSIGN_OR_RETURN(d.layer, step.getInt("layer"));
+    INFER_RETURN_IF_ERROR(checkNonNegative("layer", d.layer));
+    break;
+  }
+  case StepOp::kPagedAttention: {
+    INFER_ASSIGN_OR_RETURN(d.attention, decodeAttention(step));
+    d.layer = d.attention.layer;
+    break;
+  }
+  case StepOp::kSplit: {
+    INFER_ASSIGN_OR_RETURN(d.splitSizes, step.getSplitSizes());
+    break;
+  }
+  case StepOp::kFused: {
+    INFER_ASSIGN_OR_RETURN(d.fused, getFusedBody(step));
+    if (d.fused.numInputs != static_cast<int>(step.operands.size()))
+      return invalidArgument(
+          "the fused body reads " + std::to_string(d.fused.numInputs) +
+          " operands, the step has " + std::to_string(step.operands.size()));
+    d.kernel = step.getString("kernel", "");
+    break;
+  }
+  case StepOp::kAllGather: {
+    INFER_ASSIGN_OR_RETURN(d.gatherDim, step.getGatherDim());
+    break;
+  }
+  case StepOp::kLinear:
+  case StepOp::kSilu:
+  case StepOp::kGeluTanh:
+  case StepOp::kAdd:
+  case StepOp::kMul:
+  case StepOp::kBiasAdd:
+  case StepOp::kCast:
+  case StepOp::kGatherRows:
+  case StepOp::kLogits:
+  case StepOp::kSiluMul:
+  case StepOp::kAllReduce:
+    break;
+  }
+  return d;
+}
+
+} // namespace infer::plan
