@@ -4,9 +4,8 @@
 // return the launch's cudaError_t (wrap them in INFER_CUDA_RETURN_IF_ERROR).
 // Activations are dense row-major fp32, bf16 or f16 (ElementType); matrices
 // read by GEMMs are bf16 or fp8, the KV pool bf16 or fp8 (KVCachePool),
-// arithmetic fp32. Each kernel
-// computes the function of the CPU backend's kernel of the same name
-// (runtime/cpu/Kernels.h).
+// arithmetic fp32. Each kernel computes the function of the CPU backend's
+// kernel of the same name (runtime/cpu/Kernels.h).
 //
 //===----------------------------------------------------------------------===//
 
