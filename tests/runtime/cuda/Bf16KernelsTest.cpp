@@ -92,7 +92,6 @@ public:
   static std::string name() { return ElementTraits<T>::kName; }
 
   std::mt19937 rng_{20251211};
-  cpu::ThreadPool threads_{2};
 };
 
 using ActivationTypes = ::testing::Types<__nv_bfloat16, __half>;
