@@ -8,24 +8,22 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace infer::cuda {
 
-/// The descriptors and chosen algorithm of one problem size.
+/// The descriptors and chosen algorithm of one ShapeKey.
 struct Gemm::Shape {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
   cublasLtMatmulAlgo_t algo{};
   /// The heuristic's candidates, best first (algo is candidates[0] until
-  /// Gemm::tune times them).
+  /// Gemm::tune times them); empty where it has none.
   std::vector<cublasLtMatmulAlgo_t> candidates;
   bool tuned = false;
   /// The rank (in the heuristic's order) of the candidate tune chose.
   int tunedRank = 0;
-  /// fp8: the scales are applied in cuBLASLt's epilogue (outer vectors)
-  /// rather than by launchScaleRowsColumns after it.
-  bool outerVectorScales = false;
 
   ~Shape() {
     if (y)
@@ -113,127 +111,126 @@ Status setFp8Scales(cublasLtMatmulDesc_t op, const float *wScales,
   return Status::ok();
 }
 
+/// The outer-vector scaling of both operands, with their scales (a
+/// cuBLASLt that does not know the mode refuses the attribute).
+Status setOuterVectorScales(cublasLtMatmulDesc_t op, const float *wScales,
+                            const float *xScales) {
+  const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+  INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+  return setFp8Scales(op, wScales, xScales);
+}
+
+Status setBias(cublasLtMatmulDesc_t op, const void *bias) {
+  INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  return Status::ok();
+}
+
+template <typename Y> constexpr cudaDataType_t cudaTypeOf() {
+  static_assert(std::is_same_v<Y, float> || std::is_same_v<Y, __nv_bfloat16>,
+                "GEMM outputs are fp32 or bf16");
+  return std::is_same_v<Y, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+bool aligned16(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 constexpr size_t kScratchAlign = 256;
 
 } // namespace
 
-StatusOr<Gemm::Shape *> Gemm::shape(int64_t t, int64_t n, int64_t k,
-                                    int64_t ldy) {
-  auto key = std::make_tuple(false, n, t, k, ldy);
+StatusOr<Gemm::Shape *> Gemm::shape(const ShapeKey &key, const void *bias,
+                                    const float *wScales,
+                                    const float *xScales) {
   if (auto it = shapes_.find(key); it != shapes_.end())
     return it->second.get();
   auto s = std::make_unique<Shape>();
   INFER_CUDA_RETURN_IF_ERROR(
       cublasLtMatmulDescCreate(&s->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // Hopper's fp8 tensor cores take only the TN layout: A = w transposed.
   const cublasOperation_t transW = CUBLAS_OP_T, transX = CUBLAS_OP_N;
   INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       s->op, CUBLASLT_MATMUL_DESC_TRANSA, &transW, sizeof(transW)));
   INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       s->op, CUBLASLT_MATMUL_DESC_TRANSB, &transX, sizeof(transX)));
-  INFER_CUDA_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&s->w, CUDA_R_16BF, k, n, k));
-  INFER_CUDA_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&s->x, CUDA_R_16BF, k, t, k));
-  INFER_CUDA_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&s->y, CUDA_R_32F, n, t, ldy));
-  INFER_RETURN_IF_ERROR(chooseAlgorithms(handle_, workspaceBytes_, s->op, s->w,
-                                         s->x, s->y, s->candidates));
-  if (s->candidates.empty())
-    return unimplemented("cuBLASLt has no bf16 algorithm for " +
-                         shapeText(t, n, k));
-  s->algo = s->candidates[0];
-  Shape *raw = s.get();
-  shapes_[key] = std::move(s);
-  return raw;
-}
-
-StatusOr<Gemm::Shape *> Gemm::fp8Shape(int64_t t, int64_t n, int64_t k,
-                                       const float *wScales,
-                                       const float *xScales) {
-  auto key = std::make_tuple(true, n, t, k, n);
-  if (auto it = shapes_.find(key); it != shapes_.end())
-    return it->second.get();
-  auto s = std::make_unique<Shape>();
-  // Hopper's fp8 tensor cores take only the TN layout: A = w transposed.
-  INFER_CUDA_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&s->w, CUDA_R_8F_E4M3, k, n, k));
-  INFER_CUDA_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&s->x, CUDA_R_8F_E4M3, k, t, k));
-  INFER_CUDA_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&s->y, CUDA_R_32F, n, t, n));
-  // Outer-vector scales first; without an algorithm for them (or where this
-  // cuBLASLt rejects the mode), unit scales: the fp32 result is scaled by a
-  // kernel after the product, the same arithmetic in another place.
-  auto describe = [&](bool outer, bool &found) -> Status {
-    if (s->op)
-      cublasLtMatmulDescDestroy(s->op);
-    s->op = nullptr;
-    INFER_CUDA_RETURN_IF_ERROR(
-        cublasLtMatmulDescCreate(&s->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t transW = CUBLAS_OP_T, transX = CUBLAS_OP_N;
+  if (key.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const int32_t biasType = key.y;
     INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        s->op, CUBLASLT_MATMUL_DESC_TRANSA, &transW, sizeof(transW)));
+        s->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        s->op, CUBLASLT_MATMUL_DESC_TRANSB, &transX, sizeof(transX)));
-    if (outer) {
-      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-      INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-          s->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
-      INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-          s->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
-      INFER_RETURN_IF_ERROR(setFp8Scales(s->op, wScales, xScales));
-    }
+        s->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
+        sizeof(biasType)));
+    INFER_RETURN_IF_ERROR(setBias(s->op, bias));
+  }
+  const cudaDataType_t operands = key.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  INFER_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&s->w, operands, key.k, key.n, key.k));
+  INFER_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&s->x, operands, key.k, key.t, key.k));
+  INFER_CUDA_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&s->y, key.y, key.n, key.t, key.ldy));
+  // A cuBLASLt without outer-vector scaling refuses the mode: no candidates,
+  // as where the heuristic has none.
+  const bool described = key.scaling != Scaling::kOuterVectors ||
+                         setOuterVectorScales(s->op, wScales, xScales).isOk();
+  if (described)
     INFER_RETURN_IF_ERROR(chooseAlgorithms(handle_, workspaceBytes_, s->op,
                                            s->w, s->x, s->y, s->candidates));
-    found = !s->candidates.empty();
-    return Status::ok();
-  };
-  bool found = false;
-  if (!describe(/*outer=*/true, found).isOk())
-    found = false;
-  s->outerVectorScales = found;
-  if (!found)
-    INFER_RETURN_IF_ERROR(describe(/*outer=*/false, found));
-  if (!found)
-    return unimplemented("cuBLASLt has no fp8 E4M3 algorithm for " +
-                         shapeText(t, n, k));
-  s->algo = s->candidates[0];
+  if (!s->candidates.empty())
+    s->algo = s->candidates[0];
   Shape *raw = s.get();
   shapes_[key] = std::move(s);
   return raw;
 }
 
-const char *Gemm::fp8Scaling(int64_t t, int64_t n, int64_t k) const {
-  auto it = shapes_.find(std::make_tuple(true, n, t, k, n));
-  if (it == shapes_.end())
+const Gemm::Shape *Gemm::findShape(const ShapeKey &key) const {
+  auto it = shapes_.find(key);
+  return it == shapes_.end() ? nullptr : it->second.get();
+}
+
+const char *Gemm::fp8Scaling(int64_t t, int64_t n, int64_t k,
+                             cudaDataType_t yType, bool epilogueBias) const {
+  ShapeKey key;
+  key.fp8 = true;
+  key.y = yType;
+  key.bias = epilogueBias;
+  key.scaling = Scaling::kOuterVectors;
+  key.n = n;
+  key.t = t;
+  key.k = k;
+  key.ldy = n;
+  const Shape *outer = findShape(key);
+  if (!outer)
     return nullptr;
-  return it->second->outerVectorScales ? "outer-vector epilogue"
-                                       : "scale kernel";
+  if (!outer->candidates.empty())
+    return "outer-vector epilogue";
+  return yType == CUDA_R_32F ? "scale kernel" : "skinny kernels";
 }
 
-int Gemm::tunedRank(bool fp8, int64_t t, int64_t n, int64_t k) const {
-  auto it = shapes_.find(std::make_tuple(fp8, n, t, k, n));
-  if (it == shapes_.end() || !it->second->tuned)
+int Gemm::tunedRank(bool fp8, int64_t t, int64_t n, int64_t k,
+                    cudaDataType_t yType, bool epilogueBias) const {
+  ShapeKey key;
+  key.fp8 = fp8;
+  key.y = yType;
+  key.bias = epilogueBias;
+  key.scaling = fp8 ? Scaling::kOuterVectors : Scaling::kNone;
+  key.n = n;
+  key.t = t;
+  key.k = k;
+  key.ldy = n;
+  const Shape *s = findShape(key);
+  if (fp8 && (!s || s->candidates.empty())) {
+    key.scaling = Scaling::kNone;
+    s = findShape(key);
+  }
+  if (!s || !s->tuned)
     return -1;
-  return it->second->tunedRank;
-}
-
-Status Gemm::run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
-                 int64_t t, int64_t n, int64_t k, int64_t ldy,
-                 cudaStream_t stream) {
-  if (t == 0 || n == 0)
-    return Status::ok();
-  INFER_ASSIGN_OR_RETURN(Shape * s, shape(t, n, k, ldy));
-  const float alpha = 1.0f, beta = 0.0f;
-  auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
-    return cublasLtMatmul(handle_, s->op, &alpha, w, s->w, x, s->x, &beta, y,
-                          s->y, y, s->y, &algo, workspace_, workspaceBytes_,
-                          stream);
-  };
-  if (!s->tuned && t <= kTuneMaxRows)
-    INFER_RETURN_IF_ERROR(tune(*s, launch, stream));
-  INFER_CUDA_RETURN_IF_ERROR(launch(s->algo));
-  return Status::ok();
+  return s->tunedRank;
 }
 
 Status Gemm::tune(
@@ -315,28 +312,101 @@ Status Gemm::tune(
   return Status::ok();
 }
 
-bool Gemm::fp8CublasLtSupports(int64_t n, int64_t k, const uint8_t *codes) {
-  return k % 16 == 0 && n % 4 == 0 &&
-         reinterpret_cast<uintptr_t>(codes) % 16 == 0;
+template <typename Y>
+Status Gemm::runBf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+                     const Y *bias, Y *y, int64_t t, int64_t n, int64_t k,
+                     int64_t ldy, cudaStream_t stream) {
+  if (t == 0 || n == 0)
+    return Status::ok();
+  ShapeKey key;
+  key.y = cudaTypeOf<Y>();
+  key.bias = bias != nullptr;
+  key.n = n;
+  key.t = t;
+  key.k = k;
+  key.ldy = ldy;
+  INFER_ASSIGN_OR_RETURN(Shape * s, shape(key, bias, nullptr, nullptr));
+  if (s->candidates.empty())
+    return unimplemented("cuBLASLt has no bf16 algorithm for " +
+                         shapeText(t, n, k));
+  // Shapes are shared by weights of one size: this call's bias.
+  if (bias)
+    INFER_RETURN_IF_ERROR(setBias(s->op, bias));
+  const float alpha = 1.0f, beta = 0.0f;
+  auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
+    return cublasLtMatmul(handle_, s->op, &alpha, w, s->w, x, s->x, &beta, y,
+                          s->y, y, s->y, &algo, workspace_, workspaceBytes_,
+                          stream);
+  };
+  if (!s->tuned && t <= kTuneMaxRows)
+    INFER_RETURN_IF_ERROR(tune(*s, launch, stream));
+  INFER_CUDA_RETURN_IF_ERROR(launch(s->algo));
+  return Status::ok();
+}
+
+Status Gemm::run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
+                 int64_t t, int64_t n, int64_t k, cudaStream_t stream) {
+  return runBf16<float>(x, w, nullptr, y, t, n, k, n, stream);
+}
+
+bool Gemm::fp8CublasLtSupports(int64_t n, int64_t k, const uint8_t *codes,
+                               int64_t yBytes) {
+  return k % 16 == 0 && (n * yBytes) % 16 == 0 && aligned16(codes);
+}
+
+template <typename X, typename Y>
+Status Gemm::runSkinny(const X *x, const GemmWeight &w, const Y *bias, Y *y,
+                       int64_t t, int64_t n, int64_t k, bool mma,
+                       cudaStream_t stream) {
+  // The tensor-core kernel needs 16-byte aligned operands (the backend's
+  // arena gives 256); the CUDA-core one takes any. Both take at most
+  // kGemvMaxRows rows: more run as blocks of rows, each streaming the
+  // weights again.
+  const bool tensorCores =
+      mma && aligned16(x) &&
+      aligned16(w.fp8 ? static_cast<const void *>(w.fp8) : w.bf16);
+  for (int64_t r = 0; r < t; r += kGemvMaxRows) {
+    const int64_t rows = std::min(kGemvMaxRows, t - r);
+    const X *xr = x + r * k;
+    Y *yr = y + r * n;
+    if (w.fp8)
+      INFER_CUDA_RETURN_IF_ERROR(
+          tensorCores ? launchGemvMmaFp8(xr, w.fp8, w.rowScales, bias, yr, rows,
+                                         n, k, stream)
+                      : launchGemvFp8(xr, w.fp8, w.rowScales, bias, yr, rows, n,
+                                      k, stream));
+    else
+      INFER_CUDA_RETURN_IF_ERROR(
+          tensorCores ? launchGemvMma(xr, w.bf16, bias, yr, rows, n, k, stream)
+                      : launchGemv(xr, w.bf16, bias, yr, rows, n, k, stream));
+  }
+  return Status::ok();
 }
 
 Status Gemm::runFp8(const float *x, const GemmWeight &w, const float *bias,
                     float *y, int64_t t, int64_t n, int64_t k,
                     cudaStream_t stream) {
+  return runFp8Chunks(x, w, bias, y, t, n, k, stream);
+}
+
+template <typename X, typename Y>
+Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
+                          int64_t t, int64_t n, int64_t k,
+                          cudaStream_t stream) {
+  constexpr bool kBf16Y = std::is_same_v<Y, __nv_bfloat16>;
   if (t == 0 || n == 0)
     return Status::ok();
   if (!w.fp8 || !w.rowScales)
     return invalidArgument("gemm: fp8 cuBLASLt needs E4M3 codes with row "
                            "scales");
-  if (!fp8CublasLtSupports(n, k, w.fp8) ||
-      reinterpret_cast<uintptr_t>(y) % 16 != 0)
+  if (!fp8CublasLtSupports(n, k, w.fp8, sizeof(Y)) || !aligned16(y))
     return invalidArgument(
-        "gemm: fp8 cuBLASLt needs K % 16 == 0, N % 4 == 0 and 16-byte "
+        "gemm: fp8 cuBLASLt needs K % 16 == 0, 16-byte rows of y and 16-byte "
         "aligned codes and y; got " +
         shapeText(t, n, k));
   // Scratch: [scales of `chunk` tokens | pad to 256 | codes, chunk x K]. A
   // chunk short of T is a multiple of 64 rows, so y's row blocks stay
-  // 256-byte aligned.
+  // 256-byte aligned (their rows are 16-byte multiples).
   const int64_t fit =
       scratchBytes_ > kScratchAlign
           ? static_cast<int64_t>((scratchBytes_ - kScratchAlign) /
@@ -355,17 +425,49 @@ Status Gemm::runFp8(const float *x, const GemmWeight &w, const float *bias,
   const size_t scalesBytes = (chunk * sizeof(float) + kScratchAlign - 1) /
                              kScratchAlign * kScratchAlign;
   uint8_t *xCodes = scratch_ + scalesBytes;
+  // fp8 cuBLASLt adds a bias of a bf16 y in its epilogue; with an fp32 y it
+  // takes only a bf16 bias, so an fp32 one is added after it.
+  const bool epilogueBias = kBf16Y && bias;
   const float alpha = 1.0f, beta = 0.0f;
   for (int64_t r = 0; r < t; r += chunk) {
     const int64_t rows = std::min(chunk, t - r);
-    float *yr = y + r * n;
+    Y *yr = y + r * n;
+    ShapeKey key;
+    key.fp8 = true;
+    key.y = cudaTypeOf<Y>();
+    key.bias = epilogueBias;
+    key.scaling = Scaling::kOuterVectors;
+    key.n = n;
+    key.t = rows;
+    key.k = k;
+    key.ldy = n;
+    INFER_ASSIGN_OR_RETURN(Shape * s, shape(key, bias, w.rowScales, xScales));
+    const bool outer = !s->candidates.empty();
+    if (!outer) {
+      if constexpr (kBf16Y) {
+        // Unscaled cuBLASLt would need an fp32 y to scale and round once:
+        // these rows take the skinny kernels instead.
+        INFER_RETURN_IF_ERROR(runSkinny(x + r * k, w, bias, yr, rows, n, k,
+                                        gemvMmaSupports(kGemvMaxRows, k, true),
+                                        stream));
+        continue;
+      } else {
+        // The same arithmetic in another place: unit scales in cuBLASLt,
+        // then launchScaleRowsColumns.
+        key.scaling = Scaling::kNone;
+        INFER_ASSIGN_OR_RETURN(s, shape(key, nullptr, nullptr, nullptr));
+        if (s->candidates.empty())
+          return unimplemented("cuBLASLt has no fp8 E4M3 algorithm for " +
+                               shapeText(rows, n, k));
+      }
+    }
     INFER_CUDA_RETURN_IF_ERROR(
         launchQuantizeRowsFp8(x + r * k, rows, k, xCodes, xScales, stream));
-    INFER_ASSIGN_OR_RETURN(Shape * s,
-                           fp8Shape(rows, n, k, w.rowScales, xScales));
-    // Shapes are shared by weights of one size: this call's row scales.
-    if (s->outerVectorScales)
+    // Shapes are shared by weights of one size: this call's pointers.
+    if (outer)
       INFER_RETURN_IF_ERROR(setFp8Scales(s->op, w.rowScales, xScales));
+    if (epilogueBias)
+      INFER_RETURN_IF_ERROR(setBias(s->op, bias));
     auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
       return cublasLtMatmul(handle_, s->op, &alpha, w.fp8, s->w, xCodes, s->x,
                             &beta, yr, s->y, yr, s->y, &algo, workspace_,
@@ -374,16 +476,19 @@ Status Gemm::runFp8(const float *x, const GemmWeight &w, const float *bias,
     if (!s->tuned && rows <= kTuneMaxRows)
       INFER_RETURN_IF_ERROR(tune(*s, launch, stream));
     INFER_CUDA_RETURN_IF_ERROR(launch(s->algo));
-    if (!s->outerVectorScales)
-      INFER_CUDA_RETURN_IF_ERROR(launchScaleRowsColumns(
-          yr, xScales, w.rowScales, bias, rows, n, stream));
-    else if (bias)
-      INFER_CUDA_RETURN_IF_ERROR(launchAddBias(yr, bias, rows, n, stream));
+    if constexpr (!kBf16Y) {
+      if (!outer)
+        INFER_CUDA_RETURN_IF_ERROR(launchScaleRowsColumns(
+            yr, xScales, w.rowScales, bias, rows, n, stream));
+      else if (bias)
+        INFER_CUDA_RETURN_IF_ERROR(launchAddBias(yr, bias, rows, n, stream));
+    }
   }
   return Status::ok();
 }
 
-Gemm::Path Gemm::path(int64_t t, int64_t n, int64_t k, const GemmWeight &w) {
+Gemm::Path Gemm::path(int64_t t, int64_t n, int64_t k, const GemmWeight &w,
+                      int64_t yBytes) {
   if (!w.fp8)
     return t <= kCudaCoreBf16MaxRows ? Path::kGemv : Path::kCublasLt;
   if (t == 1)
@@ -391,8 +496,12 @@ Gemm::Path Gemm::path(int64_t t, int64_t n, int64_t k, const GemmWeight &w) {
   const bool mma = gemvMmaSupports(kGemvMaxRows, k, true);
   if (t <= kFp8SkinnyMaxRows)
     return mma ? Path::kGemvMma : Path::kGemv;
-  if (fp8CublasLtSupports(n, k, w.fp8))
+  if (fp8CublasLtSupports(n, k, w.fp8, yBytes))
     return Path::kFp8CublasLt;
+  // A bf16 y is rounded once by the skinny kernels at any T; an fp32 one
+  // can be scaled after a bf16 cuBLASLt product.
+  if (yBytes != 4)
+    return mma ? Path::kGemvMma : Path::kGemv;
   return t <= kFp8MmaMaxRows && mma ? Path::kGemvMma : Path::kDequantCublasLt;
 }
 
@@ -412,6 +521,37 @@ const char *Gemm::pathName(Path path) {
   return "?";
 }
 
+template <typename Y>
+Status Gemm::linear(const __nv_bfloat16 *x, const GemmWeight &w,
+                    const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
+                    int64_t k, cudaStream_t stream) {
+  if (t == 0 || n == 0)
+    return Status::ok();
+  if (!w.bf16 && !(w.fp8 && w.rowScales))
+    return invalidArgument("gemm: the weight has neither bf16 values nor fp8 "
+                           "codes with row scales");
+  if (bias && !aligned16(bias))
+    return invalidArgument("gemm: the bias must be 16-byte aligned "
+                           "(cuBLASLt's epilogue reads it)");
+  const Path p = path(t, n, k, w, sizeof(Y));
+  switch (p) {
+  case Path::kGemv:
+  case Path::kGemvMma:
+    return runSkinny(x, w, bias, y, t, n, k, p == Path::kGemvMma, stream);
+  case Path::kCublasLt:
+    return runBf16(x, w.bf16, bias, y, t, n, k, n, stream);
+  case Path::kFp8CublasLt:
+    return runFp8Chunks(x, w, bias, y, t, n, k, stream);
+  case Path::kDequantCublasLt:
+    break;
+  }
+  // path() takes only an fp32 y here.
+  if constexpr (std::is_same_v<Y, float>)
+    return runDequantized(x, w, bias, y, t, n, k, stream);
+  else
+    return internalError("gemm: dequantized fp8 weights with a bf16 y");
+}
+
 Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
                     const GemmWeight &w, const float *bias, float *y, int64_t t,
                     int64_t n, int64_t k, cudaStream_t stream) {
@@ -423,34 +563,10 @@ Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
   const Path p = path(t, n, k, w);
   switch (p) {
   case Path::kGemvMma:
-  case Path::kGemv: {
-    // The tensor-core kernel needs 16-byte aligned operands (the backend's
-    // arena gives 256); the CUDA-core one takes any. Both take at most
-    // kGemvMaxRows rows: more (fp8 up to kFp8MmaMaxRows) run as blocks of
-    // rows, each streaming the weights again.
-    const bool mma =
-        p == Path::kGemvMma && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-        reinterpret_cast<uintptr_t>(w.fp8 ? static_cast<const void *>(w.fp8)
-                                          : w.bf16) %
-                16 ==
-            0;
-    for (int64_t r = 0; r < t; r += kGemvMaxRows) {
-      const int64_t rows = std::min(kGemvMaxRows, t - r);
-      const float *xr = x + r * k;
-      float *yr = y + r * n;
-      INFER_CUDA_RETURN_IF_ERROR(
-          mma ? (w.fp8
-                     ? launchGemvMmaFp8(xr, w.fp8, w.rowScales, bias, yr, rows,
-                                        n, k, stream)
-                     : launchGemvMma(xr, w.bf16, bias, yr, rows, n, k, stream))
-              : (w.fp8 ? launchGemvFp8(xr, w.fp8, w.rowScales, bias, yr, rows,
-                                       n, k, stream)
-                       : launchGemv(xr, w.bf16, bias, yr, rows, n, k, stream)));
-    }
-    return Status::ok();
-  }
+  case Path::kGemv:
+    return runSkinny(x, w, bias, y, t, n, k, p == Path::kGemvMma, stream);
   case Path::kFp8CublasLt:
-    return runFp8(x, w, bias, y, t, n, k, stream);
+    return runFp8Chunks(x, w, bias, y, t, n, k, stream);
   case Path::kCublasLt:
   case Path::kDequantCublasLt:
     break;
@@ -459,7 +575,8 @@ Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
     return invalidArgument("gemm: " + std::to_string(t) +
                            " rows need the bf16 copy of x");
   if (w.bf16) {
-    INFER_RETURN_IF_ERROR(run(xBf16, w.bf16, y, t, n, k, n, stream));
+    INFER_RETURN_IF_ERROR(
+        runBf16<float>(xBf16, w.bf16, nullptr, y, t, n, k, n, stream));
     if (bias)
       INFER_CUDA_RETURN_IF_ERROR(launchAddBias(y, bias, t, n, stream));
     return Status::ok();
@@ -486,11 +603,21 @@ Status Gemm::runDequantized(const __nv_bfloat16 *xBf16, const GemmWeight &w,
     const int64_t rows = std::min(chunk, n - n0);
     INFER_CUDA_RETURN_IF_ERROR(
         launchDequantizeFp8(w.fp8 + n0 * k, dequant, rows * k, stream));
-    INFER_RETURN_IF_ERROR(run(xBf16, dequant, y + n0, t, rows, k, n, stream));
+    INFER_RETURN_IF_ERROR(
+        runBf16<float>(xBf16, dequant, nullptr, y + n0, t, rows, k, n, stream));
   }
   INFER_CUDA_RETURN_IF_ERROR(
       launchScaleColumns(y, w.rowScales, bias, t, n, stream));
   return Status::ok();
 }
+
+template Status Gemm::linear<__nv_bfloat16>(const __nv_bfloat16 *,
+                                            const GemmWeight &,
+                                            const __nv_bfloat16 *,
+                                            __nv_bfloat16 *, int64_t, int64_t,
+                                            int64_t, cudaStream_t);
+template Status Gemm::linear<float>(const __nv_bfloat16 *, const GemmWeight &,
+                                    const float *, float *, int64_t, int64_t,
+                                    int64_t, cudaStream_t);
 
 } // namespace infer::cuda

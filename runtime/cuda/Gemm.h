@@ -1,36 +1,59 @@
 //===- Gemm.h - Matrix products of the CUDA backend -------------*- C++ -*-===//
 //
-// y[T,N] (fp32) = x[T,K] * w[N,K]^T (+ bias), fp32 accumulation, w bf16 or
-// FP8 E4M3 codes with an fp32 scale per row. linear() routes by T:
+// y[T,N] = x[T,K] * w[N,K]^T (+ bias), fp32 accumulation, w bf16 or FP8
+// E4M3 codes with an fp32 scale per row. Two entry points:
 //
-//   bf16, T <= 2        the CUDA-core skinny kernel (GemvKernels.h): the
-//                       fp32 x as is, the weights streamed once (decode)
-//   bf16, T > 2         cuBLASLt on x converted to bf16 (from T = 4 it beats
-//                       both skinny kernels: infer-cuda-bench --gemms on an
-//                       H100, Llama-3-8B shapes)
+//   linear(bf16 x)          y bf16 (activations) or fp32 (logits), rounded
+//                           once from the fp32 result, the bias in y's type
+//                           (plans of bf16 activations)
+//   linear(fp32 x, bf16 x)  y fp32 (plans of fp32 activations; the bf16 copy
+//                           of x feeds cuBLASLt)
+//
+// Both route by T (path()):
+//
+//   bf16, T <= 2        the CUDA-core skinny kernel (GemvKernels.h): x as it
+//                       is, the weights streamed once (decode)
+//   bf16, T > 2         cuBLASLt (from T = 4 it beats both skinny kernels:
+//                       infer-cuda-bench --gemms on an H100, Llama-3-8B
+//                       shapes, fp32 x); bf16 x: the bias added in its
+//                       epilogue (CUBLASLT_EPILOGUE_BIAS) before the one
+//                       rounding of y; fp32 x: by a kernel after it
 //   fp8, T = 1          the CUDA-core skinny kernel
 //   fp8, 2 <= T <= 8    the tensor-core skinny kernel (mma.sync, codes
-//                       decoded to bf16 in registers, x rounded to bf16)
-//                       where K % 64 == 0, else the CUDA-core one
+//                       decoded to bf16 in registers, x bf16) where
+//                       K % 64 == 0, else the CUDA-core one
 //   fp8, T > 8          cuBLASLt on the FP8 tensor cores: x quantized per
 //                       token to E4M3 (kernels/QuantizeFp8.cu: scale =
 //                       amax / 448) into the scratch, in chunks of rows
 //                       that fit it; the weights' row scales and the
 //                       tokens' scales applied in cuBLASLt's epilogue
 //                       (outer-vector scaling; on an H100 with CUDA 13 the
-//                       heuristic has it for every shape tried), or by a
-//                       kernel after it where the heuristic has no such
-//                       algorithm; needs K % 16 == 0, N % 4 == 0 and
-//                       16-byte aligned codes. Elsewhere: the tensor-core
-//                       skinny kernel in blocks of 8 rows up to T = 24,
-//                       beyond that the codes decoded to bf16 (exact) in
-//                       chunks of rows that fill the scratch, bf16
-//                       cuBLASLt per chunk, then y[:, j] *= rowScales[j]
-//                       (+ bias)
+//                       heuristic has it for every shape tried), and a bf16
+//                       y's bias with them. fp32 y: the bias (fp8 cuBLASLt
+//                       takes only a bf16 one) and, where the heuristic
+//                       has no outer-vector algorithm, the scales are
+//                       applied by a kernel after it; bf16 y: such a chunk
+//                       runs the skinny kernels below instead. Needs
+//                       K % 16 == 0, 16-byte rows of y (N % 4 == 0 fp32,
+//                       N % 8 == 0 bf16) and 16-byte aligned codes.
+//                       Elsewhere: bf16 y, the skinny kernels in blocks of
+//                       8 rows at any T (no fp32 pass over y, which would
+//                       round twice; no model of whole 16-element K and N
+//                       goes there); fp32 y, the tensor-core skinny kernel
+//                       in blocks of 8 rows up to T = 24, beyond that the
+//                       codes decoded to bf16 (exact) in chunks of rows
+//                       that fill the scratch, bf16 cuBLASLt per chunk,
+//                       then y[:, j] = y[:, j] * rowScales[j] (+ bias)
+//
+// The thresholds were measured with fp32 x, whose cuBLASLt and fp8 paths
+// paid an fp32 -> bf16 conversion or quantized fp32 rows; with bf16 x they
+// need measuring again (kCudaCoreBf16MaxRows, kFp8SkinnyMaxRows,
+// kFp8MmaMaxRows).
 //
 // In cuBLAS's column-major terms y^T[N,T] = op_T(w as [K,N]) * x^T[K,T]. The
-// heuristic's algorithm is chosen once per (operand types, N, T, K, ldy) and
-// cached; fp8 cuBLASLt needs that TN layout (A = w transposed).
+// heuristic's algorithm is chosen once per ShapeKey (operand and output
+// types, epilogue, scaling, N, T, K, ldy) and cached; fp8 cuBLASLt needs
+// that TN layout (A = w transposed).
 //
 //===----------------------------------------------------------------------===//
 
@@ -76,20 +99,34 @@ public:
     kFp8CublasLt,
     kDequantCublasLt
   };
-  /// What linear() runs for T rows, N outputs, width K and `w` (16-byte
-  /// aligned operands; a misaligned x takes kGemv instead of kGemvMma).
-  static Path path(int64_t t, int64_t n, int64_t k, const GemmWeight &w);
+  /// What linear() runs for T rows, N outputs, width K, `w` and y elements
+  /// of `yBytes` (4: fp32, 2: bf16), with 16-byte aligned operands (a
+  /// misaligned x takes kGemv instead of kGemvMma).
+  static Path path(int64_t t, int64_t n, int64_t k, const GemmWeight &w,
+                   int64_t yBytes = 4);
   static const char *pathName(Path path);
-  /// Whether that path reads the bf16 copy of x.
+  /// Whether that path reads the bf16 copy of x (fp32 x).
   static bool needsBf16Input(int64_t t, int64_t n, int64_t k,
                              const GemmWeight &w) {
     const Path p = path(t, n, k, w);
     return p == Path::kCublasLt || p == Path::kDequantCublasLt;
   }
-  /// Whether fp8 cuBLASLt takes [N, K] codes at `codes`: K % 16 == 0 (its
-  /// operands' leading dimension), N % 4 == 0 (16-byte rows of fp32 y),
-  /// codes 16-byte aligned.
-  static bool fp8CublasLtSupports(int64_t n, int64_t k, const uint8_t *codes);
+  /// Whether fp8 cuBLASLt takes [N, K] codes at `codes` with y elements of
+  /// `yBytes`: K % 16 == 0 (its operands' leading dimension), 16-byte rows
+  /// of y (N * yBytes % 16 == 0), codes 16-byte aligned.
+  static bool fp8CublasLtSupports(int64_t n, int64_t k, const uint8_t *codes,
+                                  int64_t yBytes = 4);
+
+  /// y[T,N] = x[T,K] * w^T (+ bias, may be null), routed as above: x bf16,
+  /// y and bias bf16 or fp32 (Y), each element of y rounded once from the
+  /// fp32 sum (times the fp8 scales) plus the bias. Operands 16-byte
+  /// aligned, the bias too (cuBLASLt's epilogue reads it). Graph-capturable
+  /// once the shape has run outside a capture (cuBLASLt's heuristic query
+  /// and tuning).
+  template <typename Y>
+  Status linear(const __nv_bfloat16 *x, const GemmWeight &w,
+                const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
+                int64_t k, cudaStream_t stream);
 
   /// y[T,N] = x[T,K] * w^T (+ bias, may be null), routed as above. `x` is
   /// the fp32 activation; `xBf16` the same rounded to bf16 where
@@ -101,9 +138,7 @@ public:
 
   /// cuBLASLt alone: y = x * w^T, both bf16 (no routing).
   Status run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
-             int64_t t, int64_t n, int64_t k, cudaStream_t stream) {
-    return run(x, w, y, t, n, k, n, stream);
-  }
+             int64_t t, int64_t n, int64_t k, cudaStream_t stream);
   /// fp8 cuBLASLt alone (Path::kFp8CublasLt at any T): y = quantize(x) *
   /// w^T (+ bias), the fp32 x quantized per token into the scratch; y
   /// 16-byte aligned. Graph-capturable once each chunk's shape has run.
@@ -111,30 +146,40 @@ public:
                 float *y, int64_t t, int64_t n, int64_t k, cudaStream_t stream);
 
   /// Where fp8 cuBLASLt applies the scales of a T x N x K product that has
-  /// run (T at most one chunk of rows): "outer-vector epilogue" (cuBLASLt's
-  /// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) or "scale kernel" (the
-  /// heuristic had no outer-vector algorithm: unscaled cuBLASLt, then
-  /// launchScaleRowsColumns); null for a shape that has not run.
-  const char *fp8Scaling(int64_t t, int64_t n, int64_t k) const;
+  /// run (T at most one chunk of rows) with a y of `yType` (CUDA_R_32F or
+  /// CUDA_R_16BF) and a bias in its epilogue or not (`epilogueBias`: a bf16
+  /// y's bias): "outer-vector epilogue" (cuBLASLt's
+  /// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F); where the heuristic had no
+  /// outer-vector algorithm, "scale kernel" (fp32 y: unscaled cuBLASLt, then
+  /// launchScaleRowsColumns) or "skinny kernels" (bf16 y); null for a shape
+  /// that has not run.
+  const char *fp8Scaling(int64_t t, int64_t n, int64_t k,
+                         cudaDataType_t yType = CUDA_R_32F,
+                         bool epilogueBias = false) const;
   /// Which of the heuristic's candidates (0: its first choice) the bf16 or
-  /// fp8 (`fp8`) cuBLASLt product T x N x K runs after tuning; -1 for a
-  /// shape that has not run or was not tuned (T > kTuneMaxRows, a capture).
-  int tunedRank(bool fp8, int64_t t, int64_t n, int64_t k) const;
+  /// fp8 (`fp8`) cuBLASLt product T x N x K with y of `yType` and a bias in
+  /// its epilogue or not (bf16 x with a bias: bf16 weights, or fp8 weights
+  /// and a bf16 y) runs after tuning; -1 for a shape that has not run or
+  /// was not tuned (T > kTuneMaxRows, a capture).
+  int tunedRank(bool fp8, int64_t t, int64_t n, int64_t k,
+                cudaDataType_t yType = CUDA_R_32F,
+                bool epilogueBias = false) const;
 
 private:
   /// bf16 rows the CUDA-core kernel takes (T = 2: 5.65 ms of GEMMs per
   /// Llama-3-8B token against cuBLASLt's 6.26 and the tensor-core kernel's
-  /// 6.04; T = 4: cuBLASLt 5.67, tensor cores 5.92, CUDA cores 6.14).
+  /// 6.04; T = 4: cuBLASLt 5.67, tensor cores 5.92, CUDA cores 6.14; fp32
+  /// x, cuBLASLt's times with the conversion of x to bf16).
   static constexpr int64_t kCudaCoreBf16MaxRows = 2;
   /// fp8 rows the skinny kernels take where fp8 cuBLASLt applies: one block
   /// of kGemvMaxRows. Llama-3-8B GEMMs per forward call on an H100
-  /// (infer-cuda-bench --gemms, CUDA 13): T = 8 tensor-core kernel 3.74 ms
-  /// against fp8 cuBLASLt's 5.10 (quantization included); T = 16 two row
-  /// blocks 7.62 ms against 5.02; T = 24 11.25 against 4.95.
+  /// (infer-cuda-bench --gemms, CUDA 13, fp32 x): T = 8 tensor-core kernel
+  /// 3.74 ms against fp8 cuBLASLt's 5.10 (quantization included); T = 16
+  /// two row blocks 7.62 ms against 5.02; T = 24 11.25 against 4.95.
   static constexpr int64_t kFp8SkinnyMaxRows = kGemvMaxRows;
   /// fp8 rows the tensor-core kernel takes in blocks of kGemvMaxRows where
-  /// fp8 cuBLASLt does not apply: three blocks (3 x 3.74 ms per token at
-  /// T = 8) still beat dequantization (15.1 ms at T = 16).
+  /// fp8 cuBLASLt does not apply (fp32 y): three blocks (3 x 3.74 ms per
+  /// token at T = 8) still beat dequantization (15.1 ms at T = 16).
   static constexpr int64_t kFp8MmaMaxRows = 24;
 
   /// Rows up to which the first call of a cuBLASLt shape times the
@@ -148,13 +193,31 @@ private:
   /// from HBM (larger than the H100's and H200's 50 MiB L2).
   static constexpr size_t kFlushBytes = size_t(64) << 20;
 
+  /// How cuBLASLt scales the product: not at all, or by the outer vectors
+  /// of fp8 operands (the weights' row scales, the tokens' scales).
+  enum class Scaling : int8_t { kNone, kOuterVectors };
+  /// What a cuBLASLt call's descriptors and algorithm depend on.
+  struct ShapeKey {
+    bool fp8 = false;              ///< E4M3 operands, else bf16
+    cudaDataType_t y = CUDA_R_32F; ///< CUDA_R_32F or CUDA_R_16BF
+    bool bias = false;             ///< CUBLASLT_EPILOGUE_BIAS, bias of y's type
+    Scaling scaling = Scaling::kNone;
+    int64_t n = 0, t = 0, k = 0, ldy = 0;
+
+    bool operator<(const ShapeKey &o) const {
+      return std::tie(fp8, y, bias, scaling, n, t, k, ldy) <
+             std::tie(o.fp8, o.y, o.bias, o.scaling, o.n, o.t, o.k, o.ldy);
+    }
+  };
+
   Gemm() = default;
   struct Shape;
-  StatusOr<Shape *> shape(int64_t t, int64_t n, int64_t k, int64_t ldy);
-  /// The fp8 descriptors of T x N x K, made on first use with the scale
-  /// pointers of that call (the heuristic sees the same attributes).
-  StatusOr<Shape *> fp8Shape(int64_t t, int64_t n, int64_t k,
-                             const float *wScales, const float *xScales);
+  /// The descriptors of `key`, made on first use with this call's bias and
+  /// scale pointers (the heuristic reads their alignment); a shape the
+  /// heuristic has no algorithm for is cached with no candidates.
+  StatusOr<Shape *> shape(const ShapeKey &key, const void *bias,
+                          const float *wScales, const float *xScales);
+  const Shape *findShape(const ShapeKey &key) const;
   /// Times `launch` (the shape's product on this call's operands) with each
   /// heuristic candidate, 3 runs each after an L2 flush, and keeps the
   /// fastest in s.algo; nothing is timed inside a stream capture. The
@@ -164,12 +227,25 @@ private:
       Shape &s,
       const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t &)> &launch,
       cudaStream_t stream);
+  /// The skinny kernels in blocks of kGemvMaxRows rows (tensor cores where
+  /// `mma` and the operands are 16-byte aligned).
+  template <typename X, typename Y>
+  Status runSkinny(const X *x, const GemmWeight &w, const Y *bias, Y *y,
+                   int64_t t, int64_t n, int64_t k, bool mma,
+                   cudaStream_t stream);
+  /// bf16 cuBLASLt: y (leading dimension ldy: a column block of a wider
+  /// output) = x * w^T (+ bias in the epilogue).
+  template <typename Y>
+  Status runBf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w, const Y *bias,
+                 Y *y, int64_t t, int64_t n, int64_t k, int64_t ldy,
+                 cudaStream_t stream);
+  /// fp8 cuBLASLt over chunks of rows, as the file comment says.
+  template <typename X, typename Y>
+  Status runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
+                      int64_t t, int64_t n, int64_t k, cudaStream_t stream);
   Status runDequantized(const __nv_bfloat16 *xBf16, const GemmWeight &w,
                         const float *bias, float *y, int64_t t, int64_t n,
                         int64_t k, cudaStream_t stream);
-  /// y has leading dimension ldy (a column block of a wider output).
-  Status run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
-             int64_t t, int64_t n, int64_t k, int64_t ldy, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void *workspace_ = nullptr;
@@ -180,10 +256,7 @@ private:
   /// failed: flushFailed_, and tune times with warm caches).
   void *flush_ = nullptr;
   bool flushFailed_ = false;
-  /// (fp8 operands, N, T, K, ldy) -> descriptors and algorithm.
-  std::map<std::tuple<bool, int64_t, int64_t, int64_t, int64_t>,
-           std::unique_ptr<Shape>>
-      shapes_;
+  std::map<ShapeKey, std::unique_ptr<Shape>> shapes_;
 };
 
 } // namespace infer::cuda

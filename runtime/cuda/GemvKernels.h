@@ -10,6 +10,8 @@
 #ifndef INFER_RUNTIME_CUDA_GEMVKERNELS_H
 #define INFER_RUNTIME_CUDA_GEMVKERNELS_H
 
+#include "runtime/cuda/Kernels.h"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -21,29 +23,37 @@ namespace infer::cuda {
 inline constexpr int64_t kGemvMaxRows = 8;
 
 /// y[t, j] = sum_i x[t, i] * w[j, i] (+ bias[j]) for t in [1, kGemvMaxRows]:
-/// x fp32 [t, k] (read as is, not rounded to bf16), w bf16 [n, k], y fp32
-/// [t, n], fp32 accumulation; bias may be null.
-cudaError_t launchGemv(const float *x, const __nv_bfloat16 *w,
-                       const float *bias, float *y, int64_t t, int64_t n,
+/// x [t, k] fp32 (read as is, not rounded to bf16) or bf16, w bf16 [n, k],
+/// fp32 accumulation, y [t, n] fp32 or bf16 (rounded once) with the bias
+/// (may be null) in y's type. Instantiated for (X, Y) = (float, float),
+/// (bf16, bf16) and (bf16, float).
+template <typename X, typename Y>
+cudaError_t launchGemv(const X *x, const __nv_bfloat16 *w,
+                       const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
                        int64_t k, cudaStream_t stream);
 /// The same with FP8 E4M3 weights: w[j, i] = decode(codes[j * k + i]) *
 /// rowScales[j] (runtime/support/Fp8.h), the scale applied to the row's sum.
-cudaError_t launchGemvFp8(const float *x, const uint8_t *codes,
-                          const float *rowScales, const float *bias, float *y,
-                          int64_t t, int64_t n, int64_t k, cudaStream_t stream);
+template <typename X, typename Y>
+cudaError_t launchGemvFp8(const X *x, const uint8_t *codes,
+                          const float *rowScales, const NonDeduced<Y> *bias,
+                          Y *y, int64_t t, int64_t n, int64_t k,
+                          cudaStream_t stream);
 /// Whether the tensor-core skinny kernels take T rows and this K: T <= 8,
 /// K a multiple of 32 (bf16) or 64 (fp8); x and w must be 16-byte aligned.
 bool gemvMmaSupports(int64_t t, int64_t k, bool fp8);
-/// launchGemv on the tensor cores (mma.sync): x rounded to bf16 as cuBLASLt
-/// reads it, fp32 accumulation; bias may be null.
-cudaError_t launchGemvMma(const float *x, const __nv_bfloat16 *w,
-                          const float *bias, float *y, int64_t t, int64_t n,
+/// launchGemv on the tensor cores (mma.sync): an fp32 x rounded to bf16 as
+/// cuBLASLt reads it (a bf16 x as it is), fp32 accumulation; bias may be
+/// null.
+template <typename X, typename Y>
+cudaError_t launchGemvMma(const X *x, const __nv_bfloat16 *w,
+                          const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
                           int64_t k, cudaStream_t stream);
 /// launchGemvFp8 on the tensor cores: codes decoded to bf16 (exact), the
 /// row scale applied to the sum.
-cudaError_t launchGemvMmaFp8(const float *x, const uint8_t *codes,
-                             const float *rowScales, const float *bias,
-                             float *y, int64_t t, int64_t n, int64_t k,
+template <typename X, typename Y>
+cudaError_t launchGemvMmaFp8(const X *x, const uint8_t *codes,
+                             const float *rowScales, const NonDeduced<Y> *bias,
+                             Y *y, int64_t t, int64_t n, int64_t k,
                              cudaStream_t stream);
 /// out[i] = decode(codes[i]) as bf16 (exact: E4M3 values are bf16 values).
 cudaError_t launchDequantizeFp8(const uint8_t *codes, __nv_bfloat16 *out,
@@ -52,9 +62,11 @@ cudaError_t launchDequantizeFp8(const uint8_t *codes, __nv_bfloat16 *out,
 cudaError_t launchScaleColumns(float *y, const float *scales, const float *bias,
                                int64_t rows, int64_t cols, cudaStream_t stream);
 /// Per-token E4M3: scales[r] = max_i |x[r, i]| / 448 and codes[r, i] =
-/// encodeFp8(x[r, i] / scales[r], kE4M3) (runtime/support/Fp8.h) for x fp32
-/// [rows, k]; an all-zero row gets scale 0 and codes 0.
-cudaError_t launchQuantizeRowsFp8(const float *x, int64_t rows, int64_t k,
+/// encodeFp8(x[r, i] / scales[r], kE4M3) (runtime/support/Fp8.h) for x
+/// [rows, k] fp32 or bf16 (X, its values as fp32); an all-zero row gets
+/// scale 0 and codes 0.
+template <typename X>
+cudaError_t launchQuantizeRowsFp8(const X *x, int64_t rows, int64_t k,
                                   uint8_t *codes, float *scales,
                                   cudaStream_t stream);
 /// y[r, j] = y[r, j] * (rowScales[r] * colScales[j]) (+ bias[j]); bias may be

@@ -2,10 +2,10 @@
 //
 // Host functions that launch the kernels of kernels/*.cu on a stream and
 // return the launch's cudaError_t (wrap them in INFER_CUDA_RETURN_IF_ERROR).
-// Activations are dense row-major fp32; matrices read by GEMMs are bf16 or
-// fp8, the KV pool bf16 or fp8 (KVCachePool), arithmetic fp32. Each kernel
-// computes the function of the CPU backend's kernel of the same name
-// (runtime/cpu/Kernels.h).
+// Activations are dense row-major fp32, bf16 or f16 (ElementType); matrices
+// read by GEMMs are bf16 or fp8, the KV pool bf16 or fp8 (KVCachePool),
+// arithmetic fp32. Each kernel computes the function of the CPU backend's
+// kernel of the same name (runtime/cpu/Kernels.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +13,7 @@
 #define INFER_RUNTIME_CUDA_KERNELS_H
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -87,49 +88,92 @@ inline bool validKeyRope(const AttentionDims &attention) {
 /// Largest head_dim the attention kernel supports.
 inline constexpr int kMaxHeadDim = 256;
 
-/// y[t, :] = table[ids[t] - vocabOffset, :] as fp32, or zeros where that row
-/// is outside the table's `rows` (another rank's vocabulary slice); ids are
+//===----------------------------------------------------------------------===//
+// Activation kernels
+//===----------------------------------------------------------------------===//
+//
+// Templates on T, the element type of the activations they read and write:
+// float, __nv_bfloat16 or __half (instantiated in kernels/*.cu). P, the type
+// of a norm weight or a bias, is T or float. Each kernel loads its operands
+// as fp32, computes in fp32 what the CPU kernel of the same name computes on
+// those values, and rounds each element it stores once to nearest even
+// (fp32: no rounding). Outputs may not overlap inputs unless a launcher
+// says so; pointers are any alignment (16-byte aligned rows take vector
+// loads).
+
+/// The element types of activations (plan::DType f32, bf16, f16).
+enum class ElementType : int8_t { kF32, kBf16, kF16 };
+
+/// T, in a parameter from which T is not deduced (a null bias binds to
+/// `const NonDeduced<T> *`; T comes from the output).
+template <typename T> struct TypeIdentity { using type = T; };
+template <typename T> using NonDeduced = typename TypeIdentity<T>::type;
+
+/// y[t, :] = table[ids[t] - vocabOffset, :], or zeros where that row is
+/// outside the table's `rows` (another rank's vocabulary slice); ids are
 /// checked against the full vocabulary by the caller.
+template <typename T>
 cudaError_t launchEmbedding(const __nv_bfloat16 *table, int64_t rows,
                             int64_t hidden, int64_t vocabOffset,
-                            const int32_t *ids, int64_t t, float *y,
+                            const int32_t *ids, int64_t t, T *y,
                             cudaStream_t stream);
-/// y = x / sqrt(mean(x^2) + eps) * w, per row of h.
-cudaError_t launchRmsNorm(const float *x, const float *w, float *y,
-                          int64_t rows, int64_t h, float epsilon,
-                          cudaStream_t stream);
-cudaError_t launchSilu(const float *x, float *y, int64_t n,
-                       cudaStream_t stream);
-cudaError_t launchGeluTanh(const float *x, float *y, int64_t n,
-                           cudaStream_t stream);
-cudaError_t launchAdd(const float *a, const float *b, float *y, int64_t n,
+/// y = x / sqrt(mean(x^2) + eps) * w, per row of h: the mean of squares
+/// summed in fp32, y = w * (x * inv) rounded once.
+template <typename T, typename P>
+cudaError_t launchRmsNorm(const T *x, const P *w, T *y, int64_t rows, int64_t h,
+                          float epsilon, cudaStream_t stream);
+template <typename T>
+cudaError_t launchSilu(const T *x, T *y, int64_t n, cudaStream_t stream);
+template <typename T>
+cudaError_t launchGeluTanh(const T *x, T *y, int64_t n, cudaStream_t stream);
+template <typename T>
+cudaError_t launchAdd(const T *a, const T *b, T *y, int64_t n,
                       cudaStream_t stream);
-cudaError_t launchMul(const float *a, const float *b, float *y, int64_t n,
+template <typename T>
+cudaError_t launchMul(const T *a, const T *b, T *y, int64_t n,
                       cudaStream_t stream);
 /// y[i, :] = x[indices[i], :]; indices are checked by the caller.
-cudaError_t launchGatherRows(const float *x, int64_t cols,
-                             const int32_t *indices, int64_t count, float *y,
-                             cudaStream_t stream);
+template <typename T>
+cudaError_t launchGatherRows(const T *x, int64_t cols, const int32_t *indices,
+                             int64_t count, T *y, cudaStream_t stream);
+/// cast: y[i] = x[i] rounded to nearest even (exact where To holds every
+/// From value); From and To are two different activation types.
+template <typename From, typename To>
+cudaError_t launchCast(const From *x, To *y, int64_t n, cudaStream_t stream);
 /// The GEMM operand of an fp32 activation.
-cudaError_t launchToBf16(const float *x, __nv_bfloat16 *y, int64_t n,
-                         cudaStream_t stream);
-/// y[r, :] += bias[:].
-cudaError_t launchAddBias(float *y, const float *bias, int64_t rows,
+inline cudaError_t launchToBf16(const float *x, __nv_bfloat16 *y, int64_t n,
+                                cudaStream_t stream) {
+  return launchCast(x, y, n, stream);
+}
+/// bias_add: y[r, :] = x[r, :] + bias[:] for x [rows, cols]; y may be x.
+template <typename T, typename P>
+cudaError_t launchBiasAdd(const T *x, const P *bias, T *y, int64_t rows,
                           int64_t cols, cudaStream_t stream);
+/// y[r, :] += bias[:].
+template <typename T, typename P>
+cudaError_t launchAddBias(T *y, const P *bias, int64_t rows, int64_t cols,
+                          cudaStream_t stream) {
+  return launchBiasAdd(y, bias, y, rows, cols, stream);
+}
 
 /// split: y[r, :] = x[r, column .. column + width) of x[rows, cols].
-cudaError_t launchSplitColumns(const float *x, int64_t rows, int64_t cols,
-                               int64_t column, int64_t width, float *y,
+template <typename T>
+cudaError_t launchSplitColumns(const T *x, int64_t rows, int64_t cols,
+                               int64_t column, int64_t width, T *y,
                                cudaStream_t stream);
-/// add_rms_norm: sum = a + b, y = rmsNorm(sum, w), one block per row.
-cudaError_t launchAddRmsNorm(const float *a, const float *b, const float *w,
-                             float *sum, float *y, int64_t rows, int64_t h,
-                             float epsilon, cudaStream_t stream);
+/// add_rms_norm: sum = a + b, y = rmsNorm(a + b, w), one block per row; the
+/// norm reads the fp32 sums (not `sum` rounded to T), so y is rounded once.
+/// `sum` may not be `a` or `b` (cudaErrorInvalidValue); `y` may.
+template <typename T, typename P>
+cudaError_t launchAddRmsNorm(const T *a, const T *b, const P *w, T *sum, T *y,
+                             int64_t rows, int64_t h, float epsilon,
+                             cudaStream_t stream);
 /// silu_mul: y[rows, cols] = silu(gate) * up, where row r of gate starts
 /// at gate + r * gateLd and of up at up + r * upLd (a split's column views
 /// of gate_up, CudaBackend; cols for contiguous operands).
-cudaError_t launchSiluMul(const float *gate, int64_t gateLd, const float *up,
-                          int64_t upLd, float *y, int64_t rows, int64_t cols,
+template <typename T>
+cudaError_t launchSiluMul(const T *gate, int64_t gateLd, const T *up,
+                          int64_t upLd, T *y, int64_t rows, int64_t cols,
                           cudaStream_t stream);
 
 /// The ops of a `fused` step's register program (plan::ElementwiseOp).
@@ -142,7 +186,8 @@ inline constexpr int kMaxFusedOutputs = 4;
 /// A `fused` step's body (runtime/plan/FusedBody.h) and its tensors, passed
 /// by value as the kernel's parameter: registers 0 .. numInputs-1 are the
 /// inputs, instruction i defines register numInputs + i, output r stores
-/// register yields[r]. Every tensor has the same n elements.
+/// register yields[r]. Every tensor has the same n elements; each has its
+/// own element type (fp32 unless set), registers are fp32.
 struct FusedProgram {
   int numInputs = 0;
   int numInstructions = 0;
@@ -151,23 +196,27 @@ struct FusedProgram {
   int8_t arg0[kMaxFusedInstructions] = {};
   int8_t arg1[kMaxFusedInstructions] = {};
   int8_t yields[kMaxFusedOutputs] = {};
-  const float *inputs[kMaxFusedInputs] = {};
-  float *outputs[kMaxFusedOutputs] = {};
+  const void *inputs[kMaxFusedInputs] = {};
+  void *outputs[kMaxFusedOutputs] = {};
+  ElementType inputTypes[kMaxFusedInputs] = {};
+  ElementType outputTypes[kMaxFusedOutputs] = {};
 };
 
 /// fused: one generic kernel that interprets the register program for each
 /// element (one thread per element, registers in thread-local memory).
-/// Each op computes what its standalone kernel computes. Artifacts compiled
-/// with --target cuda carry one generated kernel per body instead
-/// (GeneratedKernels.h); this runs the fused steps of the others.
+/// Each op computes in fp32 what its standalone kernel computes; only the
+/// outputs are rounded (once each). Artifacts compiled with --target cuda
+/// carry one generated kernel per body instead (GeneratedKernels.h); this
+/// runs the fused steps of the others.
 cudaError_t launchFused(const FusedProgram &program, int64_t n,
                         cudaStream_t stream);
 
 /// HF rotate_half rotary embedding of x[t, heads*headDim] into y
 /// (contiguous), with the rotaryDim/2 inverse frequencies on the device.
 /// Row r of x starts at x + r * xLd (0: heads * headDim, contiguous).
-cudaError_t launchRope(const float *x, float *y, int64_t t, int64_t heads,
-                       int headDim, int rotaryDim, const int32_t *positions,
+template <typename T>
+cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
+                       int rotaryDim, const int32_t *positions,
                        const float *invFreq, cudaStream_t stream,
                        int64_t xLd = 0);
 

@@ -1,16 +1,16 @@
-//===- Elementwise.cu - Row and elementwise kernels -----------------------===//
+//===- Elementwise.cu - Row and elementwise kernels -----------*- CUDA -*-===//
 //
-// Embedding, rms_norm, activations, add/mul, gather_rows, the fp32 ->
-// bf16 conversion of GEMM operands, and the fused steps of infer-fuse
-// (split, add_rms_norm, silu_mul, and the `fused` register-program
-// interpreter). Memory-bound: grid-stride loops over
-// contiguous fp32 elements.
+// Embedding, rms_norm, activations, add/mul, bias_add, gather_rows, cast,
+// and the fused steps of infer-fuse (split, add_rms_norm, silu_mul, and the
+// `fused` register-program interpreter), over fp32, bf16 or f16 activations
+// (Elements.cuh: loads widen to fp32, stores round once). Memory-bound:
+// grid-stride loops over 16-byte packs of elements where the pointers and
+// row lengths allow, else over single elements.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/Kernels.h"
-
-#include <cuda_bf16.h>
+#include "runtime/cuda/kernels/Elements.cuh"
 
 namespace infer::cuda {
 
@@ -24,46 +24,100 @@ unsigned blocksFor(int64_t n) {
                                                   : 65535 * 8);
 }
 
-template <typename F> __global__ void mapKernel(int64_t n, F f) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    f(i);
+__device__ __forceinline__ int64_t globalThread() {
+  return blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+}
+__device__ __forceinline__ int64_t gridThreads() {
+  return int64_t(gridDim.x) * blockDim.x;
 }
 
-template <typename F> cudaError_t launchMap(int64_t n, cudaStream_t s, F f) {
+__device__ __forceinline__ float siluOf(float v) {
+  return v / (1.0f + expf(-v));
+}
+
+__device__ __forceinline__ float geluTanhOf(float v) {
+  const float c = 0.7978845608028654f; // sqrt(2 / pi)
+  return 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+}
+
+struct Identity {
+  __device__ float operator()(float v) const { return v; }
+};
+struct Silu {
+  __device__ float operator()(float v) const { return siluOf(v); }
+};
+struct GeluTanh {
+  __device__ float operator()(float v) const { return geluTanhOf(v); }
+};
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Mul {
+  __device__ float operator()(float a, float b) const { return a * b; }
+};
+
+/// y[i] = f(x[i]) in packs of N, then the last n % N elements one by one.
+template <int N, typename X, typename Y, typename F>
+__global__ void unaryKernel(const X *x, Y *y, int64_t n, F f) {
+  const int64_t packs = n / N;
+  for (int64_t p = globalThread(); p < packs; p += gridThreads()) {
+    float v[N];
+    loadFloats<N>(x + p * N, v);
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      v[e] = f(v[e]);
+    storeFloats<N>(y + p * N, v);
+  }
+  for (int64_t i = packs * N + globalThread(); i < n; i += gridThreads())
+    y[i] = fromFloat<Y>(f(toFloat(x[i])));
+}
+
+template <typename X, typename Y, typename F>
+cudaError_t launchUnary(const X *x, Y *y, int64_t n, cudaStream_t stream, F f) {
   if (n <= 0)
     return cudaSuccess;
-  mapKernel<<<blocksFor(n), kThreads, 0, s>>>(n, f);
+  constexpr int N = kPack<X, Y>;
+  if (packAligned(x) && packAligned(y))
+    unaryKernel<N>
+        <<<blocksFor((n + N - 1) / N), kThreads, 0, stream>>>(x, y, n, f);
+  else
+    unaryKernel<1><<<blocksFor(n), kThreads, 0, stream>>>(x, y, n, f);
   return cudaGetLastError();
 }
 
-__global__ void rmsNormKernel(const float *x, const float *w, float *y,
-                              int64_t h, float epsilon) {
-  const float *xr = x + blockIdx.x * h;
-  float *yr = y + blockIdx.x * h;
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < h; i += blockDim.x)
-    sum += xr[i] * xr[i];
-  __shared__ float partial[32];
-  for (int offset = 16; offset > 0; offset /= 2)
-    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0)
-    partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    sum = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0f;
-    for (int offset = 16; offset > 0; offset /= 2)
-      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (threadIdx.x == 0)
-      partial[0] = sum;
+/// y[i] = f(a[i], b[i]), as unaryKernel.
+template <int N, typename T, typename F>
+__global__ void binaryKernel(const T *a, const T *b, T *y, int64_t n, F f) {
+  const int64_t packs = n / N;
+  for (int64_t p = globalThread(); p < packs; p += gridThreads()) {
+    float va[N], vb[N];
+    loadFloats<N>(a + p * N, va);
+    loadFloats<N>(b + p * N, vb);
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      va[e] = f(va[e], vb[e]);
+    storeFloats<N>(y + p * N, va);
   }
-  __syncthreads();
-  const float inv = rsqrtf(partial[0] / static_cast<float>(h) + epsilon);
-  for (int64_t i = threadIdx.x; i < h; i += blockDim.x)
-    yr[i] = w[i] * (xr[i] * inv);
+  for (int64_t i = packs * N + globalThread(); i < n; i += gridThreads())
+    y[i] = fromFloat<T>(f(toFloat(a[i]), toFloat(b[i])));
 }
 
-/// Sums v over the block; every thread gets the total.
+template <typename T, typename F>
+cudaError_t launchBinary(const T *a, const T *b, T *y, int64_t n,
+                         cudaStream_t stream, F f) {
+  if (n <= 0)
+    return cudaSuccess;
+  constexpr int N = kPack<T>;
+  if (packAligned(a) && packAligned(b) && packAligned(y))
+    binaryKernel<N>
+        <<<blocksFor((n + N - 1) / N), kThreads, 0, stream>>>(a, b, y, n, f);
+  else
+    binaryKernel<1><<<blocksFor(n), kThreads, 0, stream>>>(a, b, y, n, f);
+  return cudaGetLastError();
+}
+
+/// Sums v over the block (blockDim.x a multiple of 32); every thread gets
+/// the total.
 __device__ float blockSum(float v, float *partial) {
   for (int offset = 16; offset > 0; offset /= 2)
     v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -81,58 +135,162 @@ __device__ float blockSum(float v, float *partial) {
   return partial[0];
 }
 
-__device__ __forceinline__ float add(float a, float b) { return a + b; }
-__device__ __forceinline__ float4 add(float4 a, float4 b) {
-  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-}
-__device__ __forceinline__ float squares(float a) { return a * a; }
-__device__ __forceinline__ float squares(float4 a) {
-  return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
-}
-/// w * (x * inv), per element.
-__device__ __forceinline__ float scaled(float w, float x, float inv) {
-  return w * (x * inv);
-}
-__device__ __forceinline__ float4 scaled(float4 w, float4 x, float inv) {
-  return make_float4(w.x * (x.x * inv), w.y * (x.y * inv), w.z * (x.z * inv),
-                     w.w * (x.w * inv));
-}
-
-/// One block per row of h floats, as `n` vectors V (float4 where h and the
-/// pointers allow).
-template <typename V>
-__global__ void addRmsNormKernel(const V *a, const V *b, const V *w, V *sum,
-                                 V *y, int64_t n, int64_t h, float epsilon) {
-  const int64_t row = blockIdx.x * n;
-  float total = 0.0f;
-  // Each thread reads back only the sums it wrote itself.
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const V s = add(a[row + i], b[row + i]);
-    sum[row + i] = s;
-    total += squares(s);
+/// One block per row of h elements, in packs of N (h % N == 0).
+template <int N, typename T, typename P>
+__global__ void rmsNormKernel(const T *x, const P *w, T *y, int64_t h,
+                              float epsilon) {
+  const T *xr = x + blockIdx.x * h;
+  T *yr = y + blockIdx.x * h;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x * int64_t(N); i < h; i += blockDim.x * N) {
+    float v[N];
+    loadFloats<N>(xr + i, v);
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      sum += v[e] * v[e];
   }
   __shared__ float partial[32];
-  total = blockSum(total, partial);
-  const float inv = rsqrtf(total / static_cast<float>(h) + epsilon);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    y[row + i] = scaled(w[i], sum[row + i], inv);
+  const float inv =
+      rsqrtf(blockSum(sum, partial) / static_cast<float>(h) + epsilon);
+  for (int64_t i = threadIdx.x * int64_t(N); i < h; i += blockDim.x * N) {
+    float v[N], wv[N];
+    loadFloats<N>(xr + i, v);
+    loadFloats<N>(w + i, wv);
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      v[e] = wv[e] * (v[e] * inv);
+    storeFloats<N>(yr + i, v);
+  }
 }
 
-__device__ __forceinline__ float siluOf(float v) {
-  return v / (1.0f + expf(-v));
+/// One block per row of h elements, in packs of N (h % N == 0). The second
+/// pass adds a and b again rather than reading `sum` back, so the norm sees
+/// the fp32 sums, not their rounding to T (hence sum may not alias a or b).
+template <int N, typename T, typename P>
+__global__ void addRmsNormKernel(const T *a, const T *b, const P *w, T *sum,
+                                 T *y, int64_t h, float epsilon) {
+  const int64_t row = blockIdx.x * h;
+  float total = 0.0f;
+  for (int64_t i = threadIdx.x * int64_t(N); i < h; i += blockDim.x * N) {
+    float va[N], vb[N];
+    loadFloats<N>(a + row + i, va);
+    loadFloats<N>(b + row + i, vb);
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      va[e] += vb[e];
+      total += va[e] * va[e];
+    }
+    storeFloats<N>(sum + row + i, va);
+  }
+  __shared__ float partial[32];
+  const float inv =
+      rsqrtf(blockSum(total, partial) / static_cast<float>(h) + epsilon);
+  for (int64_t i = threadIdx.x * int64_t(N); i < h; i += blockDim.x * N) {
+    float va[N], vb[N], wv[N];
+    loadFloats<N>(a + row + i, va);
+    loadFloats<N>(b + row + i, vb);
+    loadFloats<N>(w + i, wv);
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      va[e] = wv[e] * ((va[e] + vb[e]) * inv);
+    storeFloats<N>(y + row + i, va);
+  }
 }
 
-__device__ __forceinline__ float geluTanhOf(float v) {
-  const float c = 0.7978845608028654f; // sqrt(2 / pi)
-  return 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+/// silu_mul over rows whose operands have their own row strides (in
+/// elements, multiples of N): grid.x covers the columns in packs of N,
+/// grid.y strides over the rows.
+template <int N, typename T>
+__global__ void siluMulRowsKernel(const T *gate, int64_t gateLd, const T *up,
+                                  int64_t upLd, T *y, int64_t rows,
+                                  int64_t cols) {
+  const int64_t col = globalThread() * N;
+  if (col >= cols)
+    return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    float g[N], u[N];
+    loadFloats<N>(gate + r * gateLd + col, g);
+    loadFloats<N>(up + r * upLd + col, u);
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      g[e] = siluOf(g[e]) * u[e];
+    storeFloats<N>(y + r * cols + col, g);
+  }
+}
+
+/// y[r, c] = x[r, c] + bias[c]: packs of N never cross a row (cols % N ==
+/// 0), so each pack's bias is one pack too.
+template <int N, typename T, typename P>
+__global__ void biasAddKernel(const T *x, const P *bias, T *y, int64_t rows,
+                              int64_t cols) {
+  const int64_t packs = rows * cols / N;
+  for (int64_t p = globalThread(); p < packs; p += gridThreads()) {
+    const int64_t i = p * N;
+    float v[N], b[N];
+    loadFloats<N>(x + i, v);
+    loadFloats<N>(bias + i % cols, b);
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      v[e] += b[e];
+    storeFloats<N>(y + i, v);
+  }
+}
+
+/// y[i, :] = x[row(i) * ld + column, +width) for `count` rows of `width`
+/// elements, copied as they are in packs of N (width, ld and column
+/// multiples of N); row(i) = indices[i], or i where indices is null.
+template <int N, typename T>
+__global__ void copyRowsKernel(const T *x, int64_t ld, int64_t column,
+                               const int32_t *indices, int64_t count,
+                               int64_t width, T *y) {
+  const int64_t packsPerRow = width / N;
+  for (int64_t p = globalThread(); p < count * packsPerRow;
+       p += gridThreads()) {
+    const int64_t i = p / packsPerRow, c = (p % packsPerRow) * N;
+    const int64_t row = indices ? indices[i] : i;
+    copyElements<N>(x + row * ld + column + c, y + i * width + c);
+  }
+}
+
+template <typename T>
+cudaError_t launchCopyRows(const T *x, int64_t ld, int64_t column,
+                           const int32_t *indices, int64_t count, int64_t width,
+                           T *y, cudaStream_t stream) {
+  if (count <= 0 || width <= 0)
+    return cudaSuccess;
+  constexpr int N = kPack<T>;
+  if (width % N == 0 && ld % N == 0 && column % N == 0 && packAligned(x) &&
+      packAligned(y))
+    copyRowsKernel<N><<<blocksFor(count * width / N), kThreads, 0, stream>>>(
+        x, ld, column, indices, count, width, y);
+  else
+    copyRowsKernel<1><<<blocksFor(count * width), kThreads, 0, stream>>>(
+        x, ld, column, indices, count, width, y);
+  return cudaGetLastError();
+}
+
+/// y[i, :] = table[ids[i] - offset, :] converted to T, or zeros where that
+/// row is outside the table, in packs of N (hidden % N == 0).
+template <int N, typename T>
+__global__ void embeddingKernel(const __nv_bfloat16 *table, int64_t rows,
+                                int64_t hidden, int64_t vocabOffset,
+                                const int32_t *ids, int64_t t, T *y) {
+  const int64_t packsPerRow = hidden / N;
+  for (int64_t p = globalThread(); p < t * packsPerRow; p += gridThreads()) {
+    const int64_t i = p / packsPerRow, c = (p % packsPerRow) * N;
+    const int64_t row = ids[i] - vocabOffset;
+    float v[N] = {};
+    if (row >= 0 && row < rows)
+      loadFloats<N>(table + row * hidden + c, v);
+    storeFloats<N>(y + i * hidden + c, v);
+  }
 }
 
 __global__ void fusedKernel(FusedProgram p, int64_t n) {
   float regs[kMaxFusedInputs + kMaxFusedInstructions];
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads()) {
     for (int r = 0; r < p.numInputs; ++r)
-      regs[r] = p.inputs[r][i];
+      regs[r] = loadAs(p.inputs[r], p.inputTypes[r], i);
     for (int k = 0; k < p.numInstructions; ++k) {
       const float x = regs[p.arg0[k]];
       float out;
@@ -156,156 +314,143 @@ __global__ void fusedKernel(FusedProgram p, int64_t n) {
       regs[p.numInputs + k] = out;
     }
     for (int r = 0; r < p.numOutputs; ++r)
-      p.outputs[r][i] = regs[p.yields[r]];
+      storeAs(p.outputs[r], p.outputTypes[r], i, regs[p.yields[r]]);
   }
-}
-
-__device__ __forceinline__ float siluMulOf(float g, float u) {
-  return siluOf(g) * u;
-}
-
-__device__ __forceinline__ float4 siluMulOf(float4 g, float4 u) {
-  return make_float4(siluOf(g.x) * u.x, siluOf(g.y) * u.y, siluOf(g.z) * u.z,
-                     siluOf(g.w) * u.w);
-}
-
-/// silu_mul over rows whose operands have their own row strides (in V
-/// units): grid.x covers the columns, grid.y strides over the rows.
-template <typename V>
-__global__ void siluMulRowsKernel(const V *gate, int64_t gateLd, const V *up,
-                                  int64_t upLd, V *y, int64_t rows,
-                                  int64_t cols) {
-  const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (col >= cols)
-    return;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
-    y[r * cols + col] = siluMulOf(gate[r * gateLd + col], up[r * upLd + col]);
 }
 
 } // namespace
 
+template <typename T>
 cudaError_t launchEmbedding(const __nv_bfloat16 *table, int64_t rows,
                             int64_t hidden, int64_t vocabOffset,
-                            const int32_t *ids, int64_t t, float *y,
+                            const int32_t *ids, int64_t t, T *y,
                             cudaStream_t stream) {
-  return launchMap(t * hidden, stream, [=] __device__(int64_t i) {
-    const int64_t row = ids[i / hidden] - vocabOffset, col = i % hidden;
-    y[i] = row >= 0 && row < rows ? __bfloat162float(table[row * hidden + col])
-                                  : 0.0f;
-  });
-}
-
-cudaError_t launchRmsNorm(const float *x, const float *w, float *y,
-                          int64_t rows, int64_t h, float epsilon,
-                          cudaStream_t stream) {
-  if (rows <= 0)
+  if (t <= 0 || hidden <= 0)
     return cudaSuccess;
-  rmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      x, w, y, h, epsilon);
-  return cudaGetLastError();
-}
-
-cudaError_t launchSilu(const float *x, float *y, int64_t n,
-                       cudaStream_t stream) {
-  return launchMap(n, stream,
-                   [=] __device__(int64_t i) { y[i] = siluOf(x[i]); });
-}
-
-cudaError_t launchGeluTanh(const float *x, float *y, int64_t n,
-                           cudaStream_t stream) {
-  return launchMap(n, stream,
-                   [=] __device__(int64_t i) { y[i] = geluTanhOf(x[i]); });
-}
-
-cudaError_t launchAdd(const float *a, const float *b, float *y, int64_t n,
-                      cudaStream_t stream) {
-  return launchMap(n, stream,
-                   [=] __device__(int64_t i) { y[i] = a[i] + b[i]; });
-}
-
-cudaError_t launchMul(const float *a, const float *b, float *y, int64_t n,
-                      cudaStream_t stream) {
-  return launchMap(n, stream,
-                   [=] __device__(int64_t i) { y[i] = a[i] * b[i]; });
-}
-
-cudaError_t launchGatherRows(const float *x, int64_t cols,
-                             const int32_t *indices, int64_t count, float *y,
-                             cudaStream_t stream) {
-  return launchMap(count * cols, stream, [=] __device__(int64_t i) {
-    y[i] = x[indices[i / cols] * cols + i % cols];
-  });
-}
-
-cudaError_t launchToBf16(const float *x, __nv_bfloat16 *y, int64_t n,
-                         cudaStream_t stream) {
-  return launchMap(n, stream, [=] __device__(int64_t i) {
-    y[i] = __float2bfloat16_rn(x[i]);
-  });
-}
-
-cudaError_t launchAddBias(float *y, const float *bias, int64_t rows,
-                          int64_t cols, cudaStream_t stream) {
-  return launchMap(rows * cols, stream,
-                   [=] __device__(int64_t i) { y[i] += bias[i % cols]; });
-}
-
-cudaError_t launchSplitColumns(const float *x, int64_t rows, int64_t cols,
-                               int64_t column, int64_t width, float *y,
-                               cudaStream_t stream) {
-  return launchMap(rows * width, stream, [=] __device__(int64_t i) {
-    y[i] = x[(i / width) * cols + column + i % width];
-  });
-}
-
-cudaError_t launchAddRmsNorm(const float *a, const float *b, const float *w,
-                             float *sum, float *y, int64_t rows, int64_t h,
-                             float epsilon, cudaStream_t stream) {
-  if (rows <= 0)
-    return cudaSuccess;
-  const auto aligned = [](const void *p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-  };
-  if (h % 4 == 0 && aligned(a) && aligned(b) && aligned(w) && aligned(sum) &&
-      aligned(y))
-    addRmsNormKernel<float4>
-        <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-            reinterpret_cast<const float4 *>(a),
-            reinterpret_cast<const float4 *>(b),
-            reinterpret_cast<const float4 *>(w),
-            reinterpret_cast<float4 *>(sum), reinterpret_cast<float4 *>(y),
-            h / 4, h, epsilon);
+  constexpr int N = kPack<__nv_bfloat16, T>;
+  if (hidden % N == 0 && packAligned(table) && packAligned(y))
+    embeddingKernel<N><<<blocksFor(t * hidden / N), kThreads, 0, stream>>>(
+        table, rows, hidden, vocabOffset, ids, t, y);
   else
-    addRmsNormKernel<float>
-        <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(a, b, w, sum, y,
-                                                               h, h, epsilon);
+    embeddingKernel<1><<<blocksFor(t * hidden), kThreads, 0, stream>>>(
+        table, rows, hidden, vocabOffset, ids, t, y);
   return cudaGetLastError();
 }
 
-cudaError_t launchSiluMul(const float *gate, int64_t gateLd, const float *up,
-                          int64_t upLd, float *y, int64_t rows, int64_t cols,
+template <typename T, typename P>
+cudaError_t launchRmsNorm(const T *x, const P *w, T *y, int64_t rows, int64_t h,
+                          float epsilon, cudaStream_t stream) {
+  if (rows <= 0 || h <= 0)
+    return cudaSuccess;
+  constexpr int N = kPack<T, P>;
+  const unsigned grid = static_cast<unsigned>(rows);
+  if (h % N == 0 && packAligned(x) && packAligned(w) && packAligned(y))
+    rmsNormKernel<N><<<grid, kThreads, 0, stream>>>(x, w, y, h, epsilon);
+  else
+    rmsNormKernel<1><<<grid, kThreads, 0, stream>>>(x, w, y, h, epsilon);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launchSilu(const T *x, T *y, int64_t n, cudaStream_t stream) {
+  return launchUnary(x, y, n, stream, Silu{});
+}
+
+template <typename T>
+cudaError_t launchGeluTanh(const T *x, T *y, int64_t n, cudaStream_t stream) {
+  return launchUnary(x, y, n, stream, GeluTanh{});
+}
+
+template <typename T>
+cudaError_t launchAdd(const T *a, const T *b, T *y, int64_t n,
+                      cudaStream_t stream) {
+  return launchBinary(a, b, y, n, stream, Add{});
+}
+
+template <typename T>
+cudaError_t launchMul(const T *a, const T *b, T *y, int64_t n,
+                      cudaStream_t stream) {
+  return launchBinary(a, b, y, n, stream, Mul{});
+}
+
+template <typename T>
+cudaError_t launchGatherRows(const T *x, int64_t cols, const int32_t *indices,
+                             int64_t count, T *y, cudaStream_t stream) {
+  return launchCopyRows(x, cols, 0, indices, count, cols, y, stream);
+}
+
+template <typename From, typename To>
+cudaError_t launchCast(const From *x, To *y, int64_t n, cudaStream_t stream) {
+  return launchUnary(x, y, n, stream, Identity{});
+}
+
+template <typename T, typename P>
+cudaError_t launchBiasAdd(const T *x, const P *bias, T *y, int64_t rows,
+                          int64_t cols, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0)
+    return cudaSuccess;
+  constexpr int N = kPack<T, P>;
+  const int64_t n = rows * cols;
+  if (cols % N == 0 && packAligned(x) && packAligned(bias) && packAligned(y))
+    biasAddKernel<N>
+        <<<blocksFor(n / N), kThreads, 0, stream>>>(x, bias, y, rows, cols);
+  else
+    biasAddKernel<1>
+        <<<blocksFor(n), kThreads, 0, stream>>>(x, bias, y, rows, cols);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launchSplitColumns(const T *x, int64_t rows, int64_t cols,
+                               int64_t column, int64_t width, T *y,
+                               cudaStream_t stream) {
+  return launchCopyRows(x, cols, column, nullptr, rows, width, y, stream);
+}
+
+template <typename T, typename P>
+cudaError_t launchAddRmsNorm(const T *a, const T *b, const P *w, T *sum, T *y,
+                             int64_t rows, int64_t h, float epsilon,
+                             cudaStream_t stream) {
+  if (rows <= 0 || h <= 0)
+    return cudaSuccess;
+  if (sum == a || sum == b)
+    return cudaErrorInvalidValue;
+  constexpr int N = kPack<T, P>;
+  const unsigned grid = static_cast<unsigned>(rows);
+  if (h % N == 0 && packAligned(a) && packAligned(b) && packAligned(w) &&
+      packAligned(sum) && packAligned(y))
+    addRmsNormKernel<N>
+        <<<grid, kThreads, 0, stream>>>(a, b, w, sum, y, h, epsilon);
+  else
+    addRmsNormKernel<1>
+        <<<grid, kThreads, 0, stream>>>(a, b, w, sum, y, h, epsilon);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launchSiluMul(const T *gate, int64_t gateLd, const T *up,
+                          int64_t upLd, T *y, int64_t rows, int64_t cols,
                           cudaStream_t stream) {
   if (rows <= 0 || cols <= 0)
     return cudaSuccess;
   if (gateLd < cols || upLd < cols)
     return cudaErrorInvalidValue;
-  const auto aligned = [](const float *p, int64_t ld) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0;
+  constexpr int N = kPack<T>;
+  const auto packed = [](const T *p, int64_t ld) {
+    return packAligned(p) && ld % N == 0;
   };
   const unsigned rowBlocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
-  if (cols % 4 == 0 && aligned(gate, gateLd) && aligned(up, upLd) &&
-      aligned(y, cols)) {
-    const int64_t quads = cols / 4;
-    const dim3 grid(static_cast<unsigned>((quads + kThreads - 1) / kThreads),
+  if (cols % N == 0 && packed(gate, gateLd) && packed(up, upLd) &&
+      packed(y, cols)) {
+    const int64_t packs = cols / N;
+    const dim3 grid(static_cast<unsigned>((packs + kThreads - 1) / kThreads),
                     rowBlocks);
-    siluMulRowsKernel<float4><<<grid, kThreads, 0, stream>>>(
-        reinterpret_cast<const float4 *>(gate), gateLd / 4,
-        reinterpret_cast<const float4 *>(up), upLd / 4,
-        reinterpret_cast<float4 *>(y), rows, quads);
+    siluMulRowsKernel<N>
+        <<<grid, kThreads, 0, stream>>>(gate, gateLd, up, upLd, y, rows, cols);
   } else {
     const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
                     rowBlocks);
-    siluMulRowsKernel<float>
+    siluMulRowsKernel<1>
         <<<grid, kThreads, 0, stream>>>(gate, gateLd, up, upLd, y, rows, cols);
   }
   return cudaGetLastError();
@@ -322,5 +467,56 @@ cudaError_t launchFused(const FusedProgram &program, int64_t n,
   fusedKernel<<<blocksFor(n), kThreads, 0, stream>>>(program, n);
   return cudaGetLastError();
 }
+
+// The instantiations: every activation type T, norm weights and biases of
+// type T or fp32, casts between every two types.
+#define INFER_ACTIVATION_KERNELS(T)                                            \
+  template cudaError_t launchEmbedding<T>(const __nv_bfloat16 *, int64_t,      \
+                                          int64_t, int64_t, const int32_t *,   \
+                                          int64_t, T *, cudaStream_t);         \
+  template cudaError_t launchSilu<T>(const T *, T *, int64_t, cudaStream_t);   \
+  template cudaError_t launchGeluTanh<T>(const T *, T *, int64_t,              \
+                                         cudaStream_t);                        \
+  template cudaError_t launchAdd<T>(const T *, const T *, T *, int64_t,        \
+                                    cudaStream_t);                             \
+  template cudaError_t launchMul<T>(const T *, const T *, T *, int64_t,        \
+                                    cudaStream_t);                             \
+  template cudaError_t launchGatherRows<T>(                                    \
+      const T *, int64_t, const int32_t *, int64_t, T *, cudaStream_t);        \
+  template cudaError_t launchSplitColumns<T>(                                  \
+      const T *, int64_t, int64_t, int64_t, int64_t, T *, cudaStream_t);       \
+  template cudaError_t launchSiluMul<T>(const T *, int64_t, const T *,         \
+                                        int64_t, T *, int64_t, int64_t,        \
+                                        cudaStream_t);
+#define INFER_PARAMETER_KERNELS(T, P)                                          \
+  template cudaError_t launchRmsNorm<T, P>(const T *, const P *, T *, int64_t, \
+                                           int64_t, float, cudaStream_t);      \
+  template cudaError_t launchAddRmsNorm<T, P>(const T *, const T *, const P *, \
+                                              T *, T *, int64_t, int64_t,      \
+                                              float, cudaStream_t);            \
+  template cudaError_t launchBiasAdd<T, P>(const T *, const P *, T *, int64_t, \
+                                           int64_t, cudaStream_t);
+#define INFER_CAST_KERNEL(From, To)                                            \
+  template cudaError_t launchCast<From, To>(const From *, To *, int64_t,       \
+                                            cudaStream_t);
+
+INFER_ACTIVATION_KERNELS(float)
+INFER_ACTIVATION_KERNELS(__nv_bfloat16)
+INFER_ACTIVATION_KERNELS(__half)
+INFER_PARAMETER_KERNELS(float, float)
+INFER_PARAMETER_KERNELS(__nv_bfloat16, __nv_bfloat16)
+INFER_PARAMETER_KERNELS(__nv_bfloat16, float)
+INFER_PARAMETER_KERNELS(__half, __half)
+INFER_PARAMETER_KERNELS(__half, float)
+INFER_CAST_KERNEL(float, __nv_bfloat16)
+INFER_CAST_KERNEL(float, __half)
+INFER_CAST_KERNEL(__nv_bfloat16, float)
+INFER_CAST_KERNEL(__nv_bfloat16, __half)
+INFER_CAST_KERNEL(__half, float)
+INFER_CAST_KERNEL(__half, __nv_bfloat16)
+
+#undef INFER_ACTIVATION_KERNELS
+#undef INFER_PARAMETER_KERNELS
+#undef INFER_CAST_KERNEL
 
 } // namespace infer::cuda

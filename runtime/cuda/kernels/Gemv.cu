@@ -7,9 +7,9 @@
 //   grid   one block of kWarps warps per kWarps * R output rows; each warp
 //          owns R consecutive rows and walks their whole K, so no split-K
 //          and no atomics (the sums are deterministic).
-//   x      read straight from the fp32 activation (no bf16 conversion) into
-//          shared memory in K-chunks of kChunkFloats / T columns, shared by
-//          the block's warps.
+//   x      read straight from the activation (fp32 or bf16, widened to
+//          fp32) into shared memory in K-chunks of kChunkFloats / T
+//          columns, shared by the block's warps.
 //   w      16-byte loads that skip L1 (8 bf16 or 16 E4M3 codes per lane),
 //          U groups of R rows issued before the first use; fp8 codes are
 //          decoded in registers by cvt e4m3x2 -> f16x2 (exact: every E4M3
@@ -17,16 +17,20 @@
 //
 // A K that is not a multiple of the vector width (or a misaligned pointer)
 // takes the same kernel with element-wise loads. The tensor-core kernel
-// (T = 1..8 on mma.sync; fp8 at T >= 2) has its own section below.
+// (T = 1..8 on mma.sync; fp8 at T >= 2) has its own section below. Both
+// store y = sum * rowScale + bias[row] as fp32 or rounded once to bf16
+// (GemvOutput; the bias in y's type).
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/GemvKernels.h"
+#include "runtime/cuda/kernels/Elements.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <type_traits>
 
 namespace infer::cuda {
 namespace {
@@ -85,16 +89,56 @@ __device__ __forceinline__ uint4 loadStreaming(const void *p) {
   return v;
 }
 
+/// y and its bias, fp32 or bf16: the type is a launch parameter rather than
+/// a template one, since each output element is stored once.
+struct GemvOutput {
+  void *y = nullptr;
+  const void *bias = nullptr;
+  bool bf16 = false;
+
+  __device__ float biasAt(int row) const {
+    if (!bias)
+      return 0.0f;
+    return bf16
+               ? __bfloat162float(static_cast<const __nv_bfloat16 *>(bias)[row])
+               : static_cast<const float *>(bias)[row];
+  }
+  __device__ void store(int64_t index, float value) const {
+    if (bf16)
+      static_cast<__nv_bfloat16 *>(y)[index] = __float2bfloat16_rn(value);
+    else
+      static_cast<float *>(y)[index] = value;
+  }
+};
+
+template <typename Y> GemvOutput gemvOutput(Y *y, const Y *bias) {
+  static_assert(std::is_same_v<Y, float> || std::is_same_v<Y, __nv_bfloat16>,
+                "the skinny kernels write fp32 or bf16");
+  return GemvOutput{y, bias, std::is_same_v<Y, __nv_bfloat16>};
+}
+
+/// Four consecutive x values as fp32 (16-byte fp32 or 8-byte bf16 loads).
+__device__ __forceinline__ float4 loadX4(const float *p) {
+  return *reinterpret_cast<const float4 *>(p);
+}
+__device__ __forceinline__ float4 loadX4(const __nv_bfloat16 *p) {
+  const uint2 raw = *reinterpret_cast<const uint2 *>(p);
+  const float2 lo =
+      __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&raw.x));
+  const float2 hi =
+      __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&raw.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
 /// Columns of x per shared-memory chunk at T rows.
 __host__ __device__ constexpr int chunkColumns(int t) {
   return kChunkFloats / t / kChunkAlign * kChunkAlign;
 }
 
-template <typename W, int T, int R, bool kVector>
+template <typename X, typename W, int T, int R, bool kVector>
 __global__ void __launch_bounds__(kThreads)
-    gemvKernel(const float *__restrict__ x, const W *__restrict__ w,
-               const float *__restrict__ rowScales,
-               const float *__restrict__ bias, float *__restrict__ y, int n,
+    gemvKernel(const X *__restrict__ x, const W *__restrict__ w,
+               const float *__restrict__ rowScales, GemvOutput out, int n,
                int k) {
   using Traits = WeightTraits<W>;
   constexpr int E = Traits::kVec;
@@ -128,12 +172,12 @@ __global__ void __launch_bounds__(kThreads)
         const int t = i / quads, q = i % quads;
         reinterpret_cast<float4 *>(
             xs)[(t * (E / 4) + q % (E / 4)) * (kc / E) + q / (E / 4)] =
-            *reinterpret_cast<const float4 *>(x + int64_t(t) * k + c0 + 4 * q);
+            loadX4(x + int64_t(t) * k + c0 + 4 * q);
       }
     } else {
       for (int i = threadIdx.x; i < T * cn; i += kThreads) {
         const int t = i / cn, j = i % cn;
-        xs[t * kc + j] = x[int64_t(t) * k + c0 + j];
+        xs[t * kc + j] = toFloat(x[int64_t(t) * k + c0 + j]);
       }
     }
     __syncthreads();
@@ -201,11 +245,11 @@ __global__ void __launch_bounds__(kThreads)
     if (row >= n)
       continue;
     const float scale = rowScales ? rowScales[row] : 1.0f;
-    const float b = bias ? bias[row] : 0.0f;
+    const float b = out.biasAt(row);
 #pragma unroll
     for (int t = 0; t < T; ++t)
       if (lane == (r * T + t) % 32)
-        y[int64_t(t) * n + row] = acc[r][t] * scale + b;
+        out.store(int64_t(t) * n + row, acc[r][t] * scale + b);
   }
 }
 
@@ -216,10 +260,10 @@ __global__ void __launch_bounds__(kThreads)
 // At a few rows the CUDA-core kernel runs out of FMA throughput (T FMAs per
 // weight element, twice per byte for fp8). This one feeds mma.sync
 // m16n8k16 (bf16 in, fp32 accumulate): the weights are the 16-row A
-// operand, x (rounded to bf16, as cuBLASLt reads it) the 8-column B operand
-// with the columns past T zero. A lane's 16-byte load of row g holds E
-// consecutive k; the mma's k slots are a permutation of them that A and B
-// share (the sum does not care about the order):
+// operand, x (bf16; an fp32 x rounded to bf16, as cuBLASLt reads it) the
+// 8-column B operand with the columns past T zero. A lane's 16-byte load of row
+// g holds E consecutive k; the mma's k slots are a permutation of them that A
+// and B share (the sum does not care about the order):
 //
 //   step s, lane q = lane % 4:  slots {2q, 2q+1, 2q+8, 2q+9}
 //                               = k0 + q*E + 4s + {0, 1, 2, 3}
@@ -238,6 +282,15 @@ __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t *>(&v);
 }
 
+/// x[0 .. 4) as the two bf16x2 registers of a B step (an fp32 x rounded).
+__device__ __forceinline__ uint2 loadB(const float *p) {
+  const float4 v = *reinterpret_cast<const float4 *>(p);
+  return make_uint2(packBf16(v.x, v.y), packBf16(v.z, v.w));
+}
+__device__ __forceinline__ uint2 loadB(const __nv_bfloat16 *p) {
+  return *reinterpret_cast<const uint2 *>(p);
+}
+
 /// Two E4M3 codes (low 16 bits) as a bf16x2 register (exact).
 __device__ __forceinline__ uint32_t fp8PairToBf16(uint32_t bits) {
   const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
@@ -254,11 +307,10 @@ __device__ __forceinline__ void mma16816(float *c, uint32_t a0, uint32_t a1,
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-template <typename W>
+template <typename X, typename W>
 __global__ void __launch_bounds__(kMmaWarps * 32)
-    gemvMmaKernel(const float *__restrict__ x, const W *__restrict__ w,
-                  const float *__restrict__ rowScales,
-                  const float *__restrict__ bias, float *__restrict__ y, int t,
+    gemvMmaKernel(const X *__restrict__ x, const W *__restrict__ w,
+                  const float *__restrict__ rowScales, GemvOutput out, int t,
                   int n, int k) {
   constexpr int E = WeightTraits<W>::kVec;
   constexpr int KI = 4 * E; // k per warp iteration
@@ -279,7 +331,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
           static_cast<int64_t>(min(rowBase + 16 * m + 8 * h + g, n - 1)) * k +
           q * E;
   // B: x row g (zero past T).
-  const float *xr = x + static_cast<int64_t>(min(g, t - 1)) * k + q * E;
+  const X *xr = x + static_cast<int64_t>(min(g, t - 1)) * k + q * E;
   const bool xLive = g < t;
 
   float acc[kMmaTiles][4] = {};
@@ -304,10 +356,9 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
         break;
 #pragma unroll
       for (int s = 0; s < E / 4; ++s) {
-        float4 xv = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (xLive)
-          xv = *reinterpret_cast<const float4 *>(xr + int64_t(i) * KI + 4 * s);
-        const uint32_t b0 = packBf16(xv.x, xv.y), b1 = packBf16(xv.z, xv.w);
+        const uint2 b =
+            xLive ? loadB(xr + int64_t(i) * KI + 4 * s) : make_uint2(0, 0);
+        const uint32_t b0 = b.x, b1 = b.y;
 #pragma unroll
         for (int m = 0; m < kMmaTiles; ++m) {
           uint32_t a[2][2]; // [row g / g+8][slots 2q.. / 2q+8..]
@@ -346,14 +397,14 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
     for (int v = 0; v < kMmaWarps; ++v)
       sum += partial[v][r][c];
     const float scale = rowScales ? rowScales[row] : 1.0f;
-    y[int64_t(c) * n + row] = sum * scale + (bias ? bias[row] : 0.0f);
+    out.store(int64_t(c) * n + row, sum * scale + out.biasAt(row));
   }
 }
 
-template <typename W>
-cudaError_t launchMma(const float *x, const W *w, const float *rowScales,
-                      const float *bias, float *y, int64_t t, int64_t n,
-                      int64_t k, cudaStream_t stream) {
+template <typename X, typename W>
+cudaError_t launchMma(const X *x, const W *w, const float *rowScales,
+                      GemvOutput out, int64_t t, int64_t n, int64_t k,
+                      cudaStream_t stream) {
   if (t <= 0 || n <= 0)
     return cudaSuccess;
   if (t > 8 || n > INT32_MAX || k > INT32_MAX / 8 ||
@@ -362,16 +413,15 @@ cudaError_t launchMma(const float *x, const W *w, const float *rowScales,
       reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return cudaErrorInvalidValue;
   const int blocks = static_cast<int>((n + kMmaRows - 1) / kMmaRows);
-  gemvMmaKernel<W><<<blocks, kMmaWarps * 32, 0, stream>>>(
-      x, w, rowScales, bias, y, static_cast<int>(t), static_cast<int>(n),
+  gemvMmaKernel<X, W><<<blocks, kMmaWarps * 32, 0, stream>>>(
+      x, w, rowScales, out, static_cast<int>(t), static_cast<int>(n),
       static_cast<int>(k));
   return cudaGetLastError();
 }
 
-template <typename W, int T>
-cudaError_t launchT(const float *x, const W *w, const float *rowScales,
-                    const float *bias, float *y, int n, int k,
-                    cudaStream_t stream) {
+template <typename X, typename W, int T>
+cudaError_t launchT(const X *x, const W *w, const float *rowScales,
+                    GemvOutput out, int n, int k, cudaStream_t stream) {
   // Two rows per warp from T = 3 halve the x reads from shared memory.
   constexpr int R = T <= 2 ? 1 : 2;
   const int blocks = (n + kWarps * R - 1) / (kWarps * R);
@@ -379,18 +429,18 @@ cudaError_t launchT(const float *x, const W *w, const float *rowScales,
                       reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(w) % 16 == 0;
   if (vector)
-    gemvKernel<W, T, R, true>
-        <<<blocks, kThreads, 0, stream>>>(x, w, rowScales, bias, y, n, k);
+    gemvKernel<X, W, T, R, true>
+        <<<blocks, kThreads, 0, stream>>>(x, w, rowScales, out, n, k);
   else
-    gemvKernel<W, T, R, false>
-        <<<blocks, kThreads, 0, stream>>>(x, w, rowScales, bias, y, n, k);
+    gemvKernel<X, W, T, R, false>
+        <<<blocks, kThreads, 0, stream>>>(x, w, rowScales, out, n, k);
   return cudaGetLastError();
 }
 
-template <typename W>
-cudaError_t launchGemvTyped(const float *x, const W *w, const float *rowScales,
-                            const float *bias, float *y, int64_t t, int64_t n,
-                            int64_t k, cudaStream_t stream) {
+template <typename X, typename W>
+cudaError_t launchGemvTyped(const X *x, const W *w, const float *rowScales,
+                            GemvOutput out, int64_t t, int64_t n, int64_t k,
+                            cudaStream_t stream) {
   if (t <= 0 || n <= 0)
     return cudaSuccess;
   if (n > INT32_MAX || k > INT32_MAX / kGemvMaxRows)
@@ -398,21 +448,21 @@ cudaError_t launchGemvTyped(const float *x, const W *w, const float *rowScales,
   const int ni = static_cast<int>(n), ki = static_cast<int>(k);
   switch (t) {
   case 1:
-    return launchT<W, 1>(x, w, rowScales, bias, y, ni, ki, stream);
+    return launchT<X, W, 1>(x, w, rowScales, out, ni, ki, stream);
   case 2:
-    return launchT<W, 2>(x, w, rowScales, bias, y, ni, ki, stream);
+    return launchT<X, W, 2>(x, w, rowScales, out, ni, ki, stream);
   case 3:
-    return launchT<W, 3>(x, w, rowScales, bias, y, ni, ki, stream);
+    return launchT<X, W, 3>(x, w, rowScales, out, ni, ki, stream);
   case 4:
-    return launchT<W, 4>(x, w, rowScales, bias, y, ni, ki, stream);
+    return launchT<X, W, 4>(x, w, rowScales, out, ni, ki, stream);
   case 5:
-    return launchT<W, 5>(x, w, rowScales, bias, y, ni, ki, stream);
+    return launchT<X, W, 5>(x, w, rowScales, out, ni, ki, stream);
   case 6:
-    return launchT<W, 6>(x, w, rowScales, bias, y, ni, ki, stream);
+    return launchT<X, W, 6>(x, w, rowScales, out, ni, ki, stream);
   case 7:
-    return launchT<W, 7>(x, w, rowScales, bias, y, ni, ki, stream);
+    return launchT<X, W, 7>(x, w, rowScales, out, ni, ki, stream);
   case 8:
-    return launchT<W, 8>(x, w, rowScales, bias, y, ni, ki, stream);
+    return launchT<X, W, 8>(x, w, rowScales, out, ni, ki, stream);
   default:
     return cudaErrorInvalidValue;
   }
@@ -458,34 +508,39 @@ __global__ void scaleColumnsKernel(float *__restrict__ y,
 
 } // namespace
 
-cudaError_t launchGemv(const float *x, const __nv_bfloat16 *w,
-                       const float *bias, float *y, int64_t t, int64_t n,
+template <typename X, typename Y>
+cudaError_t launchGemv(const X *x, const __nv_bfloat16 *w,
+                       const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
                        int64_t k, cudaStream_t stream) {
-  return launchGemvTyped(x, w, nullptr, bias, y, t, n, k, stream);
+  return launchGemvTyped(x, w, nullptr, gemvOutput(y, bias), t, n, k, stream);
 }
 
-cudaError_t launchGemvFp8(const float *x, const uint8_t *codes,
-                          const float *rowScales, const float *bias, float *y,
-                          int64_t t, int64_t n, int64_t k,
+template <typename X, typename Y>
+cudaError_t launchGemvFp8(const X *x, const uint8_t *codes,
+                          const float *rowScales, const NonDeduced<Y> *bias,
+                          Y *y, int64_t t, int64_t n, int64_t k,
                           cudaStream_t stream) {
-  return launchGemvTyped(x, codes, rowScales, bias, y, t, n, k, stream);
+  return launchGemvTyped(x, codes, rowScales, gemvOutput(y, bias), t, n, k,
+                         stream);
 }
 
 bool gemvMmaSupports(int64_t t, int64_t k, bool fp8) {
   return t >= 1 && t <= 8 && k % (fp8 ? 64 : 32) == 0;
 }
 
-cudaError_t launchGemvMma(const float *x, const __nv_bfloat16 *w,
-                          const float *bias, float *y, int64_t t, int64_t n,
+template <typename X, typename Y>
+cudaError_t launchGemvMma(const X *x, const __nv_bfloat16 *w,
+                          const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
                           int64_t k, cudaStream_t stream) {
-  return launchMma(x, w, nullptr, bias, y, t, n, k, stream);
+  return launchMma(x, w, nullptr, gemvOutput(y, bias), t, n, k, stream);
 }
 
-cudaError_t launchGemvMmaFp8(const float *x, const uint8_t *codes,
-                             const float *rowScales, const float *bias,
-                             float *y, int64_t t, int64_t n, int64_t k,
+template <typename X, typename Y>
+cudaError_t launchGemvMmaFp8(const X *x, const uint8_t *codes,
+                             const float *rowScales, const NonDeduced<Y> *bias,
+                             Y *y, int64_t t, int64_t n, int64_t k,
                              cudaStream_t stream) {
-  return launchMma(x, codes, rowScales, bias, y, t, n, k, stream);
+  return launchMma(x, codes, rowScales, gemvOutput(y, bias), t, n, k, stream);
 }
 
 cudaError_t launchDequantizeFp8(const uint8_t *codes, __nv_bfloat16 *out,
@@ -507,5 +562,25 @@ cudaError_t launchScaleColumns(float *y, const float *scales, const float *bias,
                                                           cols);
   return cudaGetLastError();
 }
+
+// fp32 x and y (the fp32 backend), bf16 x with bf16 y (activations) or fp32
+// y (logits).
+#define INFER_GEMV_KERNELS(X, Y)                                               \
+  template cudaError_t launchGemv<X, Y>(const X *, const __nv_bfloat16 *,      \
+                                        const Y *, Y *, int64_t, int64_t,      \
+                                        int64_t, cudaStream_t);                \
+  template cudaError_t launchGemvFp8<X, Y>(                                    \
+      const X *, const uint8_t *, const float *, const Y *, Y *, int64_t,      \
+      int64_t, int64_t, cudaStream_t);                                         \
+  template cudaError_t launchGemvMma<X, Y>(const X *, const __nv_bfloat16 *,   \
+                                           const Y *, Y *, int64_t, int64_t,   \
+                                           int64_t, cudaStream_t);             \
+  template cudaError_t launchGemvMmaFp8<X, Y>(                                 \
+      const X *, const uint8_t *, const float *, const Y *, Y *, int64_t,      \
+      int64_t, int64_t, cudaStream_t);
+INFER_GEMV_KERNELS(float, float)
+INFER_GEMV_KERNELS(__nv_bfloat16, __nv_bfloat16)
+INFER_GEMV_KERNELS(__nv_bfloat16, float)
+#undef INFER_GEMV_KERNELS
 
 } // namespace infer::cuda

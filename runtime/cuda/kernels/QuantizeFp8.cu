@@ -1,20 +1,22 @@
 //===- QuantizeFp8.cu - Per-token E4M3 activations -------------*- CUDA -*-===//
 //
 // The activation side of the fp8 tensor-core GEMM (Gemm.h): each row of
-// x[T, K] (one token) becomes E4M3 codes and one fp32 scale, exactly as the
-// weight quantizer quantize_fp8_e4m3 does per row (runtime/engine/
-// Artifact.cpp):
+// x[T, K] (one token, fp32 or bf16 read as fp32) becomes E4M3 codes and one
+// fp32 scale, exactly as the weight quantizer quantize_fp8_e4m3 does per
+// row (runtime/engine/Artifact.cpp):
 //
 //   scale[t] = amax(|x[t, :]|) / 448       (0 for an all-zero row)
 //   code[t, i] = e4m3_satfinite(x[t, i] / scale[t])   (0 where scale is 0)
 //
 // One block per row, two passes over it: the amax (a block reduction), then
-// the codes, four per thread and store, from a second read that hits L2.
+// the codes, one 16-byte load of x per thread and store (4 or 8 codes), from
+// a second read that hits L2.
 // No host synchronisation, so the launch can be captured in a CUDA graph.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/GemvKernels.h"
+#include "runtime/cuda/kernels/Elements.cuh"
 
 #include <cuda_fp8.h>
 
@@ -45,25 +47,22 @@ __device__ float blockMax(float v) {
   return v;
 }
 
-/// `Vec4`: x rows are float4-aligned and K % 4 == 0.
-template <bool Vec4>
+/// N: x is read in packs of N elements (k % N == 0, rows 16-byte aligned,
+/// codes N-byte aligned) or, N == 1, one element at a time.
+template <int N, typename X>
 __global__ void __launch_bounds__(kThreads)
-    quantizeRowsKernel(const float *__restrict__ x, int64_t k,
+    quantizeRowsKernel(const X *__restrict__ x, int64_t k,
                        uint8_t *__restrict__ codes,
                        float *__restrict__ scales) {
-  const float *row = x + blockIdx.x * k;
+  const X *row = x + blockIdx.x * k;
   uint8_t *out = codes + blockIdx.x * k;
   float amax = 0.0f;
-  if constexpr (Vec4) {
-    const float4 *row4 = reinterpret_cast<const float4 *>(row);
-    for (int64_t i = threadIdx.x; i < k / 4; i += kThreads) {
-      const float4 v = row4[i];
-      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)),
-                               fmaxf(fabsf(v.z), fabsf(v.w))));
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < k; i += kThreads)
-      amax = fmaxf(amax, fabsf(row[i]));
+  for (int64_t i = threadIdx.x * int64_t(N); i < k; i += kThreads * N) {
+    float v[N];
+    loadFloats<N>(row + i, v);
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      amax = fmaxf(amax, fabsf(v[e]));
   }
   amax = blockMax(amax);
   // The same float division as the host quantizer, so the codes agree.
@@ -75,17 +74,22 @@ __global__ void __launch_bounds__(kThreads)
     // the host quantizer does.
     return scale == 0.0f ? uint8_t(0) : encodeE4M3(v / scale);
   };
-  if constexpr (Vec4) {
-    const float4 *row4 = reinterpret_cast<const float4 *>(row);
-    uint32_t *out4 = reinterpret_cast<uint32_t *>(out);
-    for (int64_t i = threadIdx.x; i < k / 4; i += kThreads) {
-      const float4 v = row4[i];
-      out4[i] = uint32_t(encode(v.x)) | uint32_t(encode(v.y)) << 8 |
-                uint32_t(encode(v.z)) << 16 | uint32_t(encode(v.w)) << 24;
+  for (int64_t i = threadIdx.x * int64_t(N); i < k; i += kThreads * N) {
+    float v[N];
+    loadFloats<N>(row + i, v);
+    if constexpr (N == 1) {
+      out[i] = encode(v[0]);
+    } else {
+      // Little-endian words: element e in byte e % 4 of word e / 4.
+      uint32_t words[N / 4] = {};
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        words[e / 4] |= uint32_t(encode(v[e])) << (8 * (e % 4));
+      if constexpr (N == 4)
+        *reinterpret_cast<uint32_t *>(out + i) = words[0];
+      else
+        *reinterpret_cast<uint2 *>(out + i) = make_uint2(words[0], words[1]);
     }
-  } else {
-    for (int64_t i = threadIdx.x; i < k; i += kThreads)
-      out[i] = encode(row[i]);
   }
 }
 
@@ -103,22 +107,30 @@ __global__ void scaleRowsColumnsKernel(float *__restrict__ y,
 
 } // namespace
 
-cudaError_t launchQuantizeRowsFp8(const float *x, int64_t rows, int64_t k,
+template <typename X>
+cudaError_t launchQuantizeRowsFp8(const X *x, int64_t rows, int64_t k,
                                   uint8_t *codes, float *scales,
                                   cudaStream_t stream) {
   if (rows <= 0)
     return cudaSuccess;
-  // Codes go out four bytes at a time: their rows must stay 4-byte aligned.
-  const bool vec4 = k % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                    reinterpret_cast<uintptr_t>(codes) % 4 == 0;
-  if (vec4)
-    quantizeRowsKernel<true>
-        <<<rows, kThreads, 0, stream>>>(x, k, codes, scales);
+  // Codes go out N bytes at a time: their rows must stay N-byte aligned.
+  constexpr int N = kPack<X>;
+  const bool packed = k % N == 0 && packAligned(x) &&
+                      reinterpret_cast<uintptr_t>(codes) % N == 0;
+  if (packed)
+    quantizeRowsKernel<N><<<rows, kThreads, 0, stream>>>(x, k, codes, scales);
   else
-    quantizeRowsKernel<false>
-        <<<rows, kThreads, 0, stream>>>(x, k, codes, scales);
+    quantizeRowsKernel<1><<<rows, kThreads, 0, stream>>>(x, k, codes, scales);
   return cudaGetLastError();
 }
+
+template cudaError_t launchQuantizeRowsFp8<float>(const float *, int64_t,
+                                                  int64_t, uint8_t *, float *,
+                                                  cudaStream_t);
+template cudaError_t launchQuantizeRowsFp8<__nv_bfloat16>(const __nv_bfloat16 *,
+                                                          int64_t, int64_t,
+                                                          uint8_t *, float *,
+                                                          cudaStream_t);
 
 cudaError_t launchScaleRowsColumns(float *y, const float *rowScales,
                                    const float *colScales, const float *bias,

@@ -1,15 +1,17 @@
-//===- Rope.cu - Rotary position embedding --------------------------------===//
+//===- Rope.cu - Rotary position embedding --------------------*- CUDA -*-===//
 //
 // One thread per (token, group of kHeadsPerThread heads, pair): pair
 // f < rotaryDim / 2 rotates elements f and f + rotaryDim / 2 of each head of
 // its group, the others copy one element past the rotary dims. As in the CPU
 // reference, the angle is position * inv_freq in fp32 and its cosine and
 // sine are taken in double then rounded, so both backends rotate by the same
-// fp32 factors; a thread takes them once for its heads.
+// fp32 factors; a thread takes them once for its heads. q and k are fp32,
+// bf16 or f16 (Elements.cuh): rotated in fp32, each result rounded once.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/kernels/Elements.cuh"
 
 namespace infer::cuda {
 
@@ -17,9 +19,10 @@ namespace {
 
 constexpr int kHeadsPerThread = 4;
 
-__global__ void ropeKernel(const float *x, int64_t xLd, float *y, int64_t t,
-                           int heads, int headDim, int rotaryDim,
-                           const int32_t *positions, const float *invFreq) {
+template <typename T>
+__global__ void ropeKernel(const T *x, int64_t xLd, T *y, int64_t t, int heads,
+                           int headDim, int rotaryDim, const int32_t *positions,
+                           const float *invFreq) {
   const int half = rotaryDim / 2;
   // Per head: `half` rotated pairs, then headDim - rotaryDim copies.
   const int perHead = headDim - half;
@@ -31,8 +34,8 @@ __global__ void ropeKernel(const float *x, int64_t xLd, float *y, int64_t t,
     const int64_t tg = i / perHead;
     const int group = static_cast<int>(tg % groups);
     const int64_t token = tg / groups;
-    const float *xr = x + token * xLd;
-    float *yr = y + token * int64_t(heads) * headDim;
+    const T *xr = x + token * xLd;
+    T *yr = y + token * int64_t(heads) * headDim;
     const int first = group * kHeadsPerThread;
     const int last = min(first + kHeadsPerThread, heads);
     if (j >= half) {
@@ -45,17 +48,19 @@ __global__ void ropeKernel(const float *x, int64_t xLd, float *y, int64_t t,
     const float c = static_cast<float>(cos(static_cast<double>(angle)));
     const float s = static_cast<float>(sin(static_cast<double>(angle)));
     for (int h = first; h < last; ++h) {
-      const float x1 = xr[h * headDim + j], x2 = xr[h * headDim + j + half];
-      yr[h * headDim + j] = x1 * c - x2 * s;
-      yr[h * headDim + j + half] = x2 * c + x1 * s;
+      const float x1 = toFloat(xr[h * headDim + j]),
+                  x2 = toFloat(xr[h * headDim + j + half]);
+      yr[h * headDim + j] = fromFloat<T>(x1 * c - x2 * s);
+      yr[h * headDim + j + half] = fromFloat<T>(x2 * c + x1 * s);
     }
   }
 }
 
 } // namespace
 
-cudaError_t launchRope(const float *x, float *y, int64_t t, int64_t heads,
-                       int headDim, int rotaryDim, const int32_t *positions,
+template <typename T>
+cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
+                       int rotaryDim, const int32_t *positions,
                        const float *invFreq, cudaStream_t stream, int64_t xLd) {
   if (t <= 0 || heads <= 0)
     return cudaSuccess;
@@ -72,5 +77,14 @@ cudaError_t launchRope(const float *x, float *y, int64_t t, int64_t heads,
                                       rotaryDim, positions, invFreq);
   return cudaGetLastError();
 }
+
+#define INFER_ROPE_KERNEL(T)                                                   \
+  template cudaError_t launchRope<T>(const T *, T *, int64_t, int64_t, int,    \
+                                     int, const int32_t *, const float *,      \
+                                     cudaStream_t, int64_t);
+INFER_ROPE_KERNEL(float)
+INFER_ROPE_KERNEL(__nv_bfloat16)
+INFER_ROPE_KERNEL(__half)
+#undef INFER_ROPE_KERNEL
 
 } // namespace infer::cuda

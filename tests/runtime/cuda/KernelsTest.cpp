@@ -348,7 +348,8 @@ TEST_F(CudaKernelsTest, SiluMul) {
               cudaSuccess);
     EXPECT_EQ(yView.download(), got) << rows << "x" << cols << " as views";
   }
-  EXPECT_EQ(cuda::launchSiluMul(nullptr, 3, nullptr, 4, nullptr, 2, 4, nullptr),
+  EXPECT_EQ(cuda::launchSiluMul<float>(nullptr, 3, nullptr, 4, nullptr, 2, 4,
+                                       nullptr),
             cudaErrorInvalidValue);
 }
 

@@ -1,0 +1,52 @@
+//===- CacheWriteKernels.h - KV-cache writes of bf16 / f16 rows -*- C++ -*-===//
+//
+// Launchers of kernels/CacheWrite.cu: kv_cache_write and rope_kv_cache_write
+// of key and value rows in the activation type T (__nv_bfloat16 or __half)
+// into the paged pool (KVCachePool in runtime/cuda/Kernels.h: bf16 values,
+// E5M2 codes, or E4M3 codes with one fp32 scale per head vector), byte for
+// byte what cpu::kvCacheWrite / cpu::ropeKVCacheWrite store for the same
+// values (rotated keys: up to the fp32 rounding of the rotation). Each
+// returns the launch's cudaError_t, allocates nothing and synchronises
+// nothing, so it can be captured in a CUDA graph.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_CUDA_CACHEWRITEKERNELS_H
+#define INFER_RUNTIME_CUDA_CACHEWRITEKERNELS_H
+
+#include "runtime/cuda/Kernels.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace infer::cuda {
+
+/// Writes k and v rows [t, kvh*d] of `layer` to their slots; slot -1 skips.
+/// One warp per (token, kv head) reads the head vector as fp32 and stores
+/// it as the pool's type: a bf16 pool the value rounded to bf16 (the value
+/// itself for bf16 rows), an E5M2 pool its code, an E4M3 pool the code of
+/// value / scale with scale = amax / 448 over the head vector (0 and codes
+/// 0 for a zero vector). Row r of k starts at k + r * kLd, of v at
+/// v + r * vLd (0: kvh * d, contiguous). head_dim <= kMaxHeadDim.
+template <typename T>
+cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
+                               const T *k, const T *v, const int64_t *slots,
+                               int64_t t, cudaStream_t stream, int64_t kLd = 0,
+                               int64_t vLd = 0);
+
+/// rope_kv_cache_write: the keys rotated as launchRope rotates them
+/// (head_dim = dims.headDim, rotaryDim <= head_dim, positions[t]), in fp32,
+/// and stored with v as launchKVCacheWrite stores them: the rotated keys
+/// are rounded or quantized once, never stored as T.
+template <typename T>
+cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
+                                   const T *k, const T *v, const int64_t *slots,
+                                   const int32_t *positions, int64_t t,
+                                   int rotaryDim, const float *invFreq,
+                                   cudaStream_t stream, int64_t kLd = 0,
+                                   int64_t vLd = 0);
+
+} // namespace infer::cuda
+
+#endif // INFER_RUNTIME_CUDA_CACHEWRITEKERNELS_H
