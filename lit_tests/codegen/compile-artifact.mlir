@@ -17,6 +17,7 @@
 // FILES-NEXT: tokenizer_config.json
 // TOKENIZER:      "compile_options": {
 // TOKENIZER-NEXT:   "block_size": "16",
+// TOKENIZER-NEXT:   "dtype": "float32",
 // TOKENIZER:      "tokenizer_config_file": "tokenizer_config.json",
 // TOKENIZER-NEXT: "tokenizer_file": "tokenizer.json",
 // PARAM:      "kind": "kv_cache",
