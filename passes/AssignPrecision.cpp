@@ -45,7 +45,8 @@ enum class Rule {
   /// The operands' type, f32 where they differ: data movement and
   /// elementwise math keep the precision of what they read.
   kPromote,
-  /// As written: the logits' f32, a cast's target.
+  /// As written: the logits' f32 (and the return; a cast keeps its target
+  /// type too).
   kFixed,
 };
 
