@@ -349,7 +349,10 @@ def FusePass : Pass<"infer-fuse", "::mlir::func::FuncOp"> {
       `infer.mul`, `infer.silu`, `infer.silu_mul`), at least two, become one
       `infer.fused` region. A producer joins its consumer's region only if
       every user of its result is in the region, so nothing is computed
-      twice; the region yields the value of its last operation.
+      twice; the region yields the value of its last operation. Its body
+      computes in f32 (block arguments are the inputs in f32) and its result
+      keeps the type of the operation it replaces, so a bf16 chain rounds
+      once, at the end.
 
     Before:
 
