@@ -167,6 +167,7 @@ Status writeArtifact(const std::string &outDir,
   manifest.compileOptions = {
       {"target", contents.options.target},
       {"block_size", std::to_string(contents.options.blockSize)},
+      {"dtype", contents.options.dtype},
       {"fuse", contents.options.fuse ? "true" : "false"},
       {"plan_memory", contents.options.planMemory ? "true" : "false"},
       {"tp", std::to_string(contents.options.tp)}};

@@ -15,7 +15,10 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 
@@ -107,6 +110,52 @@ std::string virtualArchOf(llvm::StringRef arch) {
   return ("compute_" + arch.drop_front(3).rtrim("af")).str();
 }
 
+/// The activation type of a `--dtype` name other than "auto".
+std::optional<mlir::infer::ActivationType>
+activationTypeOf(llvm::StringRef dtype) {
+  return llvm::StringSwitch<std::optional<mlir::infer::ActivationType>>(dtype)
+      .Case("bfloat16", mlir::infer::ActivationType::BF16)
+      .Case("float16", mlir::infer::ActivationType::F16)
+      .Case("float32", mlir::infer::ActivationType::F32)
+      .Default(std::nullopt);
+}
+
+/// What `--dtype auto` means: float32 on the CPU (the reference computes in
+/// fp32), else the checkpoint's torch_dtype from config.json (`dtype` since
+/// transformers 4.56, `torch_dtype` before; float32 when absent, as
+/// transformers loads such a checkpoint).
+StatusOr<std::string> resolveDtype(const std::string &modelDir,
+                                   const CompileOptions &options) {
+  if (options.dtype != "auto")
+    return options.dtype;
+  if (options.target == "cpu")
+    return std::string("float32");
+  std::string path = modelDir + "/config.json";
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+      llvm::MemoryBuffer::getFile(path);
+  if (!file)
+    return notFound("cannot read " + path + ": " + file.getError().message());
+  llvm::Expected<llvm::json::Value> config =
+      llvm::json::parse((*file)->getBuffer());
+  if (!config)
+    return invalidArgument(
+        path + " is not valid JSON: " + llvm::toString(config.takeError()));
+  const llvm::json::Object *object = config->getAsObject();
+  std::optional<llvm::StringRef> dtype;
+  if (object) {
+    dtype = object->getString("dtype");
+    if (!dtype)
+      dtype = object->getString("torch_dtype");
+  }
+  if (!dtype)
+    return std::string("float32");
+  if (!activationTypeOf(*dtype))
+    return invalidArgument(
+        path + ": the checkpoint's dtype '" + dtype->str() +
+        "' is not bfloat16, float16 or float32 (pass --dtype)");
+  return dtype->str();
+}
+
 Status checkOptions(const CompileOptions &options) {
   if (options.target == "cuda") {
     std::string why;
@@ -125,6 +174,9 @@ Status checkOptions(const CompileOptions &options) {
   if (options.target != "cpu" && options.target != "cuda")
     return invalidArgument("unknown target '" + options.target +
                            "' (supported: cpu, cuda)");
+  if (options.dtype != "auto" && !activationTypeOf(options.dtype))
+    return invalidArgument("unknown dtype '" + options.dtype +
+                           "' (supported: auto, bfloat16, float16, float32)");
   if (options.tp < 1)
     return invalidArgument("tensor parallelism must be at least 1, got " +
                            std::to_string(options.tp));
@@ -192,8 +244,12 @@ Status compileModel(const std::string &modelDir, const std::string &outDir,
     return diagnostics.failure(StatusCode::kInvalidArgument,
                                "cannot import " + modelDir);
 
+  CompileOptions resolved = options;
+  INFER_ASSIGN_OR_RETURN(resolved.dtype, resolveDtype(weightsDir, options));
+
   mlir::PassManager pm(&context);
   mlir::infer::DeployPipelineOptions pipelineOptions;
+  pipelineOptions.dtype = *activationTypeOf(resolved.dtype);
   pipelineOptions.blockSize = options.blockSize;
   pipelineOptions.fuse = options.fuse;
   pipelineOptions.planMemory = options.planMemory;
@@ -257,7 +313,7 @@ Status compileModel(const std::string &modelDir, const std::string &outDir,
 
   ArtifactContents contents;
   contents.modelDir = weightsDir;
-  contents.options = options;
+  contents.options = resolved;
   contents.program = *module;
   contents.plan = &*plan;
   contents.tensorFiles = &*tensorFiles;

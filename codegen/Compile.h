@@ -22,6 +22,11 @@ struct CompileOptions {
   /// compiled for; PTX for its virtual architecture (sm_90a -> compute_90)
   /// goes along for other GPUs.
   std::string cudaArch = "sm_90a";
+  /// Element type of activations, weights and the KV cache, vLLM's
+  /// `--dtype`: "auto" (the checkpoint's torch_dtype for target "cuda",
+  /// "float32" for "cpu"), "bfloat16", "float16" or "float32"
+  /// (`infer-assign-precision`). The manifest records what "auto" chose.
+  std::string dtype = "auto";
   int64_t blockSize = 16;
   /// Run infer-fuse in the deploy pipeline.
   bool fuse = true;

@@ -14,6 +14,14 @@
 //                    concatenation of such weights: per-tensor `parts`)
 //   any other op result                        -> activation, e.g. [T, 384]
 //
+// Every value's dtype is its element type (infer-assign-precision chose
+// them): a bf16 program has bf16 activations, params and KV cache, f32
+// logits, and an infer.cast becomes a `cast` step whose result value's dtype
+// is the target type:
+//
+//   %y = infer.cast %x : tensor<?x384xf32> -> tensor<?x384xbf16>
+//     -> cast(x) -> y    x: activation f32 [T, 384], y: activation bf16
+//
 // An infer.weight read only by infer.concat_weights gets no value of its own:
 // the runtime loads it as part of the concatenation. An infer.fused region
 // becomes one `fused` step whose body is the region's register program
@@ -170,20 +178,8 @@ private:
 
 FailureOr<plan::DType> PlanLowering::dtypeOf(mlir::Operation *at,
                                              mlir::Type type) {
-  if (type.isF32())
-    return plan::DType::kF32;
-  if (type.isF16())
-    return plan::DType::kF16;
-  if (type.isBF16())
-    return plan::DType::kBF16;
-  if (type.isSignlessInteger(32))
-    return plan::DType::kI32;
-  if (type.isSignlessInteger(64))
-    return plan::DType::kI64;
-  if (type.isFloat8E4M3FN())
-    return plan::DType::kF8E4M3;
-  if (type.isFloat8E5M2())
-    return plan::DType::kF8E5M2;
+  if (std::optional<plan::DType> dtype = planDTypeOf(type))
+    return *dtype;
   return at->emitError() << "element type " << type
                          << " has no plan dtype (f32, f16, bf16, i32, i64, "
                             "f8E4M3FN, f8E5M2)";
@@ -702,6 +698,24 @@ FailureOr<plan::FusedBody> fusedBodyOf(mlir::infer::FusedOp op) {
     body.yields.push_back(registers.lookup(yielded));
 
   return body;
+}
+
+std::optional<plan::DType> planDTypeOf(mlir::Type elementType) {
+  if (elementType.isF32())
+    return plan::DType::kF32;
+  if (elementType.isF16())
+    return plan::DType::kF16;
+  if (elementType.isBF16())
+    return plan::DType::kBF16;
+  if (elementType.isSignlessInteger(32))
+    return plan::DType::kI32;
+  if (elementType.isSignlessInteger(64))
+    return plan::DType::kI64;
+  if (elementType.isFloat8E4M3FN())
+    return plan::DType::kF8E4M3;
+  if (elementType.isFloat8E5M2())
+    return plan::DType::kF8E5M2;
+  return std::nullopt;
 }
 
 /// lowerToPlan before verification.

@@ -17,6 +17,7 @@
 #include "mlir/Support/LogicalResult.h"
 
 #include <map>
+#include <optional>
 #include <string>
 
 namespace infer::compiler {
@@ -31,6 +32,10 @@ using TensorFileMap = std::map<std::string, std::string>;
 /// (notably `infer.attention`: the paging pass has not run).
 mlir::FailureOr<plan::Plan> lowerToPlan(mlir::ModuleOp module,
                                         const TensorFileMap &tensorFiles);
+
+/// The plan dtype of an element type (f32, f16, bf16, i32, i64, f8E4M3FN,
+/// f8E5M2), or nothing.
+std::optional<plan::DType> planDTypeOf(mlir::Type elementType);
 
 /// The register program of an `infer.fused` region, as a `fused` step
 /// carries it; an error on an op the plan format has no elementwise op for.

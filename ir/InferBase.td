@@ -34,6 +34,17 @@ def Infer_Dialect : Dialect {
           -> tensor<?x4096xf32>
     }
     ```
+
+    Precision. Element types say what is stored: the activations an op
+    reads and writes share one float element type (f32, bf16 or f16), and
+    only `infer.cast` changes it. Parameters (weights, norm weights, biases,
+    embedding tables) may be of another float type, which the op converts as
+    it reads them, and projection weights and the KV cache may be fp8. What
+    an op computes in between is fp32 unless its description says otherwise:
+    each op loads its operands to fp32 and rounds each result once to its
+    element type (round to nearest even). The importer writes f32
+    activations and the checkpoint's weight types; `infer-assign-precision`
+    chooses the types a target runs.
   }];
 
   let useDefaultTypePrinterParser = 1;

@@ -60,10 +60,15 @@ verifyResultShape(Operation *op, ArrayRef<int64_t> expected, StringRef how) {
                            << " (" << how << "), got " << resultType;
 }
 
+/// Whether `type` is an 8-bit float (an fp8 KV cache or weight).
+static bool isFp8(Type type) {
+  auto floatType = dyn_cast<FloatType>(type);
+  return floatType && floatType.getWidth() == 8;
+}
+
 /// Whether `type` is a tensor of 8-bit floats.
 static bool hasFp8Elements(Type type) {
-  auto floatType = dyn_cast<FloatType>(cast<ShapedType>(type).getElementType());
-  return floatType && floatType.getWidth() == 8;
+  return isFp8(cast<ShapedType>(type).getElementType());
 }
 
 /// Checks that a parameter other than a projection weight is not fp8:
@@ -91,6 +96,37 @@ static LogicalResult verifyProjectionWeight(Operation *op, Value input,
   return op->emitOpError() << "expects weight of shape [N, " << features
                            << "] to match the input features, got "
                            << weight.getType();
+}
+
+static Type elementTypeOf(Value value) {
+  return cast<ShapedType>(value.getType()).getElementType();
+}
+
+/// Checks that the activation `value` (the op's `role`) has the element type
+/// `expected` of another of its activations (`owner`, a possessive: "the
+/// input's"): an op reads and writes one activation type, and changing it
+/// takes an explicit infer.cast.
+static LogicalResult verifyElementType(Operation *op, Value value,
+                                       StringRef role, Type expected,
+                                       StringRef owner) {
+  Type actual = elementTypeOf(value);
+  if (actual == expected)
+    return success();
+  return op->emitOpError() << "expects " << role << " to have " << owner
+                           << " element type " << expected
+                           << " (convert with infer.cast), got " << actual;
+}
+
+/// Checks an activation that is written to or read with the KV cache: of the
+/// cache's element type, unless the cache is fp8 (quantized on write,
+/// decoded on read).
+static LogicalResult verifyCacheElementType(Operation *op, Value value,
+                                            StringRef role,
+                                            KVCacheType cacheType) {
+  if (isFp8(cacheType.getElementType()))
+    return success();
+  return verifyElementType(op, value, role, cacheType.getElementType(),
+                           "the cache's");
 }
 
 static LogicalResult verifySameType(Operation *op, Type actual, Type expected,
@@ -169,6 +205,9 @@ LogicalResult EmbeddingOp::verify() {
 }
 
 LogicalResult GatherRowsOp::verify() {
+  if (failed(verifyElementType(*this, getResult(), "the result",
+                               elementTypeOf(getInput()), "the input's")))
+    return failure();
   return verifyResultShape(
       *this, {getIndices().getType().getDimSize(0), featureDim(getInput())},
       "indices rows, input columns");
@@ -178,6 +217,9 @@ LogicalResult LinearOp::verify() {
   if (failed(verifyProjectionWeight(*this, getInput(), getWeight())))
     return failure();
   if (Value bias = getBias(); bias && failed(verifyNotFp8(*this, bias, "bias")))
+    return failure();
+  if (failed(verifyElementType(*this, getResult(), "the result",
+                               elementTypeOf(getInput()), "the input's")))
     return failure();
   int64_t outFeatures = getWeight().getType().getDimSize(0);
   if (Value bias = getBias();
@@ -261,7 +303,9 @@ LogicalResult AddRMSNormOp::verify() {
                          << getLhs().getType() << " and " << getRhs().getType();
   if (failed(verifyRMSNorm(*this, getLhs(), getWeight(), getEpsilon())) ||
       failed(verifySameType(*this, getSum().getType(), getLhs().getType(),
-                            "operand")))
+                            "operand")) ||
+      failed(verifyElementType(*this, getResult(), "the result",
+                               elementTypeOf(getLhs()), "the operands'")))
     return failure();
   if (getResult().getType().getShape() != getLhs().getType().getShape())
     return emitOpError() << "expects result shape to match input shape "
@@ -271,7 +315,9 @@ LogicalResult AddRMSNormOp::verify() {
 }
 
 LogicalResult RMSNormOp::verify() {
-  if (failed(verifyRMSNorm(*this, getInput(), getWeight(), getEpsilon())))
+  if (failed(verifyRMSNorm(*this, getInput(), getWeight(), getEpsilon())) ||
+      failed(verifyElementType(*this, getResult(), "the result",
+                               elementTypeOf(getInput()), "the input's")))
     return failure();
   if (getResult().getType().getShape() != getInput().getType().getShape())
     return emitOpError() << "expects result shape to match input shape "
@@ -308,6 +354,14 @@ LogicalResult RopeOp::verify() {
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
+
+LogicalResult CastOp::verify() {
+  if (elementTypeOf(getInput()) != elementTypeOf(getResult()))
+    return success();
+  return emitOpError() << "expects a result element type other than the "
+                          "input's ("
+                       << elementTypeOf(getInput()) << ")";
+}
 
 LogicalResult GeluOp::verify() {
   if (getApproximate() != "none" && getApproximate() != "tanh")
@@ -376,7 +430,23 @@ LogicalResult AttentionOp::verify() {
   if (failed(verifyKVFeatures(*this, "key", getKey(), kvWidth)) ||
       failed(verifyKVFeatures(*this, "value", getValue(), kvWidth)))
     return failure();
+  Type queryType = elementTypeOf(getQuery());
+  if (failed(verifyElementType(*this, getKey(), "the keys", queryType,
+                               "the query's")) ||
+      failed(verifyElementType(*this, getValue(), "the values", queryType,
+                               "the query's")))
+    return failure();
   return success();
+}
+
+/// Keys and values of a cache write: one element type, the cache's unless
+/// the cache is fp8.
+static LogicalResult verifyCacheWriteTypes(Operation *op, Value key,
+                                           Value value, KVCacheType cacheType) {
+  if (failed(verifyElementType(op, value, "the values", elementTypeOf(key),
+                               "the keys'")))
+    return failure();
+  return verifyCacheElementType(op, key, "the keys", cacheType);
 }
 
 LogicalResult KVCacheWriteOp::verify() {
@@ -389,6 +459,8 @@ LogicalResult KVCacheWriteOp::verify() {
           verifyKVFeatures(*this, "key", getKey(), cacheType.getKVWidth())) ||
       failed(
           verifyKVFeatures(*this, "value", getValue(), cacheType.getKVWidth())))
+    return failure();
+  if (failed(verifyCacheWriteTypes(*this, getKey(), getValue(), cacheType)))
     return failure();
   return verifySameType(*this, getResult().getType(), cacheType, "cache");
 }
@@ -410,6 +482,8 @@ LogicalResult RopeKVCacheWriteOp::verify() {
       failed(
           verifyKVFeatures(*this, "value", getValue(), cacheType.getKVWidth())))
     return failure();
+  if (failed(verifyCacheWriteTypes(*this, getKey(), getValue(), cacheType)))
+    return failure();
   return verifySameType(*this, getResult().getType(), cacheType, "cache");
 }
 
@@ -417,6 +491,8 @@ LogicalResult PagedAttentionOp::verify() {
   if (failed(verifyAttentionCommon(*this)))
     return failure();
   KVCacheType cacheType = getCache().getType();
+  if (failed(verifyCacheElementType(*this, getQuery(), "the query", cacheType)))
+    return failure();
   int64_t numKVHeads = getNumKvHeadsAttr().getInt();
   int64_t headDim = getHeadDimAttr().getInt();
   if (numKVHeads != cacheType.getNumKVHeads() ||
@@ -488,12 +564,18 @@ LogicalResult FusedOp::verifyRegions() {
     return emitOpError() << "expects one block argument per input ("
                          << getInputs().size() << "), got "
                          << body.getNumArguments();
+  // The body computes in f32: its arguments are the inputs loaded to f32.
+  Type f32 = Float32Type::get(getContext());
+  auto inF32 = [&](Type type) {
+    return cast<RankedTensorType>(type).clone(f32);
+  };
   for (auto [index, input, arg] :
        llvm::enumerate(getInputs(), body.getArguments()))
-    if (input.getType() != arg.getType())
+    if (arg.getType() != inF32(input.getType()))
       return emitOpError() << "expects block argument #" << index
-                           << " to have the input's type " << input.getType()
-                           << ", got " << arg.getType();
+                           << " to be the input in f32, "
+                           << inF32(input.getType()) << ", got "
+                           << arg.getType();
   ArrayRef<int64_t> shape =
       cast<RankedTensorType>(getResult(0).getType()).getShape();
   SmallVector<Type> types(getInputs().getTypes());
@@ -502,14 +584,21 @@ LogicalResult FusedOp::verifyRegions() {
     if (cast<RankedTensorType>(type).getShape() != shape)
       return emitOpError() << "expects every input and result to have shape "
                            << formatShape(shape) << ", got " << type;
+  auto yield = cast<YieldOp>(body.getTerminator());
+  if (yield.getValues().size() != getResults().size())
+    return yield.emitOpError()
+           << "expects one value per result of the enclosing 'infer.fused' ("
+           << getResults().size() << "), got " << yield.getValues().size();
+  for (auto [index, value, result] :
+       llvm::enumerate(yield.getValues(), getResults()))
+    if (value.getType() != inF32(result.getType()))
+      return yield.emitOpError()
+             << "expects value #" << index << " to be result #" << index
+             << " of the enclosing 'infer.fused' in f32, "
+             << inF32(result.getType()) << ", got " << value.getType();
   for (Operation &op : body.without_terminator())
     if (!isa<AddOp, GeluOp, MulOp, SiluOp, SiluMulOp>(op))
       return op.emitOpError() << "is not an elementwise operation an "
                                  "'infer.fused' body may hold";
-  auto yield = cast<YieldOp>(body.getTerminator());
-  if (yield.getValues().getTypes() != getResults().getTypes())
-    return yield.emitOpError()
-           << "expects the yielded types to match the results of the "
-              "enclosing 'infer.fused'";
   return success();
 }

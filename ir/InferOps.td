@@ -63,9 +63,11 @@ def Infer_WeightOp : Infer_Op<"weight", [Pure]> {
   let summary = "A model parameter read from the checkpoint";
   let description = [{
     Names one tensor of the checkpoint (its safetensors name). The result has
-    a static shape and carries the checkpoint's float element type; the
-    runtime binds it to the loaded (and, after sharding or quantization,
-    transformed) parameter.
+    a static shape and a float element type: the checkpoint's as imported,
+    the one `infer-assign-precision` chooses after it. The runtime binds it
+    to the loaded (and, after sharding or quantization, transformed)
+    parameter, converting the checkpoint's elements to the result's type
+    (round to nearest even) when they differ.
 
     In a tensor-parallel program, `shard` says which slice of the checkpoint
     tensor each rank holds; the result type is the slice's shape.
@@ -104,7 +106,9 @@ def Infer_EmbeddingOp : Infer_Op<"embedding", [Pure]> {
   let summary = "Looks up token embeddings";
   let description = [{
     Gathers row `ids[i]` of `table` for every token `i` of the flat batch and
-    converts it to the activation element type.
+    converts it to the result's element type (exact when the types agree,
+    else rounded to nearest even). The table may be of any float type but
+    fp8.
 
     With `vocab_shards = N` the lookup is vocabulary-parallel: `table` is the
     rank's slice of the vocabulary (rank `r` holds rows `r * V .. (r+1) * V`
@@ -137,7 +141,8 @@ def Infer_GatherRowsOp : Infer_Op<"gather_rows", [Pure]> {
   let description = [{
     `result[i] = input[indices[i]]`. Selects the flat-batch positions that
     produce logits (the last token of each sequence, or the k+1 positions of
-    a speculative verification).
+    a speculative verification). A copy: the result has the input's element
+    type.
 
     ```mlir
     %s = infer.gather_rows %x[%logits_indices]
@@ -162,6 +167,11 @@ def Infer_LinearOp : Infer_Op<"linear", [Pure]> {
     may be FP8 E4M3 (`f8E4M3FN`, an `infer.weight` with `#infer.fp8` scales,
     or their `infer.concat_weights`): the product uses `decode(code) * scale`.
     The bias is never fp8.
+
+    Precision: the input and the result share one element type; the weight
+    and the bias may be of another float type. The products accumulate in
+    fp32, the bias is added in fp32, and the sum is rounded once to the
+    result's type (cuBLAS's `CUBLAS_COMPUTE_32F` with a bf16 output).
 
     ```mlir
     %y = infer.linear %x, %w
@@ -192,6 +202,11 @@ def Infer_LogitsOp : Infer_Op<"logits", [Pure]> {
     LM head, or the tied embedding table) and produces f32 logits `[S, V]`.
     The weight may be FP8 E4M3, as that of `infer.linear`.
 
+    Precision: the one op whose input and result types differ. The hidden
+    states may be of any float type; the products accumulate in fp32 and the
+    logits stay fp32, unrounded, for sampling (vLLM's and TensorRT-LLM's LM
+    head output).
+
     ```mlir
     %l = infer.logits %x, %w
         : tensor<?x384xf32>, tensor<4096x384xbf16> -> tensor<?x4096xf32>
@@ -213,7 +228,8 @@ def Infer_SplitOp : Infer_Op<"split", [Pure]> {
     Result `i` holds the columns of `input` that follow those of results
     `0 .. i-1`; the feature widths of the results add up to the input's.
     `infer-fuse` uses it to hand the parts of a merged projection (q, k and v
-    of one GEMM) to their consumers.
+    of one GEMM) to their consumers. A copy: every result has the input's
+    element type.
 
     ```mlir
     %q, %k, %v = infer.split %qkv
@@ -240,6 +256,13 @@ def Infer_AddRMSNormOp : Infer_Op<"add_rms_norm", [Pure]> {
     block, computed in one pass over the row. Both results are needed: the
     sum is the residual stream the next layer adds to.
 
+    Precision: operands and results share one element type (the weight may
+    be of another float type). The sum is computed in fp32 and rounded once
+    to that type, and the normalization reads the rounded sum, so the op
+    computes exactly `infer.add` followed by `infer.rms_norm`, as Hugging
+    Face's separate add and norm and vLLM's `fused_add_rms_norm` do. The
+    residual stream thus has the activation type.
+
     ```mlir
     %sum, %y = infer.add_rms_norm %residual, %x, %w {epsilon = 1.0e-05 : f64}
         : tensor<?x384xf32>, tensor<?x384xf32>, tensor<384xbf16>
@@ -264,8 +287,12 @@ def Infer_AddRMSNormOp : Infer_Op<"add_rms_norm", [Pure]> {
 def Infer_RMSNormOp : Infer_Op<"rms_norm", [Pure]> {
   let summary = "Root-mean-square layer normalization";
   let description = [{
-    `y = x / sqrt(mean(x^2, last axis) + epsilon) * weight`, computed in the
-    activation element type.
+    `y = x / sqrt(mean(x^2, last axis) + epsilon) * weight`.
+
+    Precision: the input and the result share one element type; the weight
+    may be of another float type. The mean of squares, the reciprocal square
+    root and the normalized product with the weight are computed in fp32 and
+    rounded once to the result's type.
 
     ```mlir
     %y = infer.rms_norm %x, %w {epsilon = 1.0e-05 : f64}
@@ -293,6 +320,10 @@ def Infer_RopeOp : Infer_Op<"rope", [Pure]> {
     `input` by angles `positions[t] * inv_freq`, with the Hugging Face
     `rotate_half` convention (the two halves of the rotary part are the real
     and imaginary parts). `rope` gives the frequencies and their scaling.
+
+    Precision: the result has the input's type. The angles, their cosines
+    and sines and the rotation are computed in fp32, and each result element
+    is rounded once.
 
     ```mlir
     %y = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64,
@@ -323,6 +354,9 @@ def Infer_RopeOp : Infer_Op<"rope", [Pure]> {
 def Infer_AddOp : Infer_Op<"add", [Pure, SameOperandsAndResultType]> {
   let summary = "Elementwise addition";
   let description = [{
+    Precision: operands and result share one element type; each element is
+    loaded to fp32, computed in fp32 and rounded once to the result's type.
+
     ```mlir
     %y = infer.add %a, %b : tensor<?x384xf32>
     ```
@@ -343,6 +377,9 @@ def Infer_BiasAddOp
     partials, and the bias is added once, after the sum (Megatron-LM's
     `RowParallelLinear`), not once per rank.
 
+    Precision: the input and the result share one element type; the bias may
+    be of another float type. The sum is computed in fp32 and rounded once.
+
     ```mlir
     %p = infer.linear %x, %w
         : tensor<?x64xf32>, tensor<384x64xbf16> -> tensor<?x384xf32>
@@ -359,11 +396,40 @@ def Infer_BiasAddOp
   let hasVerifier = 1;
 }
 
+def Infer_CastOp : Infer_Op<"cast", [Pure, SameOperandsAndResultShape]> {
+  let summary = "Converts a tensor to another float element type";
+  let description = [{
+    Converts every element of `input` to the result's element type, rounding
+    to nearest, ties to even (`torch.Tensor.to`, CUDA's
+    `__float2bfloat16_rn`); a widening cast is exact. Element types are
+    f32, bf16 or f16, and the two differ.
+
+    The one op that changes the precision of an activation: the other ops
+    reject operands of mixed float types (see the dialect's "Precision").
+    `infer-assign-precision` inserts casts where an op's operand type differs
+    from its producer's result type.
+
+    ```mlir
+    %y = infer.cast %x : tensor<?x384xf32> -> tensor<?x384xbf16>
+    ```
+  }];
+
+  let arguments = (ins RankedTensorOf<[F16, BF16, F32]>:$input);
+  let results = (outs RankedTensorOf<[F16, BF16, F32]>:$result);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def Infer_GeluOp : Infer_Op<"gelu", [Pure, SameOperandsAndResultType]> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `approximate` selects the exact erf form (`"none"`, the default) or the
     tanh approximation (`"tanh"`), as in `torch.nn.functional.gelu`.
+
+    Precision: operands and result share one element type; each element is
+    loaded to fp32, computed in fp32 and rounded once to the result's type.
 
     ```mlir
     %y = infer.gelu %x {approximate = "tanh"} : tensor<?x1024xf32>
@@ -382,6 +448,9 @@ def Infer_GeluOp : Infer_Op<"gelu", [Pure, SameOperandsAndResultType]> {
 def Infer_MulOp : Infer_Op<"mul", [Pure, SameOperandsAndResultType]> {
   let summary = "Elementwise multiplication";
   let description = [{
+    Precision: operands and result share one element type; each element is
+    loaded to fp32, computed in fp32 and rounded once to the result's type.
+
     ```mlir
     %y = infer.mul %a, %b : tensor<?x1024xf32>
     ```
@@ -395,6 +464,9 @@ def Infer_MulOp : Infer_Op<"mul", [Pure, SameOperandsAndResultType]> {
 def Infer_SiluOp : Infer_Op<"silu", [Pure, SameOperandsAndResultType]> {
   let summary = "Sigmoid linear unit: x * sigmoid(x)";
   let description = [{
+    Precision: operands and result share one element type; each element is
+    loaded to fp32, computed in fp32 and rounded once to the result's type.
+
     ```mlir
     %y = infer.silu %x : tensor<?x1024xf32>
     ```
@@ -410,6 +482,10 @@ def Infer_SiluMulOp : Infer_Op<"silu_mul", [Pure, SameOperandsAndResultType]> {
   let description = [{
     The SwiGLU gate of a Llama MLP, `infer.silu` of `gate` times `up`, in one
     pass.
+
+    Precision: operands and result share one element type; each element is
+    loaded to fp32, computed in fp32 and rounded once to the result's type
+    (`silu(gate)` is not rounded on its own).
 
     ```mlir
     %y = infer.silu_mul %gate, %up : tensor<?x1024xf32>
@@ -438,6 +514,11 @@ def Infer_AttentionOp : Infer_Op<"attention", [Pure]> {
     `sliding_window = 0` means no window; otherwise a query at position `p`
     sees keys at positions `> p - sliding_window` (Mistral semantics).
     `layer` is the decoder layer, used to place the layer in the KV cache.
+
+    Precision: queries, keys, values and the result share one element type.
+    The scores, the softmax and the weighted sum of the values are fp32, and
+    the output is rounded once to the result's type (FlashAttention's
+    numerics).
 
     ```mlir
     %o = infer.attention %q, %k, %v, %query_start_loc
@@ -476,6 +557,10 @@ def Infer_KVCacheWriteOp : Infer_Op<"kv_cache_write", [Pure]> {
     Writes `key[t]` and `value[t]` of every token `t` of the flat batch into
     slot `slot_mapping[t]` (`block * block_size + offset`) of layer `layer`
     and returns the updated cache.
+
+    Precision: keys and values share one element type, which is the cache's
+    unless the cache is fp8: then the write quantizes them (see
+    `!infer.kv_cache`).
 
     ```mlir
     %c1 = infer.kv_cache_write %c0, %k, %v, %slot_mapping {layer = 0 : i64}
@@ -524,6 +609,11 @@ def Infer_PagedAttentionOp : Infer_Op<"paged_attention", [Pure]> {
     which evicting tokens renumbers the keys after them without rewriting
     the cache. Such an attention has no `sliding_window`.
 
+    Precision: the query and the result share one element type, which is
+    the cache's unless the cache is fp8 (then keys and values are decoded as
+    they are read). Key rotation, scores, softmax and the weighted sum are
+    fp32, and the output is rounded once.
+
     ```mlir
     %o = infer.paged_attention %q, %c1, %block_tables, %context_lens,
                                %query_start_loc
@@ -569,7 +659,9 @@ def Infer_RopeKVCacheWriteOp : Infer_Op<"rope_kv_cache_write", [Pure]> {
     keys are rotated on their way into the cache, so the rotated keys never
     exist as a separate activation. The attributes are those of the
     `infer.rope` (`head_dim`, `rotary_dim`, `rope`) and the
-    `infer.kv_cache_write` (`layer`) it replaces.
+    `infer.kv_cache_write` (`layer`) it replaces. The rotation is fp32, and
+    the rotated key is rounded once, to the cache's element type; keys and
+    values are typed as for `infer.kv_cache_write`.
 
     ```mlir
     %c1 = infer.rope_kv_cache_write %c0, %k, %v, %slot_mapping, %positions
@@ -611,16 +703,22 @@ def Infer_FusedOp : Infer_Op<"fused", [IsolatedFromAbove, Pure, SingleBlock]> {
   let summary = "A group of elementwise operations run as one kernel";
   let description = [{
     The body computes the results from the inputs (its block arguments, one
-    per input, of the same types) with elementwise operations only
-    (`infer.add`, `infer.gelu`, `infer.mul`, `infer.silu`,
-    `infer.silu_mul`) and yields them with `infer.yield`. Every input and
-    result has the same shape. Code generation turns each region into one
-    kernel that reads every input element once and writes every result
-    element once; the intermediate values stay in registers.
+    per input) with elementwise operations only (`infer.add`, `infer.gelu`,
+    `infer.mul`, `infer.silu`, `infer.silu_mul`) and yields them with
+    `infer.yield`. Every input and result has the same shape. Code
+    generation turns each region into one kernel that reads every input
+    element once and writes every result element once; the intermediate
+    values stay in registers.
+
+    Precision: the body computes in fp32, and its types say so. Inputs and
+    results may be of any float type; each block argument is its input
+    loaded to f32 (the input's shape with f32 elements), the body's
+    operations are f32, and each yielded f32 value is rounded once to its
+    result's type. Intermediate values are never rounded.
 
     ```mlir
-    %y = infer.fused ins(%gate, %up : tensor<?x1024xf32>, tensor<?x1024xf32>)
-        -> tensor<?x1024xf32> {
+    %y = infer.fused ins(%gate, %up : tensor<?x1024xbf16>, tensor<?x1024xbf16>)
+        -> tensor<?x1024xbf16> {
     ^bb0(%g: tensor<?x1024xf32>, %u: tensor<?x1024xf32>):
       %a = infer.gelu %g {approximate = "tanh"} : tensor<?x1024xf32>
       %m = infer.mul %a, %u : tensor<?x1024xf32>
@@ -663,7 +761,8 @@ def Infer_AllGatherOp : Infer_Op<"all_gather", [Pure]> {
     receives the concatenation, in rank order, of all ranks' `input` along
     `dim`. The result is `input` with dimension `dim` multiplied by the
     number of ranks; the other dimensions are unchanged. Gathers the
-    vocabulary-parallel logits.
+    vocabulary-parallel logits. A copy: the result has the input's element
+    type.
 
     ```mlir
     %all = infer.all_gather %part {dim = 1 : i64}
@@ -687,6 +786,10 @@ def Infer_AllReduceOp : Infer_Op<"all_reduce", [Pure,
     receives the elementwise sum of all ranks' `input`. Completes
     row-parallel projections (each rank holds a partial sum) and
     vocabulary-parallel embeddings.
+
+    Precision: the result has the input's element type. How the partial sums
+    are accumulated and rounded on their way is the collective library's
+    (NCCL adds two values at a time and rounds each sum to the element type).
 
     ```mlir
     %h = infer.all_reduce %partial : tensor<?x384xf32>

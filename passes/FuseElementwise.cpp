@@ -9,7 +9,10 @@
 //   c = add(b, r)        yield c
 //
 // A producer joins only if every user of its result is already in the group,
-// so the region has one result and nothing is computed twice.
+// so the region has one result and nothing is computed twice. The body
+// computes in f32 whatever the activation type: its block arguments are the
+// inputs in f32 and its operations are retyped to f32, so the region rounds
+// only its result (to the root's type), never the values in between.
 //
 //===----------------------------------------------------------------------===//
 
@@ -75,11 +78,19 @@ static void outlineGroup(RewriterBase &rewriter, ArrayRef<Operation *> group) {
   auto fused = rewriter.create<FusedOp>(
       rewriter.getFusedLoc(locs), root->getResultTypes(), inputs.getArrayRef());
   Block *body = rewriter.createBlock(&fused.getBody());
+  Type f32 = rewriter.getF32Type();
+  auto inF32 = [&](Type type) {
+    return cast<RankedTensorType>(type).clone(f32);
+  };
   IRMapping mapping;
   for (Value input : inputs)
-    mapping.map(input, body->addArgument(input.getType(), input.getLoc()));
-  for (Operation *op : group)
-    rewriter.clone(*op, mapping);
+    mapping.map(input,
+                body->addArgument(inF32(input.getType()), input.getLoc()));
+  for (Operation *op : group) {
+    Operation *clone = rewriter.clone(*op, mapping);
+    for (OpResult result : clone->getResults())
+      result.setType(inF32(result.getType()));
+  }
   SmallVector<Value> yielded;
   for (Value result : root->getResults())
     yielded.push_back(mapping.lookup(result));

@@ -20,6 +20,9 @@ namespace mlir::infer {
 enum class Fp8WeightQuant { None, E4M3 };
 /// What `infer-quantize-fp8` does to the paged KV cache.
 enum class Fp8KVCacheQuant { None, E5M2, E4M3 };
+/// The element types `infer-assign-precision` gives activations, weights and
+/// the KV cache.
+enum class ActivationType { BF16, F16, F32 };
 
 #define GEN_PASS_DECL
 #include "passes/Passes.h.inc"
@@ -52,6 +55,15 @@ struct DeployPipelineOptions
       llvm::cl::desc("Recent tokens kept by infer-streaming-kv (0: no "
                      "streaming, the whole context is cached)"),
       llvm::cl::init(0)};
+  PassOptions::Option<ActivationType> dtype{
+      *this, "dtype",
+      llvm::cl::desc("Element type of activations, weights and the KV cache "
+                     "(infer-assign-precision): bf16, f16 or f32"),
+      llvm::cl::init(ActivationType::F32),
+      llvm::cl::values(
+          clEnumValN(ActivationType::BF16, "bf16", "bfloat16"),
+          clEnumValN(ActivationType::F16, "f16", "IEEE half precision"),
+          clEnumValN(ActivationType::F32, "f32", "IEEE single precision"))};
   PassOptions::Option<DeployQuant> quant{
       *this, "quant",
       llvm::cl::desc("Weight quantization: none or fp8 (E4M3 projection "
@@ -87,10 +99,9 @@ struct DeployPipelineOptions
 
 /// Builds the pipeline that takes imported model IR to the form codegen
 /// lowers: tensor-parallel sharding, paging of the KV cache, attention sinks
-/// and a rolling window when `window > 0`, fp8 quantization when
-/// `quant=fp8` or `kv-cache-dtype` asks for it, fusion unless `fuse=false`,
-/// then
-/// the memory plan unless `plan-memory=false`.
+/// and a rolling window when `window > 0`, the element types `dtype` says,
+/// fp8 quantization when `quant=fp8` or `kv-cache-dtype` asks for it, fusion
+/// unless `fuse=false`, then the memory plan unless `plan-memory=false`.
 void buildDeployPipeline(OpPassManager &pm,
                          const DeployPipelineOptions &options);
 

@@ -137,6 +137,111 @@ def StreamingKVPass : Pass<"infer-streaming-kv", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Precision
+//===----------------------------------------------------------------------===//
+
+def AssignPrecisionPass
+    : Pass<"infer-assign-precision", "::mlir::func::FuncOp"> {
+  let summary = "Chooses the element types of activations, weights and the "
+                "KV cache";
+  let description = [{
+    Gives a program the activation type its target runs (`activation-type`:
+    bf16 or f16 for GPUs, f32 for the CPU reference):
+
+    - every float activation (op results, function arguments other than the
+      batch-contract inputs) takes the activation type, except the result of
+      `infer.logits`, which stays f32: the LM head writes fp32 logits for
+      sampling, and the function result with it;
+    - every float `infer.weight` and `infer.concat_weights` result takes it
+      too: the runtime converts the checkpoint's tensors to the parameter's
+      type when it loads them. fp8 weights keep their type
+      (`infer-quantize-fp8` runs later);
+    - the KV cache (`!infer.kv_cache`) takes it as its element type, unless
+      the cache is fp8.
+
+    Ops that make a new activation from parameters, the cache or whole rows
+    (`infer.embedding`, `infer.linear`, `infer.rms_norm`,
+    `infer.add_rms_norm`, `infer.attention`, `infer.paged_attention`) produce
+    the activation type. Ops that move data or compute elementwise
+    (`infer.gather_rows`, `infer.split`, `infer.all_gather`,
+    `infer.all_reduce`, `infer.rope`, `infer.add`, `infer.mul`, `infer.silu`,
+    `infer.gelu`, `infer.silu_mul`, `infer.bias_add`, `infer.fused`) produce
+    their operands' type, the widest of them where they differ (PyTorch's
+    type promotion), so a value computed from the logits (their
+    `infer.all_gather` under tensor parallelism) stays f32. Where an
+    operand's type differs from the type its op reads, the pass inserts an
+    `infer.cast` (an f32 value read by an op of the activation type, or the
+    narrower operand of a promoting elementwise op); an existing cast keeps
+    its result type and disappears once its operand has that type. What each
+    op computes in fp32 inside is in its description (the dialect's
+    "Precision").
+
+    The residual stream has the activation type, as in Hugging Face's and
+    vLLM's bf16 runs: a bf16 program is measured against Hugging Face's own
+    bf16 run on the same inputs (DESIGN.md's correctness rule), so it rounds
+    the residual sums where that run does, and its error is comparable.
+
+    Run it after `infer-page-kv-cache` and `infer-streaming-kv` (it types
+    the paged cache) and before `infer-quantize-fp8` and `infer-fuse`. The
+    function must have a single block.
+
+    Before:
+
+    ```mlir
+    func.func @forward(%ids: tensor<?xi32> {infer.input = "token_ids"},
+                       %cache: !infer.kv_cache<num_layers = 1,
+                           num_kv_heads = 2, block_size = 16, head_dim = 64,
+                           element_type = f32> {infer.input = "kv_cache"}, ...)
+        -> tensor<?x512xf32> {
+      %t = infer.weight "model.embed_tokens.weight" : tensor<512x128xf32>
+      %h = infer.embedding %t[%ids]
+          : tensor<512x128xf32>, tensor<?xi32> -> tensor<?x128xf32>
+      ...
+      %w = infer.weight "lm_head.weight" : tensor<512x128xf32>
+      %l = infer.logits %y, %w
+          : tensor<?x128xf32>, tensor<512x128xf32> -> tensor<?x512xf32>
+      return %l : tensor<?x512xf32>
+    }
+    ```
+
+    After `--infer-assign-precision="activation-type=bf16"`:
+
+    ```mlir
+    func.func @forward(%ids: tensor<?xi32> {infer.input = "token_ids"},
+                       %cache: !infer.kv_cache<num_layers = 1,
+                           num_kv_heads = 2, block_size = 16, head_dim = 64,
+                           element_type = bf16> {infer.input = "kv_cache"}, ...)
+        -> tensor<?x512xf32> {
+      %t = infer.weight "model.embed_tokens.weight" : tensor<512x128xbf16>
+      %h = infer.embedding %t[%ids]
+          : tensor<512x128xbf16>, tensor<?xi32> -> tensor<?x128xbf16>
+      ...
+      %w = infer.weight "lm_head.weight" : tensor<512x128xbf16>
+      %l = infer.logits %y, %w
+          : tensor<?x128xbf16>, tensor<512x128xbf16> -> tensor<?x512xf32>
+      return %l : tensor<?x512xf32>
+    }
+    ```
+  }];
+
+  let options = [
+    Option<"activationType", "activation-type",
+           "::mlir::infer::ActivationType",
+           /*default=*/"::mlir::infer::ActivationType::BF16",
+           "Element type of activations, weights and the KV cache: bf16, "
+           "f16 or f32",
+           [{::llvm::cl::values(
+             clEnumValN(::mlir::infer::ActivationType::BF16, "bf16",
+                        "bfloat16"),
+             clEnumValN(::mlir::infer::ActivationType::F16, "f16",
+                        "IEEE half precision"),
+             clEnumValN(::mlir::infer::ActivationType::F32, "f32",
+                        "IEEE single precision"))}]>
+  ];
+  let dependentDialects = ["::mlir::infer::InferDialect"];
+}
+
+//===----------------------------------------------------------------------===//
 // Quantization
 //===----------------------------------------------------------------------===//
 
@@ -244,7 +349,10 @@ def FusePass : Pass<"infer-fuse", "::mlir::func::FuncOp"> {
       `infer.mul`, `infer.silu`, `infer.silu_mul`), at least two, become one
       `infer.fused` region. A producer joins its consumer's region only if
       every user of its result is in the region, so nothing is computed
-      twice; the region yields the value of its last operation.
+      twice; the region yields the value of its last operation. Its body
+      computes in f32 (block arguments are the inputs in f32) and its result
+      keeps the type of the operation it replaces, so a bf16 chain rounds
+      once, at the end.
 
     Before:
 

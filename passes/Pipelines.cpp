@@ -48,6 +48,9 @@ void mlir::infer::buildDeployPipeline(OpPassManager &pm,
     streamingOptions.window = options.window;
     pm.addPass(createStreamingKVPass(streamingOptions));
   }
+  AssignPrecisionPassOptions precisionOptions;
+  precisionOptions.activationType = options.dtype;
+  pm.addNestedPass<func::FuncOp>(createAssignPrecisionPass(precisionOptions));
   if (options.quant != DeployQuant::None ||
       options.kvCacheDtype != DeployKVCacheDtype::Auto)
     pm.addNestedPass<func::FuncOp>(

@@ -19,6 +19,22 @@ Status nvrtcError(nvrtcResult result, const char *what) {
                        nvrtcGetErrorString(result));
 }
 
+/// The CUDA toolkit's include directories CMake found (INFER_CUDA_INCLUDE_DIRS,
+/// separated by ':').
+std::vector<std::string> toolkitIncludeDirs() {
+  std::vector<std::string> dirs;
+  std::string list = INFER_CUDA_INCLUDE_DIRS;
+  for (size_t begin = 0; begin <= list.size();) {
+    size_t end = list.find(':', begin);
+    if (end == std::string::npos)
+      end = list.size();
+    if (end > begin)
+      dirs.push_back(list.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return dirs;
+}
+
 /// One NVRTC compilation of `source` for `arch` ("sm_90a" or "compute_90").
 class Program {
 public:
@@ -36,10 +52,19 @@ public:
     const std::string archOption = "--gpu-architecture=" + arch;
     // No --use_fast_math: expf/tanhf keep their fp32 accuracy (a few ulp),
     // as in the CUDA backend's own kernels.
-    const char *options[] = {archOption.c_str(), "--std=c++17", "--ftz=false",
-                             "--prec-div=true", "--prec-sqrt=true"};
-    nvrtcResult r = nvrtcCompileProgram(
-        program_, static_cast<int>(std::size(options)), options);
+    std::vector<std::string> options = {archOption, "--std=c++17",
+                                        "--ftz=false", "--prec-div=true",
+                                        "--prec-sqrt=true"};
+    // Kernels of bf16 or f16 values include cuda_bf16.h / cuda_fp16.h,
+    // which NVRTC finds in the toolkit it comes from.
+    for (const std::string &dir : toolkitIncludeDirs())
+      options.push_back("--include-path=" + dir);
+    std::vector<const char *> optionPointers;
+    for (const std::string &option : options)
+      optionPointers.push_back(option.c_str());
+    nvrtcResult r =
+        nvrtcCompileProgram(program_, static_cast<int>(optionPointers.size()),
+                            optionPointers.data());
     // A bad option is reported in the log too ("invalid value for
     // --gpu-architecture").
     if (r == NVRTC_ERROR_COMPILATION || r == NVRTC_ERROR_INVALID_OPTION)

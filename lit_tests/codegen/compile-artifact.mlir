@@ -1,12 +1,14 @@
 // What `infer compile` writes besides the plan steps, per model feature.
 
 // Tokenizer and generation config files are copied so the artifact runs
-// without the model directory's text files; bf16 params keep their dtype.
+// without the model directory's text files; on the cpu target the bf16
+// checkpoint's params are f32 (converted at load; tools/compile-dtype.test
+// covers --dtype).
 // RUN: rm -rf %t && mkdir -p %t
 // RUN: infer compile %fixtures/models/tiny-pycode-target -o %t/pycode
 // RUN: ls %t/pycode | FileCheck %s --check-prefix=FILES
 // RUN: FileCheck %s --input-file=%t/pycode/manifest.json --check-prefix=TOKENIZER
-// RUN: FileCheck %s --input-file=%t/pycode/plan.json --check-prefix=BF16
+// RUN: FileCheck %s --input-file=%t/pycode/plan.json --check-prefix=PARAM
 // FILES:      generation_config.json
 // FILES-NEXT: manifest.json
 // FILES-NEXT: plan.json
@@ -15,12 +17,14 @@
 // FILES-NEXT: tokenizer_config.json
 // TOKENIZER:      "compile_options": {
 // TOKENIZER-NEXT:   "block_size": "16",
+// TOKENIZER-NEXT:   "dtype": "float32",
 // TOKENIZER:      "tokenizer_config_file": "tokenizer_config.json",
 // TOKENIZER-NEXT: "tokenizer_file": "tokenizer.json",
-// BF16:      "dtype": "bf16",
-// BF16-NEXT: "id": 8,
-// BF16-NEXT: "kind": "param",
-// BF16-NEXT: "name": "model.embed_tokens.weight",
+// PARAM:      "kind": "kv_cache",
+// PARAM:      "dtype": "f32",
+// PARAM-NEXT: "id": 8,
+// PARAM-NEXT: "kind": "param",
+// PARAM-NEXT: "name": "model.embed_tokens.weight",
 
 // Tied embeddings: one param serves the embedding and the logits.
 // RUN: infer compile %fixtures/rand/llama-mha-tied -o %t/tied

@@ -12,6 +12,7 @@
 
 // MANIFEST:      "compile_options": {
 // MANIFEST-NEXT:   "block_size": "32",
+// MANIFEST-NEXT:   "dtype": "float32",
 // MANIFEST-NEXT:   "fuse": "false",
 // MANIFEST-NEXT:   "plan_memory": "true",
 // MANIFEST-NEXT:   "target": "cpu"

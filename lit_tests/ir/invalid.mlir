@@ -305,6 +305,22 @@ func.func @logits_element_type(%x: tensor<?x384xf32>, %w: tensor<4096x384xbf16>)
 
 // -----
 
+func.func @gather_rows_element_type(%x: tensor<?x384xbf16>, %rows: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.gather_rows' op expects the result to have the input's element type 'bf16' (convert with infer.cast), got 'f32'}}
+  %y = infer.gather_rows %x[%rows] : tensor<?x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
+func.func @linear_element_type(%x: tensor<?x384xbf16>, %w: tensor<128x384xbf16>) {
+  // expected-error @+1 {{'infer.linear' op expects the result to have the input's element type 'bf16' (convert with infer.cast), got 'f32'}}
+  %y = infer.linear %x, %w : tensor<?x384xbf16>, tensor<128x384xbf16> -> tensor<?x128xf32>
+  return
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // Normalization and positions
 //===----------------------------------------------------------------------===//
@@ -328,6 +344,14 @@ func.func @rms_norm_epsilon(%x: tensor<?x384xf32>, %w: tensor<384xbf16>) {
 func.func @rms_norm_result(%x: tensor<?x384xf32>, %w: tensor<384xbf16>) {
   // expected-error @+1 {{'infer.rms_norm' op expects result shape to match input shape [?, 384], got 'tensor<4x384xf32>'}}
   %y = infer.rms_norm %x, %w {epsilon = 1.0e-05 : f64} : tensor<?x384xf32>, tensor<384xbf16> -> tensor<4x384xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_element_type(%x: tensor<?x384xf32>, %w: tensor<384xbf16>) {
+  // expected-error @+1 {{'infer.rms_norm' op expects the result to have the input's element type 'f32' (convert with infer.cast), got 'bf16'}}
+  %y = infer.rms_norm %x, %w {epsilon = 1.0e-05 : f64} : tensor<?x384xf32>, tensor<384xbf16> -> tensor<?x384xbf16>
   return
 }
 
@@ -368,6 +392,30 @@ func.func @rope_result(%x: tensor<?x384xf32>, %positions: tensor<?xi32>) {
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
+
+func.func @cast_same_type(%x: tensor<?x384xbf16>) {
+  // expected-error @+1 {{'infer.cast' op expects a result element type other than the input's ('bf16')}}
+  %y = infer.cast %x : tensor<?x384xbf16> -> tensor<?x384xbf16>
+  return
+}
+
+// -----
+
+func.func @cast_shape(%x: tensor<?x384xf32>) {
+  // expected-error @+1 {{'infer.cast' op requires the same shape for all operands and results}}
+  %y = infer.cast %x : tensor<?x384xf32> -> tensor<?x128xbf16>
+  return
+}
+
+// -----
+
+func.func @cast_fp8(%x: tensor<?x384xf32>) {
+  // expected-error @+1 {{'infer.cast' op result #0 must be ranked tensor of 16-bit float or bfloat16 type or 32-bit float values, but got 'tensor<?x384xf8E4M3FN>'}}
+  %y = infer.cast %x : tensor<?x384xf32> -> tensor<?x384xf8E4M3FN>
+  return
+}
+
+// -----
 
 func.func @gelu_approximate(%x: tensor<?x384xf32>) {
   // expected-error @+1 {{'infer.gelu' op expects approximate to be "none" or "tanh", got "erf"}}
@@ -557,6 +605,47 @@ func.func @paged_attention_layer(%q: tensor<?x384xf32>, %c: !infer.kv_cache<num_
 
 // -----
 
+func.func @attention_key_type(%q: tensor<?x384xbf16>, %k: tensor<?x128xf32>, %v: tensor<?x128xbf16>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.attention' op expects the keys to have the query's element type 'bf16' (convert with infer.cast), got 'f32'}}
+  %o = infer.attention %q, %k, %v, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xbf16>, tensor<?x128xf32>, tensor<?x128xbf16>, tensor<?xi32> -> tensor<?x384xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_value_type(%q: tensor<?x384xbf16>, %k: tensor<?x128xbf16>, %v: tensor<?x128xf16>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.attention' op expects the values to have the query's element type 'bf16' (convert with infer.cast), got 'f16'}}
+  %o = infer.attention %q, %k, %v, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xbf16>, tensor<?x128xbf16>, tensor<?x128xf16>, tensor<?xi32> -> tensor<?x384xbf16>
+  return
+}
+
+// -----
+
+func.func @kv_cache_write_key_type(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, %k: tensor<?x128xf32>, %v: tensor<?x128xf32>, %slots: tensor<?xi64>) {
+  // expected-error @+1 {{'infer.kv_cache_write' op expects the keys to have the cache's element type 'bf16' (convert with infer.cast), got 'f32'}}
+  %c1 = infer.kv_cache_write %c0, %k, %v, %slots {layer = 0 : i64} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>
+  return
+}
+
+// -----
+
+// An fp8 cache takes keys of any float type, but keys and values agree.
+func.func @kv_cache_write_value_type(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f8E5M2>, %k: tensor<?x128xbf16>, %v: tensor<?x128xf32>, %slots: tensor<?xi64>) {
+  // expected-error @+1 {{'infer.kv_cache_write' op expects the values to have the keys' element type 'bf16' (convert with infer.cast), got 'f32'}}
+  %c1 = infer.kv_cache_write %c0, %k, %v, %slots {layer = 0 : i64} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f8E5M2>, tensor<?x128xbf16>, tensor<?x128xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f8E5M2>
+  return
+}
+
+// -----
+
+func.func @paged_attention_query_type(%q: tensor<?x384xf32>, %c: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, %tables: tensor<?x?xi32>, %lens: tensor<?xi32>, %qsl: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.paged_attention' op expects the query to have the cache's element type 'bf16' (convert with infer.cast), got 'f32'}}
+  %o = infer.paged_attention %q, %c, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+  return
+}
+
+// -----
+
 //===----------------------------------------------------------------------===//
 // Collectives
 //===----------------------------------------------------------------------===//
@@ -633,6 +722,22 @@ func.func @add_rms_norm_operands(%a: tensor<?x8xf32>, %b: tensor<?x8xf16>, %w: t
 
 // -----
 
+func.func @add_rms_norm_element_type(%a: tensor<?x8xbf16>, %b: tensor<?x8xbf16>, %w: tensor<8xbf16>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{'infer.add_rms_norm' op expects the result to have the operands' element type 'bf16' (convert with infer.cast), got 'f32'}}
+  %s, %y = infer.add_rms_norm %a, %b, %w {epsilon = 1.0e-05 : f64} : tensor<?x8xbf16>, tensor<?x8xbf16>, tensor<8xbf16> -> tensor<?x8xbf16>, tensor<?x8xf32>
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @rope_cache_write_key_type(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope_kv_cache_write' op expects the keys to have the cache's element type 'bf16' (convert with infer.cast), got 'f32'}}
+  %c1 = infer.rope_kv_cache_write %c0, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>
+  return
+}
+
+// -----
+
 func.func @rope_cache_write_head_dim(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
   // expected-error @+1 {{expects head_dim (8) to match the cache's (16)}}
   %c1 = infer.rope_kv_cache_write %c0, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 8 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
@@ -671,4 +776,43 @@ func.func @fused_block_arguments(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
     infer.yield %a : tensor<?x8xf32>
   }
   return %y : tensor<?x8xf32>
+}
+
+// -----
+
+// The body computes in f32: a bf16 input is an f32 block argument.
+func.func @fused_argument_type(%x: tensor<?x8xbf16>) -> tensor<?x8xbf16> {
+  // expected-error @+1 {{expects block argument #0 to be the input in f32, 'tensor<?x8xf32>', got 'tensor<?x8xbf16>'}}
+  %y = infer.fused ins(%x : tensor<?x8xbf16>) -> tensor<?x8xbf16> {
+  ^bb0(%a: tensor<?x8xbf16>):
+    %s = infer.silu %a : tensor<?x8xbf16>
+    infer.yield %s : tensor<?x8xbf16>
+  }
+  return %y : tensor<?x8xbf16>
+}
+
+// -----
+
+func.func @fused_yield_count(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  %y = infer.fused ins(%x : tensor<?x8xf32>) -> tensor<?x8xf32> {
+  ^bb0(%a: tensor<?x8xf32>):
+    %s = infer.silu %a : tensor<?x8xf32>
+    // expected-error @+1 {{'infer.yield' op expects one value per result of the enclosing 'infer.fused' (1), got 2}}
+    infer.yield %s, %a : tensor<?x8xf32>, tensor<?x8xf32>
+  }
+  return %y : tensor<?x8xf32>
+}
+
+// -----
+
+// Each yielded f32 value is rounded to its result's type by the region.
+func.func @fused_yield_type(%x: tensor<?x8xbf16>) -> tensor<?x8xbf16> {
+  %y = infer.fused ins(%x : tensor<?x8xbf16>) -> tensor<?x8xbf16> {
+  ^bb0(%a: tensor<?x8xf32>):
+    %s = infer.silu %a : tensor<?x8xf32>
+    %b = infer.cast %s : tensor<?x8xf32> -> tensor<?x8xbf16>
+    // expected-error @+1 {{'infer.yield' op expects value #0 to be result #0 of the enclosing 'infer.fused' in f32, 'tensor<?x8xf32>', got 'tensor<?x8xbf16>'}}
+    infer.yield %b : tensor<?x8xbf16>
+  }
+  return %y : tensor<?x8xbf16>
 }

@@ -151,20 +151,20 @@ func.func @attention(%q: tensor<?x384xf32>, %k: tensor<?x128xf32>, %v: tensor<?x
 }
 
 // CHECK-LABEL: func.func @paged_attention
-// CHECK-SAME: (%[[Q:[^:]+]]: tensor<?x384xf32>, %[[K:[^:]+]]: tensor<?x128xf32>, %[[V:[^:]+]]: tensor<?x128xf32>, %[[QSL:[^:]+]]: tensor<?xi32>, %[[LENS:[^:]+]]: tensor<?xi32>, %[[TABLES:[^:]+]]: tensor<?x?xi32>, %[[SLOTS:[^:]+]]: tensor<?xi64>, %[[CACHE:[^:]+]]: !infer.kv_cache
-func.func @paged_attention(%q: tensor<?x384xf32>, %k: tensor<?x128xf32>, %v: tensor<?x128xf32>,
+// CHECK-SAME: (%[[Q:[^:]+]]: tensor<?x384xbf16>, %[[K:[^:]+]]: tensor<?x128xbf16>, %[[V:[^:]+]]: tensor<?x128xbf16>, %[[QSL:[^:]+]]: tensor<?xi32>, %[[LENS:[^:]+]]: tensor<?xi32>, %[[TABLES:[^:]+]]: tensor<?x?xi32>, %[[SLOTS:[^:]+]]: tensor<?xi64>, %[[CACHE:[^:]+]]: !infer.kv_cache
+func.func @paged_attention(%q: tensor<?x384xbf16>, %k: tensor<?x128xbf16>, %v: tensor<?x128xbf16>,
                            %query_start_loc: tensor<?xi32>, %context_lens: tensor<?xi32>,
                            %block_tables: tensor<?x?xi32>, %slot_mapping: tensor<?xi64>,
-                           %c0: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>) -> tensor<?x384xf32> {
+                           %c0: !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>) -> tensor<?x384xbf16> {
   // CHECK: %[[C1:.+]] = infer.kv_cache_write %[[CACHE]], %[[K]], %[[V]], %[[SLOTS]] {layer = 1 : i64}
-  // CHECK-SAME: : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64>
+  // CHECK-SAME: : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<?xi64>
   // CHECK-SAME: -> !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>
-  %c1 = infer.kv_cache_write %c0, %k, %v, %slot_mapping {layer = 1 : i64} : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>
+  %c1 = infer.kv_cache_write %c0, %k, %v, %slot_mapping {layer = 1 : i64} : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<?xi64> -> !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>
   // CHECK: infer.paged_attention %[[Q]], %[[C1]], %[[TABLES]], %[[LENS]], %[[QSL]]
   // CHECK-SAME: {head_dim = 64 : i64, layer = 1 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64}
-  // CHECK-SAME: : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
-  %o = infer.paged_attention %q, %c1, %block_tables, %context_lens, %query_start_loc {layer = 1 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
-  return %o : tensor<?x384xf32>
+  // CHECK-SAME: : tensor<?x384xbf16>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xbf16>
+  %o = infer.paged_attention %q, %c1, %block_tables, %context_lens, %query_start_loc {layer = 1 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xbf16>, !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = bf16>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xbf16>
+  return %o : tensor<?x384xbf16>
 }
 
 // CHECK-LABEL: func.func @all_gather
@@ -244,6 +244,36 @@ func.func @fp8(%x: tensor<?x64xf32>,
   // CHECK: infer.logits %{{.+}}, %[[H]] : tensor<?x64xf32>, tensor<100x64xf8E4M3FN> -> tensor<?x100xf32>
   %l = infer.logits %x, %h : tensor<?x64xf32>, tensor<100x64xf8E4M3FN> -> tensor<?x100xf32>
   return %y, %l : tensor<?x96xf32>, tensor<?x100xf32>
+}
+
+// bf16 activations (infer-assign-precision): explicit casts, a fused region
+// computing in f32 between bf16 inputs and results, bf16 keys quantized into
+// an fp8 cache, f32 logits of bf16 hidden states.
+// CHECK-LABEL: func.func @bf16
+// CHECK-SAME: (%[[X:[^:]+]]: tensor<?x64xf32>, %[[U:[^:]+]]: tensor<?x64xbf16>, %[[SLOTS:[^:]+]]: tensor<?xi64>, %[[C0:[^:]+]]: !infer.kv_cache
+func.func @bf16(%x: tensor<?x64xf32>, %u: tensor<?x64xbf16>, %slots: tensor<?xi64>,
+                %c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 32, element_type = f8E5M2>)
+    -> (tensor<?x64xf16>, tensor<?x100xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 32, element_type = f8E5M2>) {
+  // CHECK: %[[XB:.+]] = infer.cast %[[X]] : tensor<?x64xf32> -> tensor<?x64xbf16>
+  %xb = infer.cast %x : tensor<?x64xf32> -> tensor<?x64xbf16>
+  // CHECK: %[[G:.+]] = infer.fused ins(%[[XB]], %[[U]] : tensor<?x64xbf16>, tensor<?x64xbf16>) -> tensor<?x64xbf16> {
+  // CHECK-NEXT: ^bb0(%[[A:[^:]+]]: tensor<?x64xf32>, %[[B:[^:]+]]: tensor<?x64xf32>):
+  // CHECK-NEXT: %[[M:.+]] = infer.silu_mul %[[A]], %[[B]] : tensor<?x64xf32>
+  // CHECK-NEXT: infer.yield %[[M]] : tensor<?x64xf32>
+  %g = infer.fused ins(%xb, %u : tensor<?x64xbf16>, tensor<?x64xbf16>) -> tensor<?x64xbf16> {
+  ^bb0(%a: tensor<?x64xf32>, %b: tensor<?x64xf32>):
+    %m = infer.silu_mul %a, %b : tensor<?x64xf32>
+    infer.yield %m : tensor<?x64xf32>
+  }
+  // CHECK: infer.kv_cache_write %[[C0]], %[[G]], %[[U]], %[[SLOTS]] {layer = 0 : i64}
+  // CHECK-SAME: tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<?xi64>
+  %c1 = infer.kv_cache_write %c0, %g, %u, %slots {layer = 0 : i64} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 32, element_type = f8E5M2>, tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<?xi64> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 32, element_type = f8E5M2>
+  // CHECK: infer.cast %[[G]] : tensor<?x64xbf16> -> tensor<?x64xf16>
+  %h = infer.cast %g : tensor<?x64xbf16> -> tensor<?x64xf16>
+  %w = infer.weight "head" : tensor<100x64xbf16>
+  // CHECK: infer.logits %[[G]], %{{.+}} : tensor<?x64xbf16>, tensor<100x64xbf16> -> tensor<?x100xf32>
+  %l = infer.logits %g, %w : tensor<?x64xbf16>, tensor<100x64xbf16> -> tensor<?x100xf32>
+  return %h, %l, %c1 : tensor<?x64xf16>, tensor<?x100xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 32, element_type = f8E5M2>
 }
 
 }

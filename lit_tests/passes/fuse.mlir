@@ -213,6 +213,28 @@ func.func @elementwise_chain(%g: tensor<?x256xf32>, %u: tensor<?x256xf32>, %r: t
 
 // -----
 
+// bf16 activations: the region's inputs and result stay bf16, its body
+// computes in f32 (block arguments are the inputs in f32), so gelu(g) * u is
+// never rounded on its own.
+
+// CHECK-LABEL: func.func @bf16_chain
+// CHECK: %[[Y:.+]] = infer.fused ins(%{{.+}}, %{{.+}}, %{{.+}} : tensor<?x256xbf16>, tensor<?x256xbf16>, tensor<?x256xbf16>) -> tensor<?x256xbf16> {
+// CHECK-NEXT: ^bb0(%[[BG:[^:]+]]: tensor<?x256xf32>, %[[BU:[^:]+]]: tensor<?x256xf32>, %[[BR:[^:]+]]: tensor<?x256xf32>):
+// CHECK-NEXT:   %[[A:.+]] = infer.gelu %[[BG]] {approximate = "tanh"} : tensor<?x256xf32>
+// CHECK-NEXT:   %[[M:.+]] = infer.mul %[[A]], %[[BU]] : tensor<?x256xf32>
+// CHECK-NEXT:   %[[S:.+]] = infer.add %[[M]], %[[BR]] : tensor<?x256xf32>
+// CHECK-NEXT:   infer.yield %[[S]] : tensor<?x256xf32>
+// CHECK-NEXT: }
+// CHECK-NEXT: return %[[Y]] : tensor<?x256xbf16>
+func.func @bf16_chain(%g: tensor<?x256xbf16>, %u: tensor<?x256xbf16>, %r: tensor<?x256xbf16>) -> tensor<?x256xbf16> {
+  %a = infer.gelu %g {approximate = "tanh"} : tensor<?x256xbf16>
+  %m = infer.mul %a, %u : tensor<?x256xbf16>
+  %s = infer.add %m, %r : tensor<?x256xbf16>
+  return %s : tensor<?x256xbf16>
+}
+
+// -----
+
 // The product is returned too, so it cannot be folded into the add's region
 // without computing it twice: the gelu and mul form one region, the add
 // stays alone (a single elementwise op is no chain).

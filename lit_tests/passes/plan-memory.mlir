@@ -62,3 +62,23 @@ func.func @residual(%x: tensor<?x128xf32>) -> tensor<?x128xf32> {
   %y = infer.add %h, %p : tensor<?x128xf32>
   return %y : tensor<?x128xf32>
 }
+
+// -----
+
+// Bytes per row follow each activation's element type: a bf16 row of 128
+// features takes 256 bytes, its f32 cast 512, and offsets are in bytes.
+
+// PLAN-LABEL: memory plan @mixed_precision: peak 768 bytes per token row
+// PLAN-NEXT:    %[[X:.+]]: 256 bytes/row at 512, steps [0, 1]
+// PLAN-NEXT:    %[[F:.+]]: 512 bytes/row at 0, steps [1, 2]
+
+// CHECK-LABEL: func.func @mixed_precision
+// CHECK-SAME: attributes {infer.workspace_bytes_per_row = 768 : i64}
+// CHECK: infer.silu %{{.+}} {infer.workspace_offsets = array<i64: 512>} : tensor<?x128xbf16>
+// CHECK: infer.cast %{{.+}} {infer.workspace_offsets = array<i64: 0>} : tensor<?x128xbf16> -> tensor<?x128xf32>
+func.func @mixed_precision(%x: tensor<?x128xbf16>) -> tensor<?x128xf32> {
+  %a = infer.silu %x : tensor<?x128xbf16>
+  %f = infer.cast %a : tensor<?x128xbf16> -> tensor<?x128xf32>
+  %y = infer.silu %f : tensor<?x128xf32>
+  return %y : tensor<?x128xf32>
+}

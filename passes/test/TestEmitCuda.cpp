@@ -11,11 +11,12 @@
 #include "codegen/cuda/CudaEmitter.h"
 #include "passes/test/TestPasses.h"
 
+#include "mlir/IR/TypeUtilities.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <numeric>
+#include <optional>
 
 using namespace mlir;
 using namespace mlir::infer;
@@ -33,9 +34,24 @@ struct TestEmitCudaPass
 
   void runOnOperation() override {
     // Each region becomes a `fused` step of a one-rank plan, as plan lowering
-    // makes it, so the kernels are named and shared as in an artifact.
+    // makes it, over values of its inputs' and results' element types, so
+    // the kernels are named, typed and shared as in an artifact.
     ::infer::plan::Plan plan;
-    plan.ranks.emplace_back();
+    ::infer::plan::RankPlan &rank = plan.ranks.emplace_back();
+    auto addValue = [&](Operation *op, Value value) -> std::optional<int> {
+      std::optional<::infer::plan::DType> dtype =
+          ::infer::compiler::planDTypeOf(getElementTypeOrSelf(value));
+      if (!dtype) {
+        op->emitError() << "element type of " << value.getType()
+                        << " has no plan dtype";
+        return std::nullopt;
+      }
+      ::infer::plan::Value planValue;
+      planValue.id = static_cast<int>(rank.values.size());
+      planValue.dtype = *dtype;
+      rank.values.push_back(planValue);
+      return planValue.id;
+    };
     WalkResult walk = getOperation().walk([&](FusedOp op) {
       FailureOr<::infer::plan::FusedBody> body =
           ::infer::compiler::fusedBodyOf(op);
@@ -43,11 +59,20 @@ struct TestEmitCudaPass
         return WalkResult::interrupt();
       ::infer::plan::Step step;
       step.op = "fused";
-      step.operands.resize(body->numInputs);
-      std::iota(step.operands.begin(), step.operands.end(), 0);
-      step.results.resize(body->yields.size());
+      for (Value input : op.getInputs()) {
+        std::optional<int> id = addValue(op, input);
+        if (!id)
+          return WalkResult::interrupt();
+        step.operands.push_back(*id);
+      }
+      for (Value result : op.getResults()) {
+        std::optional<int> id = addValue(op, result);
+        if (!id)
+          return WalkResult::interrupt();
+        step.results.push_back(*id);
+      }
       ::infer::plan::setFusedBody(*body, step);
-      plan.ranks[0].steps.push_back(std::move(step));
+      rank.steps.push_back(std::move(step));
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())

@@ -16,6 +16,9 @@ void registerTestPrintMemoryPlanPass();
 /// Registers `test-infer-emit-cuda`.
 void registerTestEmitCudaPass();
 
+/// Registers `test-infer-print-plan`.
+void registerTestPrintPlanPass();
+
 } // namespace mlir::infer
 
 #endif // INFER_PASSES_TEST_TESTPASSES_H

@@ -23,6 +23,7 @@ int main(int argc, char **argv) {
   mlir::infer::registerInferPipelines();
   mlir::infer::registerTestPrintMemoryPlanPass();
   mlir::infer::registerTestEmitCudaPass();
+  mlir::infer::registerTestPrintPlanPass();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "infer optimizer driver\n", registry));
 }

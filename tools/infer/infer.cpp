@@ -116,6 +116,11 @@ Status runCompile(const ParsedArgs &args) {
   const std::string quant = args.get("--quant", "none");
   const std::string granularity = args.get("--quant-granularity", "per-tensor");
   const std::string kvCacheDtype = args.get("--kv-cache-dtype", "auto");
+  const std::string dtype = args.get("--dtype", "auto");
+  if (dtype != "auto" && dtype != "bfloat16" && dtype != "float16" &&
+      dtype != "float32")
+    return invalidArgument("--dtype must be auto, bfloat16, float16 or "
+                           "float32");
   if (quant != "none" && quant != "fp8")
     return invalidArgument("--quant must be none or fp8");
   if (granularity != "per-tensor" && granularity != "per-channel")
@@ -140,6 +145,7 @@ Status runCompile(const ParsedArgs &args) {
   options.quant = quant;
   options.quantGranularity = granularity;
   options.kvCacheDtype = kvCacheDtype;
+  options.dtype = dtype;
   options.printIrAfterAll = args.has("--mlir-print-ir-after-all");
   const std::string artifactDir = *args.get("-o");
   MemoryEstimateOptions memory;
@@ -155,6 +161,9 @@ Status runCompile(const ParsedArgs &args) {
   INFER_ASSIGN_OR_RETURN(
       plan::Plan plan,
       plan::readPlanFile(artifactDir + "/" + manifest.planFile));
+  // The cache stores the element type the compiler chose (fp8 caches are
+  // counted by the estimate itself).
+  memory.kvElementBytes = plan::dtypeSize(plan.kvCache.dtype);
   INFER_ASSIGN_OR_RETURN(MemoryEstimate estimate,
                          estimateMemory(manifest, plan, memory));
   std::cout << formatMemoryEstimate(estimate, memory);
@@ -750,6 +759,7 @@ std::vector<Command> commands() {
       {"compile",
        "usage: infer compile MODEL_DIR -o ARTIFACT_DIR [--target cpu|cuda]\n"
        "                     [--cuda-arch sm_90a]\n"
+       "                     [--dtype auto|bfloat16|float16|float32]\n"
        "                     [--block-size 16] [--no-fuse] [--no-plan-memory]\n"
        "                     [--tp 1] [--sink-tokens 4 --window N]\n"
        "                     [--quant fp8 [--quant-granularity per-tensor]]\n"
@@ -762,6 +772,9 @@ std::vector<Command> commands() {
        "--cuda-arch (default sm_90a) and to PTX for other GPUs; no GPU is\n"
        "needed. Artifacts of either target run on both backends (the cuda\n"
        "backend interprets fused regions that have no generated kernel).\n"
+       "--dtype is the element type of activations, weights and the KV cache\n"
+       "(infer-assign-precision): auto is the checkpoint's torch_dtype for\n"
+       "--target cuda and float32 for --target cpu; logits stay float32.\n"
        "--no-fuse leaves out infer-fuse (merged projections, fused norms,\n"
        "activations and cache writes, elementwise regions).\n"
        "--no-plan-memory gives every activation its own memory instead of a\n"
@@ -783,11 +796,12 @@ std::vector<Command> commands() {
        "pass of the pipeline.\n"
        "--estimate-memory prints, per rank, the weights, activations and KV\n"
        "bytes per token, and how many tokens and full-context sequences fit\n"
-       "in --gpu-memory (default 80GiB, 90% usable, bf16 KV cache unless\n"
-       "--kv-cache-dtype is fp8).\n",
+       "in --gpu-memory (default 80GiB, 90% usable), with the --dtype and\n"
+       "--kv-cache-dtype the artifact was compiled for.\n",
        {output,
         {"--target"},
         {"--cuda-arch"},
+        {"--dtype"},
         {"--block-size"},
         {"--no-fuse", false},
         {"--no-plan-memory", false},

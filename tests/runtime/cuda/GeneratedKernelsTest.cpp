@@ -253,6 +253,19 @@ TEST_F(GeneratedKernelsTest, BodiesMatchTheCpuInterpreter) {
   plan.ranks.resize(1);
   for (const plan::FusedBody &body : bodies)
     plan.ranks[0].steps.push_back(stepOf(body));
+  // The steps' operands and results are f32 values: the emitter gives each
+  // kernel parameter its value's dtype.
+  int numValues = 0;
+  for (const plan::Step &step : plan.ranks[0].steps)
+    for (const std::vector<int> *ids : {&step.operands, &step.results})
+      for (int id : *ids)
+        numValues = std::max(numValues, id + 1);
+  for (int id = 0; id < numValues; ++id) {
+    plan::Value value;
+    value.id = id;
+    value.dtype = plan::DType::kF32;
+    plan.ranks[0].values.push_back(value);
+  }
   StatusOr<std::vector<FusedKernel>> kernels =
       compiler::assignFusedKernels(plan);
   ASSERT_TRUE(kernels.isOk()) << kernels.status().message();
