@@ -254,17 +254,19 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
 /// Causal attention of q[t, h*d] over the cached keys and values of each
 /// sequence (query i of sequence s at position
 /// context_lens[s] - new_tokens(s) + i; every sequence has at least one new
-/// token); writes out[t, h*d]. An fp8 pool is dequantized as it is read.
-/// The rows go to three kernels, each reading the batch on the device:
+/// token); writes out[t, h*d]. q and out are fp32 or bf16 (contiguous; the
+/// arithmetic is fp32 either way). An fp8 pool is dequantized as it is read.
+/// The rows go to these kernels, each reading the batch on the device:
 /// - sequences with one new token (decode rows): launchSplitKVDecode where
 ///   it supports the shape, splitting long contexts as far as `workspace`
 ///   allows (none: one split);
-/// - sequences with two or more new tokens: launchPrefillAttention where it
-///   supports the shape (bf16 q, K, V and probabilities, ~1e-3 relative
-///   error);
+/// - sequences with two or more new tokens: launchPrefillAttentionSm90 on a
+///   Hopper GPU where it supports the shape and INFER_ATTENTION_KERNEL is not
+///   "fallback", else launchPrefillAttention where it supports the shape
+///   (both bf16 q, K, V and probabilities, ~1e-3 relative error);
 /// - the rest: an fp32 kernel of one block of 16 warps per (row, head).
-/// All three rotate keys (keyRotaryDim > 0) as they read them, in the same
-/// fp32 arithmetic (the tensor-core kernel before rounding them to bf16).
+/// All of them rotate keys (keyRotaryDim > 0) as they read them, in the same
+/// fp32 arithmetic (the tensor-core kernels before rounding them to bf16).
 cudaError_t launchPagedAttention(const float *q, KVCachePool pool,
                                  CacheDims dims, AttentionDims attention,
                                  const int32_t *blockTables,
@@ -273,6 +275,13 @@ cudaError_t launchPagedAttention(const float *q, KVCachePool pool,
                                  const int32_t *queryStartLoc, int64_t numSeqs,
                                  int64_t t, float *out, cudaStream_t stream,
                                  SplitKVWorkspace workspace = {});
+cudaError_t
+launchPagedAttention(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
+                     AttentionDims attention, const int32_t *blockTables,
+                     int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                     const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
+                     __nv_bfloat16 *out, cudaStream_t stream,
+                     SplitKVWorkspace workspace = {});
 
 /// Whether launchSplitKVDecode takes this shape: head_dim 64, 128 or 256
 /// (the cache's), whole groups of query heads per kv head, a valid key rope
@@ -283,15 +292,24 @@ bool splitKVDecodeSupports(const AttentionDims &attention,
 /// launchPagedAttention's function for the rows of the sequences with one
 /// new token (the others' rows are left unwritten): one block per
 /// (sequence, kv head, tile of up to 8 query heads, split) reads each key
-/// and value once for the heads of its tile; the keys of a sequence are
-/// split over splitKVSplits(...) blocks whose partial results a second
-/// kernel merges. Keys are rotated (keyRotaryDim > 0) as they are loaded.
+/// and value once for the heads of its tile, several keys per lane group in
+/// flight; the keys of a sequence are split over splitKVSplits(...) blocks
+/// whose partial results a second kernel merges. Keys are rotated
+/// (keyRotaryDim > 0) as they are loaded.
 cudaError_t
 launchSplitKVDecode(const float *q, KVCachePool pool, CacheDims dims,
                     AttentionDims attention, const int32_t *blockTables,
                     int64_t maxBlocksPerSeq, const int32_t *contextLens,
                     const int32_t *queryStartLoc, int64_t numSeqs, float *out,
                     SplitKVWorkspace workspace, cudaStream_t stream);
+cudaError_t launchSplitKVDecode(const __nv_bfloat16 *q, KVCachePool pool,
+                                CacheDims dims, AttentionDims attention,
+                                const int32_t *blockTables,
+                                int64_t maxBlocksPerSeq,
+                                const int32_t *contextLens,
+                                const int32_t *queryStartLoc, int64_t numSeqs,
+                                __nv_bfloat16 *out, SplitKVWorkspace workspace,
+                                cudaStream_t stream);
 
 /// The splits launchSplitKVDecode gives each sequence's keys: enough blocks
 /// for 4 per SM, at least 64 keys per split of the longest context the
@@ -317,13 +335,51 @@ bool prefillAttentionSupports(const AttentionDims &attention);
 /// more new tokens; the rows of other sequences are left unwritten. fp8
 /// keys and values are dequantized to bf16 as they are staged in shared
 /// memory; keys are rotated (keyRotaryDim > 0) in fp32 on that way, before
-/// the rounding to bf16.
+/// the rounding to bf16. The fallback of launchPrefillAttentionSm90.
 cudaError_t
 launchPrefillAttention(const float *q, KVCachePool pool, CacheDims dims,
                        AttentionDims attention, const int32_t *blockTables,
                        int64_t maxBlocksPerSeq, const int32_t *contextLens,
                        const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
                        float *out, cudaStream_t stream);
+cudaError_t
+launchPrefillAttention(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
+                       AttentionDims attention, const int32_t *blockTables,
+                       int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                       const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
+                       __nv_bfloat16 *out, cudaStream_t stream);
+
+/// False when the environment variable INFER_ATTENTION_KERNEL is "fallback":
+/// launchPagedAttention then never takes launchPrefillAttentionSm90 (read
+/// once per process).
+bool prefillAttentionSm90Enabled();
+
+/// Whether launchPrefillAttentionSm90 takes this shape and pool: a GPU of
+/// compute capability 9.0 and a build with sm_90a code, head_dim 64 or 128
+/// (the cache's), whole groups of heads per kv head, a positive scale,
+/// block size a power of two from 8 to 128 or a multiple of 128, a valid key
+/// rope or none (rotated keys with a bf16 pool only).
+bool prefillAttentionSm90Supports(const AttentionDims &attention,
+                                  const CacheDims &dims, KVCacheDtype dtype);
+
+/// launchPrefillAttention's function on Hopper (PrefillAttentionSm90.cu):
+/// wgmma tensor cores fed by TMA through the block tables, a producer
+/// warpgroup and two consumer warpgroups; bf16 q, K, V and probabilities,
+/// fp32 softmax and accumulation.
+cudaError_t
+launchPrefillAttentionSm90(const float *q, KVCachePool pool, CacheDims dims,
+                           AttentionDims attention, const int32_t *blockTables,
+                           int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                           const int32_t *queryStartLoc, int64_t numSeqs,
+                           int64_t t, float *out, cudaStream_t stream);
+cudaError_t launchPrefillAttentionSm90(const __nv_bfloat16 *q, KVCachePool pool,
+                                       CacheDims dims, AttentionDims attention,
+                                       const int32_t *blockTables,
+                                       int64_t maxBlocksPerSeq,
+                                       const int32_t *contextLens,
+                                       const int32_t *queryStartLoc,
+                                       int64_t numSeqs, int64_t t,
+                                       __nv_bfloat16 *out, cudaStream_t stream);
 
 } // namespace infer::cuda
 

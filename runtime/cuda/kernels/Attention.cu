@@ -12,8 +12,9 @@
 // fp32 memory and an fp8 pool quantizes the rotated values.
 //
 // paged attention, the fp32 kernel: one thread block of 16 warps per (query
-// token, head), for the rows the split-KV decode kernel (DecodeAttention.cu)
-// and the tensor-core prefill kernel (PrefillAttention.cu) do not take.
+// token, head), for the rows the split-KV decode kernel (DecodeAttention.cuh)
+// and the tensor-core prefill kernels (PrefillAttentionSm90.cuh on Hopper,
+// PrefillAttention.cuh elsewhere) do not take.
 // Warp w visits the keys w, w+16, ...; each lane holds head_dim/32 dimensions
 // of q, of the running output and of every key/value it reads, and keeps
 // an online softmax (running max and sum); the warps merge at the end.
@@ -23,7 +24,9 @@
 // head), exiting where the sequence has one new token. Streaming plans
 // (AttentionDims::keyRotaryDim): key j of a sequence is cached unrotated
 // and rotated at j, its index in the cache, as it is read (ropeKeyElement,
-// which the split-KV and tensor-core kernels use too).
+// which the split-KV and tensor-core kernels use too). q and out are fp32 or
+// bf16 (launchPagedAttention's two entries; the kernel is a template of
+// their element type).
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,6 +34,8 @@
 #include "runtime/cuda/kernels/KVCache.cuh"
 
 #include <cuda_bf16.h>
+
+#include <type_traits>
 
 namespace infer::cuda {
 
@@ -179,13 +184,27 @@ __device__ __forceinline__ float keyAt(const KVCachePool &pool,
   return ropeKeyElement<T>(pool.data, offset, scale, a, e, x, position);
 }
 
-template <KVCacheDtype T, bool rotate>
+template <typename TQ> __device__ __forceinline__ float toFloat(TQ x) {
+  if constexpr (std::is_same_v<TQ, __nv_bfloat16>)
+    return __bfloat162float(x);
+  else
+    return x;
+}
+
+template <typename TQ> __device__ __forceinline__ TQ fromFloat(float x) {
+  if constexpr (std::is_same_v<TQ, __nv_bfloat16>)
+    return __float2bfloat16_rn(x);
+  else
+    return x;
+}
+
+template <KVCacheDtype T, bool rotate, typename TQ>
 __global__ void __launch_bounds__(kWarps * 32)
-    pagedAttentionKernel(const float *q, KVCachePool pool, CacheDims dims,
+    pagedAttentionKernel(const TQ *q, KVCachePool pool, CacheDims dims,
                          AttentionDims a, const int32_t *blockTables,
                          int64_t maxBlocksPerSeq, const int32_t *contextLens,
                          const int32_t *queryStartLoc, int64_t numSeqs,
-                         Rows rows, float *out) {
+                         Rows rows, TQ *out) {
   const int head = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int d = a.headDim;
@@ -222,11 +241,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int kvHead = head / (a.numHeads / a.numKVHeads);
 
   float qv[kPerLane], acc[kPerLane];
-  const float *qh = q + (token * a.numHeads + head) * d;
+  const TQ *qh = q + (token * a.numHeads + head) * d;
 #pragma unroll
   for (int r = 0; r < kPerLane; ++r) {
     const int e = lane + 32 * r;
-    qv[r] = e < d ? qh[e] : 0.0f;
+    qv[r] = e < d ? toFloat(qh[e]) : 0.0f;
     acc[r] = 0.0f;
   }
   float runningMax = -INFINITY, runningSum = 0.0f;
@@ -280,55 +299,40 @@ __global__ void __launch_bounds__(kWarps * 32)
     weights[w] = warpSum[w] > 0.0f ? expf(warpMax[w] - globalMax) : 0.0f;
     total += warpSum[w] * weights[w];
   }
-  float *o = out + (token * a.numHeads + head) * d;
+  TQ *o = out + (token * a.numHeads + head) * d;
   for (int e = threadIdx.x; e < d; e += blockDim.x) {
     float sum = 0.0f;
     for (int w = 0; w < kWarps; ++w)
       sum += warpAcc[w][e] * weights[w];
-    o[e] = sum / total;
+    o[e] = fromFloat<TQ>(sum / total);
   }
 }
 
-template <KVCacheDtype T>
-void launchAttentionKernel(dim3 grid, const float *q, KVCachePool pool,
+template <KVCacheDtype T, typename TQ>
+void launchAttentionKernel(dim3 grid, const TQ *q, KVCachePool pool,
                            CacheDims dims, AttentionDims attention,
                            const int32_t *blockTables, int64_t maxBlocksPerSeq,
                            const int32_t *contextLens,
                            const int32_t *queryStartLoc, int64_t numSeqs,
-                           Rows rows, float *out, cudaStream_t stream) {
+                           Rows rows, TQ *out, cudaStream_t stream) {
   if (attention.keyRotaryDim > 0)
-    pagedAttentionKernel<T, true><<<grid, kWarps * 32, 0, stream>>>(
+    pagedAttentionKernel<T, true, TQ><<<grid, kWarps * 32, 0, stream>>>(
         q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
         queryStartLoc, numSeqs, rows, out);
   else
-    pagedAttentionKernel<T, false><<<grid, kWarps * 32, 0, stream>>>(
+    pagedAttentionKernel<T, false, TQ><<<grid, kWarps * 32, 0, stream>>>(
         q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
         queryStartLoc, numSeqs, rows, out);
 }
 
-} // namespace
-
-cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
-                               const float *k, const float *v,
-                               const int64_t *slots, int64_t t,
-                               cudaStream_t stream, int64_t kLd, int64_t vLd) {
-  return dispatchWrite<false>(pool, dims, layer, k, v, slots, nullptr, t, 0,
-                              nullptr, stream, kLd, vLd);
-}
-
-cudaError_t launchRopeKVCacheWrite(
-    KVCachePool pool, CacheDims dims, int layer, const float *k, const float *v,
-    const int64_t *slots, const int32_t *positions, int64_t t, int rotaryDim,
-    const float *invFreq, cudaStream_t stream, int64_t kLd, int64_t vLd) {
-  return dispatchWrite<true>(pool, dims, layer, k, v, slots, positions, t,
-                             rotaryDim, invFreq, stream, kLd, vLd);
-}
-
-cudaError_t launchPagedAttention(
-    const float *q, KVCachePool pool, CacheDims dims, AttentionDims attention,
-    const int32_t *blockTables, int64_t maxBlocksPerSeq,
-    const int32_t *contextLens, const int32_t *queryStartLoc, int64_t numSeqs,
-    int64_t t, float *out, cudaStream_t stream, SplitKVWorkspace workspace) {
+/// launchPagedAttention for q and out of type TQ: the routing of its rows.
+template <typename TQ>
+cudaError_t pagedAttention(const TQ *q, KVCachePool pool, CacheDims dims,
+                           AttentionDims attention, const int32_t *blockTables,
+                           int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                           const int32_t *queryStartLoc, int64_t numSeqs,
+                           int64_t t, TQ *out, cudaStream_t stream,
+                           SplitKVWorkspace workspace) {
   if (t <= 0)
     return cudaSuccess;
   if (attention.headDim > kMaxHeadDim || attention.numHeads > 65535 ||
@@ -340,14 +344,22 @@ cudaError_t launchPagedAttention(
   // Every sequence has a new token, so a batch of as many tokens as
   // sequences is all decode rows, and only a larger one has prefill rows.
   const bool prefillRows = t > numSeqs;
-  const bool tensorCores = prefillRows && prefillAttentionSupports(attention) &&
-                           attention.headDim == dims.headDim &&
-                           attention.numKVHeads == dims.numKVHeads;
+  const bool sm90 = prefillRows && prefillAttentionSm90Enabled() &&
+                    prefillAttentionSm90Supports(attention, dims, pool.dtype);
+  const bool tensorCores =
+      sm90 || (prefillRows && prefillAttentionSupports(attention) &&
+               attention.headDim == dims.headDim &&
+               attention.numKVHeads == dims.numKVHeads);
   const bool splitKV = splitKVDecodeSupports(attention, dims);
   if (tensorCores) {
-    const cudaError_t status = launchPrefillAttention(
-        q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
-        queryStartLoc, numSeqs, t, out, stream);
+    const cudaError_t status =
+        sm90
+            ? launchPrefillAttentionSm90(q, pool, dims, attention, blockTables,
+                                         maxBlocksPerSeq, contextLens,
+                                         queryStartLoc, numSeqs, t, out, stream)
+            : launchPrefillAttention(q, pool, dims, attention, blockTables,
+                                     maxBlocksPerSeq, contextLens,
+                                     queryStartLoc, numSeqs, t, out, stream);
     if (status != cudaSuccess)
       return status;
   }
@@ -389,6 +401,46 @@ cudaError_t launchPagedAttention(
     break;
   }
   return cudaGetLastError();
+}
+
+} // namespace
+
+cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
+                               const float *k, const float *v,
+                               const int64_t *slots, int64_t t,
+                               cudaStream_t stream, int64_t kLd, int64_t vLd) {
+  return dispatchWrite<false>(pool, dims, layer, k, v, slots, nullptr, t, 0,
+                              nullptr, stream, kLd, vLd);
+}
+
+cudaError_t launchRopeKVCacheWrite(
+    KVCachePool pool, CacheDims dims, int layer, const float *k, const float *v,
+    const int64_t *slots, const int32_t *positions, int64_t t, int rotaryDim,
+    const float *invFreq, cudaStream_t stream, int64_t kLd, int64_t vLd) {
+  return dispatchWrite<true>(pool, dims, layer, k, v, slots, positions, t,
+                             rotaryDim, invFreq, stream, kLd, vLd);
+}
+
+cudaError_t launchPagedAttention(
+    const float *q, KVCachePool pool, CacheDims dims, AttentionDims attention,
+    const int32_t *blockTables, int64_t maxBlocksPerSeq,
+    const int32_t *contextLens, const int32_t *queryStartLoc, int64_t numSeqs,
+    int64_t t, float *out, cudaStream_t stream, SplitKVWorkspace workspace) {
+  return pagedAttention(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
+                        contextLens, queryStartLoc, numSeqs, t, out, stream,
+                        workspace);
+}
+
+cudaError_t
+launchPagedAttention(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
+                     AttentionDims attention, const int32_t *blockTables,
+                     int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                     const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
+                     __nv_bfloat16 *out, cudaStream_t stream,
+                     SplitKVWorkspace workspace) {
+  return pagedAttention(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
+                        contextLens, queryStartLoc, numSeqs, t, out, stream,
+                        workspace);
 }
 
 } // namespace infer::cuda

@@ -37,6 +37,31 @@ double relError(const std::vector<float> &actual,
   return maxRef > 0 ? maxDiff / maxRef : maxDiff;
 }
 
+std::vector<__nv_bfloat16> toBf16(const std::vector<float> &x) {
+  std::vector<__nv_bfloat16> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    y[i] = __float2bfloat16_rn(x[i]);
+  return y;
+}
+
+std::vector<float> fromBf16(const std::vector<__nv_bfloat16> &x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    y[i] = __bfloat162float(x[i]);
+  return y;
+}
+
+std::vector<float> rowsOfSequences(const std::vector<float> &rows,
+                                   const std::vector<int32_t> &qsl,
+                                   int64_t width, bool decode) {
+  std::vector<float> picked;
+  for (size_t s = 0; s + 1 < qsl.size(); ++s)
+    if ((qsl[s + 1] - qsl[s] == 1) == decode)
+      picked.insert(picked.end(), rows.begin() + qsl[s] * width,
+                    rows.begin() + qsl[s + 1] * width);
+  return picked;
+}
+
 cpu::CacheGeometry cacheGeometry(int numLayers, int kvHeads, int headDim,
                                  int blockSize) {
   cpu::CacheGeometry g;
@@ -114,11 +139,9 @@ void GpuAttentionTest::SetUp() {
     GTEST_SKIP() << "CUDA kernel tests need a GPU: " << why;
 }
 
-PagedBatch GpuAttentionTest::makePagedBatch(const SeqShape &seqs,
-                                            KVCacheDtype dtype,
-                                            const cpu::CacheGeometry &g,
-                                            const cpu::AttentionParams &p,
-                                            int64_t spareBlocks) {
+PagedBatch GpuAttentionTest::makePagedBatch(
+    const SeqShape &seqs, KVCacheDtype dtype, const cpu::CacheGeometry &g,
+    const cpu::AttentionParams &p, int64_t spareBlocks, bool bf16Queries) {
   PagedBatch b;
   static_cast<BlockTables &>(b) =
       shuffledBlockTables(seqs, g.blockSize, spareBlocks, rng_);
@@ -160,7 +183,8 @@ PagedBatch GpuAttentionTest::makePagedBatch(const SeqShape &seqs,
   b.t = b.qsl.back();
   b.q.resize(size_t(b.t) * p.numHeads * p.headDim);
   for (float &x : b.q)
-    x = normal();
+    x = bf16Queries ? __bfloat162float(__float2bfloat16_rn(normal()))
+                    : normal();
   b.ref.resize(b.q.size());
   cpu::pagedAttention(b.q.data(), pool, g, p, b.tables.data(), b.maxBlocks,
                       b.contextLens.data(), b.qsl.data(), numSeqs, b.ref.data(),

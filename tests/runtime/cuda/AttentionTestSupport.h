@@ -1,10 +1,11 @@
 //===- AttentionTestSupport.h - GPU attention test support ------*- C++ -*-===//
 //
 // What the GPU attention tests (KernelsTest, PrefillAttentionTest,
-// SplitKVDecodeTest, KeyRopeAttentionTest, Fp8KVCacheTest) share: a fixture
-// that skips without a GPU, block tables handed out from a shuffled pool,
-// random paged batches with the CPU kernel's output as the reference, their
-// device copies, and the relative error the tests bound.
+// PrefillAttentionSm90Test, SplitKVDecodeTest, KeyRopeAttentionTest,
+// Fp8KVCacheTest) share: a fixture that skips without a GPU, block tables
+// handed out from a shuffled pool, random paged batches with the CPU
+// kernel's output as the reference, their device copies, runs with fp32 or
+// bf16 queries and outputs, and the relative error the tests bound.
 //
 //===----------------------------------------------------------------------===//
 
@@ -107,6 +108,49 @@ struct DevicePool {
   DevicePool(const PagedBatch &b, cuda::KVCacheDtype dtype);
 };
 
+/// The element type of q and out of an attention launch.
+enum class QueryType { kF32, kBf16 };
+
+inline const char *nameOf(QueryType type) {
+  return type == QueryType::kF32 ? "q/out fp32" : "q/out bf16";
+}
+
+/// What rounding the output to bf16 adds to a kernel's relative error
+/// (half an ulp of the largest output, and some).
+inline double outputTolerance(QueryType type) {
+  return type == QueryType::kBf16 ? 1.0 / 256 : 0.0;
+}
+
+std::vector<__nv_bfloat16> toBf16(const std::vector<float> &x);
+std::vector<float> fromBf16(const std::vector<__nv_bfloat16> &x);
+
+/// Runs launch(q, out) on device copies of `q` and a poisoned `out` of the
+/// same size, both of `type` (bf16: q must hold bf16 values already), and
+/// returns out as fp32. `launch` takes (const T *, T *) for T float and
+/// __nv_bfloat16 and returns the launch's cudaError_t.
+template <typename Launch>
+std::vector<float> runWithQueries(QueryType type, const std::vector<float> &q,
+                                  Launch &&launch) {
+  if (type == QueryType::kF32) {
+    DeviceArray<float> dq(q);
+    auto out = DeviceArray<float>::poisoned(q.size());
+    EXPECT_EQ(launch(static_cast<const float *>(dq.get()), out.get()),
+              cudaSuccess);
+    return out.download();
+  }
+  DeviceArray<__nv_bfloat16> dq(toBf16(q));
+  auto out = DeviceArray<__nv_bfloat16>::poisoned(q.size());
+  EXPECT_EQ(launch(static_cast<const __nv_bfloat16 *>(dq.get()), out.get()),
+            cudaSuccess);
+  return fromBf16(out.download());
+}
+
+/// The rows [token, width] of `rows` that belong to the sequences with one
+/// new token (`decode`) or with more, in order (qsl: query_start_loc).
+std::vector<float> rowsOfSequences(const std::vector<float> &rows,
+                                   const std::vector<int32_t> &qsl,
+                                   int64_t width, bool decode);
+
 /// The fixture of the attention tests: skips without a GPU; normal(0, 1)
 /// values from a random seed and the CPU reference's threads.
 class GpuAttentionTest : public ::testing::Test {
@@ -119,11 +163,13 @@ protected:
   /// A batch of `seqs` over a pool of their blocks and `spareBlocks` more,
   /// geometry `g`: random keys and values (rounded to bf16, so a bf16 pool
   /// holds what the CPU's fp32 pool does) of every token written by the CPU
-  /// one token at a time, then random queries of the new tokens and the
-  /// CPU's paged attention `p` over the pool.
+  /// one token at a time, then random queries of the new tokens (rounded to
+  /// bf16 with bf16Queries, so both QueryTypes run the same queries) and
+  /// the CPU's paged attention `p` over the pool.
   PagedBatch makePagedBatch(const SeqShape &seqs, cuda::KVCacheDtype dtype,
                             const cpu::CacheGeometry &g,
-                            const cpu::AttentionParams &p, int64_t spareBlocks);
+                            const cpu::AttentionParams &p, int64_t spareBlocks,
+                            bool bf16Queries = false);
 
   std::mt19937 rng_{std::random_device{}()};
   std::normal_distribution<float> dist_{0.0f, 1.0f};

@@ -524,7 +524,7 @@ TYPED_TEST(Bf16KernelsTest, RopeRotatesInFp32) {
     config.factor = 8.0;
     config.originalMaxPositionEmbeddings = 8192;
     ASSERT_TRUE(config.validate().isOk());
-    const std::vector<float> invFreq = cpu::ropeInverseFrequencies(config);
+    const std::vector<float> invFreq = plan::ropeInverseFrequencies(config);
     const int64_t width = int64_t(c.heads) * c.headDim;
     const std::vector<float> x = this->randomT(size_t(c.t) * width);
     std::uniform_int_distribution<int32_t> pos(0, 20000);
@@ -734,7 +734,7 @@ TYPED_TEST(Bf16KernelsTest, RopeKVCacheWriteRotatesOnTheWayIn) {
     config.rotaryDim = c.rotaryDim;
     config.theta = 10000.0;
     ASSERT_TRUE(config.validate().isOk());
-    const std::vector<float> invFreq = cpu::ropeInverseFrequencies(config);
+    const std::vector<float> invFreq = plan::ropeInverseFrequencies(config);
     const cpu::CacheGeometry g =
         cacheGeometry(kLayers, c.kvHeads, c.headDim, c.blockSize);
     const cuda::CacheDims dims{kLayers, c.kvHeads, c.headDim, c.blockSize};

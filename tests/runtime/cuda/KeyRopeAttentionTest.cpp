@@ -12,10 +12,12 @@
 //   keys with the same fp32 arithmetic (cos and sin in double, rounded to
 //   float) and sum in fp32 in a different order, so SplitKVDecodeTest's
 //   bound, 1e-5 + 2e-6 sqrt(n) of the largest output for n keys;
-// - prefill rows on the tensor-core kernel (head_dim 64/128), which rounds
-//   the rotated keys, q, the values and the probabilities to bf16: 1e-2 of
-//   the largest output, PrefillAttentionTest's bound;
-// - every row of head_dim 96 on the fp32 kernel: 1e-5.
+// - prefill rows on a tensor-core kernel (head_dim 64/128; the Hopper one
+//   for bf16 pools on an H100), which rounds the rotated keys, q, the values
+//   and the probabilities to bf16: 1e-2 of the largest output,
+//   PrefillAttentionTest's bound;
+// - every row of head_dim 96 on the fp32 kernel: 1e-5;
+// each with fp32 and bf16 q/out (bf16 outputs: 1/256 more).
 //
 //===----------------------------------------------------------------------===//
 
@@ -43,18 +45,6 @@ struct Case {
   int heads, kvHeads, headDim, rotaryDim, blockSize;
   SeqShape seqs;
 };
-
-/// The rows [token, heads * head_dim] of `rows` of the sequences with one
-/// new token (`decode`) or with more.
-std::vector<float> rowsOf(const std::vector<float> &rows, const PagedBatch &b,
-                          int64_t width, bool decode) {
-  std::vector<float> picked;
-  for (size_t s = 0; s + 1 < b.qsl.size(); ++s)
-    if ((b.qsl[s + 1] - b.qsl[s] == 1) == decode)
-      picked.insert(picked.end(), rows.begin() + b.qsl[s] * width,
-                    rows.begin() + b.qsl[s + 1] * width);
-  return picked;
-}
 
 using KeyRopeAttentionTest = GpuAttentionTest;
 
@@ -89,12 +79,13 @@ TEST_F(KeyRopeAttentionTest, MatchesCpuAttention) {
       p.keyRope.theta = 10000.0;
       ASSERT_TRUE(p.keyRope.validate().isOk());
       p.keyRopeInvFreq = plan::ropeInverseFrequencies(p.keyRope);
-      const PagedBatch b =
-          makePagedBatch(c.seqs, dtype, g, p, /*spareBlocks=*/2);
+      const PagedBatch b = makePagedBatch(c.seqs, dtype, g, p,
+                                          /*spareBlocks=*/2,
+                                          /*bf16Queries=*/true);
       const int64_t numSeqs = c.seqs.size();
 
       DevicePool pool(b, dtype);
-      DeviceArray<float> dq(b.q), dFreq(p.keyRopeInvFreq);
+      DeviceArray<float> dFreq(p.keyRopeInvFreq);
       DeviceArray<int32_t> dTables(b.tables), dContext(b.contextLens),
           dQsl(b.qsl);
       cuda::AttentionDims a =
@@ -112,15 +103,6 @@ TEST_F(KeyRopeAttentionTest, MatchesCpuAttention) {
           DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
       const int splits = cuda::splitKVSplits(a, c.blockSize, b.maxBlocks,
                                              numSeqs, workspaceBytes);
-      auto out = DeviceArray<float>::poisoned(b.q.size());
-      ASSERT_EQ(cuda::launchPagedAttention(
-                    dq.get(), pool.pool, dims, a, dTables.get(), b.maxBlocks,
-                    dContext.get(), dQsl.get(), numSeqs, b.t, out.get(),
-                    nullptr,
-                    cuda::SplitKVWorkspace{workspace.get(), workspaceBytes}),
-                cudaSuccess);
-      const std::vector<float> actual = out.download();
-
       const int64_t width = int64_t(c.heads) * c.headDim;
       int longestDecode = 0;
       for (const auto &[cached, fresh] : c.seqs)
@@ -129,22 +111,35 @@ TEST_F(KeyRopeAttentionTest, MatchesCpuAttention) {
       const double decodeTol =
           splitKV ? 1e-5 + 2e-6 * std::sqrt(double(longestDecode)) : kF32Tol;
       const double prefillTol = tensorCores ? kBf16Tol : kF32Tol;
-      for (bool decode : {true, false}) {
-        const std::vector<float> expected = rowsOf(b.ref, b, width, decode);
-        if (expected.empty())
-          continue;
-        const double err =
-            relError(rowsOf(actual, b, width, decode), expected);
-        const char *kernel = decode ? (splitKV ? "split_kv" : "fp32")
-                                    : (tensorCores ? "tensor_core" : "fp32");
-        std::cout << "[ kernel   ] key_rope_attention " << what << " "
-                  << (decode ? "decode" : "prefill") << " rows on " << kernel
-                  << (decode && splitKV
-                          ? " (" + std::to_string(splits) + " splits)"
-                          : std::string())
-                  << " max rel err " << err << "\n";
-        EXPECT_LT(err, decode ? decodeTol : prefillTol)
-            << what << (decode ? " decode" : " prefill");
+      for (QueryType type : {QueryType::kF32, QueryType::kBf16}) {
+        const std::vector<float> actual =
+            runWithQueries(type, b.q, [&](auto q, auto out) {
+              return cuda::launchPagedAttention(
+                  q, pool.pool, dims, a, dTables.get(), b.maxBlocks,
+                  dContext.get(), dQsl.get(), numSeqs, b.t, out, nullptr,
+                  cuda::SplitKVWorkspace{workspace.get(), workspaceBytes});
+            });
+        for (bool decode : {true, false}) {
+          const std::vector<float> expected =
+              rowsOfSequences(b.ref, b.qsl, width, decode);
+          if (expected.empty())
+            continue;
+          const double err =
+              relError(rowsOfSequences(actual, b.qsl, width, decode), expected);
+          const char *kernel = decode ? (splitKV ? "split_kv" : "fp32")
+                                      : (tensorCores ? "tensor_core" : "fp32");
+          std::cout << "[ kernel   ] key_rope_attention " << nameOf(type) << " "
+                    << what << " " << (decode ? "decode" : "prefill")
+                    << " rows on " << kernel
+                    << (decode && splitKV
+                            ? " (" + std::to_string(splits) + " splits)"
+                            : std::string())
+                    << " max rel err " << err << "\n";
+          EXPECT_LT(err,
+                    (decode ? decodeTol : prefillTol) + outputTolerance(type))
+              << nameOf(type) << " " << what
+              << (decode ? " decode" : " prefill");
+        }
       }
       // Contexts of 1000+ keys are split over several blocks.
       if (splitKV && longestDecode >= 1000)

@@ -1,14 +1,17 @@
 //===- PrefillAttentionTest.cpp - Tensor-core prefill attention vs CPU ----===//
 //
-// launchPagedAttention on batches with prefill rows, which it sends to the
-// tensor-core kernel (PrefillAttention.cu) and its decode rows to the fp32
-// kernel, against the CPU kernel on fresh random inputs: head_dim 64/128,
+// The mma.sync tensor-core kernel (PrefillAttention.cuh, the fallback of the
+// Hopper kernel) on the rows of sequences with two or more new tokens, and
+// launchPagedAttention on whole batches (its prefill rows on whichever
+// tensor-core kernel the device takes, its decode rows on the split-KV
+// kernel), against the CPU kernel on fresh random inputs: head_dim 64/128,
 // GQA ratios 1/4/8, long prefills of lengths off the 64-row tile, chunked
 // prefill over cached context, mixed prefill + decode batches, sliding
-// windows. Keys and values are bf16 in both pools; the GPU also rounds q and
-// the softmax probabilities to bf16, so the tolerance is bf16's, 1e-2 of the
-// largest output. Slots no sequence owns hold NaN in both pools, so a read
-// outside a sequence's keys shows.
+// windows, fp32 and bf16 q/out. Keys and values are bf16 in both pools; the
+// GPU also rounds q and the softmax probabilities to bf16, so the tolerance
+// is bf16's, 1e-2 of the largest output (1/256 more for bf16 outputs).
+// Slots no sequence owns hold NaN in both pools, so a read outside a
+// sequence's keys shows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,13 +37,14 @@ using Case = AttentionCase;
 
 class PrefillAttentionTest : public GpuAttentionTest {
 protected:
-  /// A bf16 pool (keys and values bf16 on both sides) with 3 spare blocks.
+  /// A bf16 pool (keys and values bf16 on both sides) with 3 spare blocks
+  /// and bf16 queries.
   PagedBatch make(const Case &c, int layer, int numLayers) {
     return makePagedBatch(
         c.seqs, KVCacheDtype::kBf16,
         cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize),
         cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window),
-        /*spareBlocks=*/3);
+        /*spareBlocks=*/3, /*bf16Queries=*/true);
   }
 };
 
@@ -62,17 +66,34 @@ TEST_F(PrefillAttentionTest, MatchesCpuAttention) {
     ASSERT_TRUE(cuda::prefillAttentionSupports(a)) << describe(c);
     CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
     DeviceArray<__nv_bfloat16> pool(b.bf16);
-    DeviceArray<float> q(b.q);
     DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
-    auto out = DeviceArray<float>::poisoned(b.q.size());
-    ASSERT_EQ(cuda::launchPagedAttention(
-                  q.get(), pool.get(), dims, a, tables.get(), b.maxBlocks,
-                  context.get(), qsl.get(), numSeqs, b.t, out.get(), nullptr),
-              cudaSuccess);
-    const double err = relError(out.download(), b.ref);
-    std::cout << "[ kernel   ] prefill_attention " << describe(c)
-              << " max rel err " << err << "\n";
-    EXPECT_LT(err, kBf16Tol) << describe(c);
+    const int64_t width = int64_t(c.heads) * c.headDim;
+    for (QueryType type : {QueryType::kF32, QueryType::kBf16}) {
+      const std::vector<float> direct = rowsOfSequences(
+          runWithQueries(type, b.q,
+                         [&](auto q, auto out) {
+                           return cuda::launchPrefillAttention(
+                               q, pool.get(), dims, a, tables.get(),
+                               b.maxBlocks, context.get(), qsl.get(), numSeqs,
+                               b.t, out, nullptr);
+                         }),
+          b.qsl, width, false);
+      const std::vector<float> routed =
+          runWithQueries(type, b.q, [&](auto q, auto out) {
+            return cuda::launchPagedAttention(
+                q, pool.get(), dims, a, tables.get(), b.maxBlocks,
+                context.get(), qsl.get(), numSeqs, b.t, out, nullptr);
+          });
+      const double directErr =
+          relError(direct, rowsOfSequences(b.ref, b.qsl, width, false));
+      const double routedErr = relError(routed, b.ref);
+      std::cout << "[ kernel   ] prefill_attention " << nameOf(type) << " "
+                << describe(c) << " max rel err mma.sync " << directErr
+                << ", routed " << routedErr << "\n";
+      const double tol = kBf16Tol + outputTolerance(type);
+      EXPECT_LT(directErr, tol) << nameOf(type) << " " << describe(c);
+      EXPECT_LT(routedErr, tol) << nameOf(type) << " routed " << describe(c);
+    }
   }
 }
 

@@ -1,0 +1,420 @@
+//===- AttentionBench.cpp - Paged attention kernels against ceilings ------===//
+//
+//   infer-attention-bench [--prefill 2048,8192] [--decode 1:32768,256:2048]
+//       [--heads 32 --kv-heads 8 --head-dim 128 --block-size 16]
+//       [--pools bf16,e4m3,e5m2] [--repeats 7]
+//
+// Times the attention kernels of runtime/cuda/Kernels.h alone on one layer
+// of a paged pool (blocks handed out shuffled, random bf16 values or finite
+// fp8 codes of magnitude < 1 with unit E4M3 scales), bf16 q and out:
+//   prefill  one sequence of N new tokens, causal, on the Hopper kernel
+//            (launchPrefillAttentionSm90, where the device takes it and
+//            INFER_ATTENTION_KERNEL is not "fallback") and the mma.sync one
+//            (launchPrefillAttention): ms and TFLOP/s counting
+//            2 matmuls x 2 FLOPs x N(N+1)/2 x head_dim x heads;
+//   decode   B sequences of C cached tokens, one new token each
+//            (launchPagedAttention: the split-KV kernel with its workspace):
+//            us and GB/s counting the K/V bytes (and E4M3 scales) read.
+// Beside them the ceilings measured in the same run: the device-to-device
+// copy bandwidth (1 GiB cudaMemcpy, read + write) and a bf16 GEMM of
+// 8192^3 through cuBLASLt (fp32 accumulation). Each figure is the median of
+// `repeats` samples; a sample is the mean over a captured CUDA graph of 10
+// back-to-back launches (launch gaps out of the kernel time). Every line of
+// results starts with "result" and names its fields, for
+// bench/attention_check.sh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/Kernels.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace infer::cuda;
+
+namespace {
+
+[[noreturn]] void die(const std::string &message) {
+  std::fprintf(stderr, "infer-attention-bench: %s\n", message.c_str());
+  std::exit(1);
+}
+
+void check(cudaError_t status, const char *what) {
+  if (status != cudaSuccess)
+    die(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+/// Median over `repeats` samples of the mean ms of one launch, each sample a
+/// replay of a graph of 10 captured launches.
+double timeLaunches(const std::function<cudaError_t(cudaStream_t)> &launch,
+                    int repeats) {
+  constexpr int kLaunches = 10;
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreate(&stream), "stream");
+  check(launch(stream), "warm-up launch");
+  check(cudaStreamSynchronize(stream), "warm-up");
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+        "capture");
+  for (int i = 0; i < kLaunches; ++i)
+    check(launch(stream), "captured launch");
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(stream, &graph), "end capture");
+  cudaGraphExec_t exec = nullptr;
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  check(cudaGraphLaunch(exec, stream), "graph warm-up");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  std::vector<double> ms;
+  for (int r = 0; r < repeats; ++r) {
+    check(cudaEventRecord(start, stream), "record");
+    check(cudaGraphLaunch(exec, stream), "graph launch");
+    check(cudaEventRecord(stop, stream), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float t = 0.0f;
+    check(cudaEventElapsedTime(&t, start, stop), "elapsed");
+    ms.push_back(t / kLaunches);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return median(ms);
+}
+
+double copyBandwidth(int repeats) {
+  const size_t bytes = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  check(cudaMalloc(&a, bytes), "copy source");
+  check(cudaMalloc(&b, bytes), "copy destination");
+  check(cudaMemset(a, 1, bytes), "memset");
+  const double ms = timeLaunches(
+      [&](cudaStream_t s) {
+        return cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s);
+      },
+      repeats);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * bytes / (ms * 1e-3); // read + write
+}
+
+/// TFLOP/s of C = A B, bf16 8192^3 (random operands), fp32 accumulation,
+/// through cuBLASLt's first heuristic algorithm.
+double gemmCeiling(int repeats) {
+  constexpr int n = 8192;
+  const size_t elements = size_t(n) * n;
+  std::vector<__nv_bfloat16> host(elements);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (auto &x : host)
+    x = __float2bfloat16_rn(normal(rng));
+  __nv_bfloat16 *a = nullptr, *b = nullptr, *c = nullptr;
+  check(cudaMalloc(&a, elements * 2), "gemm a");
+  check(cudaMalloc(&b, elements * 2), "gemm b");
+  check(cudaMalloc(&c, elements * 2), "gemm c");
+  check(cudaMemcpy(a, host.data(), elements * 2, cudaMemcpyHostToDevice), "a");
+  check(cudaMemcpy(b, host.data(), elements * 2, cudaMemcpyHostToDevice), "b");
+  const size_t workspaceBytes = size_t(64) << 20;
+  void *workspace = nullptr;
+  check(cudaMalloc(&workspace, workspaceBytes), "gemm workspace");
+  cublasLtHandle_t handle;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t layout;
+  cublasLtMatmulPreference_t preference;
+  if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
+          CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, n, n, n) !=
+          CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulPreferenceCreate(&preference) != CUBLAS_STATUS_SUCCESS)
+    die("cuBLASLt setup");
+  cublasLtMatmulPreferenceSetAttribute(preference,
+                                       CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                       &workspaceBytes, sizeof(workspaceBytes));
+  cublasLtMatmulHeuristicResult_t heuristic;
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(handle, desc, layout, layout, layout,
+                                     layout, preference, 1, &heuristic,
+                                     &found) != CUBLAS_STATUS_SUCCESS ||
+      found == 0)
+    die("no cuBLASLt algorithm for the bf16 GEMM");
+  const float one = 1.0f, zero = 0.0f;
+  const double ms = timeLaunches(
+      [&](cudaStream_t s) {
+        return cublasLtMatmul(handle, desc, &one, a, layout, b, layout, &zero,
+                              c, layout, c, layout, &heuristic.algo, workspace,
+                              workspaceBytes, s) == CUBLAS_STATUS_SUCCESS
+                   ? cudaSuccess
+                   : cudaErrorUnknown;
+      },
+      repeats);
+  cublasLtMatmulPreferenceDestroy(preference);
+  cublasLtMatrixLayoutDestroy(layout);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(handle);
+  cudaFree(workspace);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  return 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12;
+}
+
+struct Options {
+  std::vector<int> prefill = {2048, 4096, 8192};
+  std::vector<std::pair<int, int>> decode = {
+      {1, 32768},  {32, 1024},  {32, 8192}, {32, 32768},
+      {128, 4096}, {256, 1024}, {256, 2048}};
+  std::vector<std::string> pools = {"bf16", "e4m3", "e5m2"};
+  int heads = 32, kvHeads = 8, headDim = 128, blockSize = 16, repeats = 7;
+};
+
+std::vector<std::string> split(const std::string &s) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  while (begin <= s.size()) {
+    const size_t end = std::min(s.find(',', begin), s.size());
+    if (end > begin)
+      parts.push_back(s.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return parts;
+}
+
+Options parse(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc)
+      die("missing value of " + flag);
+    const std::string value = argv[++i];
+    if (flag == "--prefill") {
+      o.prefill.clear();
+      for (const std::string &n : split(value))
+        o.prefill.push_back(std::stoi(n));
+    } else if (flag == "--decode") {
+      o.decode.clear();
+      for (const std::string &bc : split(value)) {
+        const size_t colon = bc.find(':');
+        if (colon == std::string::npos)
+          die("--decode takes BATCH:CONTEXT,...");
+        o.decode.push_back(
+            {std::stoi(bc.substr(0, colon)), std::stoi(bc.substr(colon + 1))});
+      }
+    } else if (flag == "--pools") {
+      o.pools = split(value);
+    } else if (flag == "--heads") {
+      o.heads = std::stoi(value);
+    } else if (flag == "--kv-heads") {
+      o.kvHeads = std::stoi(value);
+    } else if (flag == "--head-dim") {
+      o.headDim = std::stoi(value);
+    } else if (flag == "--block-size") {
+      o.blockSize = std::stoi(value);
+    } else if (flag == "--repeats") {
+      o.repeats = std::stoi(value);
+    } else {
+      die("unknown flag " + flag);
+    }
+  }
+  return o;
+}
+
+KVCacheDtype dtypeOf(const std::string &name) {
+  if (name == "bf16")
+    return KVCacheDtype::kBf16;
+  if (name == "e4m3")
+    return KVCacheDtype::kF8E4M3;
+  if (name == "e5m2")
+    return KVCacheDtype::kF8E5M2;
+  die("unknown pool " + name);
+}
+
+/// A one-layer pool of `tokens` tokens' blocks, filled on the device with
+/// random values, and the block tables of `numSeqs` sequences of `context`
+/// tokens over it, blocks in shuffled order.
+struct Batch {
+  KVCachePool pool;
+  CacheDims dims;
+  void *data = nullptr;
+  float *scales = nullptr;
+  int32_t *tables = nullptr, *contextLens = nullptr, *qsl = nullptr;
+  __nv_bfloat16 *q = nullptr, *out = nullptr;
+  int64_t maxBlocks = 0, numSeqs = 0, t = 0;
+
+  Batch(const Options &o, KVCacheDtype dtype, int64_t seqs, int context,
+        int newTokens, std::mt19937 &rng) {
+    numSeqs = seqs;
+    dims = CacheDims{1, o.kvHeads, o.headDim, o.blockSize};
+    maxBlocks = (context + o.blockSize - 1) / o.blockSize;
+    const int64_t blocks = seqs * maxBlocks;
+    const int64_t elements =
+        blocks * 2 * int64_t(o.blockSize) * o.kvHeads * o.headDim;
+    const size_t bytes = elements * kvCacheElementBytes(dtype);
+    check(cudaMalloc(&data, bytes), "pool");
+    // Random bytes, 64 MiB of them repeated over larger pools: bf16 values
+    // with the exponent's high bits 0111110 (finite, |x| < 1/2), fp8 codes
+    // masked with 0xB7 (finite, |x| < 1).
+    const size_t chunk = std::min<size_t>(bytes, size_t(64) << 20);
+    std::vector<uint8_t> host(chunk);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (size_t i = 0; i < chunk; ++i) {
+      uint8_t x = uint8_t(byte(rng));
+      if (dtype == KVCacheDtype::kBf16)
+        x = i % 2 ? uint8_t((x & 0x80) | 0x3E | (x & 1)) : x;
+      else
+        x &= 0xB7;
+      host[i] = x;
+    }
+    for (size_t offset = 0; offset < bytes; offset += chunk)
+      check(cudaMemcpy(static_cast<uint8_t *>(data) + offset, host.data(),
+                       std::min(chunk, bytes - offset), cudaMemcpyHostToDevice),
+            "pool upload");
+    if (dtype == KVCacheDtype::kF8E4M3) {
+      std::vector<float> ones(elements / o.headDim, 1.0f);
+      check(cudaMalloc(&scales, ones.size() * 4), "scales");
+      check(cudaMemcpy(scales, ones.data(), ones.size() * 4,
+                       cudaMemcpyHostToDevice),
+            "scales upload");
+    }
+    pool = dtype == KVCacheDtype::kBf16
+               ? KVCachePool(static_cast<__nv_bfloat16 *>(data))
+               : KVCachePool(static_cast<uint8_t *>(data), scales, dtype);
+    std::vector<int32_t> order(blocks);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<int32_t> lens(seqs, context), starts(seqs + 1);
+    for (int64_t s = 0; s <= seqs; ++s)
+      starts[s] = int32_t(s * newTokens);
+    t = seqs * newTokens;
+    tables = upload(order);
+    contextLens = upload(lens);
+    qsl = upload(starts);
+    const int64_t qElements = t * o.heads * o.headDim;
+    std::vector<__nv_bfloat16> hq(qElements);
+    std::normal_distribution<float> normal;
+    for (auto &x : hq)
+      x = __float2bfloat16_rn(normal(rng));
+    check(cudaMalloc(&q, qElements * 2), "q");
+    check(cudaMalloc(&out, qElements * 2), "out");
+    check(cudaMemcpy(q, hq.data(), qElements * 2, cudaMemcpyHostToDevice),
+          "q upload");
+  }
+  ~Batch() {
+    for (void *p :
+         {data, static_cast<void *>(scales), static_cast<void *>(tables),
+          static_cast<void *>(contextLens), static_cast<void *>(qsl),
+          static_cast<void *>(q), static_cast<void *>(out)})
+      if (p)
+        cudaFree(p);
+  }
+  Batch(const Batch &) = delete;
+
+  static int32_t *upload(const std::vector<int32_t> &host) {
+    int32_t *device = nullptr;
+    check(cudaMalloc(&device, host.size() * 4), "table");
+    check(cudaMemcpy(device, host.data(), host.size() * 4,
+                     cudaMemcpyHostToDevice),
+          "table upload");
+    return device;
+  }
+};
+
+AttentionDims attentionOf(const Options &o) {
+  AttentionDims a;
+  a.numHeads = o.heads;
+  a.numKVHeads = o.kvHeads;
+  a.headDim = o.headDim;
+  a.scale = 1.0f / std::sqrt(float(o.headDim));
+  return a;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  const Options o = parse(argc, argv);
+  cudaDeviceProp prop;
+  check(cudaGetDeviceProperties(&prop, 0), "device");
+  const double copy = copyBandwidth(o.repeats);
+  const double gemm = gemmCeiling(o.repeats);
+  std::printf("device %s, %d SMs; heads %d, kv heads %d, head_dim %d, block "
+              "size %d\n",
+              prop.name, prop.multiProcessorCount, o.heads, o.kvHeads,
+              o.headDim, o.blockSize);
+  std::printf("result ceiling copy_gbps=%.0f gemm_tflops=%.1f\n", copy / 1e9,
+              gemm);
+  std::mt19937 rng(1);
+  const AttentionDims a = attentionOf(o);
+
+  for (const std::string &name : o.pools) {
+    const KVCacheDtype dtype = dtypeOf(name);
+    for (int n : o.prefill) {
+      Batch b(o, dtype, 1, n, n, rng);
+      const double flops =
+          4.0 * (double(n) * (n + 1) / 2) * o.headDim * o.heads;
+      for (const char *kernel : {"sm90", "mma"}) {
+        const bool sm90 = std::strcmp(kernel, "sm90") == 0;
+        if (sm90 && !(prefillAttentionSm90Enabled() &&
+                      prefillAttentionSm90Supports(a, b.dims, dtype)))
+          continue;
+        const double ms = timeLaunches(
+            [&](cudaStream_t s) {
+              return sm90 ? launchPrefillAttentionSm90(
+                                b.q, b.pool, b.dims, a, b.tables, b.maxBlocks,
+                                b.contextLens, b.qsl, 1, b.t, b.out, s)
+                          : launchPrefillAttention(
+                                b.q, b.pool, b.dims, a, b.tables, b.maxBlocks,
+                                b.contextLens, b.qsl, 1, b.t, b.out, s);
+            },
+            o.repeats);
+        const double tflops = flops / (ms * 1e-3) / 1e12;
+        std::printf("result prefill kernel=%s pool=%s tokens=%d ms=%.3f "
+                    "tflops=%.1f pct_gemm=%.0f\n",
+                    kernel, name.c_str(), n, ms, tflops, 100 * tflops / gemm);
+      }
+    }
+    const size_t workspaceBytes = splitKVWorkspaceBytes(o.headDim);
+    float *workspace = nullptr;
+    check(cudaMalloc(&workspace, workspaceBytes), "workspace");
+    for (auto [batch, context] : o.decode) {
+      Batch b(o, dtype, batch, context, 1, rng);
+      const double bytes = double(batch) * context * o.kvHeads * 2 *
+                           (double(o.headDim) * kvCacheElementBytes(dtype) +
+                            (dtype == KVCacheDtype::kF8E4M3 ? 4 : 0));
+      const double ms = timeLaunches(
+          [&](cudaStream_t s) {
+            return launchPagedAttention(
+                b.q, b.pool, b.dims, a, b.tables, b.maxBlocks, b.contextLens,
+                b.qsl, batch, b.t, b.out, s,
+                SplitKVWorkspace{workspace, workspaceBytes});
+          },
+          o.repeats);
+      const double gbps = bytes / (ms * 1e-3) / 1e9;
+      std::printf(
+          "result decode pool=%s batch=%d context=%d splits=%d "
+          "us=%.1f gbps=%.0f pct_copy=%.0f\n",
+          name.c_str(), batch, context,
+          splitKVSplits(a, o.blockSize, b.maxBlocks, batch, workspaceBytes),
+          ms * 1e3, gbps, 100 * gbps * 1e9 / copy);
+    }
+    cudaFree(workspace);
+  }
+  return 0;
+}

@@ -1,0 +1,462 @@
+//===- DecodeAttention.cuh - Split-KV, GQA-aware paged decode --*- CUDA -*-===//
+//
+// Attention of the decode rows of a batch (sequences with one new token)
+// over the paged pool (bf16 or fp8, KVCache.cuh). One thread block of 4
+// warps per (sequence, kv head, tile of up to 8 of its query heads, split):
+//
+//   grid = [splits][kv heads * head tiles][sequences]
+//
+// Each K/V vector is read once for all query heads of the tile (GQA/MQA).
+// A key is read by L = head_dim / 8 lanes, 8 elements each (16 bytes of
+// bf16, 8 of fp8), so a warp's lane groups read 32 / L keys at once. The
+// kernel is bound by the bytes of the keys and values it reads, so each
+// lane group issues the loads of kUnroll keys (32 registers of raw K/V)
+// before it uses the first, and the block keeps 16 to 32 KiB in flight:
+//
+//   iteration i, lane group g, slot u:  key = first + (i kUnroll + u) G + g
+//
+// (G lane groups per block). The scores of a slot are reduced over the L
+// lanes; the online softmax (running max and sum per head, base 2: q is
+// scaled by scale * log2(e) as it is loaded) is updated once per iteration
+// for its kUnroll keys, and the lane groups merge through shared memory at
+// the end.
+//
+// Split-KV: a sequence's visible keys (first .. position, the sliding
+// window's or all) are cut into `splits` equal ranges, one per block. With
+// one split the block writes the output; otherwise it writes its normalized
+// partial output, max and sum to the workspace, and splitKVCombineKernel
+// merges them:
+//
+//   M = max_i m_i,  w_i = l_i 2^(m_i - M),  out = sum_i w_i o_i / sum_i w_i
+//
+// The split count is chosen on the host from the longest context the block
+// tables can hold and the SM count (never from the batch's lengths, which
+// live on the device), so launches read the batch on the device only and
+// can be captured in a CUDA graph.
+//
+// Streaming plans (AttentionDims::keyRotaryDim > 0): each lane rotates its
+// 8 elements of key j at position j as it loads them (ropeKeyElement, the
+// fp32 kernel's arithmetic; the partner elements are read from the pool).
+//
+// The kernels and launchers are templates of the q/out element type (fp32
+// or bf16); DecodeAttention.cu instantiates the bf16 ones,
+// DecodeAttentionF32.cu the fp32 ones.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_CUDA_KERNELS_DECODEATTENTION_CUH
+#define INFER_RUNTIME_CUDA_KERNELS_DECODEATTENTION_CUH
+
+#include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/kernels/KVCache.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace infer::cuda::decode {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+/// Query heads per block: larger groups take several head tiles.
+constexpr int kMaxHeadTile = 8;
+/// Blocks per SM the split count aims at (memory-level parallelism).
+constexpr int kBlocksPerSm = 4;
+/// Fewest keys worth a split of their own.
+constexpr int kMinKeysPerSplit = 64;
+constexpr int kMaxSplits = 256;
+
+/// Keys a lane group loads before it uses the first: 32 registers of raw
+/// keys and values (16 bytes a bf16 slot, 8 an fp8 one), halved for tiles
+/// of 8 heads, whose q and accumulators take 128 registers. Rotated keys
+/// cost more arithmetic (cos and sin per element) than bytes: one at a time.
+template <KVCacheDtype T, int kHeadTile, bool kRotate>
+__host__ __device__ constexpr int unrollOf() {
+  if (kRotate)
+    return 1;
+  return (T == KVCacheDtype::kBf16 ? 4 : 8) / (kHeadTile >= 8 ? 2 : 1);
+}
+
+/// The raw 8 elements of a K or V row a lane loads: 16 bytes of bf16 or 8
+/// of fp8.
+template <KVCacheDtype T>
+using Raw8 = std::conditional_t<T == KVCacheDtype::kBf16, uint4, uint2>;
+
+template <KVCacheDtype T>
+__device__ __forceinline__ Raw8<T> loadRaw8(const void *data, int64_t offset) {
+  return *reinterpret_cast<const Raw8<T> *>(
+      static_cast<const typename KVElement<T>::Storage *>(data) + offset);
+}
+
+template <KVCacheDtype T>
+__device__ __forceinline__ void decodeRaw8(const Raw8<T> &raw, float scale,
+                                           float (&x)[8]) {
+  if constexpr (T == KVCacheDtype::kBf16) {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      __nv_bfloat162 pair;
+      *reinterpret_cast<uint32_t *>(&pair) = words[i];
+      const float2 f = __bfloat1622float2(pair);
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    }
+  } else {
+    decodeFp8x8<T>(raw, scale, x);
+  }
+}
+
+template <typename TQ> __device__ __forceinline__ float toFloat(TQ x) {
+  if constexpr (std::is_same_v<TQ, __nv_bfloat16>)
+    return __bfloat162float(x);
+  else
+    return x;
+}
+
+template <typename TQ> __device__ __forceinline__ TQ fromFloat(float x) {
+  if constexpr (std::is_same_v<TQ, __nv_bfloat16>)
+    return __float2bfloat16_rn(x);
+  else
+    return x;
+}
+
+template <int D, int kHeadTile, KVCacheDtype T, bool kRotate, typename TQ>
+__global__ void __launch_bounds__(kThreads)
+    splitKVDecodeKernel(const TQ *q, KVCachePool pool, CacheDims dims,
+                        AttentionDims a, const int32_t *blockTables,
+                        int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                        const int32_t *queryStartLoc, int splits, TQ *out,
+                        float *partialOut, float *partialMax,
+                        float *partialSum) {
+  constexpr int kLanesPerKey = D / 8;
+  constexpr int kKeysPerWarp = 32 / kLanesPerKey;
+  constexpr int kGroups = kWarps * kKeysPerWarp; // lane groups per block
+  constexpr int kUnroll = unrollOf<T, kHeadTile, kRotate>();
+  __shared__ float groupMax[kGroups][kHeadTile], groupSum[kGroups][kHeadTile];
+  __shared__ float groupAcc[kGroups][kHeadTile][D];
+
+  const int64_t seq = blockIdx.z;
+  const int64_t token = queryStartLoc[seq];
+  if (queryStartLoc[seq + 1] - token != 1)
+    return;
+  const int split = blockIdx.x;
+  const int group = a.numHeads / a.numKVHeads;
+  const int headTiles = (group + kHeadTile - 1) / kHeadTile;
+  const int kvHead = blockIdx.y / headTiles;
+  const int firstHead = kvHead * group + (blockIdx.y % headTiles) * kHeadTile;
+  const int lastHead = min(firstHead + kHeadTile, (kvHead + 1) * group);
+  const int heads = lastHead - firstHead;
+
+  // Positions fit in int32 (context_lens do).
+  const int position = contextLens[seq] - 1;
+  const int first = a.slidingWindow > 0 && position - a.slidingWindow + 1 > 0
+                        ? position - a.slidingWindow + 1
+                        : 0;
+  const int perSplit = (position - first + splits) / splits;
+  const int keyBegin = first + split * perSplit;
+  const int keyEnd = min(keyBegin + perSplit, position + 1);
+  const int32_t *table = blockTables + seq * maxBlocksPerSeq;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int sub = lane % kLanesPerKey;
+  const int laneGroup = warp * kKeysPerWarp + lane / kLanesPerKey;
+  const int64_t valueDelta = int64_t(dims.blockSize) * dims.numKVHeads * D;
+
+  // q in base-2 units: scores come out as scale * log2(e) * q.k.
+  const float qScale = a.scale * 1.4426950408889634f;
+  float qv[kHeadTile][8], acc[kHeadTile][8];
+  float runningMax[kHeadTile], runningSum[kHeadTile];
+#pragma unroll
+  for (int h = 0; h < kHeadTile; ++h) {
+    runningMax[h] = -INFINITY;
+    runningSum[h] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      acc[h][e] = 0.0f;
+      qv[h][e] =
+          h < heads
+              ? qScale * toFloat(q[(token * a.numHeads + firstHead + h) * D +
+                                   sub * 8 + e])
+              : 0.0f;
+    }
+  }
+
+  // Warp-uniform trip count: the score reductions shuffle across the whole
+  // warp, so a lane group past the end computes on zeros and discards them.
+  for (int base = keyBegin + warp * kKeysPerWarp; base < keyEnd;
+       base += kUnroll * kGroups) {
+    Raw8<T> kRaw[kUnroll], vRaw[kUnroll];
+    float kScale[kUnroll], vScale[kUnroll];
+    int64_t kOffset[kUnroll];
+    bool valid[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = base + u * kGroups + lane / kLanesPerKey;
+      valid[u] = j < keyEnd;
+      kRaw[u] = {};
+      vRaw[u] = {};
+      kScale[u] = vScale[u] = 1.0f;
+      kOffset[u] = 0;
+      if (valid[u]) {
+        const int64_t slot =
+            int64_t(table[j / dims.blockSize]) * dims.blockSize +
+            j % dims.blockSize;
+        kOffset[u] = kvSlotOffset(dims, slot, a.layer, 0) + int64_t(kvHead) * D;
+        kRaw[u] = loadRaw8<T>(pool.data, kOffset[u] + sub * 8);
+        vRaw[u] = loadRaw8<T>(pool.data, kOffset[u] + valueDelta + sub * 8);
+        if constexpr (KVElement<T>::kScaled) {
+          kScale[u] = pool.scales[kOffset[u] / D];
+          vScale[u] = pool.scales[(kOffset[u] + valueDelta) / D];
+        }
+      }
+    }
+    // Scores of every slot, reduced over the key's lanes.
+    float score[kHeadTile][kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float kx[8];
+      decodeRaw8<T>(kRaw[u], kScale[u], kx);
+      if constexpr (kRotate) {
+        if (valid[u]) {
+          const int j = base + u * kGroups + lane / kLanesPerKey;
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            kx[e] = ropeKeyElement<T>(pool.data, kOffset[u], kScale[u], a,
+                                      sub * 8 + e, kx[e], j);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < kHeadTile; ++h) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          dot += qv[h][e] * kx[e];
+#pragma unroll
+        for (int offset = kLanesPerKey / 2; offset > 0; offset /= 2)
+          dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        score[h][u] = valid[u] ? dot : -INFINITY;
+      }
+    }
+    // One softmax update for the slots; a group with no valid slot (past
+    // the end) keeps its state.
+    float p[kHeadTile][kUnroll];
+#pragma unroll
+    for (int h = 0; h < kHeadTile; ++h) {
+      float m = runningMax[h];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        m = fmaxf(m, score[h][u]);
+      const float correction = m == -INFINITY ? 1.0f : exp2f(runningMax[h] - m);
+      float sum = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        p[h][u] = m == -INFINITY ? 0.0f : exp2f(score[h][u] - m);
+        sum += p[h][u];
+      }
+      runningSum[h] = runningSum[h] * correction + sum;
+      runningMax[h] = m;
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        acc[h][e] *= correction;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float vx[8];
+      decodeRaw8<T>(vRaw[u], vScale[u], vx);
+#pragma unroll
+      for (int h = 0; h < kHeadTile; ++h)
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          acc[h][e] += p[h][u] * vx[e];
+    }
+  }
+
+#pragma unroll
+  for (int h = 0; h < kHeadTile; ++h) {
+    if (sub == 0) {
+      groupMax[laneGroup][h] = runningMax[h];
+      groupSum[laneGroup][h] = runningSum[h];
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      groupAcc[laneGroup][h][sub * 8 + e] = acc[h][e];
+  }
+  __syncthreads();
+
+  for (int i = threadIdx.x; i < heads * D; i += kThreads) {
+    const int h = i / D, e = i % D;
+    float m = -INFINITY;
+    for (int g = 0; g < kGroups; ++g)
+      m = fmaxf(m, groupMax[g][h]);
+    float sum = 0.0f, value = 0.0f;
+    for (int g = 0; g < kGroups; ++g) {
+      if (groupSum[g][h] == 0.0f)
+        continue;
+      const float w = exp2f(groupMax[g][h] - m);
+      sum += groupSum[g][h] * w;
+      value += groupAcc[g][h][e] * w;
+    }
+    const int64_t row = token * a.numHeads + firstHead + h;
+    if (splits == 1) {
+      out[row * D + e] = fromFloat<TQ>(value / sum);
+      continue;
+    }
+    // Partial results per (sequence, head, split), normalized; an empty
+    // split has sum 0 and weighs nothing in the combine.
+    const int64_t entry = (seq * a.numHeads + firstHead + h) * splits + split;
+    partialOut[entry * D + e] = sum > 0.0f ? value / sum : 0.0f;
+    if (e == 0) {
+      partialMax[entry] = m;
+      partialSum[entry] = sum;
+    }
+  }
+}
+
+/// One block per (sequence, head) of the decode rows: merges the splits.
+template <int D, typename TQ>
+__global__ void __launch_bounds__(D)
+    splitKVCombineKernel(const int32_t *queryStartLoc, int numHeads, int splits,
+                         const float *partialOut, const float *partialMax,
+                         const float *partialSum, TQ *out) {
+  const int64_t seq = blockIdx.x;
+  const int head = blockIdx.y;
+  const int64_t token = queryStartLoc[seq];
+  if (queryStartLoc[seq + 1] - token != 1)
+    return;
+  const int64_t base = (seq * numHeads + head) * splits;
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s)
+    if (partialSum[base + s] > 0.0f)
+      m = fmaxf(m, partialMax[base + s]);
+  float total = 0.0f, value = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const float sum = partialSum[base + s];
+    if (sum == 0.0f)
+      continue;
+    const float w = sum * exp2f(partialMax[base + s] - m);
+    total += w;
+    value += w * partialOut[(base + s) * D + threadIdx.x];
+  }
+  out[(token * numHeads + head) * D + threadIdx.x] =
+      fromFloat<TQ>(value / total);
+}
+
+/// Query heads of a block for groups of `group` heads per kv head.
+inline int headTileOf(int group) {
+  return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : kMaxHeadTile;
+}
+
+template <typename TQ> struct Launch {
+  const TQ *q;
+  KVCachePool pool;
+  CacheDims dims;
+  AttentionDims attention;
+  const int32_t *blockTables;
+  int64_t maxBlocksPerSeq;
+  const int32_t *contextLens;
+  const int32_t *queryStartLoc;
+  int64_t numSeqs;
+  int splits;
+  TQ *out;
+  SplitKVWorkspace workspace;
+  cudaStream_t stream;
+};
+
+template <int D, int kHeadTile, KVCacheDtype T, typename TQ>
+cudaError_t launchDecode(const Launch<TQ> &l) {
+  const AttentionDims &a = l.attention;
+  const int group = a.numHeads / a.numKVHeads;
+  const int headTiles = (group + kHeadTile - 1) / kHeadTile;
+  const int64_t entries = l.numSeqs * a.numHeads * l.splits;
+  float *partialOut = l.workspace.data;
+  float *partialMax = partialOut + entries * D;
+  float *partialSum = partialMax + entries;
+  dim3 grid(static_cast<unsigned>(l.splits),
+            static_cast<unsigned>(a.numKVHeads * headTiles),
+            static_cast<unsigned>(l.numSeqs));
+  if (a.keyRotaryDim > 0)
+    splitKVDecodeKernel<D, kHeadTile, T, true, TQ>
+        <<<grid, kThreads, 0, l.stream>>>(l.q, l.pool, l.dims, a, l.blockTables,
+                                          l.maxBlocksPerSeq, l.contextLens,
+                                          l.queryStartLoc, l.splits, l.out,
+                                          partialOut, partialMax, partialSum);
+  else
+    splitKVDecodeKernel<D, kHeadTile, T, false, TQ>
+        <<<grid, kThreads, 0, l.stream>>>(l.q, l.pool, l.dims, a, l.blockTables,
+                                          l.maxBlocksPerSeq, l.contextLens,
+                                          l.queryStartLoc, l.splits, l.out,
+                                          partialOut, partialMax, partialSum);
+  if (l.splits == 1)
+    return cudaGetLastError();
+  dim3 combineGrid(static_cast<unsigned>(l.numSeqs),
+                   static_cast<unsigned>(a.numHeads));
+  splitKVCombineKernel<D, TQ><<<combineGrid, D, 0, l.stream>>>(
+      l.queryStartLoc, a.numHeads, l.splits, partialOut, partialMax, partialSum,
+      l.out);
+  return cudaGetLastError();
+}
+
+template <int D, int kHeadTile, typename TQ>
+cudaError_t launchOfDtype(const Launch<TQ> &l) {
+  switch (l.pool.dtype) {
+  case KVCacheDtype::kBf16:
+    return launchDecode<D, kHeadTile, KVCacheDtype::kBf16>(l);
+  case KVCacheDtype::kF8E5M2:
+    return launchDecode<D, kHeadTile, KVCacheDtype::kF8E5M2>(l);
+  case KVCacheDtype::kF8E4M3:
+    return launchDecode<D, kHeadTile, KVCacheDtype::kF8E4M3>(l);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <int D, typename TQ>
+cudaError_t launchOfHeadTile(const Launch<TQ> &l) {
+  switch (headTileOf(l.attention.numHeads / l.attention.numKVHeads)) {
+  case 1:
+    return launchOfDtype<D, 1>(l);
+  case 2:
+    return launchOfDtype<D, 2>(l);
+  case 4:
+    return launchOfDtype<D, 4>(l);
+  default:
+    return launchOfDtype<D, kMaxHeadTile>(l);
+  }
+}
+
+/// launchSplitKVDecode (Kernels.h) for q and out of type TQ.
+template <typename TQ>
+cudaError_t launch(const TQ *q, KVCachePool pool, CacheDims dims,
+                   AttentionDims attention, const int32_t *blockTables,
+                   int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                   const int32_t *queryStartLoc, int64_t numSeqs, TQ *out,
+                   SplitKVWorkspace workspace, cudaStream_t stream) {
+  if (numSeqs <= 0)
+    return cudaSuccess;
+  if (!splitKVDecodeSupports(attention, dims) || numSeqs > 65535 ||
+      (pool.dtype == KVCacheDtype::kF8E4M3 && !pool.scales))
+    return cudaErrorInvalidValue;
+  const Launch<TQ> l{q,
+                     pool,
+                     dims,
+                     attention,
+                     blockTables,
+                     maxBlocksPerSeq,
+                     contextLens,
+                     queryStartLoc,
+                     numSeqs,
+                     splitKVSplits(attention, dims.blockSize, maxBlocksPerSeq,
+                                   numSeqs, workspace.bytes),
+                     out,
+                     workspace,
+                     stream};
+  if (attention.headDim == 64)
+    return launchOfHeadTile<64>(l);
+  if (attention.headDim == 128)
+    return launchOfHeadTile<128>(l);
+  return launchOfHeadTile<256>(l);
+}
+
+} // namespace infer::cuda::decode
+
+#endif // INFER_RUNTIME_CUDA_KERNELS_DECODEATTENTION_CUH

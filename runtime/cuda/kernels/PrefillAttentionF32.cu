@@ -1,0 +1,22 @@
+//===- PrefillAttentionF32.cu - mma.sync prefill attention, fp32 ---------===//
+//
+// The fp32 q/out entry of the mma.sync prefill attention, for the backend's
+// fp32 activations until they are bf16 end to end.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/kernels/PrefillAttention.cuh"
+
+namespace infer::cuda {
+
+cudaError_t
+launchPrefillAttention(const float *q, KVCachePool pool, CacheDims dims,
+                       AttentionDims attention, const int32_t *blockTables,
+                       int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                       const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
+                       float *out, cudaStream_t stream) {
+  return fa2::launch(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
+                     contextLens, queryStartLoc, numSeqs, t, out, stream);
+}
+
+} // namespace infer::cuda

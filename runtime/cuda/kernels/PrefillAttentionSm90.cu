@@ -1,0 +1,124 @@
+//===- PrefillAttentionSm90.cu - Hopper prefill attention, bf16 ----------===//
+//
+// The bf16 entry of the Hopper prefill attention (PrefillAttentionSm90.cuh),
+// the tensor maps of the pool and the routing checks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/kernels/PrefillAttentionSm90.cuh"
+
+#include <cudaTypedefs.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace infer::cuda {
+
+namespace sm90 {
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                         cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+/// Whether this build holds sm_90a code of the kernels and the current
+/// device runs it (compute capability 9.0).
+bool kernelRuns() {
+  static const bool runs = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                               device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                               device) != cudaSuccess)
+      return false;
+    cudaFuncAttributes attributes;
+    if (cudaFuncGetAttributes(
+            &attributes, prefillAttentionSm90Kernel<128, KVCacheDtype::kBf16,
+                                                    false, __nv_bfloat16>) !=
+        cudaSuccess)
+      return false;
+    return major == 9 && minor == 0 && attributes.binaryVersion == 90;
+  }();
+  return runs;
+}
+
+} // namespace
+
+cudaError_t encodePoolMap(CUtensorMap *map, const void *pool,
+                          const CacheDims &dims, int elementBytes,
+                          int boxColumns, bool swizzle) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
+  if (!encode)
+    return cudaErrorNotSupported;
+  const cuuint64_t e = elementBytes;
+  // The planes are as many as the pool has; the map needs a bound, not the
+  // allocation's (boxes are only ever asked for inside it).
+  const cuuint64_t globalDim[4] = {cuuint64_t(dims.headDim),
+                                   cuuint64_t(dims.numKVHeads),
+                                   cuuint64_t(dims.blockSize), 1u << 30};
+  const cuuint64_t globalStrides[3] = {
+      e * dims.headDim, e * dims.headDim * dims.numKVHeads,
+      e * dims.headDim * dims.numKVHeads * dims.blockSize};
+  const int rows = dims.blockSize < kKeys ? dims.blockSize : kKeys;
+  const cuuint32_t box[4] = {cuuint32_t(boxColumns), 1, cuuint32_t(rows), 1};
+  const cuuint32_t elementStrides[4] = {1, 1, 1, 1};
+  const CUresult result = encode(
+      map,
+      elementBytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                        : CU_TENSOR_MAP_DATA_TYPE_UINT8,
+      4, const_cast<void *>(pool), globalDim, globalStrides, box,
+      elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+} // namespace sm90
+
+bool prefillAttentionSm90Enabled() {
+  static const bool enabled = [] {
+    const char *kernel = std::getenv("INFER_ATTENTION_KERNEL");
+    return !(kernel && std::strcmp(kernel, "fallback") == 0);
+  }();
+  return enabled;
+}
+
+bool prefillAttentionSm90Supports(const AttentionDims &attention,
+                                  const CacheDims &dims, KVCacheDtype dtype) {
+  const int bs = dims.blockSize;
+  const bool blockSizeFits =
+      bs >= 8 &&
+      (bs <= sm90::kKeys ? (bs & (bs - 1)) == 0 : bs % sm90::kKeys == 0);
+  return (attention.headDim == 64 || attention.headDim == 128) &&
+         attention.headDim == dims.headDim &&
+         attention.numKVHeads == dims.numKVHeads && attention.numKVHeads > 0 &&
+         attention.numHeads % attention.numKVHeads == 0 &&
+         attention.scale > 0.0f && blockSizeFits && validKeyRope(attention) &&
+         (attention.keyRotaryDim == 0 || dtype == KVCacheDtype::kBf16) &&
+         sm90::kernelRuns();
+}
+
+cudaError_t
+launchPrefillAttentionSm90(const __nv_bfloat16 *q, KVCachePool pool,
+                           CacheDims dims, AttentionDims attention,
+                           const int32_t *blockTables, int64_t maxBlocksPerSeq,
+                           const int32_t *contextLens,
+                           const int32_t *queryStartLoc, int64_t numSeqs,
+                           int64_t t, __nv_bfloat16 *out, cudaStream_t stream) {
+  return sm90::launch(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
+                      contextLens, queryStartLoc, numSeqs, t, out, stream);
+}
+
+} // namespace infer::cuda

@@ -1,0 +1,355 @@
+//===- PrefillAttentionSm90Test.cpp - Hopper prefill attention vs CPU -----===//
+//
+// launchPrefillAttentionSm90 (wgmma + TMA, PrefillAttentionSm90.cuh) on the
+// rows of sequences with two or more new tokens, skipped on GPUs other than
+// compute capability 9.0:
+// - structured values that say where a layout is wrong: with q = 0 every
+//   visible key weighs the same, so values v[j][e] = f(e) must come out as
+//   f(e) in every row (the P V product and the output's columns), and
+//   v[j][e] = j % 64 as the mean over the row's visible keys (its masks,
+//   tiles and rows); each bad row is printed with its tile, warpgroup and
+//   warp;
+// - fresh random batches against the CPU kernel: head_dim 64/128, GQA 1 to
+//   16 (5: a group that splits 128-row tiles unevenly), block sizes 8 to
+//   256, sliding windows, chunked prefill over up to 20000 cached tokens,
+//   speculative-verification rows (few new tokens over a long context),
+//   decode rows left to other kernels, fp32 and bf16 q/out;
+// - fp8 pools (E4M3 with scales, E5M2) and streaming key rotation (bf16
+//   pool), which pass through the producer's staging buffers;
+// - a captured graph replaying the eager result.
+// q, K, V and the probabilities are bf16 on the GPU: tolerance 1e-2 of the
+// largest output (and 1/256 more for bf16 outputs). Slots no sequence owns
+// hold NaN, so a read or an unmasked stale key shows.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/Kernels.h"
+#include "tests/runtime/cuda/AttentionTestSupport.h"
+#include "tests/runtime/cuda/DeviceArray.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <limits>
+
+namespace infer::testing {
+namespace {
+
+using cuda::AttentionDims;
+using cuda::CacheDims;
+using cuda::KVCacheDtype;
+
+constexpr double kBf16Tol = 1e-2;
+constexpr QueryType kQueryTypes[] = {QueryType::kF32, QueryType::kBf16};
+
+class PrefillAttentionSm90Test : public GpuAttentionTest {
+protected:
+  void SetUp() override {
+    GpuAttentionTest::SetUp();
+    if (IsSkipped())
+      return;
+    const AttentionDims a = attentionDims(0, 8, 8, 128, 0);
+    const CacheDims dims{1, 8, 128, 16};
+    if (!cuda::prefillAttentionSm90Supports(a, dims, KVCacheDtype::kBf16))
+      GTEST_SKIP() << "the Hopper kernel needs a GPU of compute capability "
+                      "9.0 and a build with sm_90a code";
+  }
+
+  /// launchPrefillAttentionSm90 of batch `b` over `pool`, q and out of
+  /// `type`; the rows of decode sequences stay NaN.
+  std::vector<float> run(QueryType type, const PagedBatch &b,
+                         cuda::KVCachePool pool, const CacheDims &dims,
+                         const AttentionDims &a, cudaStream_t stream) {
+    DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
+    const int64_t numSeqs = b.contextLens.size();
+    return runWithQueries(type, b.q, [&](auto q, auto out) {
+      return cuda::launchPrefillAttentionSm90(
+          q, pool, dims, a, tables.get(), b.maxBlocks, context.get(), qsl.get(),
+          numSeqs, b.t, out, stream);
+    });
+  }
+};
+
+/// A bf16 pool of one layer whose values say which key they belong to.
+struct StructuredBatch {
+  BlockTables blocks;
+  std::vector<__nv_bfloat16> pool;
+  std::vector<float> q;
+  int64_t t = 0;
+};
+
+TEST_F(PrefillAttentionSm90Test, StructuredValuesLocateLayoutErrors) {
+  struct Case {
+    int heads, kvHeads, headDim, window, blockSize;
+    SeqShape seqs;
+  };
+  const Case cases[] = {
+      {2, 1, 128, 0, 16, {{0, 200}}},             // GQA 2: 4 row tiles
+      {1, 1, 64, 0, 8, {{0, 130}}},               // d 64, two key tiles
+      {4, 2, 128, 0, 16, {{300, 70}, {0, 1}}},    // chunked, a decode row
+      {2, 2, 128, 50, 32, {{100, 150}, {5, 20}}}, // window
+  };
+  for (const Case &c : cases)
+    for (int pattern = 0; pattern < 2; ++pattern) {
+      const int d = c.headDim;
+      StructuredBatch b;
+      b.blocks = shuffledBlockTables(c.seqs, c.blockSize, 2, rng_);
+      const cpu::CacheGeometry g = cacheGeometry(1, c.kvHeads, d, c.blockSize);
+      b.pool.assign(
+          b.blocks.numBlocks * g.blockElements(),
+          __float2bfloat16_rn(std::numeric_limits<float>::quiet_NaN()));
+      for (size_t s = 0; s < c.seqs.size(); ++s) {
+        const auto [cached, fresh] = c.seqs[s];
+        for (int pos = 0; pos < cached + fresh; ++pos) {
+          const int64_t slot = b.blocks.slot(s, pos);
+          for (int h = 0; h < c.kvHeads; ++h)
+            for (int e = 0; e < d; ++e) {
+              const int64_t k = g.offset(slot, 0, 0) + h * d + e;
+              const int64_t v = g.offset(slot, 0, 1) + h * d + e;
+              b.pool[k] = __float2bfloat16_rn(normal());
+              // Exact in bf16: multiples of 1/2 below 64.
+              const float value = pattern == 0
+                                      ? float(e % 16) - 8.0f + 0.5f * (e / 16)
+                                      : float(pos % 64);
+              b.pool[v] = __float2bfloat16_rn(value);
+            }
+        }
+      }
+      b.t = b.blocks.qsl.back();
+      b.q.assign(size_t(b.t) * c.heads * d, 0.0f);
+
+      // Expected: pattern 0 every row f(e); pattern 1 the mean of pos % 64
+      // over the row's visible keys.
+      std::vector<float> want(b.q.size());
+      for (size_t s = 0; s < c.seqs.size(); ++s) {
+        const auto [cached, fresh] = c.seqs[s];
+        for (int i = 0; i < fresh; ++i) {
+          const int pos = cached + i;
+          const int first =
+              c.window > 0 && pos - c.window + 1 > 0 ? pos - c.window + 1 : 0;
+          double mean = 0.0;
+          for (int j = first; j <= pos; ++j)
+            mean += j % 64;
+          mean /= pos - first + 1;
+          for (int h = 0; h < c.heads; ++h)
+            for (int e = 0; e < d; ++e)
+              want[((b.blocks.qsl[s] + i) * c.heads + h) * d + e] =
+                  pattern == 0 ? float(e % 16) - 8.0f + 0.5f * (e / 16)
+                               : float(mean);
+        }
+      }
+
+      DeviceArray<__nv_bfloat16> pool(b.pool);
+      DeviceArray<int32_t> tables(b.blocks.tables),
+          context(b.blocks.contextLens), qsl(b.blocks.qsl);
+      const AttentionDims a = attentionDims(0, c.heads, c.kvHeads, d, c.window);
+      const CacheDims dims{1, c.kvHeads, d, c.blockSize};
+      const std::vector<float> got =
+          runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
+            return cuda::launchPrefillAttentionSm90(
+                q, cuda::KVCachePool(pool.get()), dims, a, tables.get(),
+                b.blocks.maxBlocks, context.get(), qsl.get(), c.seqs.size(),
+                b.t, out, nullptr);
+          });
+      const int64_t width = int64_t(c.heads) * d;
+      const std::vector<float> gotRows =
+          rowsOfSequences(got, b.blocks.qsl, width, false);
+      const std::vector<float> wantRows =
+          rowsOfSequences(want, b.blocks.qsl, width, false);
+      const double err = relError(gotRows, wantRows, 1.0);
+      std::cout << "[ kernel   ] sm90_structured pattern " << pattern << " "
+                << describe(AttentionCase{c.heads, c.kvHeads, d, c.window,
+                                          c.blockSize, c.seqs})
+                << " max rel err " << err << "\n";
+      EXPECT_LT(err, 2 * kBf16Tol) << "pattern " << pattern;
+      if (err < 2 * kBf16Tol)
+        continue;
+      // Where the bad rows sit: packed row f of a sequence's kv head is
+      // (query f / group, head f % group); a CTA holds 128 of them, its
+      // warpgroup w 64, its warps 16 each.
+      const int group = c.heads / c.kvHeads;
+      int printed = 0;
+      for (size_t s = 0; s < c.seqs.size() && printed < 12; ++s) {
+        const int fresh = c.seqs[s].second;
+        if (fresh < 2)
+          continue;
+        for (int i = 0; i < fresh && printed < 12; ++i)
+          for (int h = 0; h < c.heads && printed < 12; ++h) {
+            const int64_t row = (b.blocks.qsl[s] + i) * c.heads + h;
+            int bad = -1;
+            for (int e = 0; e < d && bad < 0; ++e)
+              if (!(std::fabs(got[row * d + e] - want[row * d + e]) <=
+                    0.05 * (1.0 + std::fabs(want[row * d + e]))))
+                bad = e;
+            if (bad < 0)
+              continue;
+            const int flat = i * group + h % group;
+            std::cout << "  bad row: seq " << s << " query " << i << " head "
+                      << h << " (packed row " << flat << ": tile " << flat / 128
+                      << " warpgroup " << (flat % 128) / 64 << " warp "
+                      << (flat % 64) / 16 << " lane row " << flat % 16
+                      << ") dim " << bad << " got " << got[row * d + bad]
+                      << " want " << want[row * d + bad] << "; dims 0..7 got";
+            for (int e = 0; e < 8; ++e)
+              std::cout << " " << got[row * d + e];
+            std::cout << "\n";
+            ++printed;
+          }
+      }
+    }
+}
+
+TEST_F(PrefillAttentionSm90Test, MatchesCpuAttention) {
+  const AttentionCase cases[] = {
+      {32, 8, 128, 0, 16, {{0, 300}}},                           // GQA 4
+      {8, 8, 64, 0, 16, {{0, 200}, {37, 1}, {5, 70}, {100, 1}}}, // mixed
+      {16, 2, 128, 0, 16, {{150, 77}, {64, 64}}},                // chunked
+      {4, 1, 64, 50, 16, {{0, 190}, {120, 33}, {9, 1}}},         // window
+      {8, 1, 128, 100, 32, {{300, 130}, {0, 2}}},                // GQA 8
+      {2, 2, 64, 0, 8, {{0, 2}, {3, 5}}},                        // tiny
+      {10, 2, 128, 0, 16, {{19990, 10}, {4000, 5}, {77, 1}}}, // GQA 5, verify
+      {32, 2, 128, 0, 256, {{1000, 300}}},                    // GQA 16, bs 256
+      {16, 16, 128, 0, 64, {{0, 129}, {127, 2}}},             // tile edges
+      {8, 8, 128, 0, 128, {{5000, 64}}},                      // bs 128
+      {32, 8, 128, 1000, 16, {{3000, 1500}}},                 // long window
+      {8, 4, 64, 0, 32, {{12000, 40}}},                       // d 64, long
+  };
+  const int layer = 1, numLayers = 2;
+  for (const AttentionCase &c : cases) {
+    const PagedBatch b = makePagedBatch(
+        c.seqs, KVCacheDtype::kBf16,
+        cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize),
+        cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window),
+        /*spareBlocks=*/3, /*bf16Queries=*/true);
+    const AttentionDims a =
+        attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window);
+    const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+    ASSERT_TRUE(
+        cuda::prefillAttentionSm90Supports(a, dims, KVCacheDtype::kBf16))
+        << describe(c);
+    DeviceArray<__nv_bfloat16> pool(b.bf16);
+    const int64_t width = int64_t(c.heads) * c.headDim;
+    const std::vector<float> want = rowsOfSequences(b.ref, b.qsl, width, false);
+    for (QueryType type : kQueryTypes) {
+      const std::vector<float> got = rowsOfSequences(
+          run(type, b, cuda::KVCachePool(pool.get()), dims, a, nullptr), b.qsl,
+          width, false);
+      const double err = relError(got, want);
+      std::cout << "[ kernel   ] sm90_prefill " << nameOf(type) << " "
+                << describe(c) << " max rel err " << err << "\n";
+      EXPECT_LT(err, kBf16Tol + outputTolerance(type))
+          << nameOf(type) << " " << describe(c);
+    }
+  }
+}
+
+TEST_F(PrefillAttentionSm90Test, Fp8PoolsAndKeyRope) {
+  struct Case {
+    KVCacheDtype dtype;
+    int rotaryDim;
+    AttentionCase shape;
+  };
+  const Case cases[] = {
+      {KVCacheDtype::kF8E4M3, 0, {32, 8, 128, 0, 16, {{100, 300}, {7, 1}}}},
+      {KVCacheDtype::kF8E5M2, 0, {32, 8, 128, 0, 16, {{100, 300}, {7, 1}}}},
+      {KVCacheDtype::kF8E4M3, 0, {8, 2, 64, 40, 8, {{0, 150}, {2000, 9}}}},
+      {KVCacheDtype::kF8E5M2, 0, {4, 4, 64, 0, 32, {{500, 66}}}},
+      {KVCacheDtype::kF8E4M3, 0, {10, 2, 128, 0, 256, {{3000, 200}}}},
+      {KVCacheDtype::kBf16, 128, {8, 2, 128, 0, 16, {{0, 200}, {300, 37}}}},
+      {KVCacheDtype::kBf16, 64, {32, 8, 128, 0, 32, {{20, 150}}}},
+      {KVCacheDtype::kBf16, 20, {8, 4, 64, 0, 16, {{30, 70}, {1000, 5}}}},
+  };
+  const int layer = 0, numLayers = 1;
+  for (const Case &k : cases) {
+    const AttentionCase &c = k.shape;
+    const std::string what =
+        std::string(k.dtype == KVCacheDtype::kBf16     ? "bf16"
+                    : k.dtype == KVCacheDtype::kF8E5M2 ? "e5m2"
+                                                       : "e4m3") +
+        " rotary " + std::to_string(k.rotaryDim) + " " + describe(c);
+    cpu::AttentionParams p =
+        cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window);
+    if (k.rotaryDim > 0) {
+      p.keyRope.headDim = c.headDim;
+      p.keyRope.rotaryDim = k.rotaryDim;
+      p.keyRope.theta = 10000.0;
+      ASSERT_TRUE(p.keyRope.validate().isOk());
+      p.keyRopeInvFreq = plan::ropeInverseFrequencies(p.keyRope);
+    }
+    const PagedBatch b = makePagedBatch(
+        c.seqs, k.dtype,
+        cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize), p,
+        /*spareBlocks=*/2, /*bf16Queries=*/true);
+    DeviceArray<float> freq(p.keyRopeInvFreq);
+    AttentionDims a =
+        attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window);
+    a.keyRotaryDim = k.rotaryDim;
+    a.keyRopeInvFreq = k.rotaryDim > 0 ? freq.get() : nullptr;
+    const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+    ASSERT_TRUE(cuda::prefillAttentionSm90Supports(a, dims, k.dtype)) << what;
+    DevicePool pool(b, k.dtype);
+    const int64_t width = int64_t(c.heads) * c.headDim;
+    const std::vector<float> want = rowsOfSequences(b.ref, b.qsl, width, false);
+    for (QueryType type : kQueryTypes) {
+      const std::vector<float> got = rowsOfSequences(
+          run(type, b, pool.pool, dims, a, nullptr), b.qsl, width, false);
+      const double err = relError(got, want);
+      std::cout << "[ kernel   ] sm90_prefill " << nameOf(type) << " " << what
+                << " max rel err " << err << "\n";
+      EXPECT_LT(err, kBf16Tol + outputTolerance(type))
+          << nameOf(type) << " " << what;
+    }
+  }
+}
+
+TEST_F(PrefillAttentionSm90Test, CapturedGraphReplaysTheEagerResult) {
+  const AttentionCase c{16, 4, 128, 0, 16, {{20, 90}, {50, 1}, {0, 300}}};
+  const int layer = 0, numLayers = 1;
+  const PagedBatch b = makePagedBatch(
+      c.seqs, KVCacheDtype::kBf16,
+      cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize),
+      cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window),
+      /*spareBlocks=*/3, /*bf16Queries=*/true);
+  const AttentionDims a =
+      attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window);
+  const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+  DeviceArray<__nv_bfloat16> pool(b.bf16);
+  const std::vector<float> eager =
+      run(QueryType::kBf16, b, cuda::KVCachePool(pool.get()), dims, a, nullptr);
+
+  DeviceArray<__nv_bfloat16> q(toBf16(b.q));
+  DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
+  auto replayed = DeviceArray<__nv_bfloat16>::poisoned(b.q.size());
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+            cudaSuccess);
+  const cudaError_t launched = cuda::launchPrefillAttentionSm90(
+      q.get(), cuda::KVCachePool(pool.get()), dims, a, tables.get(),
+      b.maxBlocks, context.get(), qsl.get(), c.seqs.size(), b.t, replayed.get(),
+      stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(launched, cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+
+  const int64_t width = int64_t(c.heads) * c.headDim;
+  const std::vector<float> got =
+      rowsOfSequences(fromBf16(replayed.download()), b.qsl, width, false);
+  const std::vector<float> want = rowsOfSequences(eager, b.qsl, width, false);
+  EXPECT_EQ(relError(got, want), 0.0);
+  EXPECT_LT(relError(want, rowsOfSequences(b.ref, b.qsl, width, false)),
+            kBf16Tol + outputTolerance(QueryType::kBf16));
+}
+
+} // namespace
+} // namespace infer::testing
