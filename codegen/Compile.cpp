@@ -121,9 +121,11 @@ activationTypeOf(llvm::StringRef dtype) {
 }
 
 /// What `--dtype auto` means: float32 on the CPU (the reference computes in
-/// fp32), else the checkpoint's torch_dtype from config.json (`dtype` since
-/// transformers 4.56, `torch_dtype` before; float32 when absent, as
-/// transformers loads such a checkpoint).
+/// fp32); on a GPU the checkpoint's torch_dtype from config.json (`dtype`
+/// since transformers 4.56, `torch_dtype` before), except that a float32
+/// checkpoint, or one that names none, runs in bfloat16: serving in fp32 is
+/// never what a GPU deployment wants, and bf16 keeps fp32's range (vLLM's
+/// auto likewise narrows float32 checkpoints).
 StatusOr<std::string> resolveDtype(const std::string &modelDir,
                                    const CompileOptions &options) {
   if (options.dtype != "auto")
@@ -147,8 +149,8 @@ StatusOr<std::string> resolveDtype(const std::string &modelDir,
     if (!dtype)
       dtype = object->getString("torch_dtype");
   }
-  if (!dtype)
-    return std::string("float32");
+  if (!dtype || *dtype == "float32")
+    return std::string("bfloat16");
   if (!activationTypeOf(*dtype))
     return invalidArgument(
         path + ": the checkpoint's dtype '" + dtype->str() +

@@ -1,11 +1,14 @@
 //===- CudaBackend.h - The CUDA backend -------------------------*- C++ -*-===//
 //
-// Runs one rank of a plan on one GPU. Weight matrices live on the device in
-// bf16 (converted from the checkpoint at load), vectors (norm weights,
-// biases) in fp32; activations are fp32, converted to bf16 only as GEMM
-// operands (cuBLASLt, fp32 accumulation). The KV pool is bf16 in the plan's
-// block layout. Logits come back to the host in fp32. Small calls (decode)
-// replay a captured CUDA graph: no per-kernel launch cost on the host.
+// Runs one rank of a plan on one GPU, every value in its plan dtype: bf16
+// activations (the GEMMs and attention read bf16; elementwise steps also
+// take f32 and f16), bf16 or fp8 weights as the loader made them, the KV
+// pool in the layout's dtype (bf16, fp8 E5M2, fp8 E4M3) and block layout,
+// fp32 logits. cuBLASLt and the skinny GEMM kernels accumulate in fp32 and
+// round each result once. Decode calls replay CUDA graphs captured per
+// bucket of batch sizes (decode batches are padded to the bucket): no
+// per-kernel launch cost on the host. The implementation is a folder of
+// parts, runtime/cuda/backend/ (CudaBackendImpl.h lists them).
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,10 +33,11 @@ struct CudaBackendOptions {
   /// `kvCacheMemoryFraction` of the device memory free after the weights.
   int64_t numBlocks = 0;
   double kvCacheMemoryFraction = 0.9;
-  /// Forward calls of at most this many tokens (decode steps) run as CUDA
-  /// graphs, captured once per (tokens, sequences, block-table bucket,
-  /// logits rows); 0 runs every call eagerly.
-  int64_t maxGraphTokens = 64;
+  /// Forward calls of at most this many tokens (decode steps, padded to a
+  /// bucket: decodeGraphBucket) run as CUDA graphs, captured once per
+  /// (tokens, sequences, block-table bucket, logits rows); 0 runs every call
+  /// eagerly.
+  int64_t maxGraphTokens = 1024;
   /// The rank's collectives, needed by a plan of more than one rank; on
   /// `device`. The backend enqueues them on its stream.
   NcclCommunicator *communicator = nullptr;

@@ -166,17 +166,17 @@ cudaKernel_t GeneratedKernels::kernel(const std::string &name) const {
 }
 
 cudaError_t launchGeneratedKernel(cudaKernel_t kernel,
-                                  const std::vector<const float *> &inputs,
-                                  const std::vector<float *> &outputs,
-                                  int64_t n, cudaStream_t stream) {
+                                  const std::vector<const void *> &inputs,
+                                  const std::vector<void *> &outputs, int64_t n,
+                                  cudaStream_t stream) {
   if (!kernel)
     return cudaErrorInvalidValue;
   if (n <= 0)
     return cudaSuccess;
   std::vector<const void *> pointers;
-  for (const float *p : inputs)
+  for (const void *p : inputs)
     pointers.push_back(p);
-  for (float *p : outputs)
+  for (void *p : outputs)
     pointers.push_back(p);
   long long count = n;
   std::vector<void *> args;

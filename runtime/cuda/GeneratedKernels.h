@@ -81,9 +81,9 @@ inline constexpr int kGeneratedKernelThreads = 256;
 
 /// Launches a generated `fused` kernel: (inputs..., outputs..., n).
 cudaError_t launchGeneratedKernel(cudaKernel_t kernel,
-                                  const std::vector<const float *> &inputs,
-                                  const std::vector<float *> &outputs,
-                                  int64_t n, cudaStream_t stream);
+                                  const std::vector<const void *> &inputs,
+                                  const std::vector<void *> &outputs, int64_t n,
+                                  cudaStream_t stream);
 
 } // namespace infer::cuda
 

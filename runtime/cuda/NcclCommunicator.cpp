@@ -52,22 +52,48 @@ Status NcclCommunicator::allReduceSum(float *data, int64_t count) {
 
 Status NcclCommunicator::allReduceSum(const float *send, float *recv,
                                       int64_t count) {
-  if (aborted_)
-    return internalError("NCCL communicator of rank " + std::to_string(rank_) +
-                         " was aborted");
-  INFER_NCCL_RETURN_IF_ERROR(comm_, ncclAllReduce(send, recv, size_t(count),
-                                                  ncclFloat32, ncclSum, comm_,
-                                                  stream_));
-  return Status::ok();
+  return allReduceSum(send, recv, count, plan::DType::kF32);
 }
 
 Status NcclCommunicator::allGather(const float *send, int64_t count,
                                    float *recv) {
+  return allGather(send, count, recv, plan::DType::kF32);
+}
+
+static StatusOr<ncclDataType_t> ncclTypeOf(plan::DType dtype) {
+  switch (dtype) {
+  case plan::DType::kF32:
+    return ncclFloat32;
+  case plan::DType::kBF16:
+    return ncclBfloat16;
+  case plan::DType::kF16:
+    return ncclFloat16;
+  default:
+    return unimplemented("NCCL collectives of " +
+                         std::string(plan::dtypeName(dtype)));
+  }
+}
+
+Status NcclCommunicator::allReduceSum(const void *send, void *recv,
+                                      int64_t count, plan::DType dtype) {
   if (aborted_)
     return internalError("NCCL communicator of rank " + std::to_string(rank_) +
                          " was aborted");
-  INFER_NCCL_RETURN_IF_ERROR(comm_, ncclAllGather(send, recv, size_t(count),
-                                                  ncclFloat32, comm_, stream_));
+  INFER_ASSIGN_OR_RETURN(ncclDataType_t type, ncclTypeOf(dtype));
+  INFER_NCCL_RETURN_IF_ERROR(
+      comm_,
+      ncclAllReduce(send, recv, size_t(count), type, ncclSum, comm_, stream_));
+  return Status::ok();
+}
+
+Status NcclCommunicator::allGather(const void *send, int64_t count, void *recv,
+                                   plan::DType dtype) {
+  if (aborted_)
+    return internalError("NCCL communicator of rank " + std::to_string(rank_) +
+                         " was aborted");
+  INFER_ASSIGN_OR_RETURN(ncclDataType_t type, ncclTypeOf(dtype));
+  INFER_NCCL_RETURN_IF_ERROR(
+      comm_, ncclAllGather(send, recv, size_t(count), type, comm_, stream_));
   return Status::ok();
 }
 
@@ -117,6 +143,13 @@ Status NcclCommunicator::allReduceSum(const float *, float *, int64_t) {
   return unimplemented(kNoNccl);
 }
 Status NcclCommunicator::allGather(const float *, int64_t, float *) {
+  return unimplemented(kNoNccl);
+}
+Status NcclCommunicator::allReduceSum(const void *, void *, int64_t,
+                                      plan::DType) {
+  return unimplemented(kNoNccl);
+}
+Status NcclCommunicator::allGather(const void *, int64_t, void *, plan::DType) {
   return unimplemented(kNoNccl);
 }
 void NcclCommunicator::abort() {}

@@ -24,6 +24,7 @@
 #define INFER_RUNTIME_CUDA_NCCLCOMMUNICATOR_H
 
 #include "runtime/backend/Communicator.h"
+#include "runtime/plan/Plan.h"
 
 #include <cuda_runtime_api.h>
 
@@ -63,6 +64,12 @@ public:
   Status allReduceSum(const float *send, float *recv, int64_t count);
   /// Enqueues the rank-major gather of every rank's `send[0, count)`.
   Status allGather(const float *send, int64_t count, float *recv) override;
+  /// The same two of `count` elements of `dtype` (f32, bf16 or f16): a bf16
+  /// or f16 sum is NCCL's, rounded to the dtype as it adds.
+  Status allReduceSum(const void *send, void *recv, int64_t count,
+                      plan::DType dtype);
+  Status allGather(const void *send, int64_t count, void *recv,
+                   plan::DType dtype);
   /// Ends every collective of this rank still pending on the device, e.g.
   /// one whose peer failed before joining it; the communicator is unusable
   /// afterwards.

@@ -60,10 +60,12 @@ protected:
       requests_.push_back(r);
       golden_.push_back(c.greedy);
     }
-    auto target = buildLlamaArtifact(kModels + "tiny-pycode-target");
+    auto target = buildLlamaArtifact(kModels + "tiny-pycode-target", 16,
+                                     plan::DType::kBF16);
     ASSERT_TRUE(target.isOk()) << target.status().message();
     target_ = std::move(target).value();
-    auto draft = buildLlamaArtifact(kModels + "tiny-pycode-draft");
+    auto draft = buildLlamaArtifact(kModels + "tiny-pycode-draft", 16,
+                                    plan::DType::kBF16);
     ASSERT_TRUE(draft.isOk()) << draft.status().message();
     draft_ = std::move(draft).value();
     config_ = engineConfigFor(target_);
@@ -144,15 +146,13 @@ protected:
       scale = std::max(scale, std::abs(row[v]));
     const double gap =
         std::abs(double(row[golden[d]]) - double(row[tokens[d]])) / scale;
-    std::cout << "[ engine   ] " << what << ", prompt " << i
-              << ": equal to " << whose << " tokens for " << d << " of "
-              << golden.size() << ", then " << tokens[d] << " for "
-              << whose << " " << golden[d] << " (GPU logit gap " << gap
-              << " of max |logit|)\n";
-    EXPECT_LT(gap, kTieTol)
-        << what << ", prompt " << i << ": token " << d << " is " << tokens[d]
-        << ", " << whose << " is " << golden[d]
-        << ", and they are not a near-tie";
+    std::cout << "[ engine   ] " << what << ", prompt " << i << ": equal to "
+              << whose << " tokens for " << d << " of " << golden.size()
+              << ", then " << tokens[d] << " for " << whose << " " << golden[d]
+              << " (GPU logit gap " << gap << " of max |logit|)\n";
+    EXPECT_LT(gap, kTieTol) << what << ", prompt " << i << ": token " << d
+                            << " is " << tokens[d] << ", " << whose << " is "
+                            << golden[d] << ", and they are not a near-tie";
   }
 
   std::vector<PromptRequest> requests_;

@@ -1,19 +1,22 @@
 //===- FixturesTest.cpp - The CUDA backend end to end on every fixture ----===//
 //
-// Each fixture model (hand-built plan, as the CPU parity test) runs on the
-// GPU and is compared with Hugging Face fp32 and with the CPU backend:
+// Each fixture model runs on the GPU as a bf16 plan (the hand-built plan
+// converted as infer-assign-precision converts it, or the artifact
+// `infer compile --target cuda` made) and is checked three ways:
 //
-// - logits of every prompt position: max |gpu - hf| / max |hf| < 5e-2.
-//   Why that bound: weights and GEMM operands are bf16 (8-bit significand,
-//   relative rounding up to 2^-9 ~ 2e-3 per element), and each of a
-//   fixture's layers rounds again; random-sign rounding errors add up to a
-//   few 1e-3 per GEMM and compound over the layers, so a 1e-2-scale error
-//   is what bf16 inference itself costs, and 5e-2 stays above it while
-//   still catching any wrong index, mask or scale (those give O(1) errors).
-// - greedy tokens (DESIGN.md): equal to HF's until the first position where
-//   HF's top-2 logits are within the tolerance; from there every chosen
-//   token is in the top-5 of the fp32 reference on the GPU's own path (the
-//   CPU backend, which matches HF to 1e-4, supplies those logits).
+// - against the CPU backend running the same bf16 plan: both round every
+//   stored value to bf16 at the same steps, so they differ only where fp32
+//   sums are ordered differently (GEMMs, norms, attention) or the tensor-core
+//   attention rounds its probabilities to bf16; such a difference flips a
+//   bf16 rounding now and then (2^-8 relative), which the next layers carry
+//   on. kGpuCpuTol bounds the max |gpu - cpu| / max |cpu| of the logits.
+// - against Hugging Face by DESIGN.md's bf16 rule, as the CPU backend's
+//   HfParityTest does it: the RMS error of the logits against HF fp32 no
+//   larger than HF's own bf16 run's, the max error within kBf16MaxFactor of
+//   HF's; and each greedy token within HF's own bf16 logit error of the fp32
+//   argmax of the same prefix (the fp32 plan on the CPU, which matches HF to
+//   1e-4, gives those logits).
+// - the serving paths: batches, graphs, copied blocks, profiling.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -41,7 +45,43 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr double kLogitsTol = 5e-2;
+/// max |gpu - cpu| / max |cpu| of the same bf16 plan's logits (see above).
+constexpr double kGpuCpuTol = 3e-2;
+/// How far above HF's own bf16 max logit error the GPU's may be.
+constexpr double kBf16MaxFactor = 2.0;
+
+/// Errors against a reference pooled over several arrays: RMS of the
+/// differences over RMS of the reference, and max |diff| over max |ref|.
+class ErrorStats {
+public:
+  void add(const float *actual, const float *expected, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(actual[i]) - expected[i];
+      sumDiff2_ += d * d;
+      sumRef2_ += static_cast<double>(expected[i]) * expected[i];
+      maxDiff_ = std::max(maxDiff_, std::fabs(d));
+      maxRef_ = std::max(maxRef_, std::fabs(static_cast<double>(expected[i])));
+    }
+  }
+  double rms() const { return std::sqrt(sumDiff2_ / sumRef2_); }
+  double max() const { return maxDiff_ / maxRef_; }
+  /// The largest |diff| in the reference's units.
+  double maxAbs() const { return maxDiff_; }
+
+private:
+  double sumDiff2_ = 0, sumRef2_ = 0, maxDiff_ = 0, maxRef_ = 0;
+};
+
+std::vector<float>
+readReference(const std::pair<std::string, std::string> &ref) {
+  auto file = safetensors::File::open(ref.first);
+  EXPECT_TRUE(file.isOk()) << file.status().message();
+  if (!file.isOk())
+    return {};
+  StatusOr<std::vector<float>> data = (*file)->readAsF32(ref.second);
+  EXPECT_TRUE(data.isOk()) << data.status().message();
+  return data.isOk() ? std::move(data).value() : std::vector<float>();
+}
 
 using Case = FixtureCase;
 
@@ -71,9 +111,10 @@ protected:
     const char *compiled = std::getenv("INFER_CUDA_ARTIFACTS");
     const std::string dir =
         compiled ? std::string(compiled) + "/" + case_.name : "";
-    StatusOr<Artifact> artifact = !dir.empty() && fs::is_directory(dir)
-                                      ? loadArtifact(dir)
-                                      : buildLlamaArtifact(case_.modelDir);
+    StatusOr<Artifact> artifact =
+        !dir.empty() && fs::is_directory(dir)
+            ? loadArtifact(dir)
+            : buildLlamaArtifact(case_.modelDir, 16, plan::DType::kBF16);
     ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
     artifact_ = std::move(artifact).value();
     fusedSteps_ = 0;
@@ -86,6 +127,13 @@ protected:
     ASSERT_TRUE(params.isOk()) << params.status().message();
     params_ = std::move(params).value();
     blockSize_ = artifact_.plan.kvCache.blockSize;
+    // The fp32 oracle: the hand-built fp32 plan on the CPU.
+    StatusOr<Artifact> oracle = buildLlamaArtifact(case_.modelDir, blockSize_);
+    ASSERT_TRUE(oracle.isOk()) << oracle.status().message();
+    oracle_ = std::move(oracle).value();
+    StatusOr<ParamTable> oracleParams = loadParams(oracle_, 0, case_.modelDir);
+    ASSERT_TRUE(oracleParams.isOk()) << oracleParams.status().message();
+    oracleParams_ = std::move(oracleParams).value();
   }
 
   std::unique_ptr<Backend> gpuBackend(int64_t blocks, bool graphs = true,
@@ -105,10 +153,14 @@ protected:
     EXPECT_TRUE(b.isOk()) << b.status().message();
     return b.isOk() ? std::move(b).value() : nullptr;
   }
-  std::unique_ptr<Backend> cpuBackend(int64_t blocks) {
+  /// The CPU backend on the same bf16 plan as the GPU, or (fp32) on the
+  /// fp32 oracle plan.
+  std::unique_ptr<Backend> cpuBackend(int64_t blocks, bool fp32 = false) {
     cpu::CpuBackendOptions options;
     options.numBlocks = blocks;
-    auto b = cpu::createCpuBackend(artifact_.plan, 0, params_, options);
+    auto b =
+        fp32 ? cpu::createCpuBackend(oracle_.plan, 0, oracleParams_, options)
+             : cpu::createCpuBackend(artifact_.plan, 0, params_, options);
     EXPECT_TRUE(b.isOk()) << b.status().message();
     return b.isOk() ? std::move(b).value() : nullptr;
   }
@@ -126,6 +178,8 @@ protected:
 
   Case case_;
   Artifact artifact_;
+  Artifact oracle_;
+  ParamTable oracleParams_;
   /// Loaded from INFER_CUDA_ARTIFACTS; steps of the infer-fuse ops in it.
   bool compiled_ = false;
   int fusedSteps_ = 0;
@@ -152,7 +206,7 @@ TEST_P(CudaFixturesTest, RunsTheFusedArtifact) {
       maxRelativeError(got.data.data(), ref.data.data(), got.data.size());
   std::cout << "[ fixture  ] " << case_.name << " fused plan T=" << input.size()
             << " max rel err vs CPU backend " << err << "\n";
-  EXPECT_LT(err, kLogitsTol);
+  EXPECT_LT(err, kGpuCpuTol);
 }
 
 TEST_P(CudaFixturesTest, FusedRegionStepsEqualSiluMul) {
@@ -189,37 +243,59 @@ TEST_P(CudaFixturesTest, FusedRegionStepsEqualSiluMul) {
             << " fused regions: max rel err vs silu_mul " << errSame
             << ", vs CPU backend " << errCpu << "\n";
   EXPECT_LT(errSame, 1e-5);
-  EXPECT_LT(errCpu, kLogitsTol);
+  EXPECT_LT(errCpu, kGpuCpuTol);
 }
 
-TEST_P(CudaFixturesTest, LogitsMatchTransformersInBf16) {
+TEST_P(CudaFixturesTest, LogitsFollowTheCpuAndTransformersInBf16) {
+  ErrorStats gpu, hfBf16, cpu;
   for (size_t k = 0; k < case_.inputs.size(); ++k) {
     const auto &input = case_.inputs[k];
     std::unique_ptr<Backend> g = gpuBackend(blocksFor(input.size()));
     std::unique_ptr<Backend> c = cpuBackend(blocksFor(input.size()));
     ASSERT_TRUE(g && c);
     Logits got = promptLogits(*g, input), ref = promptLogits(*c, input);
-    auto file = safetensors::File::open(case_.logits[k].first);
-    ASSERT_TRUE(file.isOk()) << file.status().message();
-    StatusOr<std::vector<float>> hf =
-        (*file)->readAsF32(case_.logits[k].second);
-    ASSERT_TRUE(hf.isOk()) << hf.status().message();
+    const std::vector<float> hf = readReference(case_.logits[k]);
     const int64_t n = got.rows * got.vocab;
-    ASSERT_EQ(static_cast<int64_t>(hf->size()), n);
-    const double errHf = maxRelativeError(got.data.data(), hf->data(), n);
-    const double errCpu = maxRelativeError(got.data.data(), ref.data.data(), n);
-    std::cout << "[ fixture  ] " << case_.name << "[" << k
-              << "] T=" << input.size() << " max rel err vs HF " << errHf
-              << ", vs CPU backend " << errCpu << "\n";
-    EXPECT_LT(errHf, kLogitsTol) << case_.name << " input " << k;
+    ASSERT_EQ(static_cast<int64_t>(hf.size()), n);
+    ASSERT_EQ(static_cast<int64_t>(ref.data.size()), n);
+    gpu.add(got.data.data(), hf.data(), n);
+    cpu.add(got.data.data(), ref.data.data(), n);
+    if (!case_.bf16Logits.empty()) {
+      const std::vector<float> own = readReference(case_.bf16Logits[k]);
+      ASSERT_EQ(static_cast<int64_t>(own.size()), n);
+      hfBf16.add(own.data(), hf.data(), n);
+    }
   }
+  std::cout << "[ fixture  ] " << case_.name << " bf16 logits: vs CPU bf16 "
+            << cpu.max() << " max; vs HF fp32 rms " << gpu.rms() << " max "
+            << gpu.max();
+  if (!case_.bf16Logits.empty())
+    std::cout << " (HF's own bf16 run: rms " << hfBf16.rms() << " max "
+              << hfBf16.max() << ")";
+  std::cout << "\n";
+  EXPECT_LT(cpu.max(), kGpuCpuTol) << case_.name;
+  if (case_.bf16Logits.empty())
+    return;
+  EXPECT_LE(gpu.rms(), hfBf16.rms()) << case_.name;
+  EXPECT_LE(gpu.max(), kBf16MaxFactor * hfBf16.max()) << case_.name;
 }
 
 TEST_P(CudaFixturesTest, GreedyFollowsTransformers) {
+  if (case_.bf16Logits.empty())
+    GTEST_SKIP() << "no HF bf16 reference for " << case_.name;
+  // HF's own bf16 logit error on the prompts, in logit units.
+  ErrorStats hfBf16;
+  for (size_t k = 0; k < case_.inputs.size(); ++k) {
+    const std::vector<float> hf = readReference(case_.logits[k]);
+    const std::vector<float> own = readReference(case_.bf16Logits[k]);
+    ASSERT_EQ(hf.size(), own.size());
+    hfBf16.add(own.data(), hf.data(), static_cast<int64_t>(hf.size()));
+  }
+  const double tie = hfBf16.maxAbs();
+  double worst = 0;
   for (size_t k = 0; k < case_.inputs.size(); ++k) {
     const std::vector<int32_t> &prompt = case_.inputs[k];
-    const std::vector<int32_t> &hfTokens = case_.greedy[k];
-    const int64_t steps = static_cast<int64_t>(hfTokens.size());
+    const int64_t steps = static_cast<int64_t>(case_.greedy[k].size());
     const int64_t maxBlocks = blocksFor(prompt.size() + steps);
     std::unique_ptr<Backend> g = gpuBackend(maxBlocks);
     ASSERT_TRUE(g);
@@ -234,42 +310,23 @@ TEST_P(CudaFixturesTest, GreedyFollowsTransformers) {
       generated.push_back(argmax(l->row(0), l->vocab));
       tokens.push_back(generated.back());
     }
-    size_t first = 0;
-    while (first < generated.size() && generated[first] == hfTokens[first])
-      ++first;
-    std::cout << "[ greedy   ] " << case_.name << "[" << k << "] " << first
-              << "/" << generated.size() << " tokens equal HF\n";
-    if (first == generated.size())
-      continue;
-    // Diverged: HF's top-2 must be within tolerance there (HF's logits on
-    // HF's path, from the CPU backend)...
-    std::vector<int32_t> hfPath = prompt;
-    hfPath.insert(hfPath.end(), hfTokens.begin(), hfTokens.end());
-    std::unique_ptr<Backend> c = cpuBackend(blocksFor(hfPath.size()));
+    // The fp32 oracle's logits on the GPU's own path.
+    std::unique_ptr<Backend> c = cpuBackend(blocksFor(tokens.size()), true);
     ASSERT_TRUE(c);
-    Logits hf = promptLogits(*c, hfPath);
-    const float *row = hf.row(prompt.size() - 1 + first);
-    std::vector<float> sorted(row, row + hf.vocab);
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(),
-                      std::greater<float>());
-    float scale = 0.0f;
-    for (int64_t i = 0; i < hf.vocab; ++i)
-      scale = std::max(scale, std::fabs(row[i]));
-    EXPECT_LT(sorted[0] - sorted[1], kLogitsTol * scale)
-        << case_.name << " input " << k << " diverges at token " << first
-        << " where HF's top-2 are clearly apart";
-    // ...and every later choice in the reference top-5 on the GPU's path.
-    std::unique_ptr<Backend> c2 = cpuBackend(blocksFor(tokens.size()));
-    ASSERT_TRUE(c2);
-    Logits own = promptLogits(*c2, tokens);
-    for (size_t i = first; i < generated.size(); ++i) {
+    Logits own = promptLogits(*c, tokens);
+    for (size_t i = 0; i < generated.size(); ++i) {
       const float *r = own.row(prompt.size() - 1 + i);
-      const float chosen = r[generated[i]];
-      const int64_t better =
-          std::count_if(r, r + own.vocab, [&](float v) { return v > chosen; });
-      EXPECT_LT(better, 5) << case_.name << " input " << k << " token " << i;
+      const double behind =
+          *std::max_element(r, r + own.vocab) - r[generated[i]];
+      worst = std::max(worst, behind);
+      EXPECT_LE(behind, tie)
+          << case_.name << " input " << k << " token " << i << ": "
+          << generated[i] << " is " << behind << " below the fp32 argmax";
     }
   }
+  std::cout << "[ greedy   ] " << case_.name << ": GPU greedy tokens at most "
+            << worst << " below the fp32 argmax (HF bf16 logit error " << tie
+            << ")\n";
 }
 
 TEST_P(CudaFixturesTest, BatchEqualsEachSequenceAlone) {
@@ -308,10 +365,10 @@ TEST_P(CudaFixturesTest, BatchEqualsEachSequenceAlone) {
     ASSERT_TRUE(alone);
     Logits one = promptLogits(*alone, input);
     // GEMMs of other row counts may sum in another order; a last-bit
-    // difference can flip one bf16 rounding of a GEMM operand.
+    // difference can flip a bf16 rounding, as between GPU and CPU.
     EXPECT_LT(
         maxRelativeError(all->row(row), one.data.data(), one.rows * one.vocab),
-        1e-2);
+        kGpuCpuTol);
     row += one.rows;
   }
 }
@@ -433,14 +490,18 @@ TEST(CudaBackendTest, UnknownOpIsAClearError) {
   rank.values[0].id = 0;
   rank.values[0].kind = plan::ValueKind::kInput;
   rank.values[0].name = "token_ids";
+  rank.values[0].dtype = plan::DType::kI32;
+  rank.values[0].shape = {plan::Dim::dynamic("T")};
   rank.values[1].id = 1;
+  rank.values[1].shape = {plan::Dim::dynamic("T"), plan::Dim::fixed(8)};
   rank.steps.push_back(plan::Step{"fused_frobnicate", {0}, {1}, {}});
   rank.outputs = {1};
   plan.ranks.push_back(rank);
   auto b = cuda::createCudaBackend(plan, 0, {}, {});
   ASSERT_FALSE(b.isOk());
-  EXPECT_EQ(b.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(b.status().message().find("fused_frobnicate"), std::string::npos)
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("unknown op 'fused_frobnicate'"),
+            std::string::npos)
       << b.status().message();
 }
 

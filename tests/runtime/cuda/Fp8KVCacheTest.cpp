@@ -390,7 +390,7 @@ protected:
 
 TEST_F(Fp8KVCacheEngineTest, BuiltPlanGivesTheCpuTokens) {
   for (plan::DType dtype : {plan::DType::kF8E4M3, plan::DType::kF8E5M2}) {
-    auto artifact = buildLlamaArtifact(kTarget);
+    auto artifact = buildLlamaArtifact(kTarget, 16, plan::DType::kBF16);
     ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
     artifact->plan.kvCache.dtype = dtype;
     expectCpuTokens(*artifact, "tiny-pycode-target kv " +

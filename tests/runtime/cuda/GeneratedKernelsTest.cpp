@@ -119,8 +119,8 @@ double runAgainstCpu(cudaKernel_t kernel, const plan::FusedBody &body,
                      int64_t n, int64_t offset, std::mt19937 &rng) {
   std::vector<std::vector<float>> inputs;
   std::vector<DeviceArray<float>> deviceInputs, deviceOutputs;
-  std::vector<const float *> in;
-  std::vector<float *> out;
+  std::vector<const void *> in;
+  std::vector<void *> out;
   for (int i = 0; i < body.numInputs; ++i) {
     inputs.push_back(randomVector(n, rng));
     std::vector<float> padded(offset, 0.0f);

@@ -214,7 +214,7 @@ TEST_F(CudaSamplingTest, ForwardSampleGreedyEqualsForwardArgmax) {
   const std::string dir = std::string(INFER_FIXTURES_DIR) + "/rand/llama-gqa";
   if (!std::filesystem::exists(dir + "/config.json"))
     GTEST_SKIP() << "fixture missing: " << dir;
-  StatusOr<Artifact> artifact = buildLlamaArtifact(dir);
+  StatusOr<Artifact> artifact = buildLlamaArtifact(dir, 16, plan::DType::kBF16);
   ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
   StatusOr<ParamTable> params = loadParams(*artifact, 0, dir);
   ASSERT_TRUE(params.isOk()) << params.status().message();

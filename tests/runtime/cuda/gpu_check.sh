@@ -1,26 +1,79 @@
 #!/usr/bin/env bash
 #===- gpu_check.sh - Build, test and time the CUDA backend on a GPU host --===#
 #
-# Run from the repository root on a machine with a GPU, the CUDA toolkit,
-# cmake and ninja. Headers and static libraries the machine lacks (PCRE2,
-# ICU headers, GoogleTest, nlohmann_json) come from .deps/, fixtures from
-# .gpu/fixtures, compiled artifacts from .gpu/artifacts/NAME (one per fixture
-# model, made where the compiler is built with the default pipeline, i.e.
-# fused, and generated kernels: `infer compile MODEL_DIR -o
-# .gpu/artifacts/NAME --target cuda`, plus llama-gqa-gelu, llama-gqa with
-# "hidden_act": "gelu_pytorch_tanh", whose fused regions run generated
-# kernels; the fixture and generated-kernel tests run them through
-# INFER_CUDA_ARTIFACTS, the CLI runs llama-gqa), and .gpu/fp8kv/NAME, the
-# tiny-pycode-target compiled with --target cuda --kv-cache-dtype fp8_e4m3 or
-# fp8_e5m2 (INFER_CUDA_FP8KV_ARTIFACTS, Fp8KVCacheTest.cpp); SRC names
-# another source tree than the current directory. Logs go to $OUT; a short
-# table is printed last.
+# Two halves, one list (tests/runtime/cuda/artifacts.txt):
+#
+#   gpu_check.sh prepare   where the compiler is built (no GPU needed), from
+#                          the repository root: .deps/ (scripts/device_deps.sh:
+#                          the headers and libraries the GPU host lacks) and
+#                          .gpu/gpu.tar.xz, the fixtures the GPU tests read
+#                          (../shared/fixtures: rand/, golden/, the
+#                          tiny-pycode pair) and every artifact of the list,
+#                          compiled with `infer compile` (BUILD_DIR=build).
+#                          Carry .deps and .gpu to the GPU host.
+#   gpu_check.sh           on the GPU host (the CUDA toolkit, cmake, ninja),
+#                          from the repository root: unpacks .gpu/gpu.tar.xz,
+#                          builds the runtime (-DINFER_ENABLE_COMPILER=OFF),
+#                          runs every one-GPU test (InferCudaTests with the
+#                          artifacts of each group in INFER_CUDA_ARTIFACTS,
+#                          INFER_CUDA_FP8_ARTIFACTS, INFER_CUDA_FP8KV_ARTIFACTS;
+#                          the generated-kernel and typed-kernel tests), the
+#                          CLI on both backends, and (not with SKIP_BENCH=1)
+#                          a TinyLlama decode timing. Logs go to $OUT; a short
+#                          table is printed last. BUILD_ONLY=1 builds TARGETS
+#                          and stops (bench/ scripts); SRC names another
+#                          source tree than the current directory.
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
 ROOT=$PWD
 SRC=${SRC:-$ROOT}
 D=$ROOT/.deps
+LIST=$SRC/tests/runtime/cuda/artifacts.txt
+
+if [ "${1:-}" = prepare ]; then
+  SHARED=${SHARED:-$ROOT/../shared/fixtures}
+  INFER=${BUILD_DIR:-build}/bin/infer
+  STAGE=$(mktemp -d)
+  trap 'rm -rf "$STAGE"' EXIT
+  bash "$SRC/scripts/device_deps.sh" "$D" >/dev/null || exit 1
+  mkdir -p "$STAGE/fixtures/models" "$STAGE/models"
+  cp -r "$SHARED/rand" "$SHARED/golden" "$STAGE/fixtures/"
+  cp -r "$SHARED/models/tiny-pycode-target" "$SHARED/models/tiny-pycode-draft" \
+    "$STAGE/fixtures/models/"
+  grep -v '^#' "$LIST" | while read -r group name model flags; do
+    [ -n "$group" ] || continue
+    dir=${model%%:*}
+    src=$SHARED/$dir
+    [ -d "$src" ] || src=$SRC/tests/fixtures/$dir
+    if [ "$model" != "$dir" ]; then # config.json edits after the colon
+      edited=$STAGE/models/$name
+      mkdir -p "$edited" && cp -r "$src"/. "$edited"/
+      python3 - "$edited/config.json" "${model#*:}" <<'PY' || exit 1
+import json, sys
+path, edits = sys.argv[1], sys.argv[2]
+config = json.load(open(path))
+for edit in edits.split(","):
+    key, value = edit.split("=", 1)
+    config[key] = json.loads(value)
+json.dump(config, open(path, "w"), indent=2)
+PY
+      src=$edited
+    fi
+    # shellcheck disable=SC2086
+    "$INFER" compile "$src" -o "$STAGE/$group/$name" $flags >/dev/null ||
+      { echo "prepare: infer compile $src $flags failed"; exit 1; }
+  done || exit 1
+  rm -rf "$STAGE/models"
+  mkdir -p "$ROOT/.gpu"
+  tar -C "$STAGE" -cJf "$ROOT/.gpu/gpu.tar.xz" . || exit 1
+  du -sh "$ROOT/.gpu/gpu.tar.xz" "$D"
+  exit 0
+fi
+
+if [ -f "$ROOT/.gpu/gpu.tar.xz" ] && [ ! -d "$ROOT/.gpu/fixtures" ]; then
+  tar -C "$ROOT/.gpu" -xJf "$ROOT/.gpu/gpu.tar.xz" || exit 1
+fi
 OUT=${OUT:-/tmp/gpu-check}
 BUILD=${BUILD:-/tmp/infer-build}
 mkdir -p "$OUT" "$D/pkgconfig" "$D/icu"
@@ -35,16 +88,21 @@ cmake -G Ninja -S "$SRC" -B "$BUILD" -DINFER_ENABLE_COMPILER=OFF \
   -DGTEST_ROOT="$D" -DPKG_CONFIG_EXECUTABLE="$PKG" >"$OUT/cmake.log" 2>&1 ||
   { tail -30 "$OUT/cmake.log"; exit 1; }
 ninja -C "$BUILD" -j16 ${TARGETS:-InferCudaTests InferCudaGeneratedKernelsTests \
-  infer infer-cuda-bench} \
+  InferCudaTypedKernelsTests infer infer-cuda-bench} \
   >"$OUT/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$OUT/build.log"; exit 1; }
 # BUILD_ONLY=1: configure and build TARGETS, run nothing (bench/ scripts).
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 
-INFER_CUDA_ARTIFACTS=$ROOT/.gpu/artifacts INFER_CUDA_FP8KV_ARTIFACTS=$ROOT/.gpu/fp8kv \
-  "$BUILD/bin/InferCudaTests" 2>&1 | tee "$OUT/gtest.log" |
+export INFER_CUDA_ARTIFACTS=$ROOT/.gpu/artifacts
+export INFER_CUDA_FP8_ARTIFACTS=$ROOT/.gpu/fp8
+export INFER_CUDA_FP8KV_ARTIFACTS=$ROOT/.gpu/fp8kv
+"$BUILD/bin/InferCudaTests" 2>&1 | tee "$OUT/gtest.log" |
   grep -E "FAILED|Failure|error|PASSED|SKIPPED" | head -40
-INFER_CUDA_ARTIFACTS=$ROOT/.gpu/artifacts "$BUILD/bin/InferCudaGeneratedKernelsTests" 2>&1 |
-  tee "$OUT/gtest-generated.log" | grep -E "FAILED|Failure|error|PASSED|SKIPPED" | head -20
+for t in InferCudaGeneratedKernelsTests InferCudaTypedKernelsTests; do
+  [ -x "$BUILD/bin/$t" ] || continue
+  "$BUILD/bin/$t" 2>&1 | tee "$OUT/gtest-$t.log" |
+    grep -E "FAILED|Failure|error|PASSED|SKIPPED" | head -20
+done
 
 ART=$ROOT/.gpu/artifacts/llama-gqa
 W=$ROOT/.gpu/fixtures/rand/llama-gqa
@@ -71,6 +129,6 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 
 echo "==== summary"
-grep -hE "^\[ (kernel|fixture|greedy) " "$OUT/gtest.log" "$OUT/gtest-generated.log" | sort | uniq |
-  awk '{ $1=$1; print }' | cut -c1-110
-grep -hE "tests ran|PASSED|FAILED" "$OUT/gtest.log" "$OUT/gtest-generated.log" | tail -8
+grep -hE "^\[ (kernel|fixture|greedy) " "$OUT"/gtest*.log | sort | uniq |
+  awk '{ $1=$1; print }' | cut -c1-150
+grep -hE "tests ran|PASSED|FAILED" "$OUT"/gtest*.log | tail -12

@@ -91,7 +91,7 @@ template <typename T> T valueOr(const json &j, const char *key, T fallback) {
 } // namespace
 
 StatusOr<Artifact> buildLlamaArtifact(const std::string &modelDir,
-                                      int64_t blockSize) {
+                                      int64_t blockSize, plan::DType dtype) {
   std::ifstream in(modelDir + "/config.json");
   if (!in)
     return notFound("no config.json in " + modelDir);
@@ -231,6 +231,8 @@ StatusOr<Artifact> buildLlamaArtifact(const std::string &modelDir,
   int logits = b.step("logits", {rows, head}, vocab);
   plan.ranks[0].values[logits].shape = {Dim::dynamic("S"), Dim::fixed(vocab)};
   plan.ranks[0].outputs = {logits};
+  if (dtype != DType::kF32)
+    plan = withActivationType(std::move(plan), dtype);
 
   plan::Manifest &m = artifact.manifest;
   m.inferVersion = "test";

@@ -18,9 +18,13 @@
 
 namespace infer::testing {
 
-/// A plan + manifest for `modelDir` whose weights_dir is `modelDir`.
+/// A plan + manifest for `modelDir` whose weights_dir is `modelDir`, its
+/// activations, float params and KV cache of `dtype` (withActivationType;
+/// bf16 is what `infer compile --target cuda` makes and the CUDA backend
+/// runs).
 StatusOr<Artifact> buildLlamaArtifact(const std::string &modelDir,
-                                      int64_t blockSize = 16);
+                                      int64_t blockSize = 16,
+                                      plan::DType dtype = plan::DType::kF32);
 
 /// Writes the artifact to `dir` like the compiler would: manifest.json,
 /// plan.json, a placeholder program.mlir, and the model's tokenizer files.

@@ -1,0 +1,106 @@
+//===- AttentionSteps.cpp - Rope, cache writes and attention on the GPU ---===//
+//
+// q/k/v may be column views of the merged q/k/v projection (a view split):
+// rope and the cache writes take their row stride. The cache writes store
+// the layout's dtype (bf16, or fp8 codes and E4M3 scales) exactly as the
+// CPU backend does; attention reads bf16 queries and writes bf16.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/CacheWriteKernels.h"
+#include "runtime/cuda/backend/CudaBackendImpl.h"
+
+namespace infer::cuda {
+
+using plan::DType;
+
+Status CudaBackend::runRope(const PreparedStep &s, const Batch &batch) {
+  const Tensor &x = operand(s, 0);
+  int64_t t;
+  const auto *positions =
+      static_cast<const int32_t *>(input(s.step.operands[1], &t, batch));
+  if (t != x.rows)
+    return mismatch(s, "the input rows differ from the positions");
+  Tensor &y = result(s);
+  INFER_RETURN_IF_ERROR(allocate(y, x.rows, x.cols, x.dtype));
+  const plan::RopeConfig &rope = s.step.rope;
+  return withFloatType(x.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    INFER_CUDA_RETURN_IF_ERROR(launchRope(
+        x.as<const T>(), y.as<T>(), x.rows, x.cols / rope.headDim,
+        static_cast<int>(rope.headDim), static_cast<int>(rope.rotaryDim),
+        positions, s.ropeInvFreq.as<float>(), stream_, x.stride()));
+    return Status::ok();
+  });
+}
+
+/// The cache writes take bf16 or f16 keys and values.
+template <typename F> static Status withCacheInputType(DType dtype, F &&f) {
+  switch (dtype) {
+  case DType::kBF16:
+    return f(__nv_bfloat16{});
+  case DType::kF16:
+    return f(__half{});
+  default:
+    return unimplemented("keys and values of dtype " +
+                         std::string(plan::dtypeName(dtype)) +
+                         " into the KV cache (bf16 or f16)");
+  }
+}
+
+Status CudaBackend::runKVCacheWrite(const PreparedStep &s, const Batch &batch) {
+  const Tensor &k = operand(s, 1), &v = operand(s, 2);
+  int64_t t;
+  const auto *slots =
+      static_cast<const int64_t *>(input(s.step.operands[3], &t, batch));
+  if (k.rows != t || v.rows != t || k.dtype != v.dtype)
+    return mismatch(s, "keys/values do not have a row per token");
+  return withCacheInputType(k.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    INFER_CUDA_RETURN_IF_ERROR(launchKVCacheWrite(
+        kvPool(), dims_, static_cast<int>(s.step.layer), k.as<const T>(),
+        v.as<const T>(), slots, t, stream_, k.stride(), v.stride()));
+    return Status::ok();
+  });
+}
+
+Status CudaBackend::runRopeKVCacheWrite(const PreparedStep &s,
+                                        const Batch &batch) {
+  const Tensor &k = operand(s, 1), &v = operand(s, 2);
+  int64_t t, numPositions;
+  const auto *slots =
+      static_cast<const int64_t *>(input(s.step.operands[3], &t, batch));
+  const auto *positions = static_cast<const int32_t *>(
+      input(s.step.operands[4], &numPositions, batch));
+  if (k.rows != t || v.rows != t || numPositions != t || k.dtype != v.dtype)
+    return mismatch(s, "keys/values do not have a row per token");
+  return withCacheInputType(k.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    INFER_CUDA_RETURN_IF_ERROR(launchRopeKVCacheWrite(
+        kvPool(), dims_, static_cast<int>(s.step.layer), k.as<const T>(),
+        v.as<const T>(), slots, positions, t,
+        static_cast<int>(s.step.rope.rotaryDim), s.ropeInvFreq.as<float>(),
+        stream_, k.stride(), v.stride()));
+    return Status::ok();
+  });
+}
+
+Status CudaBackend::runPagedAttention(const PreparedStep &s,
+                                      const Batch &batch) {
+  const Tensor &q = operand(s, 0);
+  if (q.rows != batch.numTokens())
+    return mismatch(s, "the query does not have a row per token");
+  Tensor &y = result(s);
+  INFER_RETURN_IF_ERROR(allocate(y, q.rows, q.cols, DType::kBF16));
+  int64_t unused;
+  INFER_CUDA_RETURN_IF_ERROR(launchPagedAttention(
+      q.as<const __nv_bfloat16>(), kvPool(), dims_, s.attention,
+      static_cast<const int32_t *>(input(s.step.operands[2], &unused, batch)),
+      paddedBlocksPerSeq_,
+      static_cast<const int32_t *>(input(s.step.operands[3], &unused, batch)),
+      static_cast<const int32_t *>(input(s.step.operands[4], &unused, batch)),
+      batch.numSeqs(), q.rows, y.as<__nv_bfloat16>(), stream_, splitKV_));
+  return Status::ok();
+}
+
+} // namespace infer::cuda

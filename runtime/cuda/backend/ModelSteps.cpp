@@ -1,0 +1,117 @@
+//===- ModelSteps.cpp - Embedding, norms, GEMMs and biases on the GPU -----===//
+//
+// Each function runs one step op of StepOps.def on the backend's stream.
+// The plan was verified (roles, static widths, attributes), so they check
+// what depends on the batch and the dtypes this backend runs; each result
+// is allocated as its plan value's dtype.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/backend/CudaBackendImpl.h"
+
+namespace infer::cuda {
+
+using plan::DType;
+
+Status CudaBackend::runEmbedding(const PreparedStep &s, const Batch &batch) {
+  const Tensor &table = operand(s, 0);
+  if (table.dtype != DType::kBF16)
+    return mismatch(s, "the embedding table must be bf16, it is " +
+                           std::string(plan::dtypeName(table.dtype)));
+  int64_t t;
+  const auto *ids =
+      static_cast<const int32_t *>(input(s.step.operands[1], &t, batch));
+  Tensor &y = result(s);
+  const DType dtype = rank_.values[s.step.results[0]].dtype;
+  INFER_RETURN_IF_ERROR(allocate(y, t, table.cols, dtype));
+  return withFloatType(dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchEmbedding<T>(table.as<__nv_bfloat16>(), table.rows, table.cols,
+                           s.step.vocabOffset, ids, t, y.as<T>(), stream_));
+    return Status::ok();
+  });
+}
+
+Status CudaBackend::runRmsNorm(const PreparedStep &s, const Batch &) {
+  const Tensor &x = operand(s, 0), &w = operand(s, 1);
+  Tensor &y = result(s);
+  INFER_RETURN_IF_ERROR(allocate(y, x.rows, x.cols, x.dtype));
+  return withFloatType(x.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    return withParamOf<T>(w, [&](const auto *weight) -> Status {
+      INFER_CUDA_RETURN_IF_ERROR(
+          launchRmsNorm(x.as<const T>(), weight, y.as<T>(), x.rows, x.cols,
+                        static_cast<float>(s.step.epsilon), stream_));
+      return Status::ok();
+    });
+  });
+}
+
+Status CudaBackend::runAddRmsNorm(const PreparedStep &s, const Batch &) {
+  const Tensor &a = operand(s, 0), &b = operand(s, 1), &w = operand(s, 2);
+  if (a.rows != b.rows || a.dtype != b.dtype)
+    return mismatch(s, "operands have different rows or dtypes");
+  Tensor &sum = result(s, 0), &y = result(s, 1);
+  INFER_RETURN_IF_ERROR(allocate(sum, a.rows, a.cols, a.dtype));
+  INFER_RETURN_IF_ERROR(allocate(y, a.rows, a.cols, a.dtype));
+  return withFloatType(a.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    return withParamOf<T>(w, [&](const auto *weight) -> Status {
+      INFER_CUDA_RETURN_IF_ERROR(launchAddRmsNorm(
+          a.as<const T>(), b.as<const T>(), weight, sum.as<T>(), y.as<T>(),
+          a.rows, a.cols, static_cast<float>(s.step.epsilon), stream_));
+      return Status::ok();
+    });
+  });
+}
+
+/// linear and logits: bf16 x (prepareStep checked), bf16 or fp8 weights, a
+/// bf16 result (linear) or fp32 logits, the bias in the result's dtype.
+template <typename Y>
+static Status runGemm(Gemm &gemm, const Tensor &x, const Tensor &w,
+                      const Tensor *bias, Tensor &y, cudaStream_t stream) {
+  if (!(w.dtype == DType::kBF16 || w.fp8))
+    return unimplemented("a GEMM weight of dtype " +
+                         std::string(plan::dtypeName(w.dtype)) +
+                         " (bf16 or f8e4m3)");
+  if (bias && bias->dtype != dtypeOf<Y>())
+    return unimplemented(
+        "a " + std::string(plan::dtypeName(bias->dtype)) + " bias of a " +
+        std::string(plan::dtypeName(dtypeOf<Y>())) + " result");
+  const GemmWeight weight{w.as<const __nv_bfloat16>(), w.fp8, w.rowScales};
+  return gemm.linear<Y>(x.as<const __nv_bfloat16>(), weight,
+                        bias ? bias->as<const Y>() : nullptr, y.as<Y>(), x.rows,
+                        w.rows, w.cols, stream);
+}
+
+Status CudaBackend::runLinear(const PreparedStep &s, const Batch &) {
+  const Tensor &x = operand(s, 0), &w = operand(s, 1);
+  const Tensor *bias = s.step.operands.size() == 3 ? &operand(s, 2) : nullptr;
+  Tensor &y = result(s);
+  INFER_RETURN_IF_ERROR(allocate(y, x.rows, w.rows, DType::kBF16));
+  return runGemm<__nv_bfloat16>(*gemm_, x, w, bias, y, stream_);
+}
+
+Status CudaBackend::runLogits(const PreparedStep &s, const Batch &) {
+  const Tensor &x = operand(s, 0), &w = operand(s, 1);
+  Tensor &y = result(s);
+  INFER_RETURN_IF_ERROR(allocate(y, x.rows, w.rows, DType::kF32));
+  return runGemm<float>(*gemm_, x, w, nullptr, y, stream_);
+}
+
+Status CudaBackend::runBiasAdd(const PreparedStep &s, const Batch &) {
+  const Tensor &x = operand(s, 0), &bias = operand(s, 1);
+  Tensor &y = result(s);
+  INFER_RETURN_IF_ERROR(allocate(y, x.rows, x.cols, x.dtype));
+  return withFloatType(x.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    return withParamOf<T>(bias, [&](const auto *b) -> Status {
+      INFER_CUDA_RETURN_IF_ERROR(launchBiasAdd(x.as<const T>(), b, y.as<T>(),
+                                               x.rows, x.cols, stream_));
+      return Status::ok();
+    });
+  });
+}
+
+} // namespace infer::cuda
