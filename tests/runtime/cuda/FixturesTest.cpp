@@ -45,8 +45,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-/// max |gpu - cpu| / max |cpu| of the same bf16 plan's logits (see above).
-constexpr double kGpuCpuTol = 3e-2;
+/// max |gpu - cpu| / max |cpu| of the same bf16 plan's logits (see above;
+/// measured on an H100: 2e-7 to 1.2e-2 over the fixtures).
+constexpr double kGpuCpuTol = 2e-2;
 /// How far above HF's own bf16 max logit error the GPU's may be.
 constexpr double kBf16MaxFactor = 2.0;
 

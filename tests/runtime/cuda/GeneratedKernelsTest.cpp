@@ -33,8 +33,9 @@
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/engine/Artifact.h"
-#include "tests/runtime/support/Batches.h"
+#include "runtime/support/Half.h"
 #include "tests/runtime/cuda/DeviceArray.h"
+#include "tests/runtime/support/Batches.h"
 
 #include <gtest/gtest.h>
 
@@ -45,6 +46,7 @@
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <tuple>
 
 namespace infer::testing {
 namespace {
@@ -53,6 +55,8 @@ namespace fs = std::filesystem;
 using compiler::FusedKernel;
 
 constexpr double kTolerance = 1e-5;
+/// bf16 results: one bf16 rounding step (2^-8 relative) of an element.
+constexpr double kBf16Tolerance = 1.0 / 256;
 
 /// The CPU backend's interpreter of `body` (CpuBackend::runFused): each
 /// instruction is one call of the CPU kernel of its op over all n elements.
@@ -139,6 +143,46 @@ double runAgainstCpu(cudaKernel_t kernel, const plan::FusedBody &body,
   for (size_t r = 0; r < want.size(); ++r) {
     std::vector<float> got = deviceOutputs[r].download();
     got.erase(got.begin(), got.begin() + offset);
+    err = std::max(err, relativeError(got, want[r]));
+  }
+  return err;
+}
+
+/// runAgainstCpu for a kernel of bf16 operands and results: the inputs are
+/// bf16 values, and each result must be the CPU interpreter's fp32 result
+/// rounded once to bf16 (within a last-bit difference of the fp32 math).
+double runAgainstCpuBf16(cudaKernel_t kernel, const plan::FusedBody &body,
+                         int64_t n, std::mt19937 &rng) {
+  std::vector<std::vector<float>> inputs;
+  std::vector<DeviceArray<uint16_t>> deviceInputs, deviceOutputs;
+  std::vector<const void *> in;
+  std::vector<void *> out;
+  for (int i = 0; i < body.numInputs; ++i) {
+    std::vector<float> values = randomVector(n, rng);
+    std::vector<uint16_t> bits(values.size());
+    for (size_t e = 0; e < values.size(); ++e) {
+      bits[e] = floatToBf16Bits(values[e]);
+      values[e] = bf16BitsToFloat(bits[e]);
+    }
+    inputs.push_back(std::move(values));
+    deviceInputs.emplace_back(bits);
+    in.push_back(deviceInputs.back().get());
+  }
+  for (size_t r = 0; r < body.yields.size(); ++r) {
+    deviceOutputs.push_back(DeviceArray<uint16_t>::poisoned(n));
+    out.push_back(deviceOutputs.back().get());
+  }
+  EXPECT_EQ(cuda::launchGeneratedKernel(kernel, in, out, n, nullptr),
+            cudaSuccess);
+  std::vector<std::vector<float>> want = interpret(body, inputs, n);
+  double err = 0.0;
+  for (size_t r = 0; r < want.size(); ++r) {
+    std::vector<uint16_t> bits = deviceOutputs[r].download();
+    std::vector<float> got(bits.size());
+    for (size_t e = 0; e < bits.size(); ++e) {
+      got[e] = bf16BitsToFloat(bits[e]);
+      want[r][e] = roundToBf16(want[r][e]);
+    }
     err = std::max(err, relativeError(got, want[r]));
   }
   return err;
@@ -376,7 +420,8 @@ TEST_F(GeneratedKernelsTest, ArtifactFusedStepsMatchTheCpuInterpreter) {
     StatusOr<cuda::KernelImages> images =
         cuda::readKernelImages(dir, artifact->manifest.kernels);
     ASSERT_TRUE(images.isOk()) << images.status().message();
-    std::vector<std::pair<std::string, plan::FusedBody>> steps;
+    // (kernel, body, whether its values are bf16: else f32).
+    std::vector<std::tuple<std::string, plan::FusedBody, bool>> steps;
     std::vector<std::string> names;
     for (const plan::RankPlan &rank : artifact->plan.ranks)
       for (const plan::Step &step : rank.steps) {
@@ -386,7 +431,10 @@ TEST_F(GeneratedKernelsTest, ArtifactFusedStepsMatchTheCpuInterpreter) {
         ASSERT_TRUE(body.isOk()) << body.status().message();
         const std::string kernel = step.getString("kernel", "");
         ASSERT_FALSE(kernel.empty()) << dir << ": a fused step without kernel";
-        steps.emplace_back(kernel, *body);
+        const plan::DType dtype = rank.values[step.results[0]].dtype;
+        ASSERT_TRUE(dtype == plan::DType::kBF16 || dtype == plan::DType::kF32)
+            << dir << ": a fused step of " << plan::dtypeName(dtype);
+        steps.emplace_back(kernel, *body, dtype == plan::DType::kBF16);
         names.push_back(kernel);
       }
     std::string why;
@@ -394,11 +442,14 @@ TEST_F(GeneratedKernelsTest, ArtifactFusedStepsMatchTheCpuInterpreter) {
         cuda::GeneratedKernels::load(*images, names, 0, &why);
     ASSERT_TRUE(loaded) << dir << ": " << why;
     double worst = 0.0;
-    for (const auto &[name, body] : steps) {
+    for (const auto &[name, body, bf16] : steps) {
       const int64_t hidden = artifact->manifest.model.hiddenSize;
+      // bf16: a last-bit difference of the fp32 math may round the other
+      // way, 2^-8 of that element at most.
       const double err =
-          runAgainstCpu(loaded->kernel(name), body, 5 * hidden, 0, rng);
-      EXPECT_LT(err, kTolerance) << dir << " " << name;
+          bf16 ? runAgainstCpuBf16(loaded->kernel(name), body, 5 * hidden, rng)
+               : runAgainstCpu(loaded->kernel(name), body, 5 * hidden, 0, rng);
+      EXPECT_LT(err, bf16 ? kBf16Tolerance : kTolerance) << dir << " " << name;
       worst = std::max(worst, err);
       ++checkedSteps;
     }
