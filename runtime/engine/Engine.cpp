@@ -3,9 +3,17 @@
 #include "runtime/engine/Engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 namespace infer {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+} // namespace
 
 EngineConfig engineConfigFor(const Artifact &artifact) {
   EngineConfig config;
@@ -234,6 +242,12 @@ void Engine::propose() {
 }
 
 StatusOr<std::vector<RequestOutput>> Engine::step() {
+  const Clock::time_point stepStart = Clock::now();
+  struct StepTimer {
+    EngineStats &stats;
+    Clock::time_point start;
+    ~StepTimer() { stats.stepSeconds += secondsSince(start); }
+  } timer{stats_, stepStart};
   std::vector<RequestOutput> outputs = std::move(pending_);
   pending_.clear();
   propose();
@@ -250,8 +264,10 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
   if (scheduled.scheduled.empty())
     return outputs;
 
+  const Clock::time_point copyStart = Clock::now();
   if (!scheduled.blockCopies.empty())
     INFER_RETURN_IF_ERROR(backend_.copyBlocks(scheduled.blockCopies));
+  stats_.backendSeconds += secondsSince(copyStart);
 
   // The batch contract (Backend.h), one sequence per scheduled request.
   Batch batch;
@@ -310,6 +326,7 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
   }
   Logits logits;
   std::vector<int32_t> sampled;
+  const Clock::time_point forwardStart = Clock::now();
   if (onBackend) {
     SamplingBatch sampling;
     for (size_t i = 0; i < scheduled.scheduled.size(); ++i)
@@ -320,6 +337,7 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
   } else {
     INFER_ASSIGN_OR_RETURN(logits, backend_.forward(batch));
   }
+  stats_.backendSeconds += secondsSince(forwardStart);
   ++stats_.numSteps;
   stats_.numComputedTokens += scheduled.numScheduledTokens;
 

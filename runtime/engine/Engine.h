@@ -97,6 +97,12 @@ struct EngineStats {
   int64_t numPreemptions = 0;
   int64_t numDraftTokens = 0;
   int64_t numAcceptedTokens = 0;
+  /// Wall time inside step(), and the part of it inside the backend's
+  /// forward calls and block copies: the rest is host work (scheduling,
+  /// batch packing, sampling on the host, detokenization, stop checks)
+  /// during which a synchronous backend's device waits.
+  double stepSeconds = 0.0;
+  double backendSeconds = 0.0;
 
   /// Accepted / proposed draft tokens (0 without speculation).
   double acceptanceRate() const {

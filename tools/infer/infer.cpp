@@ -365,6 +365,10 @@ void drawProgress(int64_t done, int64_t total) {
   std::fflush(stderr);
 }
 
+/// --max-num-seqs auto's cap: the largest decode batch the CUDA backend
+/// captures graphs for (CudaBackendOptions::maxGraphTokens).
+constexpr int64_t kAutoMaxNumSeqs = 1024;
+
 Status runBench(const ParsedArgs &args) {
   INFER_RETURN_IF_ERROR(expectPositional(args, 1, "MODEL"));
   INFER_ASSIGN_OR_RETURN(int64_t inputLen, args.getInt("--input-len", 128));
@@ -401,25 +405,35 @@ Status runBench(const ParsedArgs &args) {
   INFER_ASSIGN_OR_RETURN(LoadedModel model, loadModel(args.positional[0]));
   EngineConfig config = engineConfigFor(model.artifact);
   SchedulerConfig &sched = config.scheduler;
-  INFER_ASSIGN_OR_RETURN(sched.maxNumSeqs,
-                         args.getInt("--max-num-seqs", sched.maxNumSeqs));
-  INFER_ASSIGN_OR_RETURN(
-      sched.maxNumBatchedTokens,
-      args.getInt("--max-num-batched-tokens", sched.maxNumBatchedTokens));
+  // auto (the default): as many running sequences as the pool holds whole
+  // requests of this workload (resolved once the pool is sized, below), and
+  // a token budget that keeps a GPU's prefill GEMMs large.
+  const bool autoSeqs = args.get("--max-num-seqs", "auto") == "auto";
+  if (!autoSeqs) {
+    INFER_ASSIGN_OR_RETURN(sched.maxNumSeqs, args.getInt("--max-num-seqs", 0));
+  }
+  sched.maxNumBatchedTokens = backendName == "cuda" ? 8192 : 2048;
+  if (args.get("--max-num-batched-tokens", "auto") != "auto") {
+    INFER_ASSIGN_OR_RETURN(sched.maxNumBatchedTokens,
+                           args.getInt("--max-num-batched-tokens", 0));
+  }
   if (sched.maxNumSeqs <= 0 || sched.maxNumBatchedTokens <= 0)
     return invalidArgument(
-        "--max-num-seqs and --max-num-batched-tokens must be > 0");
+        "--max-num-seqs and --max-num-batched-tokens must be > 0 (or auto)");
   config.enablePrefixCaching = !args.has("--no-prefix-caching");
   if (config.maxModelLen > 0 && inputLen + outputLen > config.maxModelLen)
     return invalidArgument("--input-len + --output-len exceed the model's " +
                            std::to_string(config.maxModelLen) + " positions");
-  // By default the pool lets max_num_seqs requests run to completion at once.
+  // By default the pool lets max_num_seqs requests run to completion at once
+  // (auto: up to kAutoMaxNumSeqs of them).
   const int64_t blocksPerRequest =
       (inputLen + outputLen + config.blockSize - 1) / config.blockSize;
+  const int64_t seqsForPool =
+      autoSeqs ? std::min(numPrompts, kAutoMaxNumSeqs) : sched.maxNumSeqs;
   INFER_ASSIGN_OR_RETURN(
       int64_t numBlocks,
       args.getInt("--num-blocks",
-                  blocksPerRequest * std::min(numPrompts, sched.maxNumSeqs)));
+                  blocksPerRequest * std::min(numPrompts, seqsForPool)));
   if (numBlocks < blocksPerRequest)
     return invalidArgument("--num-blocks must hold one request (" +
                            std::to_string(blocksPerRequest) + " blocks)");
@@ -446,6 +460,9 @@ Status runBench(const ParsedArgs &args) {
                                            numBlocks, threads));
   config.numSpeculativeTokens = speculation.numSpeculativeTokens;
   const spec::Speculator *speculator = speculation.speculator.get();
+  if (autoSeqs)
+    sched.maxNumSeqs = std::clamp<int64_t>(
+        backend->numBlocks() / blocksPerRequest, 1, kAutoMaxNumSeqs);
   Engine engine(*backend, config);
   if (speculation.speculator)
     engine.setProposer(std::move(speculation.speculator));
@@ -530,6 +547,13 @@ Status runBench(const ParsedArgs &args) {
       {"num_computed_tokens", stats.numComputedTokens},
       {"num_cached_tokens", stats.numCachedTokens},
       {"num_preemptions", stats.numPreemptions},
+      // What the device waits for between forward calls: the engine's host
+      // work per step, and the share of the run outside the backend.
+      {"host_ms_per_step",
+       stats.numSteps
+           ? 1e3 * (stats.stepSeconds - stats.backendSeconds) / stats.numSteps
+           : 0.0},
+      {"backend_idle_fraction", 1.0 - stats.backendSeconds / duration},
       {"acceptance_rate", stats.numDraftTokens
                               ? nlohmann::ordered_json(stats.acceptanceRate())
                               : nlohmann::ordered_json()}};
@@ -584,6 +608,11 @@ Status runBench(const ParsedArgs &args) {
                 static_cast<long long>(stats.numComputedTokens),
                 static_cast<long long>(stats.numCachedTokens),
                 static_cast<long long>(stats.numPreemptions));
+  std::cout << line;
+  std::snprintf(line, sizeof(line),
+                "host work %.3f ms per step; backend idle %.1f%% of the run\n",
+                result["host_ms_per_step"].get<double>(),
+                100.0 * result["backend_idle_fraction"].get<double>());
   std::cout << line;
   if (stats.numDraftTokens) {
     std::snprintf(line, sizeof(line), "acceptance rate %.3f\n",
@@ -862,8 +891,8 @@ std::vector<Command> commands() {
       {"bench",
        "usage: infer bench MODEL [--backend cpu|cuda] [--input-len 128]\n"
        "           [--output-len 128] [--num-prompts 64] [--request-rate inf]\n"
-       "           [--seed 0] [--max-num-seqs 256]\n"
-       "           [--max-num-batched-tokens 2048] [--num-blocks N]\n"
+       "           [--seed 0] [--max-num-seqs auto|N]\n"
+       "           [--max-num-batched-tokens auto|N] [--num-blocks N]\n"
        "           [--no-prefix-caching] [--json] [--weights DIR]\n"
        "           [--gpu-memory-utilization F] [--threads N]\n"
        "           [--draft MODEL | --ngram-speculation]\n"
@@ -873,11 +902,15 @@ std::vector<Command> commands() {
        "tokens. --request-rate R spaces arrivals as a Poisson process of R\n"
        "requests per second (inf: all at once). Prints throughput (req/s,\n"
        "output and total tok/s), TTFT, TPOT and ITL (mean, p50, p99), engine\n"
-       "counters and, with speculative decoding, the acceptance rate; --json\n"
-       "prints one line with the same fields. The KV pool holds\n"
-       "min(N, max-num-seqs) whole requests unless --num-blocks says, or,\n"
-       "on cuda, --gpu-memory-utilization F sizes it from F of the device\n"
-       "memory free after the weights (preempting when it runs out). A\n"
+       "counters, the engine's host work per step and the share of the run\n"
+       "the backend sat idle, and, with speculative decoding, the acceptance\n"
+       "rate; --json prints one line with the same fields. The KV pool holds\n"
+       "min(N, max-num-seqs) whole requests (auto: up to 1024) unless\n"
+       "--num-blocks says, or, on cuda, --gpu-memory-utilization F sizes it\n"
+       "from F of the device memory free after the weights (preempting when\n"
+       "it runs out). --max-num-seqs auto (the default) runs as many\n"
+       "sequences as the pool holds whole requests, up to 1024;\n"
+       "--max-num-batched-tokens auto is 8192 on cuda, 2048 on cpu. A\n"
        "progress bar goes to stderr when it is a terminal. Speculative\n"
        "decoding options are generate's; acceptance_rate is then accepted per\n"
        "judged draft token.\n",
