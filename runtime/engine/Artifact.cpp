@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <variant>
@@ -93,7 +94,9 @@ public:
   explicit WeightReader(std::string weightsDir)
       : weightsDir_(std::move(weightsDir)) {}
 
-  /// The tensor as fp32 with its checkpoint shape.
+  /// The tensor with its checkpoint shape: a bf16 or f16 tensor as its
+  /// bit patterns (no fp32 detour: slices and concatenations move them as
+  /// they are), any other as fp32.
   StatusOr<HostTensor> read(const std::string &file,
                             const std::string &tensor) {
     auto &opened = files_[file];
@@ -106,6 +109,17 @@ public:
       return notFound("tensor '" + tensor + "' not found in " + opened->path());
     HostTensor result;
     result.shape = info->shape;
+    if (info->dtype == safetensors::DType::kBF16 ||
+        info->dtype == safetensors::DType::kF16) {
+      INFER_ASSIGN_OR_RETURN(std::string_view bytes,
+                             opened->tensorBytes(tensor));
+      result.dtype = info->dtype == safetensors::DType::kBF16
+                         ? plan::DType::kBF16
+                         : plan::DType::kF16;
+      result.bits16.resize(bytes.size() / 2);
+      std::memcpy(result.bits16.data(), bytes.data(), bytes.size());
+      return result;
+    }
     INFER_ASSIGN_OR_RETURN(result.data, opened->readAsF32(tensor));
     return result;
   }
@@ -144,6 +158,23 @@ std::string formatShape(const std::vector<int64_t> &shape) {
   return text + "]";
 }
 
+/// Keeps indices begin .. begin+size of dimension dim of `elements` (a
+/// tensor of `shape`).
+template <typename T>
+void sliceElements(std::vector<T> &elements, const std::vector<int64_t> &shape,
+                   int64_t dim, int64_t begin, int64_t size) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    outer *= shape[d];
+  for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d)
+    inner *= shape[d];
+  std::vector<T> sliced(static_cast<size_t>(outer * size * inner));
+  for (int64_t o = 0; o < outer; ++o)
+    std::copy_n(elements.begin() + (o * shape[dim] + begin) * inner,
+                size * inner, sliced.begin() + o * size * inner);
+  elements = std::move(sliced);
+}
+
 /// Keeps indices begin .. begin+size of dimension dim of `tensor`.
 Status sliceTensor(HostTensor &tensor, int64_t dim, int64_t begin,
                    int64_t size) {
@@ -154,18 +185,21 @@ Status sliceTensor(HostTensor &tensor, int64_t dim, int64_t begin,
                            std::to_string(begin) + ", size " +
                            std::to_string(size) + "} is outside shape " +
                            formatShape(tensor.shape));
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d)
-    outer *= tensor.shape[d];
-  for (int64_t d = dim + 1; d < rank; ++d)
-    inner *= tensor.shape[d];
-  std::vector<float> data(static_cast<size_t>(outer * size * inner));
-  for (int64_t o = 0; o < outer; ++o)
-    std::copy_n(tensor.data.begin() + (o * tensor.shape[dim] + begin) * inner,
-                size * inner, data.begin() + o * size * inner);
+  if (tensor.bits16.empty())
+    sliceElements(tensor.data, tensor.shape, dim, begin, size);
+  else
+    sliceElements(tensor.bits16, tensor.shape, dim, begin, size);
   tensor.shape[dim] = size;
-  tensor.data = std::move(data);
   return Status::ok();
+}
+
+/// `tensor` as fp32 elements (a 16-bit one widened exactly).
+void widenToFloat(HostTensor &tensor) {
+  if (tensor.bits16.empty())
+    return;
+  tensor.data = tensor.toFloat();
+  tensor.bits16 = std::vector<uint16_t>();
+  tensor.dtype = plan::DType::kF32;
 }
 
 /// The integer attribute `name` of `transform`.
@@ -226,7 +260,16 @@ Status applyConcat(const plan::WeightTransform &transform, WeightReader &reader,
                            formatShape(part.shape) + " to shape " +
                            formatShape(tensor.shape) + " along axis 0");
   tensor.shape[0] += part.shape[0];
-  tensor.data.insert(tensor.data.end(), part.data.begin(), part.data.end());
+  // Parts of one 16-bit type stay 16-bit; otherwise both widen to fp32.
+  if (part.dtype != tensor.dtype) {
+    widenToFloat(tensor);
+    widenToFloat(part);
+  }
+  if (tensor.bits16.empty())
+    tensor.data.insert(tensor.data.end(), part.data.begin(), part.data.end());
+  else
+    tensor.bits16.insert(tensor.bits16.end(), part.bits16.begin(),
+                         part.bits16.end());
   return Status::ok();
 }
 
@@ -271,6 +314,7 @@ Status quantizeFp8(const plan::WeightTransform &transform, HostTensor &tensor) {
     return invalidArgument("quantize_fp8_e4m3: unknown granularity '" +
                            *granularity +
                            "' (expected per-tensor or per-channel)");
+  widenToFloat(tensor);
   if (tensor.shape.size() != 2)
     return invalidArgument("quantize_fp8_e4m3 needs a 2-D tensor, got " +
                            formatShape(tensor.shape));
@@ -365,8 +409,10 @@ StatusOr<HostTensor> loadParam(const plan::Value &v, WeightReader &reader) {
         formatShape(tensor.shape) +
         (v.transforms.empty() ? "" : " after its transforms") +
         ", the plan expects " + formatShape(shape));
-  if (!tensor.isFp8())
+  if (!tensor.isFp8() && tensor.dtype != v.dtype) {
+    widenToFloat(tensor);
     tensor.convertTo(v.dtype);
+  }
   return tensor;
 }
 
