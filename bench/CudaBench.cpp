@@ -2,7 +2,7 @@
 //
 //   infer-cuda-bench (ARTIFACT [--weights DIR] | MODEL_DIR)
 //       [--decode-batches 1,8,32] [--context 128] [--steps 32]
-//       [--prefill 128,512,2048] [--repeats 3] [--graph-tokens 256]
+//       [--prefill 128,512,2048] [--repeats 3] [--graph-tokens 1024]
 //       [--sample greedy] [--long-context 1:8192,1:32768] [--profile]
 //
 // Times forward calls of the CUDA backend alone (no scheduler, no sampling;
@@ -134,7 +134,7 @@ struct Options {
   std::vector<std::pair<int64_t, int64_t>> longContext;
   int64_t steps = 32;
   int64_t repeats = 3;
-  int64_t graphTokens = 256;
+  int64_t graphTokens = 1024;
   /// Time forwardSample (greedy on the device) instead of forward.
   bool sampleGreedy = false;
   /// Per-step timing (CudaBackendOptions::profileSteps).
