@@ -85,7 +85,7 @@ if has kv8; then
 fi
 if has profile; then
   "$BUILD/bin/infer-cuda-bench" .gpu/llama3-8b --weights /tmp/l8b --profile --sample greedy \
-    --decode-batches 1,256 --prefill 2048,8192 --steps 8 --repeats 1 2>&1 |
+    --decode-batches ${PROFILE_BATCHES:-1,256} --prefill ${PROFILE_PREFILL:-2048,8192} --steps 8 --repeats 1 2>&1 |
     tee "$OUT/profile-llama3-8b.md"
 fi
 if has serve; then
