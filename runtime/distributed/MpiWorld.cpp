@@ -5,8 +5,11 @@
 #include <sched.h>
 
 #include <climits>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 namespace infer::distributed {
@@ -59,7 +62,20 @@ private:
 };
 
 std::string formatSeconds(std::chrono::milliseconds timeout) {
-  return std::to_string(timeout.count() / 1000.0).substr(0, 6) + " s";
+  const int64_t ms = timeout.count();
+  if (ms % 1000 == 0)
+    return std::to_string(ms / 1000) + " s";
+  return std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100) +
+         " s";
+}
+
+/// This process's rank as the launcher's environment says (before MPI).
+const char *launcherRank() {
+  for (const char *name :
+       {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char *value = env(name))
+      return value;
+  return "?";
 }
 
 } // namespace
@@ -85,11 +101,35 @@ StatusOr<MpiWorld *> MpiWorld::init() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    // MPI_Init waits for every rank of the launch, with no deadline of its
+    // own: a rank that never starts or hangs would hold the others forever.
+    std::mutex mutex;
+    std::condition_variable done;
+    bool finished = false;
+    std::thread watchdog([&] {
+      std::unique_lock<std::mutex> lock(mutex);
+      const std::chrono::milliseconds timeout = joinTimeout();
+      if (done.wait_for(lock, timeout, [&] { return finished; }))
+        return;
+      std::fprintf(stderr,
+                   "infer: error: rank %s: MPI_Init did not complete within "
+                   "%s: a rank of the launch did not start, died or hangs\n",
+                   launcherRank(), formatSeconds(timeout).c_str());
+      std::fflush(stderr);
+      std::_Exit(1);
+    });
     // Serialized: the engine may drive the backend from a thread other than
     // main (a server's), one call at a time.
     int provided = 0;
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) !=
-        MPI_SUCCESS)
+    const int rc =
+        MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      finished = true;
+    }
+    done.notify_one();
+    watchdog.join();
+    if (rc != MPI_SUCCESS)
       return internalError("MPI_Init_thread failed");
   }
   auto world = std::unique_ptr<MpiWorld>(new MpiWorld());

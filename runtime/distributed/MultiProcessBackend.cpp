@@ -193,9 +193,9 @@ StatusOr<int64_t> agree(MpiWorld &world, const Status &local, int64_t value,
   for (int peer = 1; peer < world.size(); ++peer) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    StatusOr<std::string> bytes =
-        world.receive(peer, Tag::kJoinReport,
-                      std::max(left, std::chrono::milliseconds(1)), what);
+    StatusOr<std::string> bytes = world.receive(
+        peer, Tag::kJoinReport, std::max(left, std::chrono::milliseconds(1)),
+        "its report on " + what);
     Status status;
     int64_t v = 0;
     if (!bytes.isOk()) {
@@ -386,6 +386,9 @@ createLeaderBackend(MpiWorld &world, const RankBackendSpec &spec,
     return joined.status().withContext(
         "multi-process tensor parallelism over " +
         std::to_string(world.size()) + " ranks");
+  std::cerr << "infer: " << world.size()
+            << " tensor-parallel ranks joined, one process each (KV pool of "
+            << joined->second << " blocks per rank)" << std::endl;
   return std::unique_ptr<Backend>(std::make_unique<LeaderBackend>(
       world, std::move(joined->first), joined->second));
 }
