@@ -6,7 +6,7 @@
 #   run(kind=nvidia-h200-x2, carry=[.deps, .carry/mpi],
 #       command="bash tests/runtime/cuda/mpi_check.sh")
 # .deps/ is scripts/device_deps.sh's; .carry/mpi/ is made where the
-# compiler is built:
+# compiler is built (both by `mpi_check.sh --prepare`):
 #   .carry/mpi/fixtures/rand/llama-gqa   the shared fixture model
 #   .carry/mpi/nccl/include/nccl.h       for hosts whose NCCL has no header
 #   .carry/mpi/art/NAME, NAME-tp2        `infer compile --target cuda [--tp 2]`
@@ -35,6 +35,26 @@ ROOT=$PWD
 SRC=${SRC:-$ROOT}
 D=$ROOT/.deps
 C=$ROOT/.carry/mpi
+
+# `mpi_check.sh --prepare` (where the compiler is built, INFER=build/bin/infer)
+# makes .deps and .carry/mpi.
+if [ "${1:-}" = --prepare ]; then
+  set -e
+  INFER=${INFER:-$ROOT/build/bin/infer}
+  FIXTURES=${FIXTURES:-$ROOT/../shared/fixtures}
+  bash "$SRC/scripts/device_deps.sh" "$D"
+  rm -rf "$C" && mkdir -p "$C/art" "$C/fixtures/rand" "$C/nccl/include"
+  cp -r "$FIXTURES/rand/llama-gqa" "$C/fixtures/rand/"
+  cp /usr/local/cuda/include/nccl.h "$C/nccl/include/" 2>/dev/null || true
+  python3 "$SRC/bench/random_checkpoint.py" llama3-8b /tmp/l8b-header --header-only
+  for tp in 1 2; do
+    s=; [ $tp = 2 ] && s=-tp2
+    "$INFER" compile "$C/fixtures/rand/llama-gqa" -o "$C/art/llama-gqa$s" --tp $tp --target cuda
+    "$INFER" compile /tmp/l8b-header -o "$C/art/llama3-8b$s" --tp $tp --target cuda
+  done
+  du -sh "$D" "$C"
+  exit 0
+fi
 OUT=${OUT:-/tmp/mpi-check}
 BUILD=${BUILD:-/tmp/infer-mpi-build}
 # NVLink multicast can take the host's GPUs out of service (KINDS.md).
