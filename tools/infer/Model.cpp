@@ -2,6 +2,7 @@
 
 #include "tools/infer/Model.h"
 #include "runtime/cpu/CpuBackend.h"
+#include "tools/infer/MultiProcess.h"
 
 #ifdef INFER_HAS_CUDA
 #include "runtime/cuda/CudaBackend.h"
@@ -130,6 +131,11 @@ createBackend(const Artifact &artifact, const std::string &name,
       return unimplemented("--backend cuda: " + why);
   }
 #endif
+  // Under mpirun / srun: one rank per process.
+  if (artifact.plan.numRanks > 1 && inMultiProcessLaunch())
+    return createMultiProcessBackend(
+        artifact, name, weightsDirOf(artifact, weightsDirOverride), numBlocks,
+        numThreads, kvCacheMemoryFraction);
   if (artifact.plan.numRanks > 1)
     return createTensorParallelBackend(artifact, name, weightsDirOverride,
                                        numBlocks, numThreads,

@@ -10,6 +10,7 @@
 #include "runtime/safetensors/Safetensors.h"
 #include "tools/infer/Args.h"
 #include "tools/infer/Model.h"
+#include "tools/infer/MultiProcess.h"
 #include "tools/infer/Speculation.h"
 
 #ifdef INFER_HAS_COMPILER
@@ -998,7 +999,9 @@ int runMain(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   try {
-    return infer::tool::runMain(argc, argv);
+    // Under mpirun / srun, ranks other than 0 follow rank 0's backend.
+    return infer::tool::runUnderLauncher(
+        [&] { return infer::tool::runMain(argc, argv); });
   } catch (const std::exception &e) {
     std::cerr << "infer: internal error: " << e.what() << "\n";
   } catch (...) {
