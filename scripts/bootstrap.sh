@@ -17,6 +17,7 @@ packages=(
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libpcre2-dev libicu-dev nlohmann-json3-dev libgtest-dev libboost-graph-dev
   libopenmpi-dev openmpi-bin
+  libxxhash-dev # xxhash.h: content hashes of packed weight files
 )
 
 if [ "${INFER_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null &&

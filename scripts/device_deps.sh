@@ -11,7 +11,7 @@
 # packages scripts/bootstrap.sh installs into DEST, which is git-ignored and
 # carried to the GPU machine with the working tree:
 #
-#   DEST/include   pcre2.h, nlohmann/, gtest/, gmock/, unicode/ (ICU headers
+#   DEST/include   pcre2.h, nlohmann/, xxhash.h, gtest/, gmock/, unicode/ (ICU headers
 #                  renamed to the host's ICU 74 symbols), boost/ (only the
 #                  headers the runtime includes, found by the preprocessor)
 #   DEST/lib       libpcre2-8.a, libgtest*.a, libgmock*.a
@@ -32,6 +32,7 @@ LIB=/usr/lib/x86_64-linux-gnu
 cp /usr/include/pcre2.h "$D/include/"
 cp "$LIB/libpcre2-8.a" "$D/lib/"
 cp -r /usr/include/nlohmann "$D/include/"
+cp /usr/include/xxhash.h "$D/include/" # header-only (XXH_INLINE_ALL)
 cp -r /usr/include/gtest /usr/include/gmock "$D/include/"
 cp "$LIB"/libgtest.a "$LIB"/libgtest_main.a "$LIB"/libgmock.a \
   "$LIB"/libgmock_main.a "$D/lib/"

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -60,6 +61,16 @@ struct Logits {
   const float *row(int64_t r) const { return data.data() + r * vocab; }
 };
 
+/// Read-only bytes that tensors view instead of owning: a packed weight
+/// file mapped into memory (runtime/engine/PackedWeights.h). The mapping
+/// lives as long as a tensor holds it.
+class HostMapping {
+public:
+  virtual ~HostMapping() = default;
+  /// The path of the mapped file, for messages.
+  virtual const std::string &name() const = 0;
+};
+
 /// A parameter on the host as its plan value's dtype says, shared between
 /// ranks or values that load the same source tensor through the same
 /// transforms: f32 elements in `data`, bf16 or f16 bit patterns in `bits16`
@@ -67,6 +78,11 @@ struct Logits {
 /// E4M3 codes with one fp32 scale per row of dimension 0:
 ///
 ///   element (i, j) = decodeFp8(fp8Codes[i * cols + j], kE4M3) * rowScales[i]
+///
+/// A tensor of a packed artifact owns none of these vectors: it views the
+/// same storage, in the same layout, inside `mapping` (`mappedElements`,
+/// and `mappedRowScales` for fp8). Backends read every tensor through the
+/// accessors (f32Data, bits16Data, fp8Data, rowScaleData), which serve both.
 struct HostTensor {
   plan::DType dtype = plan::DType::kF32;
   std::vector<int64_t> shape;
@@ -74,8 +90,18 @@ struct HostTensor {
   std::vector<uint16_t> bits16;
   std::vector<uint8_t> fp8Codes;
   std::vector<float> rowScales;
+  std::shared_ptr<const HostMapping> mapping;
+  const void *mappedElements = nullptr;
+  const float *mappedRowScales = nullptr;
 
-  bool isFp8() const { return !fp8Codes.empty(); }
+  bool isFp8() const { return dtype == plan::DType::kF8E4M3; }
+  bool isMapped() const { return mapping != nullptr; }
+  const float *f32Data() const;
+  const uint16_t *bits16Data() const;
+  const uint8_t *fp8Data() const;
+  const float *rowScaleData() const;
+  /// Bytes of the elements (without an fp8 tensor's row scales).
+  int64_t elementBytes() const;
   int64_t numElements() const;
   /// Whether the storage is the one `dtype` names, with shape's elements.
   bool consistent() const;

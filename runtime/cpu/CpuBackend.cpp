@@ -73,7 +73,8 @@ CpuBackend::copyBlocks(const std::vector<std::pair<int32_t, int32_t>> &copies) {
 }
 
 /// Binds each param value to its data: f32 elements in place, bf16 and f16
-/// widened to fp32 once (exactly), fp8 codes and row scales in place.
+/// widened to fp32 once (exactly), fp8 codes and row scales in place (in
+/// place also inside a packed artifact's mapped file).
 Status CpuBackend::prepareParams(const ParamTable &params) {
   params_.assign(rank_.values.size(), Matrix());
   std::map<const HostTensor *, size_t> widened;
@@ -103,8 +104,8 @@ Status CpuBackend::prepareParams(const ParamTable &params) {
     m.cols = shape.back();
     switch (host.dtype) {
     case DType::kF8E4M3:
-      m.fp8Codes = host.fp8Codes.data();
-      m.rowScales = host.rowScales.data();
+      m.fp8Codes = host.fp8Data();
+      m.rowScales = host.rowScaleData();
       break;
     case DType::kBF16:
     case DType::kF16: {
@@ -115,7 +116,7 @@ Status CpuBackend::prepareParams(const ParamTable &params) {
       break;
     }
     default:
-      m.data = host.data.data();
+      m.data = host.f32Data();
       break;
     }
   }

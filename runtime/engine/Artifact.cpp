@@ -1,6 +1,7 @@
 //===- Artifact.cpp - Loading a compiled artifact directory ---------------===//
 
 #include "runtime/engine/Artifact.h"
+#include "runtime/engine/Progress.h"
 #include "runtime/safetensors/Safetensors.h"
 #include "runtime/support/Fp8.h"
 
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <thread>
 #include <variant>
 
@@ -423,8 +425,33 @@ Status applyQuantizeFp8(const plan::WeightTransform &transform,
   return quantizeFp8(transform, tensor);
 }
 
-StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
-                                const std::string &weightsDir) {
+/// Bytes of a param as loaded: its elements, and an fp8 param's row scales.
+static uint64_t paramBytes(const plan::Value &v) {
+  int64_t elements = 1;
+  for (const plan::Dim &d : v.shape)
+    elements *= d.size;
+  const int64_t scales = v.dtype == plan::DType::kF8E4M3 && !v.shape.empty()
+                             ? v.shape[0].size * 4
+                             : 0;
+  return static_cast<uint64_t>(elements * plan::dtypeSize(v.dtype) + scales);
+}
+
+std::string paramLoadKey(const plan::Value &v) {
+  // The same tensor may load both plain and quantized (a tied embedding
+  // table and LM head), so the key names the transforms.
+  std::string key = v.sourceFile + "\n" + v.sourceTensor + "\n" +
+                    std::string(plan::dtypeName(v.dtype));
+  for (const plan::WeightTransform &transform : v.transforms) {
+    key += "\n" + transform.kind;
+    for (const auto &[name, value] : transform.attrs)
+      key += " " + name + "=" + formatAttr(value);
+  }
+  return key;
+}
+
+Status
+forEachParam(const Artifact &artifact, int rank, const std::string &weightsDir,
+             const std::function<Status(const plan::Value &, HostTensor)> &fn) {
   const plan::Plan &plan = artifact.plan;
   if (rank < 0 || rank >= static_cast<int>(plan.ranks.size()))
     return invalidArgument("rank " + std::to_string(rank) + " not in the plan");
@@ -432,33 +459,48 @@ StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
     INFER_RETURN_IF_ERROR(checkWeightFile(file, weightsDir));
 
   WeightReader reader(weightsDir);
-  // Values that read the same tensor through the same transforms share
-  // its data.
-  std::map<std::string, std::shared_ptr<const HostTensor>> loaded;
-  ParamTable params;
+  std::set<std::string> seen;
   for (const plan::Value &v : plan.ranks[rank].values) {
-    if (v.kind != plan::ValueKind::kParam)
+    if (v.kind != plan::ValueKind::kParam ||
+        !seen.insert(paramLoadKey(v)).second)
       continue;
-    // The same tensor may load both plain and quantized (a tied embedding
-    // table and LM head), so the key names the transforms.
-    std::string key = v.sourceFile + "\n" + v.sourceTensor + "\n" +
-                      std::string(plan::dtypeName(v.dtype));
-    for (const plan::WeightTransform &transform : v.transforms) {
-      key += "\n" + transform.kind;
-      for (const auto &[name, value] : transform.attrs)
-        key += " " + name + "=" + formatAttr(value);
-    }
-    if (auto it = loaded.find(key); it != loaded.end()) {
-      params[v.id] = it->second;
-      continue;
-    }
     StatusOr<HostTensor> tensor = loadParam(v, reader);
     if (!tensor.isOk())
       return tensor.status().withContext("param '" + v.name + "'");
-    auto shared = std::make_shared<const HostTensor>(std::move(*tensor));
-    loaded[key] = shared;
-    params[v.id] = std::move(shared);
+    INFER_RETURN_IF_ERROR(fn(v, std::move(*tensor)));
   }
+  return Status::ok();
+}
+
+StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
+                                const std::string &weightsDir,
+                                bool showProgress) {
+  uint64_t total = 0;
+  if (showProgress && rank >= 0 &&
+      rank < static_cast<int>(artifact.plan.ranks.size())) {
+    std::set<std::string> keys;
+    for (const plan::Value &v : artifact.plan.ranks[rank].values)
+      if (v.kind == plan::ValueKind::kParam &&
+          keys.insert(paramLoadKey(v)).second)
+        total += paramBytes(v);
+  }
+  Progress progress("loading weights of rank " + std::to_string(rank), total,
+                    showProgress);
+  // Values that read the same tensor through the same transforms share
+  // its data.
+  std::map<std::string, std::shared_ptr<const HostTensor>> loaded;
+  INFER_RETURN_IF_ERROR(forEachParam(
+      artifact, rank, weightsDir, [&](const plan::Value &v, HostTensor tensor) {
+        progress.advance(paramBytes(v));
+        loaded[paramLoadKey(v)] =
+            std::make_shared<const HostTensor>(std::move(tensor));
+        return Status::ok();
+      }));
+  progress.finish();
+  ParamTable params;
+  for (const plan::Value &v : artifact.plan.ranks[rank].values)
+    if (v.kind == plan::ValueKind::kParam)
+      params[v.id] = loaded.at(paramLoadKey(v));
   return params;
 }
 

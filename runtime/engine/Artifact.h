@@ -16,6 +16,7 @@
 #include "runtime/backend/Backend.h"
 #include "runtime/plan/Plan.h"
 
+#include <functional>
 #include <string>
 
 namespace infer {
@@ -42,11 +43,26 @@ StatusOr<Artifact> loadArtifact(const std::string &dir);
 std::string weightsDirOf(const Artifact &artifact, const std::string &override);
 
 /// Checks every weight file the manifest lists (size and header
-/// fingerprint), then reads the rank's params as fp32 (from f32, f16 or
-/// bf16), applying their transforms. Values naming the same source tensor
-/// share one buffer.
+/// fingerprint), then reads the rank's params from the source checkpoint,
+/// applying their transforms (16-bit tensors stay 16-bit; fp32 where a
+/// transform needs it), each as its plan dtype. Values naming the same
+/// source tensor through the same transforms share one buffer. A packed
+/// artifact's files are read by loadRankParams (PackedWeights.h).
 StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
-                                const std::string &weightsDir);
+                                const std::string &weightsDir,
+                                bool showProgress = false);
+
+/// What tells params apart at load: the source file and tensor, the dtype
+/// and the transforms. Values with the same key share one tensor.
+std::string paramLoadKey(const plan::Value &v);
+
+/// The loader of loadParams, one param at a time: checks the weight files,
+/// then calls `fn` with each distinct param of the rank (the first value of
+/// each paramLoadKey, in plan order) read and transformed, so a caller can
+/// consume a tensor before the next is read (packing).
+Status
+forEachParam(const Artifact &artifact, int rank, const std::string &weightsDir,
+             const std::function<Status(const plan::Value &, HostTensor)> &fn);
 
 /// Applies a `quantize_fp8_e4m3` weight transform (granularity per-tensor
 /// or per-channel, optional `parts`) to a 2-D fp32 tensor: its data becomes

@@ -29,10 +29,17 @@ bool Scheduler::before(const Request *a, const Request *b) const {
   return std::tie(a->arrivalTime, a->id) < std::tie(b->arrivalTime, b->id);
 }
 
-void Scheduler::addRequest(Request *request) {
+void Scheduler::enqueueWaiting(Request *request) {
   request->status = RequestStatus::kWaiting;
-  waiting_.push_back(request);
+  // Arrivals come in order (one comparison); a preempted request goes back
+  // near the front.
+  auto at = std::upper_bound(
+      waiting_.begin(), waiting_.end(), request,
+      [this](const Request *a, const Request *b) { return before(a, b); });
+  waiting_.insert(at, request);
 }
+
+void Scheduler::addRequest(Request *request) { enqueueWaiting(request); }
 
 void Scheduler::addRunning(Request *request) {
   request->status = RequestStatus::kRunning;
@@ -44,10 +51,9 @@ void Scheduler::preempt(Request *request, SchedulerOutput &out) {
   kvCache_.free(request->id);
   request->numComputedTokens = 0;
   request->draftTokens.clear();
-  request->status = RequestStatus::kWaiting;
   ++request->numPreemptions;
   ++numPreemptions_;
-  waiting_.push_back(request);
+  enqueueWaiting(request);
   out.preempted.push_back(request->id);
 }
 
@@ -100,9 +106,6 @@ void Scheduler::scheduleRunning(SchedulerOutput &out, int64_t &budget,
 }
 
 void Scheduler::scheduleWaiting(SchedulerOutput &out, int64_t &budget) {
-  std::stable_sort(
-      waiting_.begin(), waiting_.end(),
-      [this](const Request *a, const Request *b) { return before(a, b); });
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.maxNumSeqs) {
     Request *r = waiting_.front();
@@ -139,13 +142,13 @@ void Scheduler::scheduleWaiting(SchedulerOutput &out, int64_t &budget) {
         break;
       // Even an empty pool cannot hold it (a resumed request that grew
       // past the pool): it ends with what it has.
-      waiting_.erase(waiting_.begin());
+      waiting_.pop_front();
       r->status = RequestStatus::kFinished;
       r->finishReason = FinishReason::kLength;
       out.finished.push_back(r);
       continue;
     }
-    waiting_.erase(waiting_.begin());
+    waiting_.pop_front();
     r->numComputedTokens = prefix.numTokens;
     if (r->numCachedPromptTokens < 0)
       r->numCachedPromptTokens = prefix.numTokens;
@@ -202,11 +205,15 @@ void Scheduler::setComputed(Request &request, int64_t numComputedTokens) {
 }
 
 void Scheduler::finish(Request &request, FinishReason reason) {
-  auto drop = [&request](std::vector<Request *> &queue) {
+  // Only the queue the request is in is searched (a long waiting queue is
+  // not scanned for every finished running request).
+  auto drop = [&request](auto &queue) {
     queue.erase(std::remove(queue.begin(), queue.end(), &request), queue.end());
   };
-  drop(running_);
-  drop(waiting_);
+  if (request.status != RequestStatus::kRunning)
+    drop(waiting_);
+  if (request.status != RequestStatus::kWaiting)
+    drop(running_);
   kvCache_.free(request.id);
   request.draftTokens.clear();
   request.status = RequestStatus::kFinished;

@@ -28,6 +28,7 @@
 #include "runtime/engine/Request.h"
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 namespace infer {
@@ -92,7 +93,9 @@ public:
   void finish(Request &request, FinishReason reason);
 
   const std::vector<Request *> &running() const { return running_; }
-  const std::vector<Request *> &waiting() const { return waiting_; }
+  /// In the order they are admitted (the policy's): kept sorted as they
+  /// arrive, so a step costs no sort and no scan of a long queue.
+  const std::deque<Request *> &waiting() const { return waiting_; }
   bool hasUnfinished() const { return !running_.empty() || !waiting_.empty(); }
   int64_t numPreemptions() const { return numPreemptions_; }
   /// Prompt and resumed tokens found in the prefix cache, and looked up.
@@ -103,13 +106,15 @@ private:
   /// Whether `a` runs before `b` under the policy.
   bool before(const Request *a, const Request *b) const;
   void preempt(Request *request, SchedulerOutput &out);
+  /// Inserts into `waiting_` at its place in the policy's order.
+  void enqueueWaiting(Request *request);
   void scheduleRunning(SchedulerOutput &out, int64_t &budget, bool decodes,
                        bool prefills, bool &preempted);
   void scheduleWaiting(SchedulerOutput &out, int64_t &budget);
 
   SchedulerConfig config_;
   KVCacheManager &kvCache_;
-  std::vector<Request *> waiting_;
+  std::deque<Request *> waiting_;
   std::vector<Request *> running_;
   int64_t numPreemptions_ = 0;
   int64_t numCachedTokens_ = 0;

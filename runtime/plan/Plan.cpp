@@ -132,7 +132,8 @@ bool Manifest::operator==(const Manifest &o) const {
          tokenizerFile == o.tokenizerFile &&
          tokenizerConfigFile == o.tokenizerConfigFile &&
          programFile == o.programFile && planFile == o.planFile &&
-         numRanks == o.numRanks && kernels == o.kernels;
+         numRanks == o.numRanks && kernels == o.kernels &&
+         packedWeights == o.packedWeights && deployConfig == o.deployConfig;
 }
 
 std::string fingerprint(std::string_view bytes) {
@@ -1250,6 +1251,18 @@ std::string manifestToJson(const Manifest &m) {
                         {"cubins", m.kernels.cubins},
                         {"ptx", m.kernels.ptx},
                         {"ptx_arch", m.kernels.ptxArch}};
+  if (!m.packedWeights.empty()) {
+    json packed = json::array();
+    for (const PackedWeightFile &f : m.packedWeights)
+      packed.push_back(json{{"rank", f.rank},
+                            {"file", f.file},
+                            {"size", f.size},
+                            {"hash", f.hash}});
+    j["packed_weights"] = packed;
+  }
+  if (!m.deployConfig.empty())
+    j["deploy_config"] = json::parse(m.deployConfig, nullptr,
+                                     /*allow_exceptions=*/false);
   return j.dump(1) + "\n";
 }
 
@@ -1373,6 +1386,30 @@ StatusOr<Manifest> parseManifestJson(std::string_view text) {
     }
     if (!m.kernels.ptx.empty() && m.kernels.ptxArch.empty())
       return k.error("ptx_arch", "is missing");
+  }
+  if (r.has("packed_weights")) {
+    INFER_ASSIGN_OR_RETURN(std::vector<Reader> files,
+                           r.getArray("packed_weights"));
+    for (const Reader &f : files) {
+      INFER_RETURN_IF_ERROR(f.expectObject());
+      PackedWeightFile pf;
+      INFER_ASSIGN_OR_RETURN(int64_t rank, f.getInt("rank"));
+      if (rank < 0 || rank >= m.numRanks)
+        return f.error("rank", "is not a rank of the plan");
+      pf.rank = static_cast<int>(rank);
+      INFER_ASSIGN_OR_RETURN(pf.file, f.getString("file"));
+      INFER_ASSIGN_OR_RETURN(int64_t size, f.getInt("size"));
+      if (size < 0)
+        return f.error("size", "must be >= 0");
+      pf.size = static_cast<uint64_t>(size);
+      INFER_ASSIGN_OR_RETURN(pf.hash, f.getString("hash"));
+      m.packedWeights.push_back(std::move(pf));
+    }
+  }
+  if (r.has("deploy_config")) {
+    Reader config = r.child("deploy_config");
+    INFER_RETURN_IF_ERROR(config.expectObject());
+    m.deployConfig = config.raw().dump();
   }
   return m;
 }

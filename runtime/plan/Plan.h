@@ -385,6 +385,28 @@ struct KernelFiles {
   }
 };
 
+/// One rank's params after their transforms, written by `infer compile
+/// --pack-weights` or `infer pack` (runtime/engine/PackedWeights.h): a
+/// safetensors file in the artifact holding each param as the backends take
+/// it (f32, bf16 or f16 elements; fp8 codes and their fp32 row scales), so
+/// the artifact runs without its source checkpoint.
+///
+///   "packed_weights": [{"rank": 0, "file": "weights/rank0.safetensors",
+///                       "size": 31457280,
+///                       "hash": "xxh3-64/64MiB:89ab...ef"}]
+///
+/// `hash` is XXH3-64 (xxHash) of each 64 MiB block of the file, then of
+/// those hashes (little-endian u64s in order): blocks hash in parallel.
+struct PackedWeightFile {
+  int rank = 0;
+  std::string file;
+  uint64_t size = 0;
+  std::string hash;
+  bool operator==(const PackedWeightFile &o) const {
+    return rank == o.rank && file == o.file && size == o.size && hash == o.hash;
+  }
+};
+
 struct Manifest {
   int formatVersion = kManifestFormatVersion;
   std::string inferVersion;
@@ -404,6 +426,12 @@ struct Manifest {
   int numRanks = 1;
   /// "kernels"; absent reads empty.
   KernelFiles kernels;
+  /// "packed_weights", one per rank, or none: the params are read from the
+  /// source files (weightsDir) and transformed at load.
+  std::vector<PackedWeightFile> packedWeights;
+  /// "deploy_config": every option `infer compile` ran with (its --config
+  /// file with the flags applied), a JSON object as text; empty when absent.
+  std::string deployConfig;
 
   bool operator==(const Manifest &o) const;
 };

@@ -81,6 +81,10 @@ public:
   const std::string &path() const { return path_; }
   const Header &header() const { return header_; }
   uint64_t fileSize() const { return size_; }
+  /// The whole mapped file (header included).
+  std::string_view bytes() const {
+    return std::string_view(reinterpret_cast<const char *>(data_), size_);
+  }
 
   /// The tensor's raw bytes, or NotFound naming the tensor and the file.
   StatusOr<std::string_view> tensorBytes(std::string_view name) const;

@@ -86,15 +86,13 @@ cudaOptionsFor(const Artifact &artifact, int64_t numBlocks,
 
 static StatusOr<std::unique_ptr<Backend>>
 createTensorParallelBackend(const Artifact &artifact, const std::string &name,
-                            const std::string &weightsDirOverride,
-                            int64_t numBlocks, int numThreads,
-                            double kvCacheMemoryFraction) {
+                            const WeightLoadOptions &weights, int64_t numBlocks,
+                            int numThreads, double kvCacheMemoryFraction) {
   const int numRanks = artifact.plan.numRanks;
   std::vector<ParamTable> params;
   for (int rank = 0; rank < numRanks; ++rank) {
-    INFER_ASSIGN_OR_RETURN(
-        ParamTable rankParams,
-        loadParams(artifact, rank, weightsDirOf(artifact, weightsDirOverride)));
+    INFER_ASSIGN_OR_RETURN(ParamTable rankParams,
+                           loadRankParams(artifact, rank, weights));
     params.push_back(std::move(rankParams));
   }
 #ifdef INFER_HAS_CUDA
@@ -115,7 +113,7 @@ createTensorParallelBackend(const Artifact &artifact, const std::string &name,
 
 StatusOr<std::unique_ptr<Backend>>
 createBackend(const Artifact &artifact, const std::string &name,
-              const std::string &weightsDirOverride, int64_t numBlocks,
+              const WeightLoadOptions &weights, int64_t numBlocks,
               int numThreads, double kvCacheMemoryFraction) {
   if (name != "cpu" && name != "cuda")
     return invalidArgument("unknown backend '" + name +
@@ -137,12 +135,10 @@ createBackend(const Artifact &artifact, const std::string &name,
         artifact, name, weightsDirOf(artifact, weightsDirOverride), numBlocks,
         numThreads, kvCacheMemoryFraction);
   if (artifact.plan.numRanks > 1)
-    return createTensorParallelBackend(artifact, name, weightsDirOverride,
-                                       numBlocks, numThreads,
-                                       kvCacheMemoryFraction);
-  INFER_ASSIGN_OR_RETURN(
-      ParamTable params,
-      loadParams(artifact, 0, weightsDirOf(artifact, weightsDirOverride)));
+    return createTensorParallelBackend(artifact, name, weights, numBlocks,
+                                       numThreads, kvCacheMemoryFraction);
+  INFER_ASSIGN_OR_RETURN(ParamTable params,
+                         loadRankParams(artifact, 0, weights));
 #ifdef INFER_HAS_CUDA
   if (name == "cuda") {
     INFER_ASSIGN_OR_RETURN(

@@ -5,6 +5,7 @@
 
 #include "runtime/backend/Backend.h"
 #include "runtime/engine/Artifact.h"
+#include "runtime/engine/PackedWeights.h"
 #include "runtime/tokenizer/Tokenizer.h"
 
 #include <memory>
@@ -38,9 +39,10 @@ StatusOr<LoadedModel> loadModel(const std::string &model);
 /// The backend `name` ("cpu" or "cuda") with `numBlocks` KV blocks; on
 /// cuda, `numBlocks` 0 sizes the pool from `kvCacheMemoryFraction` of the
 /// device memory free after the weights (`--gpu-memory-utilization`).
+/// `weights` says where params come from (packed files or the checkpoint).
 StatusOr<std::unique_ptr<Backend>>
 createBackend(const Artifact &artifact, const std::string &name,
-              const std::string &weightsDirOverride, int64_t numBlocks,
+              const WeightLoadOptions &weights, int64_t numBlocks,
               int numThreads, double kvCacheMemoryFraction = 0.9);
 
 /// The tokenizer of an artifact, a model directory, or a tokenizer.json.

@@ -59,9 +59,10 @@ StatusOr<Speculation> createSpeculation(const ParsedArgs &args,
           std::to_string(model.artifact.manifest.model.vocabSize) +
           ") differs from the target's (" +
           std::to_string(target.manifest.model.vocabSize) + ")");
-    INFER_ASSIGN_OR_RETURN(
-        std::unique_ptr<Backend> backend,
-        createBackend(model.artifact, backendName, "", numBlocks, numThreads));
+    INFER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                           createBackend(model.artifact, backendName,
+                                         WeightLoadOptions{}, numBlocks,
+                                         numThreads));
     drafter = std::make_unique<spec::DraftModelProposer>(
         std::move(backend), model.artifact.plan.kvCache.blockSize);
   }

@@ -9,6 +9,7 @@
 #include "runtime/engine/MemoryEstimate.h"
 #include "runtime/safetensors/Safetensors.h"
 #include "tools/infer/Args.h"
+#include "tools/infer/DeployConfig.h"
 #include "tools/infer/Model.h"
 #include "tools/infer/MultiProcess.h"
 #include "tools/infer/Speculation.h"
@@ -43,6 +44,7 @@ constexpr const char *kUsage = R"(usage: infer COMMAND [ARGS]
 commands:
   import MODEL_DIR [-o FILE.mlir]      print the model-level IR of a Hugging Face model
   compile MODEL_DIR -o ARTIFACT_DIR    compile a Hugging Face model into an artifact
+  pack ARTIFACT_DIR                    write the transformed weights into an artifact
   generate MODEL --prompt TEXT ...     generate text (several prompts run as one batch)
   bench MODEL --input-len I --output-len O --num-prompts N
                                        serving throughput and latency on random prompts
@@ -82,6 +84,15 @@ StatusOr<int> threadsOption(const ParsedArgs &args) {
   return static_cast<int>(threads);
 }
 
+/// --weights, --skip-weight-check, and a progress bar on a terminal.
+WeightLoadOptions weightLoadOptions(const ParsedArgs &args) {
+  WeightLoadOptions options;
+  options.weightsDirOverride = args.get("--weights", "");
+  options.verifyHash = !args.has("--skip-weight-check");
+  options.showProgress = true;
+  return options;
+}
+
 //===----------------------------------------------------------------------===//
 // import, compile
 //===----------------------------------------------------------------------===//
@@ -99,54 +110,26 @@ Status runCompile(const ParsedArgs &args) {
   INFER_RETURN_IF_ERROR(expectPositional(args, 1, "MODEL_DIR"));
   if (!args.has("-o"))
     return invalidArgument("compile needs -o ARTIFACT_DIR");
-  INFER_ASSIGN_OR_RETURN(int64_t blockSize, args.getInt("--block-size", 16));
-  if (blockSize <= 0)
-    return invalidArgument("--block-size must be > 0");
-  std::string target = args.get("--target", "cpu");
-  if (target != "cpu" && target != "cuda")
-    return invalidArgument("--target must be cpu or cuda");
-  INFER_ASSIGN_OR_RETURN(int64_t tp, args.getInt("--tp", 1));
-  if (tp < 1)
-    return invalidArgument("--tp must be >= 1");
-  INFER_ASSIGN_OR_RETURN(int64_t window, args.getInt("--window", 0));
-  INFER_ASSIGN_OR_RETURN(int64_t sinkTokens, args.getInt("--sink-tokens", 4));
-  if (window < 0 || sinkTokens < 0)
-    return invalidArgument("--window and --sink-tokens must be >= 0");
-  if (args.has("--sink-tokens") && window == 0)
-    return invalidArgument("--sink-tokens needs --window N (N > 0)");
-  const std::string quant = args.get("--quant", "none");
-  const std::string granularity = args.get("--quant-granularity", "per-tensor");
-  const std::string kvCacheDtype = args.get("--kv-cache-dtype", "auto");
-  const std::string dtype = args.get("--dtype", "auto");
-  if (dtype != "auto" && dtype != "bfloat16" && dtype != "float16" &&
-      dtype != "float32")
-    return invalidArgument("--dtype must be auto, bfloat16, float16 or "
-                           "float32");
-  if (quant != "none" && quant != "fp8")
-    return invalidArgument("--quant must be none or fp8");
-  if (granularity != "per-tensor" && granularity != "per-channel")
-    return invalidArgument("--quant-granularity must be per-tensor or "
-                           "per-channel");
-  if (args.has("--quant-granularity") && quant == "none")
-    return invalidArgument("--quant-granularity needs --quant fp8");
-  if (kvCacheDtype != "auto" && kvCacheDtype != "fp8_e5m2" &&
-      kvCacheDtype != "fp8_e4m3")
-    return invalidArgument("--kv-cache-dtype must be auto, fp8_e5m2 or "
-                           "fp8_e4m3");
+  DeployConfig config;
+  if (args.has("--config")) {
+    INFER_ASSIGN_OR_RETURN(config, readDeployConfig(*args.get("--config")));
+  }
+  INFER_RETURN_IF_ERROR(applyDeployConfigFlags(args, config));
+  INFER_RETURN_IF_ERROR(validateDeployConfig(config, args));
 #ifdef INFER_HAS_COMPILER
   compiler::CompileOptions options;
-  options.target = target;
-  options.cudaArch = args.get("--cuda-arch", options.cudaArch);
-  options.blockSize = blockSize;
-  options.fuse = !args.has("--no-fuse");
-  options.planMemory = !args.has("--no-plan-memory");
-  options.tp = tp;
-  options.sinkTokens = sinkTokens;
-  options.window = window;
-  options.quant = quant;
-  options.quantGranularity = granularity;
-  options.kvCacheDtype = kvCacheDtype;
-  options.dtype = dtype;
+  options.target = config.target;
+  options.cudaArch = config.cudaArch;
+  options.blockSize = config.blockSize;
+  options.fuse = config.fuse;
+  options.planMemory = config.planMemory;
+  options.tp = config.tp;
+  options.sinkTokens = config.sinkTokens;
+  options.window = config.window;
+  options.quant = config.quant;
+  options.quantGranularity = config.quantGranularity;
+  options.kvCacheDtype = config.kvCacheDtype;
+  options.dtype = config.dtype;
   options.printIrAfterAll = args.has("--mlir-print-ir-after-all");
   const std::string artifactDir = *args.get("-o");
   MemoryEstimateOptions memory;
@@ -154,24 +137,39 @@ Status runCompile(const ParsedArgs &args) {
                          parseByteSize(args.get("--gpu-memory", "80GiB")));
   INFER_RETURN_IF_ERROR(
       compiler::compileModel(args.positional[0], artifactDir, options));
+  // The manifest records the options the artifact was made with; packing
+  // rewrites it again with the packed files.
+  INFER_ASSIGN_OR_RETURN(Artifact artifact, loadArtifact(artifactDir));
+  artifact.manifest.deployConfig = deployConfigToJson(config);
+  INFER_RETURN_IF_ERROR(rewriteManifest(artifactDir, artifact.manifest));
+  if (config.packWeights) {
+    PackOptions pack;
+    pack.showProgress = true;
+    INFER_RETURN_IF_ERROR(packArtifact(artifactDir, pack));
+  }
   if (!args.has("--estimate-memory"))
     return Status::ok();
-  INFER_ASSIGN_OR_RETURN(
-      plan::Manifest manifest,
-      plan::readManifestFile(artifactDir + "/manifest.json"));
-  INFER_ASSIGN_OR_RETURN(
-      plan::Plan plan,
-      plan::readPlanFile(artifactDir + "/" + manifest.planFile));
   // The cache stores the element type the compiler chose (fp8 caches are
   // counted by the estimate itself).
-  memory.kvElementBytes = plan::dtypeSize(plan.kvCache.dtype);
-  INFER_ASSIGN_OR_RETURN(MemoryEstimate estimate,
-                         estimateMemory(manifest, plan, memory));
+  memory.kvElementBytes = plan::dtypeSize(artifact.plan.kvCache.dtype);
+  INFER_ASSIGN_OR_RETURN(
+      MemoryEstimate estimate,
+      estimateMemory(artifact.manifest, artifact.plan, memory));
   std::cout << formatMemoryEstimate(estimate, memory);
   return Status::ok();
 #else
   return unimplemented(kNoCompilerMessage);
 #endif
+}
+
+/// `infer pack ARTIFACT`: a runtime command (no compiler needed), so a GPU
+/// host packs the artifacts compiled elsewhere next to its checkpoints.
+Status runPack(const ParsedArgs &args) {
+  INFER_RETURN_IF_ERROR(expectPositional(args, 1, "ARTIFACT_DIR"));
+  PackOptions options;
+  options.weightsDir = args.get("--weights", "");
+  options.showProgress = true;
+  return packArtifact(args.positional[0], options);
 }
 
 //===----------------------------------------------------------------------===//
@@ -251,7 +249,7 @@ Status runGenerate(const ParsedArgs &args) {
     config.scheduler.maxNumBatchedTokens += static_cast<int64_t>(prompt.size());
   INFER_ASSIGN_OR_RETURN(
       std::unique_ptr<Backend> backend,
-      createBackend(model.artifact, backendName, args.get("--weights", ""),
+      createBackend(model.artifact, backendName, weightLoadOptions(args),
                     blocksForAll(prompts, sampling, config), threads));
   INFER_ASSIGN_OR_RETURN(
       Speculation speculation,
@@ -453,7 +451,7 @@ Status runBench(const ParsedArgs &args) {
 
   INFER_ASSIGN_OR_RETURN(
       std::unique_ptr<Backend> backend,
-      createBackend(model.artifact, backendName, args.get("--weights", ""),
+      createBackend(model.artifact, backendName, weightLoadOptions(args),
                     poolFromMemory ? 0 : numBlocks, threads, memoryFraction));
   INFER_ASSIGN_OR_RETURN(Speculation speculation,
                          createSpeculation(args, model.artifact,
@@ -650,7 +648,7 @@ Status runLogits(const ParsedArgs &args) {
         blocks, streamingBlockBound(config.streaming, config.blockSize, 1));
   INFER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                          createBackend(model.artifact, backendName,
-                                       args.get("--weights", ""), blocks,
+                                       weightLoadOptions(args), blocks,
                                        threads));
   INFER_ASSIGN_OR_RETURN(
       Logits logits, config.streaming.enabled()
@@ -737,6 +735,11 @@ Status runInspect(const ParsedArgs &args) {
   for (const plan::WeightFile &f : m.weightFiles)
     out << "  " << f.name << " (" << f.size << " bytes, header "
         << f.headerFingerprint << ")\n";
+  for (const plan::PackedWeightFile &f : m.packedWeights)
+    out << "packed weights: rank " << f.rank << " " << f.file << " (" << f.size
+        << " bytes, " << f.hash << ")\n";
+  if (!m.deployConfig.empty())
+    out << "deploy config: " << m.deployConfig << "\n";
   out << "tokenizer: " << (m.tokenizerFile.empty() ? "-" : m.tokenizerFile)
       << "\n";
   for (const plan::RankPlan &rank : artifact.plan.ranks) {
@@ -767,6 +770,13 @@ Status runInspect(const ParsedArgs &args) {
 // Dispatch
 //===----------------------------------------------------------------------===//
 
+/// `options` and the flags that set deploy-config keys.
+std::vector<OptionSpec> withDeployConfigFlags(std::vector<OptionSpec> options) {
+  const std::vector<OptionSpec> flags = deployConfigFlags();
+  options.insert(options.end(), flags.begin(), flags.end());
+  return options;
+}
+
 /// `options` and the speculative-decoding options.
 std::vector<OptionSpec> withSpeculation(std::vector<OptionSpec> options) {
   const std::vector<OptionSpec> speculation = speculationOptions();
@@ -779,6 +789,7 @@ std::vector<Command> commands() {
   const OptionSpec backend{"--backend"};
   const OptionSpec weights{"--weights"};
   const OptionSpec threads{"--threads"};
+  const OptionSpec skipWeightCheck{"--skip-weight-check", false};
   return {
       {"import",
        "usage: infer import MODEL_DIR [-o FILE.mlir]\n\n"
@@ -795,7 +806,8 @@ std::vector<Command> commands() {
        "                     [--quant fp8 [--quant-granularity per-tensor]]\n"
        "                     [--kv-cache-dtype auto|fp8_e5m2|fp8_e4m3]\n"
        "                     [--estimate-memory [--gpu-memory 80GiB]]\n"
-       "                     [--mlir-print-ir-after-all]\n\n"
+       "                     [--mlir-print-ir-after-all]\n"
+       "                     [--pack-weights] [--config deploy.json]\n\n"
        "Compiles a Hugging Face model directory into an artifact directory.\n"
        "--target cuda also generates one CUDA kernel per fused elementwise\n"
        "region (kernels/fused.cu), compiled with NVRTC to a cubin for\n"
@@ -824,32 +836,41 @@ std::vector<Command> commands() {
        "as FP8 E4M3 with an fp32 scale per token and head (both backends).\n"
        "--mlir-print-ir-after-all prints the module to stderr after every\n"
        "pass of the pipeline.\n"
+       "--pack-weights packs the params into the artifact (see infer pack).\n"
+       "--config FILE reads these options from a JSON object keyed by the\n"
+       "flags' names in snake_case (target, cuda_arch, dtype, block_size,\n"
+       "fuse, plan_memory, tp, quant, quant_granularity, kv_cache_dtype,\n"
+       "sink_tokens, window, pack_weights); flags override it, an unknown\n"
+       "key is an error, and the manifest records the result (deploy_config,\n"
+       "shown by infer inspect).\n"
        "--estimate-memory prints, per rank, the weights, activations and KV\n"
        "bytes per token, and how many tokens and full-context sequences fit\n"
        "in --gpu-memory (default 80GiB, 90% usable), with the --dtype and\n"
        "--kv-cache-dtype the artifact was compiled for.\n",
-       {output,
-        {"--target"},
-        {"--cuda-arch"},
-        {"--dtype"},
-        {"--block-size"},
-        {"--no-fuse", false},
-        {"--no-plan-memory", false},
-        {"--tp"},
-        {"--sink-tokens"},
-        {"--window"},
-        {"--quant"},
-        {"--quant-granularity"},
-        {"--kv-cache-dtype"},
-        {"--estimate-memory", false},
-        {"--mlir-print-ir-after-all", false},
-        {"--gpu-memory"}},
+       withDeployConfigFlags({output,
+                              {"--config"},
+                              {"--estimate-memory", false},
+                              {"--mlir-print-ir-after-all", false},
+                              {"--gpu-memory"}}),
        runCompile},
+      {"pack",
+       "usage: infer pack ARTIFACT_DIR [--weights DIR]\n\n"
+       "Writes each rank's params after their transforms (tensor-parallel\n"
+       "slices, merged projections, dtype, fp8 codes and scales) into\n"
+       "ARTIFACT_DIR/weights/rank<R>.safetensors, in the layout the backends\n"
+       "upload as is, and records their sizes and content hashes (xxHash) in\n"
+       "the manifest: the artifact then runs without the checkpoint, and\n"
+       "loads by mapping the files. The checkpoint is read from --weights\n"
+       "DIR or the manifest's weights directory. Needs no compiler, so a\n"
+       "GPU host packs artifacts compiled elsewhere (`infer compile\n"
+       "--pack-weights` does the same right after compiling).\n",
+       {weights},
+       runPack},
       {"generate",
        "usage: infer generate MODEL (--prompt TEXT | --token-ids 1,2,3)...\n"
        "           [--max-new-tokens 32] [--temperature 0] [--seed 0]\n"
        "           [--ignore-eos] [--backend cpu|cuda] [--json]\n"
-       "           [--weights DIR] [--threads N]\n"
+       "           [--weights DIR] [--skip-weight-check] [--threads N]\n"
        "           [--draft MODEL | --ngram-speculation [--ngram-max 4]\n"
        "            [--ngram-min 1]] [--num-speculative-tokens 4]\n"
        "           [--adaptive-speculation]\n\n"
@@ -867,7 +888,10 @@ std::vector<Command> commands() {
        "(token ids when the artifact has no tokenizer), or with --json one\n"
        "line per sequence: {\"prompt_token_ids\", \"output_token_ids\",\n"
        "\"text\", \"finish_reason\"}. --weights overrides the weights "
-       "directory.\n\n"
+       "directory.\n"
+       "A packed artifact (infer pack) maps its weight files and checks\n"
+       "their content hashes (--skip-weight-check skips that, for trusted\n"
+       "storage); --weights DIR reads the checkpoint instead.\n\n"
        "Speculative decoding: --draft MODEL (an artifact or model directory\n"
        "with the target's vocabulary) or --ngram-speculation (prompt lookup\n"
        "of the last n tokens, n from --ngram-max down to --ngram-min) "
@@ -887,6 +911,7 @@ std::vector<Command> commands() {
                         {"--json", false},
                         backend,
                         weights,
+                        skipWeightCheck,
                         threads}),
        runGenerate},
       {"bench",
@@ -895,6 +920,7 @@ std::vector<Command> commands() {
        "           [--seed 0] [--max-num-seqs auto|N]\n"
        "           [--max-num-batched-tokens auto|N] [--num-blocks N]\n"
        "           [--no-prefix-caching] [--json] [--weights DIR]\n"
+       "           [--skip-weight-check]\n"
        "           [--gpu-memory-utilization F] [--threads N]\n"
        "           [--draft MODEL | --ngram-speculation]\n"
        "           [--num-speculative-tokens 4] [--adaptive-speculation]\n\n"
@@ -928,14 +954,16 @@ std::vector<Command> commands() {
                         {"--json", false},
                         backend,
                         weights,
+                        skipWeightCheck,
                         threads}),
        runBench},
       {"logits",
        "usage: infer logits MODEL --token-ids 1,2,3 -o OUT.safetensors\n"
-       "           [--backend cpu|cuda] [--weights DIR] [--threads N]\n\n"
+       "           [--backend cpu|cuda] [--weights DIR] [--skip-weight-check]\n"
+       "           [--threads N]\n\n"
        "Writes the fp32 logits of every position, tensor \"logits\" [T, "
        "vocab].\n",
-       {{"--token-ids"}, output, backend, weights, threads},
+       {{"--token-ids"}, output, backend, weights, skipWeightCheck, threads},
        runLogits},
       {"tokenize",
        "usage: infer tokenize MODEL_OR_TOKENIZER_DIR --text TEXT [--json]\n"

@@ -201,6 +201,11 @@ private:
 
   // DeviceParams.cpp
   Status uploadParams(const ParamTable &params);
+  /// Uploads the spans of the mapped files `params` view (packed weights):
+  /// mapping -> (host start of the span, its device copy).
+  Status uploadMappedParams(
+      const ParamTable &params,
+      std::map<const HostMapping *, std::pair<const char *, char *>> &spans);
 
   // KVPool.cpp
   int64_t blockElements() const {

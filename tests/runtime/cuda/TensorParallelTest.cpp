@@ -166,6 +166,10 @@ bool nearTie(const float *row, int64_t n, double tol) {
   return v[0] - v[1] <= tol * scale;
 }
 
+/// A Llama with attention_bias and mlp_bias (a row-parallel bias is added
+/// once after the all_reduce by a bias_add step).
+constexpr const char *kRowBias = "llama-row-bias";
+
 class CudaTensorParallelTest : public ::testing::TestWithParam<std::string> {
 protected:
   void SetUp() override {
@@ -178,11 +182,29 @@ protected:
          loadFixtureCases(INFER_FIXTURES_DIR, INFER_PROJECT_FIXTURES_DIR))
       if (c.name == GetParam())
         case_ = c;
+    if (GetParam() == kRowBias) {
+      // No HF goldens: tp=1 is the reference. The model (every bias, made
+      // by tests/fixtures/make_llama_row_bias.py) sits beside its artifacts;
+      // its o_proj and down_proj biases are the tp=2 plan's bias_add steps.
+      case_.name = kRowBias;
+      case_.modelDir = std::string(dir) + "/" + kRowBias + "-model";
+      case_.inputs = {{1, 17, 200, 45, 3, 99, 250}, {7}};
+      if (!fs::is_directory(case_.modelDir))
+        case_.name.clear();
+    }
     const std::string tp1 = std::string(dir) + "/" + GetParam();
     if (case_.name.empty() || !fs::is_directory(tp1) ||
         !fs::is_directory(tp1 + "-tp2"))
       GTEST_SKIP() << "fixture " << GetParam() << " or its artifacts " << tp1
                    << "[-tp2] not found";
+    if (GetParam() == kRowBias) {
+      StatusOr<Artifact> tp2 = loadArtifact(tp1 + "-tp2");
+      ASSERT_TRUE(tp2.isOk()) << tp2.status().message();
+      const std::vector<plan::Step> &steps = tp2->plan.ranks[0].steps;
+      ASSERT_TRUE(std::any_of(steps.begin(), steps.end(),
+                              [](const auto &s) { return s.op == "bias_add"; }))
+          << "the tp=2 plan of " << kRowBias << " has no bias_add step";
+    }
     tp1_ = createBackend(tp1);
     tp2_ = createBackend(tp1 + "-tp2");
     ASSERT_TRUE(tp1_ && tp2_);
@@ -277,7 +299,8 @@ TEST_P(CudaTensorParallelTest, GreedyTokensMatchOneRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTensorParallelTest,
-                         ::testing::Values("llama-gqa", "qwen2-bias-tied"),
+                         ::testing::Values("llama-gqa", "qwen2-bias-tied",
+                                           kRowBias),
                          [](const auto &info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

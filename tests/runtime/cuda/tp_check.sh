@@ -7,11 +7,15 @@
 # where the compiler is built:
 #   .gpu-tp/fixtures/rand/llama-gqa      the shared fixture model
 #   .gpu-tp/nccl/include/nccl.h          when the machine has no NCCL header
-#   .gpu-tp/art/NAME, NAME-tp2           `infer compile [--tp 2]` of the
-#                                        fixtures llama-gqa, qwen2-bias-tied
+#   .gpu-tp/art/NAME, NAME-tp2           `infer compile --target cuda
+#                                        [--tp 2]` of the fixtures llama-gqa,
+#                                        qwen2-bias-tied, llama-row-bias
 #                                        and of llama3-8b (header-only:
 #                                        python3 bench/random_checkpoint.py
 #                                        llama3-8b DIR --header-only)
+#   .gpu-tp/art/llama-row-bias-model     tests/fixtures/make_llama_row_bias.py
+#                                        (every bias: the tp=2 plan's
+#                                        bias_add steps run on the GPU)
 # It builds with NCCL, runs the CUDA tests (the tensor-parallel ones
 # included), checks the CLI on a tp=2 artifact, then times Llama-3-8B decode
 # (random weights, greedy sampling on the device: rank 0 samples) at tp=1
