@@ -95,7 +95,9 @@ std::string encodeSpec(const RankBackendSpec &spec) {
   Writer w;
   w.put(Command::kCreate)
       .put(spec.artifactDir)
-      .put(spec.weightsDir)
+      .put(spec.weightsDirOverride)
+      .put(spec.verifyHash)
+      .put(spec.showProgress)
       .put(spec.backend)
       .put(spec.numBlocks)
       .put(spec.numThreads)
@@ -105,7 +107,9 @@ std::string encodeSpec(const RankBackendSpec &spec) {
 
 Status decodeSpec(Reader &r, RankBackendSpec &spec) {
   INFER_RETURN_IF_ERROR(r.get(spec.artifactDir));
-  INFER_RETURN_IF_ERROR(r.get(spec.weightsDir));
+  INFER_RETURN_IF_ERROR(r.get(spec.weightsDirOverride));
+  INFER_RETURN_IF_ERROR(r.get(spec.verifyHash));
+  INFER_RETURN_IF_ERROR(r.get(spec.showProgress));
   INFER_RETURN_IF_ERROR(r.get(spec.backend));
   INFER_RETURN_IF_ERROR(r.get(spec.numBlocks));
   INFER_RETURN_IF_ERROR(r.get(spec.numThreads));

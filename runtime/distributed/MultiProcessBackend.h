@@ -41,8 +41,13 @@ namespace infer::distributed {
 struct RankBackendSpec {
   /// An artifact directory every rank can read at this path.
   std::string artifactDir;
-  /// The weights directory (already resolved against --weights).
-  std::string weightsDir;
+  /// `--weights DIR` (absolute), or empty: the artifact's packed weights or
+  /// its manifest's checkpoint directory.
+  std::string weightsDirOverride;
+  /// Whether packed weight files are checked against their content hashes.
+  bool verifyHash = true;
+  /// Whether rank 0 shows the progress of loading.
+  bool showProgress = false;
   /// "cpu" or "cuda".
   std::string backend;
   int64_t numBlocks = 0;

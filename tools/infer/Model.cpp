@@ -131,9 +131,8 @@ createBackend(const Artifact &artifact, const std::string &name,
 #endif
   // Under mpirun / srun: one rank per process.
   if (artifact.plan.numRanks > 1 && inMultiProcessLaunch())
-    return createMultiProcessBackend(
-        artifact, name, weightsDirOf(artifact, weightsDirOverride), numBlocks,
-        numThreads, kvCacheMemoryFraction);
+    return createMultiProcessBackend(artifact, name, weights, numBlocks,
+                                     numThreads, kvCacheMemoryFraction);
   if (artifact.plan.numRanks > 1)
     return createTensorParallelBackend(artifact, name, weights, numBlocks,
                                        numThreads, kvCacheMemoryFraction);

@@ -54,8 +54,13 @@ public:
                            "(INFER_ENABLE_CUDA=OFF)");
 #endif
     }
-    INFER_ASSIGN_OR_RETURN(
-        params_, loadParams(artifact_, world.rank(), spec.weightsDir));
+    WeightLoadOptions weights;
+    weights.weightsDirOverride = spec.weightsDirOverride;
+    weights.verifyHash = spec.verifyHash;
+    // One progress bar: rank 0's.
+    weights.showProgress = spec.showProgress && world.rank() == 0;
+    INFER_ASSIGN_OR_RETURN(params_,
+                           loadRankParams(artifact_, world.rank(), weights));
     return Status::ok();
   }
 
@@ -147,7 +152,7 @@ bool inMultiProcessLaunch() {
 
 StatusOr<std::unique_ptr<Backend>>
 createMultiProcessBackend(const Artifact &artifact, const std::string &name,
-                          const std::string &weightsDir, int64_t numBlocks,
+                          const WeightLoadOptions &weights, int64_t numBlocks,
                           int numThreads, double kvCacheMemoryFraction) {
   distributed::MpiWorld &world = *distributed::MpiWorld::active();
   if (artifact.plan.numRanks != world.size())
@@ -160,7 +165,11 @@ createMultiProcessBackend(const Artifact &artifact, const std::string &name,
   distributed::RankBackendSpec spec;
   std::error_code ec;
   spec.artifactDir = fs::absolute(artifact.dir, ec).string();
-  spec.weightsDir = fs::absolute(weightsDir, ec).string();
+  if (!weights.weightsDirOverride.empty())
+    spec.weightsDirOverride =
+        fs::absolute(weights.weightsDirOverride, ec).string();
+  spec.verifyHash = weights.verifyHash;
+  spec.showProgress = weights.showProgress;
   spec.backend = name;
   spec.numBlocks = numBlocks;
   spec.numThreads = numThreads;
@@ -198,7 +207,7 @@ bool inMultiProcessLaunch() { return false; }
 
 StatusOr<std::unique_ptr<Backend>>
 createMultiProcessBackend(const Artifact &, const std::string &,
-                          const std::string &, int64_t, int, double) {
+                          const WeightLoadOptions &, int64_t, int, double) {
   return unimplemented("infer was built without MPI");
 }
 

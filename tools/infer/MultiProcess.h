@@ -14,6 +14,7 @@
 
 #include "runtime/backend/Backend.h"
 #include "runtime/engine/Artifact.h"
+#include "runtime/engine/PackedWeights.h"
 
 #include <functional>
 #include <memory>
@@ -30,10 +31,11 @@ int runUnderLauncher(const std::function<int()> &command);
 bool inMultiProcessLaunch();
 
 /// On rank 0 of such a launch: the backend of every rank of `artifact`,
-/// one per process (the arguments of createBackend, weightsDir resolved).
+/// one per process (the arguments of createBackend; every rank loads its
+/// params as `weights` says, packed or from the checkpoint).
 StatusOr<std::unique_ptr<Backend>>
 createMultiProcessBackend(const Artifact &artifact, const std::string &name,
-                          const std::string &weightsDir, int64_t numBlocks,
+                          const WeightLoadOptions &weights, int64_t numBlocks,
                           int numThreads, double kvCacheMemoryFraction);
 
 } // namespace infer::tool
