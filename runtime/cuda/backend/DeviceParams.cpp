@@ -20,6 +20,7 @@
 #include "runtime/cuda/backend/CudaBackendImpl.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 
@@ -104,8 +105,9 @@ void extendSpan(const HostTensor &host, const char *&low, const char *&high) {
 
 } // namespace
 
-/// The device copies of every mapping the params view: the covered span of
-/// each, uploaded once.
+/// The device copies of every mapping the params view (packed files, whose
+/// every byte between the first and last tensor is a param's or padding):
+/// the covered span of each, uploaded once.
 Status CudaBackend::uploadMappedParams(
     const ParamTable &params,
     std::map<const HostMapping *, std::pair<const char *, char *>> &spans) {
@@ -117,12 +119,15 @@ Status CudaBackend::uploadMappedParams(
     extendSpan(*host, low, high);
   }
   for (const auto &[mapping, span] : covered) {
+    // From a multiple of 256 of the (page-aligned) mapping, so that every
+    // tensor keeps its alignment on the device (cudaMalloc's is 256).
+    const char *low = reinterpret_cast<const char *>(
+        reinterpret_cast<uintptr_t>(span.first) & ~uintptr_t{255});
     DeviceBuffer buffer;
     INFER_RETURN_IF_ERROR(
-        uploadSpan(span.first, static_cast<size_t>(span.second - span.first),
-                   buffer)
+        uploadSpan(low, static_cast<size_t>(span.second - low), buffer)
             .withContext("cuda backend: uploading " + mapping->name()));
-    spans[mapping] = {span.first, buffer.as<char>()};
+    spans[mapping] = {low, buffer.as<char>()};
     paramBuffers_.push_back(std::move(buffer));
   }
   return Status::ok();

@@ -18,6 +18,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace infer::testing {
@@ -123,18 +124,19 @@ TEST(PackCli, PackedArtifactRunsWithoutItsCheckpoint) {
 #ifdef INFER_HAS_COMPILER
 
 /// tiny-pycode (bf16 checkpoint), compiled by `infer compile` with and
-/// without --pack-weights, bf16 and fp8 weights.
+/// without --pack-weights: bf16 and fp8 weights, and two tensor-parallel
+/// ranks.
 TEST(PackCli, CompiledPackedArtifactMatchesUnpacked) {
   const std::string source = kFixtures + "/models/tiny-pycode-target";
   if (!fs::exists(source + "/config.json"))
     GTEST_SKIP() << "tiny-pycode fixture missing";
   const std::string dir = freshDir("tiny_pycode");
   const std::string model = copyModel(source, dir + "/model");
-  for (const std::vector<std::string> &flags :
-       std::vector<std::vector<std::string>>{
-           {"--dtype", "bfloat16"},
-           {"--dtype", "bfloat16", "--quant", "fp8"}}) {
-    const std::string name = flags.size() > 2 ? "fp8" : "bf16";
+  const std::map<std::string, std::vector<std::string>> configs = {
+      {"bf16", {"--dtype", "bfloat16"}},
+      {"fp8", {"--dtype", "bfloat16", "--quant", "fp8"}},
+      {"tp2", {"--dtype", "bfloat16", "--tp", "2"}}};
+  for (const auto &[name, flags] : configs) {
     std::vector<std::string> compile = {"compile", model, "-o",
                                         dir + "/" + name};
     compile.insert(compile.end(), flags.begin(), flags.end());
@@ -147,17 +149,29 @@ TEST(PackCli, CompiledPackedArtifactMatchesUnpacked) {
     EXPECT_EQ(readManifest(compile[3])["deploy_config"]["pack_weights"], true);
   }
   std::map<std::string, std::vector<json>> unpacked;
-  for (const char *name : {"bf16", "fp8"})
+  for (const auto &[name, flags] : configs)
     unpacked[name] = generate(dir + "/" + name);
 
   fs::rename(model, dir + "/moved");
-  for (const char *name : {"bf16", "fp8"}) {
+  for (const auto &[name, flags] : configs) {
     EXPECT_EQ(generate(dir + "/" + name + "-packed"), unpacked[name]) << name;
     // The checkpoint is really gone: the unpacked artifact cannot load.
     ToolRun run = runInfer({"generate", dir + "/" + name, "--token-ids", "1"});
     EXPECT_NE(run.exitCode, 0);
     EXPECT_NE(run.err.find("missing"), std::string::npos) << run.err;
   }
+
+  // The ranks' files swapped: the hash, or without it the rank, says so.
+  const std::string weights = dir + "/tp2-packed/weights/";
+  fs::rename(weights + "rank0.safetensors", weights + "swap");
+  fs::rename(weights + "rank1.safetensors", weights + "rank0.safetensors");
+  fs::rename(weights + "swap", weights + "rank1.safetensors");
+  expectFailureNaming({"generate", dir + "/tp2-packed", "--token-ids", "1"},
+                      weights + "rank0.safetensors", "content hash");
+  expectFailureNaming({"generate", dir + "/tp2-packed", "--token-ids", "1",
+                       "--skip-weight-check"},
+                      weights + "rank0.safetensors",
+                      "holds the weights of rank 1");
 }
 
 /// `infer compile --config`: the manifest records the options, reading them
