@@ -311,11 +311,12 @@ cudaError_t launchSplitKVDecode(const __nv_bfloat16 *q, KVCachePool pool,
                                 __nv_bfloat16 *out, SplitKVWorkspace workspace,
                                 cudaStream_t stream);
 
-/// The splits launchSplitKVDecode gives each sequence's keys: enough blocks
-/// for 4 per SM, at least 64 keys per split of the longest context the
-/// block tables hold (maxBlocksPerSeq * blockSize, or the sliding window),
-/// at most 256, and no more than `workspaceBytes` holds. It depends on the
-/// launch's shape only, so a captured graph replays it.
+/// The splits launchSplitKVDecode gives each sequence's keys: as many
+/// blocks as the SMs hold at once (3 a SM, 2 for tiles of 8 query heads;
+/// rounded down, so they run in one wave), at least 64 keys per split of the
+/// longest context the block tables hold (maxBlocksPerSeq * blockSize, or the
+/// sliding window), at most 256, and no more than `workspaceBytes` holds. It
+/// depends on the launch's shape only, so a captured graph replays it.
 int splitKVSplits(const AttentionDims &attention, int blockSize,
                   int64_t maxBlocksPerSeq, int64_t numSeqs,
                   size_t workspaceBytes);

@@ -56,6 +56,14 @@ bool kernelRuns() {
 
 } // namespace
 
+bool pingPongOn() {
+  static const bool on = [] {
+    const char *value = std::getenv("INFER_SM90_PINGPONG");
+    return !(value && std::strcmp(value, "0") == 0);
+  }();
+  return on;
+}
+
 cudaError_t encodePoolMap(CUtensorMap *map, const void *pool,
                           const CacheDims &dims, int elementBytes,
                           int boxColumns, bool swizzle) {

@@ -79,6 +79,7 @@ static_assert(kRows == 128 && kKeys == 128, "halves assume 128 rows");
 constexpr int kProducerBarrier = 1;
 constexpr int kQBarrier = 2; ///< + consumer index
 constexpr int kConsumersBarrier = 4;
+constexpr int kSchedulerBarrier = 5; ///< + consumer index
 
 /// What a variant does with the pool: K and V straight from the pool by TMA
 /// (bf16, no key rope), or through the staging buffers.
@@ -126,6 +127,9 @@ struct Sm90Params {
   const float *scales; ///< E4M3 pools.
   CacheDims dims;
   AttentionDims a;
+  /// The consumers take turns issuing their products (FA3's ping-pong), so
+  /// one's softmax runs under the other's tensor-core work.
+  bool pingPong;
 };
 
 __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
@@ -570,8 +574,27 @@ consume(const Sm90Params &p, const TileGeometry &g, uint8_t *smem,
         pFrag[k][r] = packBf16(s[8 * k + 2 * r], s[8 * k + 2 * r + 1]);
   };
 
+  // Ping-pong: consumer wg issues its products of tile t after the other
+  // one issued its products of tile t (wg 1) or t - 1 (wg 0), and lets the
+  // other go on once its own are issued. Each side waits numTiles times and
+  // is let go numTiles times (consumer 1's first signal is the one here; it
+  // gives none after its last tile), so no arrival is left pending.
+  const bool pingPong = p.pingPong;
+  auto takeTurn = [&] {
+    if (pingPong)
+      namedBarrier(kSchedulerBarrier + wg, 128 * kConsumers);
+  };
+  auto passTurn = [&](int t) {
+    if (pingPong && (wg == 0 || t + 1 < g.numTiles))
+      namedBarrierArrive(kSchedulerBarrier + (wg ^ 1), 128 * kConsumers);
+  };
+  if (pingPong && wg == 1)
+    namedBarrierArrive(kSchedulerBarrier, 128 * kConsumers);
+
   mbarrierWait(&fullK[0], 0);
+  takeTurn();
   issueS(0);
+  passTurn(0);
   wgmmaWait<0>();
   fenceRegisters(s);
   release(emptyK, 0);
@@ -580,10 +603,14 @@ consume(const Sm90Params &p, const TileGeometry &g, uint8_t *smem,
   for (int t = 1; t < g.numTiles; ++t) {
     const int stage = t % kStages, previous = (t - 1) % kStages;
     mbarrierWait(&fullK[stage], (t / kStages) & 1);
-    issueS(stage);
+    // Values of the previous tile are ready (and their invisible rows
+    // zeroed, a barrier of both consumers) before this consumer's turn.
     mbarrierWait(&fullV[previous], ((t - 1) / kStages) & 1);
     prepareValues(t - 1);
+    takeTurn();
+    issueS(stage);
     issuePV(previous);
+    passTurn(t);
     wgmmaWait<1>();
     fenceRegisters(s);
     release(emptyK, stage);
@@ -747,6 +774,10 @@ cudaError_t launchOfPool(const Sm90Params &p, KVCachePool pool, int64_t t,
   return cudaErrorInvalidValue;
 }
 
+/// Whether the consumers ping-pong (Sm90Params::pingPong): on unless
+/// INFER_SM90_PINGPONG is 0 (read once; for comparisons in the benchmark).
+bool pingPongOn();
+
 /// launchPrefillAttentionSm90 (Kernels.h) for q and out of type TQ.
 template <typename TQ>
 cudaError_t launch(const TQ *q, KVCachePool pool, CacheDims dims,
@@ -761,7 +792,7 @@ cudaError_t launch(const TQ *q, KVCachePool pool, CacheDims dims,
     return cudaErrorInvalidValue;
   const Sm90Params p{q,           out,           blockTables, maxBlocksPerSeq,
                      contextLens, queryStartLoc, numSeqs,     pool.scales,
-                     dims,        attention};
+                     dims,        attention,     pingPongOn()};
   if (attention.headDim == 64)
     return launchOfPool<64, TQ>(p, pool, t, stream);
   return launchOfPool<128, TQ>(p, pool, t, stream);

@@ -115,6 +115,12 @@ __device__ __forceinline__ void namedBarrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+/// Arrives at barrier `id` of `threads` threads without waiting (the other
+/// side waits with namedBarrier).
+__device__ __forceinline__ void namedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 template <int kRegs> __device__ __forceinline__ void raiseRegisters() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
