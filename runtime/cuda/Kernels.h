@@ -363,6 +363,13 @@ bool prefillAttentionSm90Enabled();
 bool prefillAttentionSm90Supports(const AttentionDims &attention,
                                   const CacheDims &dims, KVCacheDtype dtype);
 
+/// The CTAs of launchPrefillAttentionSm90's persistent launches, which
+/// work through the (row tile, kv head) items: `ctas` > 0 that many, 0 one
+/// CTA per item (not persistent), < 0 the default: the device's SM count,
+/// or INFER_SM90_PERSISTENT's value where it is set (0 turning persistence
+/// off). For tests and comparisons; launches read it as they are made.
+void setPrefillAttentionSm90Ctas(int ctas);
+
 /// launchPrefillAttention's function on Hopper (PrefillAttentionSm90.cu):
 /// wgmma tensor cores fed by TMA through the block tables, a producer
 /// warpgroup and two consumer warpgroups; bf16 q, K, V and probabilities,
