@@ -11,7 +11,9 @@
 # ATTENTION_TESTS overrides the filter) on the fallback kernels and then on
 # the Hopper one, then infer-attention-bench and
 # bench/peers/attention_sdpa.py on the same shapes (BENCH_ARGS for both),
-# and prints a short table last.
+# the Hopper prefill again with its persistent and ping-pong schedules off
+# (INFER_SM90_PERSISTENT=0, INFER_SM90_PINGPONG=0; SCHEDULES=0 skips), and
+# prints a short table last.
 #
 #===----------------------------------------------------------------------===#
 set -uo pipefail
@@ -75,6 +77,19 @@ done
 timeout 150 python3 "$SRC/bench/peers/attention_sdpa.py" $BENCH_ARGS \
   >"$OUT/peer.log" 2>&1
 echo "attention_sdpa.py: rc=$? ($(($(date +%s) - start)) s)"
+# The Hopper prefill with its schedules off (SCHEDULES=0 skips): rows
+# "sm90-no-persistent", "sm90-no-pingpong" and both.
+if [ "${SCHEDULES:-1}" = 1 ] && [ "${INFER_ATTENTION_KERNEL:-}" != fallback ]; then
+  for off in PERSISTENT PINGPONG "PERSISTENT PINGPONG"; do
+    vars=$(for v in $off; do printf 'INFER_SM90_%s=0 ' "$v"; done)
+    tag=$(echo "$off" | tr 'A-Z ' 'a-z+')
+    # shellcheck disable=SC2086
+    env $vars timeout 150 "$BUILD/bin/infer-attention-bench" $BENCH_ARGS \
+      --decode "" --pools bf16 2>&1 | grep "^result prefill kernel=sm90" |
+      sed "s/kernel=sm90/kernel=sm90-no-$tag/" >>"$OUT/bench.log"
+  done
+  echo "schedules off: ($(($(date +%s) - start)) s)"
+fi
 grep -hv "^result" "$OUT/bench.log" "$OUT/peer.log" | head -20
 
 python3 - "$OUT/bench.log" "$OUT/peer.log" <<'EOF'

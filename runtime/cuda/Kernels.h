@@ -311,11 +311,12 @@ cudaError_t launchSplitKVDecode(const __nv_bfloat16 *q, KVCachePool pool,
                                 __nv_bfloat16 *out, SplitKVWorkspace workspace,
                                 cudaStream_t stream);
 
-/// The splits launchSplitKVDecode gives each sequence's keys: enough blocks
-/// for 4 per SM, at least 64 keys per split of the longest context the
-/// block tables hold (maxBlocksPerSeq * blockSize, or the sliding window),
-/// at most 256, and no more than `workspaceBytes` holds. It depends on the
-/// launch's shape only, so a captured graph replays it.
+/// The splits launchSplitKVDecode gives each sequence's keys: as many
+/// blocks as the SMs hold at once (3 a SM, 2 for tiles of 8 query heads;
+/// rounded down, so they run in one wave), at least 64 keys per split of the
+/// longest context the block tables hold (maxBlocksPerSeq * blockSize, or the
+/// sliding window), at most 256, and no more than `workspaceBytes` holds. It
+/// depends on the launch's shape only, so a captured graph replays it.
 int splitKVSplits(const AttentionDims &attention, int blockSize,
                   int64_t maxBlocksPerSeq, int64_t numSeqs,
                   size_t workspaceBytes);
@@ -361,6 +362,13 @@ bool prefillAttentionSm90Enabled();
 /// rope or none (rotated keys with a bf16 pool only).
 bool prefillAttentionSm90Supports(const AttentionDims &attention,
                                   const CacheDims &dims, KVCacheDtype dtype);
+
+/// The CTAs of launchPrefillAttentionSm90's persistent launches, which
+/// work through the (row tile, kv head) items: `ctas` > 0 that many, 0 one
+/// CTA per item (not persistent), < 0 the default: the device's SM count,
+/// or INFER_SM90_PERSISTENT's value where it is set (0 turning persistence
+/// off). For tests and comparisons; launches read it as they are made.
+void setPrefillAttentionSm90Ctas(int ctas);
 
 /// launchPrefillAttention's function on Hopper (PrefillAttentionSm90.cu):
 /// wgmma tensor cores fed by TMA through the block tables, a producer

@@ -55,11 +55,13 @@ int splitKVSplits(const AttentionDims &attention, int blockSize,
   const int headTile = decode::headTileOf(group);
   const int64_t units =
       numSeqs * attention.numKVHeads * ((group + headTile - 1) / headTile);
-  const int64_t target = int64_t(decode::kBlocksPerSm) * smCount();
+  // One wave: as many blocks as the SMs hold at once (splits rounded
+  // down, so a short batch's splits never spill into a second wave).
+  const int64_t target = int64_t(decode::blocksPerSmOf(headTile)) * smCount();
   int64_t keys = maxBlocksPerSeq * blockSize;
   if (attention.slidingWindow > 0 && attention.slidingWindow < keys)
     keys = attention.slidingWindow;
-  int64_t splits = (target + units - 1) / units;
+  int64_t splits = std::max<int64_t>(target / units, 1);
   splits = std::min<int64_t>(splits, (keys + decode::kMinKeysPerSplit - 1) /
                                          decode::kMinKeysPerSplit);
   splits = std::min<int64_t>(splits, decode::kMaxSplits);

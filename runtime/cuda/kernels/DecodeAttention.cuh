@@ -10,12 +10,16 @@
 // A key is read by L = head_dim / 8 lanes, 8 elements each (16 bytes of
 // bf16, 8 of fp8), so a warp's lane groups read 32 / L keys at once. The
 // kernel is bound by the bytes of the keys and values it reads, so each
-// lane group issues the loads of kUnroll keys (32 registers of raw K/V)
-// before it uses the first, and the block keeps 16 to 32 KiB in flight:
+// lane group loads kUnroll keys an iteration (32 registers of raw K/V), and
+// the loop is software-pipelined: iteration i + 1's loads (block table
+// entries, keys, values) are issued before iteration i's arithmetic, so a
+// block keeps 16 to 32 KiB in flight all the time:
 //
 //   iteration i, lane group g, slot u:  key = first + (i kUnroll + u) G + g
 //
-// (G lane groups per block). The scores of a slot are reduced over the L
+// (G lane groups per block). Key addresses are products of the table entry
+// (no 64-bit division; slots by shift and mask for power-of-two block
+// sizes). The scores of a slot are reduced over the L
 // lanes; the online softmax (running max and sum per head, base 2: q is
 // scaled by scale * log2(e) as it is loaded) is updated once per iteration
 // for its kUnroll keys, and the lane groups merge through shared memory at
@@ -30,7 +34,8 @@
 //   M = max_i m_i,  w_i = l_i 2^(m_i - M),  out = sum_i w_i o_i / sum_i w_i
 //
 // The split count is chosen on the host from the longest context the block
-// tables can hold and the SM count (never from the batch's lengths, which
+// tables can hold and the blocks the SMs hold at once (blocksPerSmOf: one
+// wave, no tail of a few blocks) (never from the batch's lengths, which
 // live on the device), so launches read the batch on the device only and
 // can be captured in a CUDA graph.
 //
@@ -61,21 +66,31 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 /// Query heads per block: larger groups take several head tiles.
 constexpr int kMaxHeadTile = 8;
-/// Blocks per SM the split count aims at (memory-level parallelism).
+/// Most blocks per SM the split count aims at (blocksPerSmOf; the
+/// workspace is sized for this many).
 constexpr int kBlocksPerSm = 4;
 /// Fewest keys worth a split of their own.
 constexpr int kMinKeysPerSplit = 64;
 constexpr int kMaxSplits = 256;
 
-/// Keys a lane group loads before it uses the first: 32 registers of raw
-/// keys and values (16 bytes a bf16 slot, 8 an fp8 one), halved for tiles
-/// of 8 heads, whose q and accumulators take 128 registers. Rotated keys
-/// cost more arithmetic (cos and sin per element) than bytes: one at a time.
+/// Keys a lane group loads per iteration (the loop holds two iterations'
+/// worth): 4, halved for tiles of 8 heads, whose q and accumulators take 128
+/// registers (bf16: 64 registers of raw keys and values in the two buffers;
+/// fp8 slots are half as large, but their decoding and E4M3 scales take
+/// the registers that more keys would: 8 spilled). Rotated keys cost more
+/// arithmetic (cos and sin per element) than bytes: one at a time.
 template <KVCacheDtype T, int kHeadTile, bool kRotate>
 __host__ __device__ constexpr int unrollOf() {
   if (kRotate)
     return 1;
-  return (T == KVCacheDtype::kBf16 ? 4 : 8) / (kHeadTile >= 8 ? 2 : 1);
+  return kHeadTile >= 8 ? 2 : 4;
+}
+
+/// Blocks per SM the kernel is compiled for (__launch_bounds__: 3 leaves
+/// 168 registers a thread, 2 for tiles of 8 heads 255) and the split count
+/// aims at, so that the splits of a short batch run in one wave.
+__host__ __device__ constexpr int blocksPerSmOf(int headTile) {
+  return headTile >= 8 ? 2 : 3;
 }
 
 /// The raw 8 elements of a K or V row a lane loads: 16 bytes of bf16 or 8
@@ -122,7 +137,7 @@ template <typename TQ> __device__ __forceinline__ TQ fromFloat(float x) {
 }
 
 template <int D, int kHeadTile, KVCacheDtype T, bool kRotate, typename TQ>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
     splitKVDecodeKernel(const TQ *q, KVCachePool pool, CacheDims dims,
                         AttentionDims a, const int32_t *blockTables,
                         int64_t maxBlocksPerSeq, const int32_t *contextLens,
@@ -161,7 +176,29 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % kLanesPerKey;
   const int laneGroup = warp * kKeysPerWarp + lane / kLanesPerKey;
-  const int64_t valueDelta = int64_t(dims.blockSize) * dims.numKVHeads * D;
+  // Division-free addressing: element offsets of a key's block in int64
+  // products of the table entry, its slot by shift and mask where the
+  // block size is a power of two (one int32 division otherwise).
+  const int blockSize = dims.blockSize;
+  const int blockShift =
+      (blockSize & (blockSize - 1)) == 0 ? __ffs(blockSize) - 1 : -1;
+  const int64_t valueDelta = int64_t(blockSize) * dims.numKVHeads * D;
+  const int64_t blockStride = 2 * int64_t(dims.numLayers) * valueDelta;
+  const int64_t headOffset =
+      2 * int64_t(a.layer) * valueDelta + int64_t(kvHead) * D;
+  const int slotElements = dims.numKVHeads * D;
+  auto keyOffset = [&](int j) {
+    int index, inBlock;
+    if (blockShift >= 0) {
+      index = j >> blockShift;
+      inBlock = j & (blockSize - 1);
+    } else {
+      index = j / blockSize;
+      inBlock = j - index * blockSize;
+    }
+    return int64_t(table[index]) * blockStride + headOffset +
+           inBlock * slotElements;
+  };
 
   // q in base-2 units: scores come out as scale * log2(e) * q.k.
   const float qScale = a.scale * 1.4426950408889634f;
@@ -182,47 +219,47 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  // Warp-uniform trip count: the score reductions shuffle across the whole
-  // warp, so a lane group past the end computes on zeros and discards them.
-  for (int base = keyBegin + warp * kKeysPerWarp; base < keyEnd;
-       base += kUnroll * kGroups) {
-    Raw8<T> kRaw[kUnroll], vRaw[kUnroll];
+  // The raw keys and values of one iteration's kUnroll slots per lane
+  // group; keys at or past keyEnd are not read (zeros, invalid).
+  struct Slots {
+    Raw8<T> k[kUnroll], v[kUnroll];
     float kScale[kUnroll], vScale[kUnroll];
-    int64_t kOffset[kUnroll];
+    int64_t offset[kUnroll];
     bool valid[kUnroll];
+  };
+  auto load = [&](Slots &b, int base) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int j = base + u * kGroups + lane / kLanesPerKey;
-      valid[u] = j < keyEnd;
-      kRaw[u] = {};
-      vRaw[u] = {};
-      kScale[u] = vScale[u] = 1.0f;
-      kOffset[u] = 0;
-      if (valid[u]) {
-        const int64_t slot =
-            int64_t(table[j / dims.blockSize]) * dims.blockSize +
-            j % dims.blockSize;
-        kOffset[u] = kvSlotOffset(dims, slot, a.layer, 0) + int64_t(kvHead) * D;
-        kRaw[u] = loadRaw8<T>(pool.data, kOffset[u] + sub * 8);
-        vRaw[u] = loadRaw8<T>(pool.data, kOffset[u] + valueDelta + sub * 8);
+      b.valid[u] = j < keyEnd;
+      b.k[u] = {};
+      b.v[u] = {};
+      b.kScale[u] = b.vScale[u] = 1.0f;
+      b.offset[u] = 0;
+      if (b.valid[u]) {
+        b.offset[u] = keyOffset(j);
+        b.k[u] = loadRaw8<T>(pool.data, b.offset[u] + sub * 8);
+        b.v[u] = loadRaw8<T>(pool.data, b.offset[u] + valueDelta + sub * 8);
         if constexpr (KVElement<T>::kScaled) {
-          kScale[u] = pool.scales[kOffset[u] / D];
-          vScale[u] = pool.scales[(kOffset[u] + valueDelta) / D];
+          b.kScale[u] = pool.scales[b.offset[u] / D];
+          b.vScale[u] = pool.scales[(b.offset[u] + valueDelta) / D];
         }
       }
     }
+  };
+  auto consume = [&](const Slots &b, int base) {
     // Scores of every slot, reduced over the key's lanes.
     float score[kHeadTile][kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float kx[8];
-      decodeRaw8<T>(kRaw[u], kScale[u], kx);
+      decodeRaw8<T>(b.k[u], b.kScale[u], kx);
       if constexpr (kRotate) {
-        if (valid[u]) {
+        if (b.valid[u]) {
           const int j = base + u * kGroups + lane / kLanesPerKey;
 #pragma unroll
           for (int e = 0; e < 8; ++e)
-            kx[e] = ropeKeyElement<T>(pool.data, kOffset[u], kScale[u], a,
+            kx[e] = ropeKeyElement<T>(pool.data, b.offset[u], b.kScale[u], a,
                                       sub * 8 + e, kx[e], j);
         }
       }
@@ -235,7 +272,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int offset = kLanesPerKey / 2; offset > 0; offset /= 2)
           dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-        score[h][u] = valid[u] ? dot : -INFINITY;
+        score[h][u] = b.valid[u] ? dot : -INFINITY;
       }
     }
     // One softmax update for the slots; a group with no valid slot (past
@@ -263,12 +300,30 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       float vx[8];
-      decodeRaw8<T>(vRaw[u], vScale[u], vx);
+      decodeRaw8<T>(b.v[u], b.vScale[u], vx);
 #pragma unroll
       for (int h = 0; h < kHeadTile; ++h)
 #pragma unroll
         for (int e = 0; e < 8; ++e)
           acc[h][e] += p[h][u] * vx[e];
+    }
+  };
+
+  // Warp-uniform trip count: the score reductions shuffle across the whole
+  // warp, so a lane group past the end computes on zeros and discards them.
+  // Software-pipelined: the loads of the next iteration (table entries,
+  // keys, values) are issued before this one's arithmetic, so every warp
+  // keeps its bytes in flight while it computes.
+  constexpr int kStep = kUnroll * kGroups;
+  const int firstBase = keyBegin + warp * kKeysPerWarp;
+  if (firstBase < keyEnd) {
+    Slots current;
+    load(current, firstBase);
+    for (int base = firstBase; base < keyEnd; base += kStep) {
+      Slots next;
+      load(next, base + kStep);
+      consume(current, base);
+      current = next;
     }
   }
 

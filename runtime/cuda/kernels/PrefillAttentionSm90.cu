@@ -9,6 +9,8 @@
 
 #include <cudaTypedefs.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -56,6 +58,36 @@ bool kernelRuns() {
 
 } // namespace
 
+bool pingPongOn() {
+  static const bool on = [] {
+    const char *value = std::getenv("INFER_SM90_PINGPONG");
+    return !(value && std::strcmp(value, "0") == 0);
+  }();
+  return on;
+}
+
+namespace {
+/// setPrefillAttentionSm90Ctas' value (< 0: the default).
+std::atomic<int> ctasOverride{-1};
+} // namespace
+
+int persistentCtas() {
+  const int override = ctasOverride.load(std::memory_order_relaxed);
+  if (override >= 0)
+    return override;
+  static const int ctas = [] {
+    if (const char *value = std::getenv("INFER_SM90_PERSISTENT"))
+      return std::max(std::atoi(value), 0);
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
+            cudaSuccess)
+      return 0;
+    return sms;
+  }();
+  return ctas;
+}
+
 cudaError_t encodePoolMap(CUtensorMap *map, const void *pool,
                           const CacheDims &dims, int elementBytes,
                           int boxColumns, bool swizzle) {
@@ -93,6 +125,10 @@ bool prefillAttentionSm90Enabled() {
     return !(kernel && std::strcmp(kernel, "fallback") == 0);
   }();
   return enabled;
+}
+
+void setPrefillAttentionSm90Ctas(int ctas) {
+  sm90::ctasOverride.store(ctas < 0 ? -1 : ctas, std::memory_order_relaxed);
 }
 
 bool prefillAttentionSm90Supports(const AttentionDims &attention,

@@ -5,7 +5,10 @@
 // tokens) over the paged pool, for Hopper (sm_90a). The rows of a sequence
 // are packed as in PrefillAttention.cuh, (query, head of the kv head's
 // group) query-major, so the heads sharing a kv head read each K/V tile
-// once. One CTA of three warpgroups per (tile of 128 rows, kv head):
+// once. A work item is a (tile of 128 rows, kv head); CTAs of three
+// warpgroups, one per SM, work through the items (persistent: the producer
+// fills the ring with the next item's K/V while the consumers finish the
+// last one, whose epilogue also copies the next item's Q rows in):
 //
 //   warpgroup 0 (producer)   loads K/V tiles of 128 keys into a ring of
 //                            kStages shared-memory stages
@@ -18,8 +21,10 @@
 // and V apart so S of the next tile can start before V lands. Each consumer
 // overlaps its softmax with its own P V product: it issues S(t) = Q K(t)^T
 // and O += P(t-1) V(t-1), waits for S(t) alone, computes P(t), and rescales
-// O once the product is done (FA3's intra-warpgroup pipelining); the two
-// consumers' instruction streams interleave on the tensor cores.
+// O once the product is done (FA3's intra-warpgroup pipelining). The two
+// consumers take turns issuing their products (FA3's ping-pong: named
+// barriers), so one's softmax runs while the other's wgmma keep the tensor
+// cores busy.
 //
 // Loads through the block tables, per tile of 128 keys (tiles aligned to
 // 128 keys from the first visible one): every block (box of min(bs, 128)
@@ -40,9 +45,12 @@
 // are masked (-inf scores) and their value rows zeroed by the consumers
 // before P V, so stale or unwritten slots (NaN) never reach the output.
 // Tiles of the flat batch are numbered as PrefillAttention.cuh numbers them
-// (kRows = 128); the grid is 1-d with the kv head fastest and runs the
-// longest (last, causal) tiles first. Everything is read on the device, so
-// launches can be captured in CUDA graphs.
+// (kRows = 128); items are numbered with the kv head fastest and the longest
+// (last, causal) tiles first, and CTA i takes items i, 2G - 1 - i, 2G + i,
+// ... of a grid of G (snake order, so the CTAs' totals even out).
+// Everything is read on the device, so launches can be captured in CUDA
+// graphs. INFER_SM90_PINGPONG=0 and INFER_SM90_PERSISTENT=0 (or a CTA
+// count) turn the two schedules off for comparisons.
 //
 // The kernels and launchers are templates of the q/out element type (fp32
 // or bf16); PrefillAttentionSm90.cu instantiates the bf16 ones,
@@ -79,6 +87,7 @@ static_assert(kRows == 128 && kKeys == 128, "halves assume 128 rows");
 constexpr int kProducerBarrier = 1;
 constexpr int kQBarrier = 2; ///< + consumer index
 constexpr int kConsumersBarrier = 4;
+constexpr int kSchedulerBarrier = 5; ///< + consumer index
 
 /// What a variant does with the pool: K and V straight from the pool by TMA
 /// (bf16, no key rope), or through the staging buffers.
@@ -87,8 +96,11 @@ template <KVCacheDtype T, bool kRope> struct Variant {
   static constexpr bool kStagedV = T != KVCacheDtype::kBf16;
   static constexpr bool kStaged = kStagedK;
   static constexpr int kElementBytes = T == KVCacheDtype::kBf16 ? 2 : 1;
-  static constexpr int kProducerRegs = kStaged ? 56 : 24;
-  static constexpr int kConsumerRegs = kStaged ? 224 : 240;
+  static constexpr int kProducerRegs = kStaged ? 56 : 40;
+  static constexpr int kConsumerRegs = kStaged ? 224 : 232;
+  /// Whether a CTA works through several items (persistentCtas): not with
+  /// rotated keys, whose producer has no registers to spare for the loop.
+  static constexpr bool kPersistent = !kRope;
 };
 
 /// Shared memory, each piece 1024-byte aligned:
@@ -126,6 +138,13 @@ struct Sm90Params {
   const float *scales; ///< E4M3 pools.
   CacheDims dims;
   AttentionDims a;
+  /// The consumers take turns issuing their products (FA3's ping-pong), so
+  /// one's softmax runs under the other's tensor-core work.
+  bool pingPong;
+  /// Work items: (tile of kRows rows, kv head) pairs, numbered as
+  /// locateTile reads them; a CTA takes items blockIdx.x, then the others
+  /// workItem gives it (one each with gridDim.x == numWork).
+  int64_t numWork;
 };
 
 __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
@@ -147,15 +166,19 @@ struct TileGeometry {
   const int32_t *table;
 };
 
-/// False when the CTA has nothing to do (a decode sequence, or a tile past
-/// the sequence's rows).
-__device__ __forceinline__ bool locateTile(const Sm90Params &p,
+/// False when work item `w` has nothing to do (a decode sequence, or a
+/// tile past the sequence's rows).
+__device__ __forceinline__ bool locateTile(const Sm90Params &p, int64_t w,
                                            TileGeometry &g) {
   const AttentionDims &a = p.a;
   g.group = a.numHeads / a.numKVHeads;
-  g.kvHead = blockIdx.x % a.numKVHeads;
-  const int64_t tiles = gridDim.x / a.numKVHeads;
-  const int64_t tile = tiles - 1 - blockIdx.x / a.numKVHeads;
+  // int32 divisions (numWork < 2^31, checked by the launcher; rows of a
+  // sequence, t * group, fit too): 64-bit ones are calls that take more
+  // registers than the producer has.
+  const int item = static_cast<int>(w);
+  g.kvHead = item % a.numKVHeads;
+  const int tiles = static_cast<int>(p.numWork) / a.numKVHeads;
+  const int64_t tile = tiles - 1 - item / a.numKVHeads;
   int64_t lo = 0, hi = p.numSeqs - 1;
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
@@ -176,8 +199,8 @@ __device__ __forceinline__ bool locateTile(const Sm90Params &p,
   g.flatLast =
       (g.flatBegin + kRows < flatCount ? g.flatBegin + kRows : flatCount) - 1;
   g.firstPos = p.contextLens[seq] - newTokens;
-  g.posLo = g.firstPos + g.flatBegin / g.group;
-  g.posHi = g.firstPos + g.flatLast / g.group;
+  g.posLo = g.firstPos + static_cast<int>(g.flatBegin) / g.group;
+  g.posHi = g.firstPos + static_cast<int>(g.flatLast) / g.group;
   const int window = a.slidingWindow;
   g.keyBegin =
       window > 0 && g.posLo - window + 1 > 0 ? g.posLo - window + 1 : 0;
@@ -186,6 +209,31 @@ __device__ __forceinline__ bool locateTile(const Sm90Params &p,
   g.numTiles = static_cast<int>((g.keyEnd - g.tileBegin + kKeys - 1) / kKeys);
   g.table = p.blockTables + seq * p.maxBlocksPerSeq;
   return true;
+}
+
+/// The `k`-th work item of this CTA (k = 0, 1, ...): rounds of gridDim.x
+/// items, CTA i taking item i of even rounds and item gridDim.x - 1 - i of
+/// odd ones. Items run longest first (locateTile), so the snake order
+/// evens out the CTAs' totals when the grid is persistent (fewer CTAs than
+/// items); -1 past the last item.
+__device__ __forceinline__ int64_t workItem(const Sm90Params &p, int k) {
+  const int64_t round = int64_t(k) * gridDim.x;
+  const int64_t w =
+      round + (k % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x);
+  return w < p.numWork ? w : -1;
+}
+
+/// Advances `k` to this CTA's next work item with rows (from item k on) and
+/// locates it in `g`; false when the CTA has no more.
+__device__ __forceinline__ bool nextWork(const Sm90Params &p, int &k,
+                                         TileGeometry &g) {
+  for (;; ++k) {
+    const int64_t w = workItem(p, k);
+    if (w < 0)
+      return false;
+    if (locateTile(p, w, g))
+      return true;
+  }
 }
 
 /// The TMA box of lane `lane` in tile `tileStart`: box `lane / halves` of
@@ -222,15 +270,15 @@ __device__ __forceinline__ void
 produceDirect(const CUtensorMap &map, const Sm90Params &p,
               const TileGeometry &g, uint8_t *smem, uint64_t *fullK,
               uint64_t *fullV, uint64_t *emptyK, uint64_t *emptyV,
-              uint32_t kOffset, uint32_t vOffset) {
+              uint32_t kOffset, uint32_t vOffset, int it0) {
   constexpr int kHalves = D / 64;
   constexpr uint32_t kTileBytes = kKeys * D * 2;
   const int lane = threadIdx.x % 32;
   const int blockSize = p.dims.blockSize;
   const int rows = blockSize < kKeys ? blockSize : kKeys;
   for (int t = 0; t < g.numTiles; ++t) {
-    const int stage = t % kStages;
-    const uint32_t phase = (t / kStages) & 1;
+    const int stage = (it0 + t) % kStages;
+    const uint32_t phase = ((it0 + t) / kStages) & 1;
     const Box b = boxOf<kHalves>(g, blockSize, rows,
                                  g.tileBegin + int64_t(t) * kKeys, lane);
     const uint32_t bytes =
@@ -287,7 +335,7 @@ __device__ __forceinline__ void
 produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
               const Sm90Params &p, const TileGeometry &g, uint8_t *smem,
               uint64_t *fullK, uint64_t *fullV, uint64_t *emptyK,
-              uint64_t *emptyV, uint64_t *stagingFull) {
+              uint64_t *emptyV, uint64_t *stagingFull, int it0) {
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
   constexpr int kHalves = D / 64;
@@ -297,7 +345,7 @@ produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
   const AttentionDims &a = p.a;
 
   auto issueRaw = [&](int t) {
-    const int buffer = t % 2;
+    const int buffer = (it0 + t) % 2;
     const int64_t tileStart = g.tileBegin + int64_t(t) * kKeys;
     const Box b = boxOf<1>(g, blockSize, rows, tileStart, lane);
     const uint32_t bytes = __popc(__ballot_sync(0xffffffffu, b.valid)) *
@@ -318,12 +366,12 @@ produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
   };
   // Values straight from the pool (bf16 pools whose keys are rotated).
   auto issueDirectV = [&](int t) {
-    const int stage = t % kStages;
+    const int stage = (it0 + t) % kStages;
     const Box b = boxOf<kHalves>(g, blockSize, rows,
                                  g.tileBegin + int64_t(t) * kKeys, lane);
     const uint32_t bytes =
         __popc(__ballot_sync(0xffffffffu, b.valid)) * uint32_t(rows) * 128;
-    mbarrierWait(&emptyV[stage], ((t / kStages) & 1) ^ 1);
+    mbarrierWait(&emptyV[stage], (((it0 + t) / kStages) & 1) ^ 1);
     if (lane == 0)
       mbarrierArriveExpectTx(&fullV[stage], bytes);
     __syncwarp();
@@ -341,8 +389,8 @@ produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
       issueRaw(1);
   }
   for (int t = 0; t < g.numTiles; ++t) {
-    const int stage = t % kStages, buffer = t % 2;
-    const uint32_t phase = (t / kStages) & 1;
+    const int it = it0 + t, stage = it % kStages, buffer = it % 2;
+    const uint32_t phase = (it / kStages) & 1;
     const int64_t key = g.tileBegin + int64_t(t) * kKeys + tid;
     const bool valid = key >= g.keyBegin && key < g.keyEnd;
     // E4M3 scales of this row's key and value, loaded before the waits.
@@ -362,7 +410,7 @@ produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
         issueDirectV(t);
     }
     const uint8_t *staging = smem + L::kStaging + buffer * L::kStagingBytes;
-    mbarrierWait(&stagingFull[buffer], (t / 2) & 1);
+    mbarrierWait(&stagingFull[buffer], (it / 2) & 1);
     mbarrierWait(&emptyK[stage], phase ^ 1);
     convertRow<D, T, kRope>(staging + tid * L::kRawRowBytes,
                             smem + L::kK + stage * L::kTileBytes, tid, valid,
@@ -384,14 +432,107 @@ produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
   }
 }
 
-/// The consumers: warpgroup `wg` (0 or 1) owns rows 64 wg .. 64 wg + 63 of
-/// the CTA's tile. Thread l of its warp w holds rows r0 = 64 wg + 16 w + l/4
-/// and r0 + 8 of S and O, columns 8c + 2 (l % 4) + {0, 1} (Sm90.cuh).
-template <int D, KVCacheDtype T, bool kRope, typename TQ>
+/// This consumer thread's part of the Q rows of warpgroup `wg` of a tile,
+/// as bf16: chunk wtid % kChunks of kPasses rows.
+template <int D> struct QRows {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowsPerPass = 128 / kChunks;
+  static constexpr int kPasses = 64 / kRowsPerPass;
+  uint4 v[kPasses];
+};
+
+/// Loads this thread's part of the Q rows of warpgroup `wg` of tile `g`
+/// (zeros past the tile's last row) into registers.
+template <int D, typename TQ>
 __device__ __forceinline__ void
-consume(const Sm90Params &p, const TileGeometry &g, uint8_t *smem,
-        uint64_t *fullK, uint64_t *fullV, uint64_t *emptyK, uint64_t *emptyV,
-        int wg) {
+loadQRows(const Sm90Params &p, const TileGeometry &g, int wg, QRows<D> &q) {
+  using Q = QRows<D>;
+  const int wtid = threadIdx.x % 128;
+  const int c = wtid % Q::kChunks;
+#pragma unroll
+  for (int pass = 0; pass < Q::kPasses; ++pass) {
+    const int r = 64 * wg + wtid / Q::kChunks + pass * Q::kRowsPerPass;
+    const int64_t flat = g.flatBegin + r;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (flat <= g.flatLast) {
+      const int64_t query = static_cast<int>(flat) / g.group;
+      const int64_t head =
+          int64_t(g.kvHead) * g.group + static_cast<int>(flat) % g.group;
+      const int64_t offset =
+          ((g.seqStart + query) * p.a.numHeads + head) * D + c * 8;
+      if constexpr (std::is_same_v<TQ, __nv_bfloat16>) {
+        v = *reinterpret_cast<const uint4 *>(
+            static_cast<const __nv_bfloat16 *>(p.q) + offset);
+      } else {
+        const float *src = static_cast<const float *>(p.q) + offset;
+        const float4 x0 = *reinterpret_cast<const float4 *>(src);
+        const float4 x1 = *reinterpret_cast<const float4 *>(src + 4);
+        v = make_uint4(packBf16(x0.x, x0.y), packBf16(x0.z, x0.w),
+                       packBf16(x1.x, x1.y), packBf16(x1.z, x1.w));
+      }
+    }
+    q.v[pass] = v;
+  }
+}
+
+/// The bf16 Q rows of loadQRows copied by cp.async straight into the Q tile
+/// (no registers; storeQRows' wait then waits for them).
+template <int D>
+__device__ __forceinline__ void
+copyQRows(const Sm90Params &p, const TileGeometry &g, int wg, uint8_t *q) {
+  using Q = QRows<D>;
+  const int wtid = threadIdx.x % 128;
+  const int c = wtid % Q::kChunks;
+  const __nv_bfloat16 *src = static_cast<const __nv_bfloat16 *>(p.q);
+#pragma unroll
+  for (int pass = 0; pass < Q::kPasses; ++pass) {
+    const int r = 64 * wg + wtid / Q::kChunks + pass * Q::kRowsPerPass;
+    const int64_t flat = g.flatBegin + r;
+    const bool valid = flat <= g.flatLast;
+    int64_t offset = 0;
+    if (valid) {
+      const int64_t query = static_cast<int>(flat) / g.group;
+      const int64_t head =
+          int64_t(g.kvHead) * g.group + static_cast<int>(flat) % g.group;
+      offset = ((g.seqStart + query) * p.a.numHeads + head) * D + c * 8;
+    }
+    cpAsync16(smemAddress(q + (c / 8) * kHalfBytes + swizzle128(r, c % 8)),
+              src + offset, valid);
+  }
+}
+
+/// Stores the rows of loadQRows into the Q tile (the 128-byte swizzle) and
+/// waits for the warpgroup's other threads: its wgmma may then read them.
+template <int D>
+__device__ __forceinline__ void storeQRows(uint8_t *q, int wg,
+                                           const QRows<D> &rows) {
+  using Q = QRows<D>;
+  const int wtid = threadIdx.x % 128;
+  const int c = wtid % Q::kChunks;
+#pragma unroll
+  for (int pass = 0; pass < Q::kPasses; ++pass) {
+    const int r = 64 * wg + wtid / Q::kChunks + pass * Q::kRowsPerPass;
+    *reinterpret_cast<uint4 *>(q + (c / 8) * kHalfBytes +
+                               swizzle128(r, c % 8)) = rows.v[pass];
+  }
+  fenceProxyAsync();
+  namedBarrier(kQBarrier + wg, 128);
+}
+
+/// The consumers: warpgroup `wg` (0 or 1) owns rows 64 wg .. 64 wg + 63 of
+/// the CTA's tile of work item `k` (geometry `g`), whose Q rows are in
+/// shared memory (storeQRows). `it0` is the K/V ring's position (tiles the
+/// CTA consumed before this item). Once its last S product is done it
+/// locates the CTA's next item and loads its Q rows, which it stores after
+/// the epilogue (the producer already fills the ring with the next item's
+/// K/V meanwhile); then `k` and `g` are the next item's and it returns
+/// true, or false when the CTA has no more. Thread l of its warp w holds rows
+/// r0 = 64 wg + 16 w + l/4 and r0 + 8 of S and O, columns 8c + 2 (l % 4) + {0,
+/// 1} (Sm90.cuh).
+template <int D, KVCacheDtype T, bool kRope, typename TQ>
+__device__ __forceinline__ bool
+consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
+        uint64_t *fullV, uint64_t *emptyK, uint64_t *emptyV, int wg) {
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
   constexpr int kChunks = D / 8;       // 16-byte chunks of a bf16 row
@@ -401,47 +542,29 @@ consume(const Sm90Params &p, const TileGeometry &g, uint8_t *smem,
   const int wtid = threadIdx.x % 128, warp = wtid / 32, lane = wtid % 32;
   const int quad = lane % 4;
 
-  // Q rows of this warpgroup, as bf16 in the swizzled layout.
-  {
-    constexpr int kRowsPerPass = 128 / kChunks;
-    const int c = wtid % kChunks;
-#pragma unroll
-    for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
-      const int r = 64 * wg + wtid / kChunks + pass * kRowsPerPass;
-      const int64_t flat = g.flatBegin + r;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (flat <= g.flatLast) {
-        const int64_t query = flat / g.group;
-        const int64_t head = int64_t(g.kvHead) * g.group + flat % g.group;
-        const int64_t offset =
-            ((g.seqStart + query) * a.numHeads + head) * D + c * 8;
-        if constexpr (std::is_same_v<TQ, __nv_bfloat16>) {
-          v = *reinterpret_cast<const uint4 *>(
-              static_cast<const __nv_bfloat16 *>(p.q) + offset);
-        } else {
-          const float *src = static_cast<const float *>(p.q) + offset;
-          const float4 x0 = *reinterpret_cast<const float4 *>(src);
-          const float4 x1 = *reinterpret_cast<const float4 *>(src + 4);
-          v = make_uint4(packBf16(x0.x, x0.y), packBf16(x0.z, x0.w),
-                         packBf16(x1.x, x1.y), packBf16(x1.z, x1.w));
-        }
-      }
-      *reinterpret_cast<uint4 *>(smem + L::kQ + (c / 8) * kHalfBytes +
-                                 swizzle128(r, c % 8)) = v;
-    }
-    fenceProxyAsync();
-    namedBarrier(kQBarrier + wg, 128);
-  }
-
-  // This thread's rows: positions (rows past the tile's last clamp to its
-  // last position, so they see no key past the loaded ones).
-  // Positions fit in int32 (context_lens do).
+  // The item's geometry, as int32 where the loop needs it (positions fit in
+  // int32, as context_lens do): the int64 geometry is located again for the
+  // epilogue rather than kept in registers through the loop.
+  int numTiles, tileBegin, keyBegin, keyEnd, posLo, posHi;
   int pos[2];
+  {
+    TileGeometry g;
+    locateTile(p, workItem(p, k), g);
+    numTiles = g.numTiles;
+    tileBegin = static_cast<int>(g.tileBegin);
+    keyBegin = static_cast<int>(g.keyBegin);
+    keyEnd = static_cast<int>(g.keyEnd);
+    posLo = static_cast<int>(g.posLo);
+    posHi = static_cast<int>(g.posHi);
+    // This thread's rows: positions (rows past the tile's last clamp to its
+    // last position, so they see no key past the loaded ones).
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int64_t flat = g.flatBegin + 64 * wg + 16 * warp + lane / 4 + 8 * i;
-    pos[i] = static_cast<int>(flat <= g.flatLast ? g.firstPos + flat / g.group
-                                                 : g.posHi);
+    for (int i = 0; i < 2; ++i) {
+      const int64_t flat = g.flatBegin + 64 * wg + 16 * warp + lane / 4 + 8 * i;
+      pos[i] = static_cast<int>(
+          flat <= g.flatLast ? g.firstPos + static_cast<int>(flat) / g.group
+                             : g.posHi);
+    }
   }
   const int window = a.slidingWindow;
   const float scaleLog2 = a.scale * 1.4426950408889634f;
@@ -505,25 +628,24 @@ consume(const Sm90Params &p, const TileGeometry &g, uint8_t *smem,
   };
   auto prepareValues = [&](int t) {
     if constexpr (!V::kStagedV) {
-      const int64_t tileStart = g.tileBegin + int64_t(t) * kKeys;
-      const int from = t == 0 ? static_cast<int>(g.keyBegin - tileStart) : 0;
-      const int64_t end = g.keyEnd - tileStart;
+      const int tileStart = tileBegin + t * kKeys;
+      const int from = t == 0 ? keyBegin - tileStart : 0;
+      const int end = keyEnd - tileStart;
       if (from > 0)
-        zeroValues(t % kStages, 0, from);
+        zeroValues((it0 + t) % kStages, 0, from);
       if (end < kKeys)
-        zeroValues(t % kStages, static_cast<int>(end), kKeys);
+        zeroValues((it0 + t) % kStages, static_cast<int>(end), kKeys);
     }
   };
   // Masks S of tile t, updates the running max and sum, turns S into P
   // (fp32) and sets `correction`, the factor of the old O and sum.
   auto softmax = [&](int t) {
-    const int64_t tileStart = g.tileBegin + int64_t(t) * kKeys;
-    const bool mask = tileStart + kKeys - 1 > g.posLo ||
-                      (window > 0 && tileStart <= g.posHi - window);
+    const int tileStart = tileBegin + t * kKeys;
+    const bool mask = tileStart + kKeys - 1 > posLo ||
+                      (window > 0 && tileStart <= posHi - window);
     if (mask) {
       // Positions relative to the tile's first key.
-      const int rel[2] = {pos[0] - static_cast<int>(tileStart),
-                          pos[1] - static_cast<int>(tileStart)};
+      const int rel[2] = {pos[0] - tileStart, pos[1] - tileStart};
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
@@ -570,20 +692,46 @@ consume(const Sm90Params &p, const TileGeometry &g, uint8_t *smem,
         pFrag[k][r] = packBf16(s[8 * k + 2 * r], s[8 * k + 2 * r + 1]);
   };
 
-  mbarrierWait(&fullK[0], 0);
-  issueS(0);
+  // Ping-pong: consumer wg issues its products of tile t after the other
+  // one issued its products of tile t (wg 1) or t - 1 (wg 0), and lets the
+  // other go on once its own are issued. Each side waits numTiles times and
+  // is let go numTiles times (consumer 1's first signal is the one here; it
+  // gives none after its last tile), so no arrival is left pending.
+  const bool pingPong = p.pingPong;
+  auto takeTurn = [&] {
+    if (pingPong)
+      namedBarrier(kSchedulerBarrier + wg, 128 * kConsumers);
+  };
+  auto passTurn = [&](int t) {
+    if (pingPong && (wg == 0 || t + 1 < numTiles))
+      namedBarrierArrive(kSchedulerBarrier + (wg ^ 1), 128 * kConsumers);
+  };
+  if (pingPong && wg == 1)
+    namedBarrierArrive(kSchedulerBarrier, 128 * kConsumers);
+
+  // Ring stage and phase parity of the CTA's tile it0 + t.
+  auto stageOf = [&](int t) { return (it0 + t) % kStages; };
+  auto parityOf = [&](int t) { return uint32_t((it0 + t) / kStages) & 1; };
+  mbarrierWait(&fullK[stageOf(0)], parityOf(0));
+  takeTurn();
+  issueS(stageOf(0));
+  passTurn(0);
   wgmmaWait<0>();
   fenceRegisters(s);
-  release(emptyK, 0);
+  release(emptyK, stageOf(0));
   softmax(0);
   rescaleAndPack();
-  for (int t = 1; t < g.numTiles; ++t) {
-    const int stage = t % kStages, previous = (t - 1) % kStages;
-    mbarrierWait(&fullK[stage], (t / kStages) & 1);
-    issueS(stage);
-    mbarrierWait(&fullV[previous], ((t - 1) / kStages) & 1);
+  for (int t = 1; t < numTiles; ++t) {
+    const int stage = stageOf(t), previous = stageOf(t - 1);
+    mbarrierWait(&fullK[stage], parityOf(t));
+    // Values of the previous tile are ready (and their invisible rows
+    // zeroed, a barrier of both consumers) before this consumer's turn.
+    mbarrierWait(&fullV[previous], parityOf(t - 1));
     prepareValues(t - 1);
+    takeTurn();
+    issueS(stage);
     issuePV(previous);
+    passTurn(t);
     wgmmaWait<1>();
     fenceRegisters(s);
     release(emptyK, stage);
@@ -593,14 +741,31 @@ consume(const Sm90Params &p, const TileGeometry &g, uint8_t *smem,
     release(emptyV, previous);
     rescaleAndPack();
   }
-  const int last = (g.numTiles - 1) % kStages;
-  mbarrierWait(&fullV[last], ((g.numTiles - 1) / kStages) & 1);
-  prepareValues(g.numTiles - 1);
+  const int last = stageOf(numTiles - 1);
+  mbarrierWait(&fullV[last], parityOf(numTiles - 1));
+  prepareValues(numTiles - 1);
   issuePV(last);
   wgmmaWait<0>();
   fenceRegisters(o);
   release(emptyV, last);
+  it0 += numTiles;
 
+  // Q is no longer read: the next item's rows are copied in under the
+  // epilogue (bf16 q: by cp.async, no registers, located once P is dead so
+  // that the lookup takes no registers from the loop; fp32 q, which needs
+  // rounding, after the epilogue).
+  constexpr bool kCopyQ = std::is_same_v<TQ, __nv_bfloat16>;
+  int nextK = k + 1;
+  bool more;
+  {
+    TileGeometry nextG;
+    more = V::kPersistent && nextWork(p, nextK, nextG);
+    if (kCopyQ && more)
+      copyQRows<D>(p, nextG, wg, smem + L::kQ);
+  }
+
+  TileGeometry g;
+  locateTile(p, workItem(p, k), g);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float sum = rowSum[i];
@@ -609,8 +774,9 @@ consume(const Sm90Params &p, const TileGeometry &g, uint8_t *smem,
     const int64_t flat = g.flatBegin + 64 * wg + 16 * warp + lane / 4 + 8 * i;
     if (flat > g.flatLast)
       continue;
-    const int64_t query = flat / g.group;
-    const int64_t head = int64_t(g.kvHead) * g.group + flat % g.group;
+    const int64_t query = static_cast<int>(flat) / g.group;
+    const int64_t head =
+        int64_t(g.kvHead) * g.group + static_cast<int>(flat) % g.group;
     const int64_t offset = ((g.seqStart + query) * a.numHeads + head) * D;
     const float inv = 1.0f / sum;
 #pragma unroll
@@ -625,6 +791,20 @@ consume(const Sm90Params &p, const TileGeometry &g, uint8_t *smem,
             make_float2(x0, x1);
     }
   }
+  if (!more)
+    return false;
+  k = nextK;
+  if constexpr (kCopyQ) {
+    cpAsyncWaitAll();
+    fenceProxyAsync();
+    namedBarrier(kQBarrier + wg, 128);
+  } else {
+    locateTile(p, workItem(p, k), g);
+    QRows<D> q;
+    loadQRows<D, TQ>(p, g, wg, q);
+    storeQRows<D>(smem + L::kQ, wg, q);
+  }
+  return true;
 }
 
 template <int D, KVCacheDtype T, bool kRope, typename TQ>
@@ -635,8 +815,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
+  int k = 0;
   TileGeometry g;
-  if (!locateTile(p, g))
+  if (!nextWork(p, k, g))
     return;
   extern __shared__ uint8_t sharedRaw[];
   uint8_t *smem = reinterpret_cast<uint8_t *>(
@@ -665,18 +846,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     lowerRegisters<V::kProducerRegs>();
-    if constexpr (V::kStaged) {
-      produceStaged<D, T, kRope>(direct, raw, p, g, smem, fullK, fullV, emptyK,
-                                 emptyV, stagingFull);
-    } else {
-      if (threadIdx.x < 32)
+    // The CTA's work items in turn, the ring's stages and phases going on
+    // from one to the next.
+    if (!V::kStaged && threadIdx.x >= 32)
+      return;
+    int it = 0;
+    do {
+      if constexpr (V::kStaged)
+        produceStaged<D, T, kRope>(direct, raw, p, g, smem, fullK, fullV,
+                                   emptyK, emptyV, stagingFull, it);
+      else
         produceDirect<D>(direct, p, g, smem, fullK, fullV, emptyK, emptyV,
-                         L::kK, L::kV);
-    }
+                         L::kK, L::kV, it);
+      it += g.numTiles;
+      ++k;
+    } while (V::kPersistent && nextWork(p, k, g));
   } else {
     raiseRegisters<V::kConsumerRegs>();
-    consume<D, T, kRope, TQ>(p, g, smem, fullK, fullV, emptyK, emptyV,
-                             warpgroup - 1);
+    const int wg = warpgroup - 1;
+    {
+      QRows<D> q;
+      loadQRows<D, TQ>(p, g, wg, q);
+      storeQRows<D>(smem + L::kQ, wg, q);
+    }
+    int it = 0;
+    while (consume<D, T, kRope, TQ>(p, k, it, smem, fullK, fullV, emptyK,
+                                    emptyV, wg)) {
+    }
   }
 #else
   __trap();
@@ -695,8 +891,17 @@ cudaError_t encodePoolMap(CUtensorMap *map, const void *pool,
                           const CacheDims &dims, int elementBytes,
                           int boxColumns, bool swizzle);
 
+/// Whether the consumers ping-pong (Sm90Params::pingPong): on unless
+/// INFER_SM90_PINGPONG is 0 (read once; for comparisons in the benchmark).
+bool pingPongOn();
+
+/// CTAs of a persistent launch (0: one CTA per work item):
+/// setPrefillAttentionSm90Ctas' value, else INFER_SM90_PERSISTENT's (read
+/// once), else the current device's SM count.
+int persistentCtas();
+
 template <int D, KVCacheDtype T, bool kRope, typename TQ>
-cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool, int64_t t,
+cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool,
                           cudaStream_t stream) {
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
@@ -710,9 +915,12 @@ cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool, int64_t t,
     status = encodePoolMap(&raw, pool.data, p.dims, V::kElementBytes, D, false);
   if (status != cudaSuccess)
     return status;
-  const int64_t group = p.a.numHeads / p.a.numKVHeads;
-  const int64_t tiles = t * group / kRows + p.numSeqs;
-  const int64_t blocks = tiles * p.a.numKVHeads;
+  // Persistent: one CTA per SM (the kernel's shared memory allows no more)
+  // working through the items; else one CTA per item.
+  if (p.numWork > 0x7fffffff)
+    return cudaErrorInvalidValue;
+  const int ctas = V::kPersistent ? persistentCtas() : 0;
+  const int64_t blocks = ctas > 0 && p.numWork > ctas ? ctas : p.numWork;
   if (blocks > 0x7fffffff)
     return cudaErrorInvalidValue;
   auto *kernel = prefillAttentionSm90Kernel<D, T, kRope, TQ>;
@@ -728,21 +936,19 @@ cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool, int64_t t,
 }
 
 template <int D, typename TQ>
-cudaError_t launchOfPool(const Sm90Params &p, KVCachePool pool, int64_t t,
+cudaError_t launchOfPool(const Sm90Params &p, KVCachePool pool,
                          cudaStream_t stream) {
   switch (pool.dtype) {
   case KVCacheDtype::kBf16:
     return p.a.keyRotaryDim > 0
-               ? launchVariant<D, KVCacheDtype::kBf16, true, TQ>(p, pool, t,
+               ? launchVariant<D, KVCacheDtype::kBf16, true, TQ>(p, pool,
                                                                  stream)
-               : launchVariant<D, KVCacheDtype::kBf16, false, TQ>(p, pool, t,
+               : launchVariant<D, KVCacheDtype::kBf16, false, TQ>(p, pool,
                                                                   stream);
   case KVCacheDtype::kF8E5M2:
-    return launchVariant<D, KVCacheDtype::kF8E5M2, false, TQ>(p, pool, t,
-                                                              stream);
+    return launchVariant<D, KVCacheDtype::kF8E5M2, false, TQ>(p, pool, stream);
   case KVCacheDtype::kF8E4M3:
-    return launchVariant<D, KVCacheDtype::kF8E4M3, false, TQ>(p, pool, t,
-                                                              stream);
+    return launchVariant<D, KVCacheDtype::kF8E4M3, false, TQ>(p, pool, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -759,12 +965,16 @@ cudaError_t launch(const TQ *q, KVCachePool pool, CacheDims dims,
   if (!prefillAttentionSm90Supports(attention, dims, pool.dtype) ||
       (pool.dtype == KVCacheDtype::kF8E4M3 && !pool.scales))
     return cudaErrorInvalidValue;
-  const Sm90Params p{q,           out,           blockTables, maxBlocksPerSeq,
-                     contextLens, queryStartLoc, numSeqs,     pool.scales,
-                     dims,        attention};
+  // Work items: the row tiles of the flat batch (at most one partial tile
+  // per sequence beyond t * group / kRows) per kv head.
+  const int64_t group = attention.numHeads / attention.numKVHeads;
+  const int64_t numWork = (t * group / kRows + numSeqs) * attention.numKVHeads;
+  const Sm90Params p{q,           out,           blockTables,  maxBlocksPerSeq,
+                     contextLens, queryStartLoc, numSeqs,      pool.scales,
+                     dims,        attention,     pingPongOn(), numWork};
   if (attention.headDim == 64)
-    return launchOfPool<64, TQ>(p, pool, t, stream);
-  return launchOfPool<128, TQ>(p, pool, t, stream);
+    return launchOfPool<64, TQ>(p, pool, stream);
+  return launchOfPool<128, TQ>(p, pool, stream);
 }
 
 } // namespace infer::cuda::sm90

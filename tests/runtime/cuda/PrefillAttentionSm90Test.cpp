@@ -16,6 +16,8 @@
 //   decode rows left to other kernels, fp32 and bf16 q/out;
 // - fp8 pools (E4M3 with scales, E5M2) and streaming key rotation (bf16
 //   pool), which pass through the producer's staging buffers;
+// - persistent launches of 1 to 7 CTAs (many work items each) giving the
+//   one-CTA-per-item result bit for bit;
 // - a captured graph replaying the eager result.
 // q, K, V and the probabilities are bf16 on the GPU: tolerance 1e-2 of the
 // largest output (and 1/256 more for bf16 outputs). Slots no sequence owns
@@ -302,6 +304,67 @@ TEST_F(PrefillAttentionSm90Test, Fp8PoolsAndKeyRope) {
       EXPECT_LT(err, kBf16Tol + outputTolerance(type))
           << nameOf(type) << " " << what;
     }
+  }
+}
+
+TEST_F(PrefillAttentionSm90Test, PersistentCtasTakeEveryItemOnce) {
+  // A persistent launch's CTAs work through several (row tile, kv head)
+  // items each, the K/V ring, the consumers' ping-pong and the next item's
+  // Q rows going on from one item to the next: with 1, 3 or 7 CTAs (many
+  // items a CTA, decode sequences' items skipped on the way) and with more
+  // CTAs than items, every result is bitwise the one-CTA-per-item launch's
+  // and within tolerance of the CPU kernel.
+  struct Case {
+    KVCacheDtype dtype;
+    AttentionCase shape;
+  };
+  const Case cases[] = {
+      {KVCacheDtype::kBf16,
+       {32, 8, 128, 0, 16, {{0, 300}, {40, 1}, {150, 77}, {9, 2}}}},
+      {KVCacheDtype::kBf16, {10, 2, 128, 0, 16, {{2000, 10}, {0, 260}}}},
+      {KVCacheDtype::kBf16, {4, 1, 64, 50, 16, {{0, 190}, {120, 33}, {9, 1}}}},
+      {KVCacheDtype::kF8E4M3, {32, 8, 128, 0, 16, {{100, 300}, {7, 1}}}},
+      {KVCacheDtype::kF8E5M2, {8, 4, 64, 0, 32, {{500, 130}, {3, 40}}}},
+  };
+  const int layer = 0, numLayers = 1;
+  for (const Case &k : cases) {
+    const AttentionCase &c = k.shape;
+    const PagedBatch b = makePagedBatch(
+        c.seqs, k.dtype,
+        cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize),
+        cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window),
+        /*spareBlocks=*/2, /*bf16Queries=*/true);
+    const AttentionDims a =
+        attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window);
+    const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+    ASSERT_TRUE(cuda::prefillAttentionSm90Supports(a, dims, k.dtype))
+        << describe(c);
+    DevicePool pool(b, k.dtype);
+    const int64_t width = int64_t(c.heads) * c.headDim;
+    const std::vector<float> want = rowsOfSequences(b.ref, b.qsl, width, false);
+    cuda::setPrefillAttentionSm90Ctas(0);
+    const std::vector<float> single =
+        rowsOfSequences(run(QueryType::kBf16, b, pool.pool, dims, a, nullptr),
+                        b.qsl, width, false);
+    EXPECT_LT(relError(single, want),
+              kBf16Tol + outputTolerance(QueryType::kBf16))
+        << describe(c);
+    for (int ctas : {1, 3, 7, 100000}) {
+      cuda::setPrefillAttentionSm90Ctas(ctas);
+      for (QueryType type : kQueryTypes) {
+        const std::vector<float> got = rowsOfSequences(
+            run(type, b, pool.pool, dims, a, nullptr), b.qsl, width, false);
+        std::cout << "[ kernel   ] sm90_prefill " << ctas << " ctas "
+                  << nameOf(type) << " " << describe(c) << " max rel err "
+                  << relError(got, want) << "\n";
+        EXPECT_LT(relError(got, want), kBf16Tol + outputTolerance(type))
+            << ctas << " ctas " << nameOf(type) << " " << describe(c);
+        if (type == QueryType::kBf16)
+          EXPECT_EQ(relError(got, single), 0.0)
+              << ctas << " ctas " << describe(c);
+      }
+    }
+    cuda::setPrefillAttentionSm90Ctas(-1);
   }
 }
 

@@ -4,7 +4,8 @@
 // it sends to the split-KV kernel (DecodeAttention.cu), against the CPU
 // kernel on fresh random inputs: contexts of 1, 17, 1000, 5000 and 20000
 // tokens, GQA ratios 1/4/8 (and 5, a partial head tile; 16, two tiles),
-// head_dim 64/128/256, bf16 and both fp8 pools, sliding windows; with the
+// head_dim 64/128/256, bf16 and both fp8 pools, sliding windows, block
+// sizes 16, 32 and 24 (slots by division, not shift); with the
 // workspace (long contexts split over many blocks) and without (one split).
 // Both sides read the same dequantized fp32 keys and values and differ only
 // in fp32 summation order; the outputs average n values, so they shrink like
@@ -90,6 +91,7 @@ TEST_F(SplitKVDecodeTest, MatchesCpuAttention) {
       {32, 2, 64, 0, 16, {700}},                // GQA 16: two tiles
       {8, 2, 256, 0, 16, {3000, 2}},            // d 256
       {16, 4, 128, 700, 16, {5000, 300, 701}},  // GQA 4, window
+      {8, 2, 128, 0, 24, {3000, 50}},           // block size 24: no shift
   };
   const int layer = 1, numLayers = 2;
   const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(256);
