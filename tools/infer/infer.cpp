@@ -10,6 +10,7 @@
 #include "runtime/safetensors/Safetensors.h"
 #include "tools/infer/Args.h"
 #include "tools/infer/Model.h"
+#include "tools/infer/Serve.h"
 #include "tools/infer/Speculation.h"
 
 #ifdef INFER_HAS_COMPILER
@@ -45,6 +46,7 @@ commands:
   generate MODEL --prompt TEXT ...     generate text (several prompts run as one batch)
   bench MODEL --input-len I --output-len O --num-prompts N
                                        serving throughput and latency on random prompts
+  serve MODEL [--port 8000]            an OpenAI-compatible HTTP server
   logits MODEL --token-ids 1,2,3 -o OUT.safetensors
                                        fp32 logits of every position
   tokenize DIR --text TEXT             token ids of a text (or --decode IDS)
@@ -929,6 +931,7 @@ std::vector<Command> commands() {
                         weights,
                         threads}),
        runBench},
+      {"serve", kServeHelp, serveOptions(), runServe},
       {"logits",
        "usage: infer logits MODEL --token-ids 1,2,3 -o OUT.safetensors\n"
        "           [--backend cpu|cuda] [--weights DIR] [--threads N]\n\n"
