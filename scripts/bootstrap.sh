@@ -16,7 +16,7 @@ packages=(
   build-essential cmake ninja-build pkg-config python3 git
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libpcre2-dev libicu-dev nlohmann-json3-dev libgtest-dev libboost-graph-dev
-  libboost-dev python3-jinja2
+  libboost-dev python3-jinja2 nodejs npm
 )
 
 if [ "${INFER_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null &&
