@@ -243,7 +243,27 @@ def main():
         s2 = Server(a.infer, model)
         check(s2.stop(signal.SIGINT) == 0, s2.log())
 
-    run_tests([test_error_paths, test_texts_equal_generate, test_429_under_a_full_queue,
+    def test_bench_base_url():
+        with Server(a.infer, model) as s:
+            out = subprocess.run([a.infer, "bench", model, "--base-url",
+                                  f"http://127.0.0.1:{s.port}/v1", "--input-len", "8",
+                                  "--output-len", "6", "--num-prompts", "6",
+                                  "--max-concurrency", "3", "--goodput", "ttft:60000",
+                                  "--json"], check=True, capture_output=True, text=True)
+            r = json.loads(out.stdout)
+            check(r["completed"] == 6 and r["failed"] == 0, r)
+            check(r["output_throughput"] > 0 and r["request_goodput"] > 0, r)
+            check(r["ttft_ms"]["p50"] > 0 and r["tpot_ms"]["p50"] > 0, r)
+            # Poisson arrivals, and a bad URL is a clear error.
+            subprocess.run([a.infer, "bench", "--vocab-size", "4096", "--base-url",
+                            f"http://127.0.0.1:{s.port}", "--input-len", "4",
+                            "--output-len", "2", "--num-prompts", "3",
+                            "--request-rate", "20"], check=True, capture_output=True)
+            bad = subprocess.run([a.infer, "bench", "--vocab-size", "9", "--base-url",
+                                  "ftp://x"], capture_output=True, text=True)
+            check(bad.returncode == 1 and "http://" in bad.stderr, bad.stderr)
+
+    run_tests([test_error_paths, test_bench_base_url, test_texts_equal_generate, test_429_under_a_full_queue,
                test_disconnect_mid_stream_returns_the_blocks,
                test_sigterm_finishes_requests_in_flight])
 

@@ -11,6 +11,7 @@
 #include "tools/infer/Args.h"
 #include "tools/infer/Model.h"
 #include "tools/infer/Serve.h"
+#include "tools/infer/ServeBench.h"
 #include "tools/infer/Speculation.h"
 
 #ifdef INFER_HAS_COMPILER
@@ -372,6 +373,8 @@ void drawProgress(int64_t done, int64_t total) {
 constexpr int64_t kAutoMaxNumSeqs = 1024;
 
 Status runBench(const ParsedArgs &args) {
+  if (args.has("--base-url"))
+    return runServeBench(args);
   INFER_RETURN_IF_ERROR(expectPositional(args, 1, "MODEL"));
   INFER_ASSIGN_OR_RETURN(int64_t inputLen, args.getInt("--input-len", 128));
   INFER_ASSIGN_OR_RETURN(int64_t outputLen, args.getInt("--output-len", 128));
@@ -898,7 +901,9 @@ std::vector<Command> commands() {
        "           [--no-prefix-caching] [--json] [--weights DIR]\n"
        "           [--gpu-memory-utilization F] [--threads N]\n"
        "           [--draft MODEL | --ngram-speculation]\n"
-       "           [--num-speculative-tokens 4] [--adaptive-speculation]\n\n"
+       "           [--num-speculative-tokens 4] [--adaptive-speculation]\n"
+       "       infer bench [MODEL] --base-url URL [--max-concurrency N]\n"
+       "           [--goodput ttft:MS,tpot:MS] [--vocab-size V] ...\n\n"
        "Runs --num-prompts requests of --input-len random tokens (seeded by\n"
        "--seed) through the engine, each generating exactly --output-len\n"
        "tokens. --request-rate R spaces arrivals as a Poisson process of R\n"
@@ -915,8 +920,21 @@ std::vector<Command> commands() {
        "--max-num-batched-tokens auto is 8192 on cuda, 2048 on cpu. A\n"
        "progress bar goes to stderr when it is a terminal. Speculative\n"
        "decoding options are generate's; acceptance_rate is then accepted per\n"
-       "judged draft token.\n",
-       withSpeculation({{"--input-len"},
+       "judged draft token.\n\n"
+       "--base-url URL (http://127.0.0.1:8000, /v1 optional) benchmarks a\n"
+       "running OpenAI-compatible server instead: the same prompts go out as\n"
+       "streaming completions, --request-rate spaces their arrivals and\n"
+       "--max-concurrency N bounds those in flight (0: unbounded); MODEL (or\n"
+       "--vocab-size V) gives the range of the prompt ids, GET /v1/models\n"
+       "the model name (or --served-model-name). Prints the same metrics\n"
+       "plus end-to-end latency and, with --goodput ttft:MS,tpot:MS,e2el:MS,\n"
+       "the requests per second that meet every SLO.\n",
+       withSpeculation({{"--base-url"},
+                        {"--max-concurrency"},
+                        {"--goodput"},
+                        {"--vocab-size"},
+                        {"--served-model-name"},
+                        {"--input-len"},
                         {"--output-len"},
                         {"--num-prompts"},
                         {"--request-rate"},
