@@ -16,8 +16,11 @@ packages=(
   build-essential cmake ninja-build pkg-config python3 git
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libpcre2-dev libicu-dev nlohmann-json3-dev libgtest-dev libboost-graph-dev
-  libboost-dev python3-jinja2 nodejs npm
+  libboost-dev python3-jinja2
 )
+# The serving tests' OpenAI Node SDK client (skipped without them); a node
+# install of another origin (nodesource ships its own npm) is kept.
+command -v npm >/dev/null || packages+=(nodejs npm)
 
 if [ "${INFER_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null &&
    grep -q bookworm /etc/os-release 2>/dev/null; then

@@ -173,10 +173,36 @@ private:
     reading_ = true;
     stream_.expires_after(std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(shared_->options.requestTimeoutSeconds)));
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->onRequest(ec);
-                     });
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) {
+          self->onHeader(ec);
+        });
+  }
+
+  /// Answers `Expect: 100-continue` (curl sends it before bodies over 1 KiB
+  /// and would otherwise wait a second), then reads the body.
+  void onHeader(beast::error_code ec) {
+    if (ec)
+      return onRequest(ec);
+    auto readBody = [self = shared_from_this()] {
+      http::async_read(
+          self->stream_, self->buffer_, *self->parser_,
+          [self](beast::error_code error, size_t) { self->onRequest(error); });
+    };
+    if (!parser_->is_done() &&
+        beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_.socket(), net::buffer(kContinue),
+                       [self = shared_from_this(),
+                        readBody](beast::error_code error, size_t) {
+                         if (error)
+                           return self->onRequest(error);
+                         readBody();
+                       });
+      return;
+    }
+    readBody();
   }
 
   void onRequest(beast::error_code ec) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace infer::serving {
 
@@ -12,8 +13,14 @@ namespace {
 std::string number(double value) {
   if (std::isinf(value))
     return value > 0 ? "+Inf" : "-Inf";
+  // The shortest text that reads back as the same double (0.005, not
+  // 0.0050000000000000001).
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.17g", value);
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, value);
+    if (std::strtod(buf, nullptr) == value)
+      break;
+  }
   return buf;
 }
 
