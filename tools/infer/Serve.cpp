@@ -37,7 +37,8 @@ const char *const kServeHelp =
     "           [--backend cpu|cuda] [--weights DIR] [--threads N]\n"
     "           [--num-blocks N | --gpu-memory-utilization F]\n"
     "           [--max-num-seqs 256] [--max-num-batched-tokens auto|N]\n"
-    "           [--no-prefix-caching] [--draft MODEL | --ngram-speculation]\n"
+    "           [--no-prefix-caching] [--scheduling-policy fcfs|priority]\n"
+    "           [--draft MODEL | --ngram-speculation]\n"
     "           [--num-speculative-tokens 4] [--adaptive-speculation]\n\n"
     "Serves MODEL (an artifact or a Hugging Face model directory) over\n"
     "HTTP with OpenAI's API: POST /v1/completions and /v1/chat/completions\n"
@@ -59,7 +60,9 @@ const char *const kServeHelp =
     "2048) or, on cuda, --gpu-memory-utilization F (default 0.9) of the\n"
     "memory free after the weights; --max-num-seqs (default 256) and\n"
     "--max-num-batched-tokens (auto: 8192 on cuda, 2048 on cpu) bound each\n"
-    "step. Speculative decoding options are generate's.\n";
+    "step. --scheduling-policy priority runs requests of lower \"priority\"\n"
+    "first (ties by arrival; default fcfs). Speculative decoding options are\n"
+    "generate's.\n";
 
 std::vector<OptionSpec> serveOptions() {
   std::vector<OptionSpec> options = {{"--host"},
@@ -79,7 +82,8 @@ std::vector<OptionSpec> serveOptions() {
                                      {"--gpu-memory-utilization"},
                                      {"--max-num-seqs"},
                                      {"--max-num-batched-tokens"},
-                                     {"--no-prefix-caching", false}};
+                                     {"--no-prefix-caching", false},
+                                     {"--scheduling-policy"}};
   for (const OptionSpec &s : speculationOptions())
     options.push_back(s);
   return options;
@@ -189,6 +193,11 @@ Status runServe(const ParsedArgs &args) {
     INFER_ASSIGN_OR_RETURN(config.scheduler.maxNumBatchedTokens,
                            args.getInt("--max-num-batched-tokens", 0));
   }
+  const std::string policy = args.get("--scheduling-policy", "fcfs");
+  if (policy != "fcfs" && policy != "priority")
+    return invalidArgument("--scheduling-policy must be fcfs or priority");
+  config.scheduler.policy = policy == "priority" ? SchedulingPolicy::kPriority
+                                                 : SchedulingPolicy::kFcfs;
   if (config.scheduler.maxNumSeqs <= 0 ||
       config.scheduler.maxNumBatchedTokens <= 0)
     return invalidArgument(
