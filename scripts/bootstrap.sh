@@ -18,7 +18,11 @@ packages=(
   libpcre2-dev libicu-dev nlohmann-json3-dev libgtest-dev libboost-graph-dev
   libopenmpi-dev openmpi-bin
   libxxhash-dev # xxhash.h: content hashes of packed weight files
+  libboost-dev python3-jinja2
 )
+# The serving tests' OpenAI Node SDK client (skipped without them); a node
+# install of another origin (nodesource ships its own npm) is kept.
+command -v npm >/dev/null || packages+=(nodejs npm)
 
 if [ "${INFER_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null &&
    grep -q bookworm /etc/os-release 2>/dev/null; then

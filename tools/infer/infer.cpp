@@ -12,6 +12,8 @@
 #include "tools/infer/DeployConfig.h"
 #include "tools/infer/Model.h"
 #include "tools/infer/MultiProcess.h"
+#include "tools/infer/Serve.h"
+#include "tools/infer/ServeBench.h"
 #include "tools/infer/Speculation.h"
 
 #ifdef INFER_HAS_COMPILER
@@ -48,6 +50,7 @@ commands:
   generate MODEL --prompt TEXT ...     generate text (several prompts run as one batch)
   bench MODEL --input-len I --output-len O --num-prompts N
                                        serving throughput and latency on random prompts
+  serve MODEL [--port 8000]            an OpenAI-compatible HTTP server
   logits MODEL --token-ids 1,2,3 -o OUT.safetensors
                                        fp32 logits of every position
   tokenize DIR --text TEXT             token ids of a text (or --decode IDS)
@@ -369,6 +372,8 @@ void drawProgress(int64_t done, int64_t total) {
 constexpr int64_t kAutoMaxNumSeqs = 1024;
 
 Status runBench(const ParsedArgs &args) {
+  if (args.has("--base-url"))
+    return runServeBench(args);
   INFER_RETURN_IF_ERROR(expectPositional(args, 1, "MODEL"));
   INFER_ASSIGN_OR_RETURN(int64_t inputLen, args.getInt("--input-len", 128));
   INFER_ASSIGN_OR_RETURN(int64_t outputLen, args.getInt("--output-len", 128));
@@ -923,7 +928,9 @@ std::vector<Command> commands() {
        "           [--skip-weight-check]\n"
        "           [--gpu-memory-utilization F] [--threads N]\n"
        "           [--draft MODEL | --ngram-speculation]\n"
-       "           [--num-speculative-tokens 4] [--adaptive-speculation]\n\n"
+       "           [--num-speculative-tokens 4] [--adaptive-speculation]\n"
+       "       infer bench [MODEL] --base-url URL [--max-concurrency N]\n"
+       "           [--goodput ttft:MS,tpot:MS] [--vocab-size V] ...\n\n"
        "Runs --num-prompts requests of --input-len random tokens (seeded by\n"
        "--seed) through the engine, each generating exactly --output-len\n"
        "tokens. --request-rate R spaces arrivals as a Poisson process of R\n"
@@ -940,8 +947,21 @@ std::vector<Command> commands() {
        "--max-num-batched-tokens auto is 8192 on cuda, 2048 on cpu. A\n"
        "progress bar goes to stderr when it is a terminal. Speculative\n"
        "decoding options are generate's; acceptance_rate is then accepted per\n"
-       "judged draft token.\n",
-       withSpeculation({{"--input-len"},
+       "judged draft token.\n\n"
+       "--base-url URL (http://127.0.0.1:8000, /v1 optional) benchmarks a\n"
+       "running OpenAI-compatible server instead: the same prompts go out as\n"
+       "streaming completions, --request-rate spaces their arrivals and\n"
+       "--max-concurrency N bounds those in flight (0: unbounded); MODEL (or\n"
+       "--vocab-size V) gives the range of the prompt ids, GET /v1/models\n"
+       "the model name (or --served-model-name). Prints the same metrics\n"
+       "plus end-to-end latency and, with --goodput ttft:MS,tpot:MS,e2el:MS,\n"
+       "the requests per second that meet every SLO.\n",
+       withSpeculation({{"--base-url"},
+                        {"--max-concurrency"},
+                        {"--goodput"},
+                        {"--vocab-size"},
+                        {"--served-model-name"},
+                        {"--input-len"},
                         {"--output-len"},
                         {"--num-prompts"},
                         {"--request-rate"},
@@ -957,6 +977,7 @@ std::vector<Command> commands() {
                         skipWeightCheck,
                         threads}),
        runBench},
+      {"serve", kServeHelp, serveOptions(), runServe},
       {"logits",
        "usage: infer logits MODEL --token-ids 1,2,3 -o OUT.safetensors\n"
        "           [--backend cpu|cuda] [--weights DIR] [--skip-weight-check]\n"

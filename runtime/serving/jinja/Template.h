@@ -1,0 +1,38 @@
+//===- Template.h - A parsed Jinja template ---------------------*- C++ -*-===//
+//
+// The entry point of the Jinja subset interpreter:
+//
+//   source ─lex─▶ tokens ─parse─▶ statements ─render(globals)─▶ text
+//
+// Rendering follows jinja2's semantics where chat templates depend on
+// them: loop-scoped `set`, the `loop` object, Python truthiness and
+// equality, str() of values, string and dict methods, and the filters and
+// tests listed in Evaluator.cpp. An error names its line and the construct.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_SERVING_JINJA_TEMPLATE_H
+#define INFER_RUNTIME_SERVING_JINJA_TEMPLATE_H
+
+#include "runtime/serving/jinja/Parser.h"
+
+#include <memory>
+#include <string>
+
+namespace infer::serving::jinja {
+
+class Template {
+public:
+  static StatusOr<std::unique_ptr<Template>> parse(const std::string &source,
+                                                   LexOptions options = {});
+
+  /// The output for `globals` (name -> value).
+  StatusOr<std::string> render(const ValueDict &globals) const;
+
+private:
+  Body body_;
+};
+
+} // namespace infer::serving::jinja
+
+#endif // INFER_RUNTIME_SERVING_JINJA_TEMPLATE_H

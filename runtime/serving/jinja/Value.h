@@ -1,0 +1,111 @@
+//===- Value.h - Values of the Jinja interpreter ----------------*- C++ -*-===//
+//
+// Python's values as Jinja templates see them: undefined, None, booleans,
+// integers, floats, strings, lists and dicts (shared, as Python objects
+// are, so a namespace() assigned in a loop is the same object outside it)
+// and callables. Dicts keep insertion order (tojson and items() follow it).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_SERVING_JINJA_VALUE_H
+#define INFER_RUNTIME_SERVING_JINJA_VALUE_H
+
+#include "runtime/support/Status.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace infer::serving::jinja {
+
+class Value;
+using ValueList = std::vector<Value>;
+using ValueDict = std::vector<std::pair<std::string, Value>>;
+using KwArgs = std::vector<std::pair<std::string, Value>>;
+using Function =
+    std::function<StatusOr<Value>(const ValueList &args, const KwArgs &kw)>;
+
+class Value {
+public:
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kFunction
+  };
+
+  Value() = default;
+  static Value none();
+  static Value boolean(bool b);
+  static Value integer(int64_t i);
+  static Value floating(double f);
+  static Value string(std::string s);
+  static Value list(ValueList items = {});
+  static Value dict(ValueDict items = {});
+  /// A dict whose keys are also attributes (namespace()).
+  static Value ns(ValueDict items = {});
+  static Value function(Function f);
+  static Value fromJson(const nlohmann::json &j);
+
+  Kind kind() const { return kind_; }
+  bool isUndefined() const { return kind_ == Kind::kUndefined; }
+  bool isNone() const { return kind_ == Kind::kNone; }
+  bool isString() const { return kind_ == Kind::kString; }
+  bool isNumber() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat; }
+  bool isList() const { return kind_ == Kind::kList; }
+  bool isDict() const { return kind_ == Kind::kDict; }
+  bool isNamespace() const { return kind_ == Kind::kDict && namespace_; }
+
+  bool asBool() const { return b_; }
+  int64_t asInt() const { return i_; }
+  double asDouble() const {
+    return kind_ == Kind::kInt ? static_cast<double>(i_) : f_;
+  }
+  const std::string &asString() const { return s_; }
+  ValueList &items() const { return *list_; }
+  ValueDict &entries() const { return *dict_; }
+  const Function &callable() const { return *fn_; }
+
+  /// Python truthiness (undefined is false).
+  bool truthy() const;
+  /// The dict entry `key`, or null.
+  Value *find(const std::string &key) const;
+  /// Sets a dict entry, keeping the order of existing keys.
+  void set(const std::string &key, Value value) const;
+  /// Python's ==.
+  bool equals(const Value &other) const;
+  /// str(value) as Jinja prints it ("" for undefined).
+  std::string str() const;
+  /// repr(value) (strings quoted), as inside a printed list.
+  std::string repr() const;
+  /// The type's name, for error messages.
+  const char *typeName() const;
+  /// JSON as HF's tojson writes it: json.dumps(ensure_ascii=False) with
+  /// `indent` (< 0: one line with ", " and ": ").
+  StatusOr<std::string> toJson(int indent, int depth = 0) const;
+
+private:
+  Kind kind_ = Kind::kUndefined;
+  bool b_ = false;
+  bool namespace_ = false;
+  int64_t i_ = 0;
+  double f_ = 0.0;
+  std::string s_;
+  std::shared_ptr<ValueList> list_;
+  std::shared_ptr<ValueDict> dict_;
+  std::shared_ptr<Function> fn_;
+};
+
+} // namespace infer::serving::jinja
+
+#endif // INFER_RUNTIME_SERVING_JINJA_VALUE_H
