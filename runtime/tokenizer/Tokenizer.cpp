@@ -7,6 +7,7 @@
 
 #include "runtime/tokenizer/Tokenizer.h"
 
+#include "runtime/support/InputLimits.h"
 #include "runtime/tokenizer/AddedVocabulary.h"
 #include "runtime/tokenizer/BpeModel.h"
 #include "runtime/tokenizer/Decoder.h"
@@ -27,17 +28,12 @@ using tokenizer::Json;
 namespace {
 
 StatusOr<std::string> readFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return notFound("cannot open '" + path + "'");
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad())
-    return dataLoss("cannot read '" + path + "'");
-  return contents.str();
+  return readBoundedFile(path);
 }
 
 StatusOr<Json> parseJson(std::string_view text, const std::string &what) {
+  // The component readers recurse per Sequence level.
+  INFER_RETURN_IF_ERROR(checkJsonDepth(text, what));
   Json parsed = Json::parse(text.begin(), text.end(), nullptr,
                             /*allow_exceptions=*/false);
   if (parsed.is_discarded())
