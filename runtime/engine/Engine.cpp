@@ -1,9 +1,11 @@
 //===- Engine.cpp - Continuous-batching generation engine -----------------===//
 
 #include "runtime/engine/Engine.h"
+#include "runtime/backend/FiniteLogits.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace infer {
@@ -12,6 +14,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+/// a + b for a >= 0, b >= 0, capped at INT64_MAX (max_new_tokens may be
+/// "as many as fit").
+int64_t saturatingAdd(int64_t a, int64_t b) {
+  return b > INT64_MAX - a ? INT64_MAX : a + b;
 }
 } // namespace
 
@@ -84,7 +91,7 @@ StatusOr<RequestId> Engine::addRequest(std::vector<int32_t> promptTokenIds,
   r.sampling = sampling;
   r.priority = priority;
   r.arrivalTime = arrivalTime ? *arrivalTime : static_cast<double>(id);
-  r.maxTotalTokens = length + sampling.maxNewTokens;
+  r.maxTotalTokens = saturatingAdd(length, sampling.maxNewTokens);
   if (config_.maxModelLen > 0)
     r.maxTotalTokens = std::min(r.maxTotalTokens, config_.maxModelLen);
   // Completion 0 of an n > 1 request; the others branch off when its
@@ -125,7 +132,8 @@ StatusOr<RequestId> Engine::fork(RequestId parentId,
   r = parent;
   r.id = id;
   r.sampling = sampling;
-  r.maxTotalTokens = parent.numPromptTokens + sampling.maxNewTokens;
+  r.maxTotalTokens =
+      saturatingAdd(parent.numPromptTokens, sampling.maxNewTokens);
   if (config_.maxModelLen > 0)
     r.maxTotalTokens = std::min(r.maxTotalTokens, config_.maxModelLen);
   r.maxTotalTokens = std::max(r.maxTotalTokens, r.numTokens());
@@ -194,6 +202,7 @@ void Engine::emit(Entry &entry, std::vector<int32_t> newTokens,
   out.numCachedTokens = std::max<int64_t>(r.numCachedPromptTokens, 0);
   out.finished = r.status == RequestStatus::kFinished;
   out.finishReason = r.finishReason;
+  out.error = r.error;
   if (callback_)
     callback_(out);
   outputs.push_back(std::move(out));
@@ -350,6 +359,20 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
       scheduler_.setComputed(r, start + s.numTokens);
       continue;
     }
+    // A NaN or infinite logit (a broken checkpoint) fails this request
+    // alone instead of silently choosing token 0 or the last id.
+    const bool finite = onBackend
+                            ? sampled[firstRow[i]] != kNonFiniteLogitsToken
+                            : allFinite(logits.row(firstRow[i]),
+                                        logits.vocab * (s.numDraftTokens + 1));
+    if (!finite) {
+      fail(entry,
+           "the logits at position " + std::to_string(start + s.numTokens - 1) +
+               " are not finite (NaN or infinity): the model's "
+               "weights or activations overflowed",
+           outputs);
+      continue;
+    }
     const std::vector<int32_t> draft = r.draftTokens;
     // The other completions of an n > 1 request branch off here, sampling
     // their first tokens from the same row.
@@ -398,6 +421,16 @@ void Engine::commit(Entry &entry, std::vector<int32_t> tokens,
   emit(entry, std::move(tokens), std::move(logprobs), outputs);
   if (done)
     requests_.erase(r.id);
+}
+
+void Engine::fail(Entry &entry, std::string error,
+                  std::vector<RequestOutput> &outputs) {
+  Request &r = entry.request;
+  r.draftTokens.clear();
+  r.error = std::move(error);
+  finish(entry, FinishReason::kError);
+  emit(entry, {}, {}, outputs);
+  requests_.erase(r.id);
 }
 
 void Engine::spawnCompletions(Entry &parent, int64_t numComputedTokens,

@@ -85,6 +85,8 @@ struct RequestOutput {
   int64_t numCachedTokens = 0;
   bool finished = false;
   FinishReason finishReason = FinishReason::kNone;
+  /// Why the request failed (FinishReason::kError), for its client.
+  std::string error;
 };
 
 struct EngineStats {
@@ -183,6 +185,10 @@ private:
   /// Appends `tokens` until a stop condition; returns how many were kept.
   size_t appendTokens(Entry &entry, const std::vector<int32_t> &tokens);
   void finish(Entry &entry, FinishReason reason);
+  /// Finishes the request with FinishReason::kError and `error`, emits it
+  /// and forgets it; the others go on.
+  void fail(Entry &entry, std::string error,
+            std::vector<RequestOutput> &outputs);
 
   Backend &backend_;
   EngineConfig config_;
