@@ -11,6 +11,7 @@
 #include "runtime/tokenizer/AddedVocabulary.h"
 #include "runtime/tokenizer/BpeModel.h"
 #include "runtime/tokenizer/Decoder.h"
+#include "runtime/tokenizer/EncodeLimits.h"
 #include "runtime/tokenizer/JsonUtil.h"
 #include "runtime/tokenizer/Normalizer.h"
 #include "runtime/tokenizer/PostProcessor.h"
@@ -196,6 +197,23 @@ Status Tokenizer::loadGenerationConfig(std::string_view text) {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text,
                                        bool addSpecialTokens) const {
+  tokenizer::EncodeScope scope(text.size());
+  return encodeWithinLimits(text, addSpecialTokens);
+}
+
+StatusOr<std::vector<int32_t>>
+Tokenizer::tryEncode(std::string_view text, bool addSpecialTokens) const {
+  tokenizer::EncodeScope scope(text.size());
+  std::vector<int32_t> ids = encodeWithinLimits(text, addSpecialTokens);
+  if (!scope.error().isOk())
+    return scope.error().withContext(
+        "encoding a " + std::to_string(text.size()) + "-byte text");
+  return ids;
+}
+
+std::vector<int32_t>
+Tokenizer::encodeWithinLimits(std::string_view text,
+                              bool addSpecialTokens) const {
   std::string input = tokenizer::toValidUtf8Lossy(text);
   std::vector<int32_t> ids;
   std::vector<tokenizer::Word> words;

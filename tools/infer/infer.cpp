@@ -238,7 +238,9 @@ Status runGenerate(const ParsedArgs &args) {
   std::vector<std::vector<int32_t>> prompts;
   for (const auto &[name, value] : args.options) {
     if (name == "--prompt") {
-      prompts.push_back(tokenizer->encode(value, true));
+      INFER_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                             tokenizer->tryEncode(value, true));
+      prompts.push_back(std::move(ids));
     } else if (name == "--token-ids") {
       INFER_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parseIdList(value));
       prompts.push_back(std::move(ids));
@@ -716,8 +718,10 @@ Status runTokenize(const ParsedArgs &args) {
       std::cout << text << "\n";
     return Status::ok();
   }
-  std::vector<int32_t> ids =
-      tokenizer->encode(*args.get("--text"), !args.has("--no-special-tokens"));
+  INFER_ASSIGN_OR_RETURN(
+      std::vector<int32_t> ids,
+      tokenizer->tryEncode(*args.get("--text"),
+                           !args.has("--no-special-tokens")));
   if (args.has("--json")) {
     std::cout << dumpLine(json{{"ids", ids}}) << "\n";
   } else {

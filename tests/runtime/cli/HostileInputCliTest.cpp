@@ -118,6 +118,18 @@ TEST_F(HostileInput, NegativeMaxWindowLayers) {
               "'max_window_layers' must be >= 0");
 }
 
+TEST_F(HostileInput, NegativeRopeTheta) {
+  if (!fs::exists(kGqa + "/config.json"))
+    GTEST_SKIP() << "fixture missing";
+  const std::string model = modelCopy(kGqa);
+  json config = readJson(model + "/config.json");
+  config.erase("rope_parameters");
+  config["rope_theta"] = -1;
+  writeText(model + "/config.json", config.dump());
+  expectError(runInfer({"compile", model, "-o", root_ + "/art"}),
+              "rope theta must be positive");
+}
+
 TEST_F(HostileInput, HugeLayerCount) {
   if (!fs::exists(kGqa + "/config.json"))
     GTEST_SKIP() << "fixture missing";
@@ -301,6 +313,48 @@ TEST_F(HostileInput, TokenizerHugeVocabId) {
     expectError(runInfer({"tokenize", dir, "--text", "hello world"}),
                 "is out of range for a vocab");
   }
+}
+
+/// A copy of the tiny-pycode tokenizer whose normalizer is `normalizer`.
+std::string tokenizerWithNormalizer(const std::string &dir,
+                                    const json &normalizer) {
+  fs::create_directories(dir);
+  json tokenizer = readJson(kPycode + "/tokenizer.json");
+  tokenizer["normalizer"] = normalizer;
+  writeText(dir + "/tokenizer.json", tokenizer.dump());
+  return dir;
+}
+
+TEST_F(HostileInput, TokenizerRegexMatchLimit) {
+  if (!fs::exists(kPycode + "/tokenizer.json"))
+    GTEST_SKIP() << "fixture missing";
+  // Catastrophic backtracking: PCRE2 stops at its match limit, which used
+  // to read as "no more matches".
+  const std::string dir = tokenizerWithNormalizer(
+      root_ + "/tok", {{"type", "Replace"},
+                       {"pattern", {{"Regex", "(a+)+$"}}},
+                       {"content", "x"}});
+  expectError(runInfer({"tokenize", dir, "--text", std::string(40, 'a') + "b"}),
+              "a tokenizer regex failed");
+}
+
+TEST_F(HostileInput, TokenizerNormalizerGrowth) {
+  if (!fs::exists(kPycode + "/tokenizer.json"))
+    GTEST_SKIP() << "fixture missing";
+  // A few hundred bytes of tokenizer.json that multiply the text by 8 per
+  // step: 8^24 times the input without a bound.
+  json steps = json::array();
+  for (int i = 0; i < 24; ++i)
+    steps.push_back({{"type", "Replace"},
+                     {"pattern", {{"String", "a"}}},
+                     {"content", "aaaaaaaa"}});
+  const std::string dir = tokenizerWithNormalizer(
+      root_ + "/tok", {{"type", "Sequence"}, {"normalizers", steps}});
+  expectError(runInfer({"tokenize", dir, "--text", "hello a world"}),
+              "grew the text past");
+  // Text without an "a" is left as it is and encodes.
+  ToolRun run = runInfer({"tokenize", dir, "--text", "hello world"});
+  EXPECT_EQ(run.exitCode, 0) << run.err;
 }
 
 //===----------------------------------------------------------------------===//
