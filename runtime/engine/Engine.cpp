@@ -274,8 +274,13 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     return outputs;
 
   const Clock::time_point copyStart = Clock::now();
-  if (!scheduled.blockCopies.empty())
-    INFER_RETURN_IF_ERROR(backend_.copyBlocks(scheduled.blockCopies));
+  if (!scheduled.blockCopies.empty()) {
+    Status copied = backend_.copyBlocks(scheduled.blockCopies);
+    if (!copied.isOk()) {
+      failScheduled(scheduled, copied, outputs);
+      return outputs;
+    }
+  }
   stats_.backendSeconds += secondsSince(copyStart);
 
   // The batch contract (Backend.h), one sequence per scheduled request.
@@ -336,15 +341,29 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
   Logits logits;
   std::vector<int32_t> sampled;
   const Clock::time_point forwardStart = Clock::now();
+  Status forwarded;
   if (onBackend) {
     SamplingBatch sampling;
     for (size_t i = 0; i < scheduled.scheduled.size(); ++i)
       if (firstRow[i] >= 0)
         sampling.rows.push_back(requests_.at(scheduled.scheduled[i].request->id)
                                     .sampler->nextRowSampling());
-    INFER_ASSIGN_OR_RETURN(sampled, backend_.forwardSample(batch, sampling));
+    StatusOr<std::vector<int32_t>> tokens =
+        backend_.forwardSample(batch, sampling);
+    forwarded = tokens.status();
+    if (tokens.isOk())
+      sampled = std::move(tokens).value();
   } else {
-    INFER_ASSIGN_OR_RETURN(logits, backend_.forward(batch));
+    StatusOr<Logits> rows = backend_.forward(batch);
+    forwarded = rows.status();
+    if (rows.isOk())
+      logits = std::move(rows).value();
+  }
+  if (!forwarded.isOk()) {
+    // The batch's requests end with the backend's error (their caches may
+    // be half written); the engine goes on serving the others.
+    failScheduled(scheduled, forwarded, outputs);
+    return outputs;
   }
   stats_.backendSeconds += secondsSince(forwardStart);
   ++stats_.numSteps;
@@ -421,6 +440,14 @@ void Engine::commit(Entry &entry, std::vector<int32_t> tokens,
   emit(entry, std::move(tokens), std::move(logprobs), outputs);
   if (done)
     requests_.erase(r.id);
+}
+
+void Engine::failScheduled(const SchedulerOutput &scheduled,
+                           const Status &error,
+                           std::vector<RequestOutput> &outputs) {
+  for (const ScheduledRequest &s : scheduled.scheduled)
+    fail(requests_.at(s.request->id), "the backend failed: " + error.message(),
+         outputs);
 }
 
 void Engine::fail(Entry &entry, std::string error,

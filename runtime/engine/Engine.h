@@ -145,7 +145,9 @@ public:
   Status abort(RequestId id);
 
   /// One scheduler step and at most one forward call; the outputs of the
-  /// requests that produced tokens or finished.
+  /// requests that produced tokens or finished. When the backend fails,
+  /// the step's requests finish with FinishReason::kError (their blocks
+  /// freed) and the others go on.
   StatusOr<std::vector<RequestOutput>> step();
 
   bool hasUnfinished() const;
@@ -189,6 +191,9 @@ private:
   /// and forgets it; the others go on.
   void fail(Entry &entry, std::string error,
             std::vector<RequestOutput> &outputs);
+  /// fail() for every request of a step whose backend call failed.
+  void failScheduled(const SchedulerOutput &scheduled, const Status &error,
+                     std::vector<RequestOutput> &outputs);
 
   Backend &backend_;
   EngineConfig config_;
