@@ -16,6 +16,7 @@ packages=(
   build-essential cmake ninja-build pkg-config python3 git
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools
   libpcre2-dev libicu-dev nlohmann-json3-dev libgtest-dev libboost-graph-dev
+  clang-19 libclang-rt-19-dev
 )
 
 if [ "${INFER_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null &&
