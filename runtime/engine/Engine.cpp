@@ -387,7 +387,7 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     if (!finite) {
       fail(entry,
            "the logits at position " + std::to_string(start + s.numTokens - 1) +
-               " are not finite (NaN or infinity): the model's "
+               " are not finite (NaN or +infinity): the model's "
                "weights or activations overflowed",
            outputs);
       continue;
