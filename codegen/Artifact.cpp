@@ -67,6 +67,11 @@ StatusOr<bool> copyIfPresent(const std::string &modelDir,
   if (!llvm::sys::fs::exists(from))
     return false;
   std::string to = joinPath(outDir, name);
+  // `to` may be a link to `from` (or the file itself): copying would first
+  // truncate the source. It already holds the contents.
+  bool same = false;
+  if (!llvm::sys::fs::equivalent(from, to, same) && same)
+    return true;
   if (std::error_code error = llvm::sys::fs::copy_file(from, to))
     return invalidArgument("cannot copy " + from + " to " + to + ": " +
                            error.message());
@@ -160,6 +165,13 @@ Status writeArtifact(const std::string &outDir,
   if (std::error_code error = llvm::sys::fs::create_directories(outDir))
     return invalidArgument("cannot create artifact directory " + outDir + ": " +
                            error.message());
+  // Writing the artifact into the model directory would overwrite the
+  // model's own files (its tokenizer copied onto itself ends up empty).
+  bool same = false;
+  if (!llvm::sys::fs::equivalent(outDir, contents.modelDir, same) && same)
+    return invalidArgument("the artifact directory " + outDir +
+                           " is the model directory " + contents.modelDir +
+                           ": compile into another directory");
 
   plan::Manifest manifest;
   manifest.inferVersion = kInferVersion;

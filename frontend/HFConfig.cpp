@@ -1,6 +1,7 @@
 //===- HFConfig.cpp - Hugging Face config.json as a typed model config ----===//
 
 #include "frontend/HFConfig.h"
+#include "runtime/support/InputLimits.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
@@ -234,6 +235,15 @@ std::optional<ParsedJson> readJsonObject(StringRef path,
   parsed.file.path = path.str();
   parsed.file.context = &context;
   mlir::Location fileLoc = mlir::FileLineColLoc::get(&context, path, 1, 1);
+  // A device (/dev/zero) or a huge file would be read forever.
+  llvm::sys::fs::file_status status;
+  if (!llvm::sys::fs::status(path, status) &&
+      (!llvm::sys::fs::is_regular_file(status) ||
+       status.getSize() > static_cast<uint64_t>(kMaxTextFileBytes))) {
+    mlir::emitError(fileLoc) << path << " is not a regular file of at most "
+                             << kMaxTextFileBytes << " bytes";
+    return std::nullopt;
+  }
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
       llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
   if (!buffer) {
@@ -242,6 +252,14 @@ std::optional<ParsedJson> readJsonObject(StringRef path,
     return std::nullopt;
   }
   parsed.file.text = (*buffer)->getBuffer().str();
+  // llvm::json::parse recurses per nesting level: bound the depth first.
+  if (std::optional<size_t> at = findJsonDepthExcess(parsed.file.text)) {
+    mlir::emitError(fileLoc)
+        << llvm::sys::path::filename(path)
+        << " nests arrays and objects deeper than " << kMaxJsonDepth
+        << " levels (at byte " << *at << ")";
+    return std::nullopt;
+  }
   llvm::Expected<llvm::json::Value> value = llvm::json::parse(parsed.file.text);
   if (!value) {
     mlir::emitError(fileLoc)
@@ -490,10 +508,17 @@ mlir::LogicalResult parseSlidingWindows(const ConfigReader &config,
       config.getInt("max_window_layers", model.numLayers);
   if (mlir::failed(maxWindowLayers))
     return mlir::failure();
+  if (*maxWindowLayers < 0)
+    return config.error("max_window_layers")
+           << "'max_window_layers' must be >= 0, got " << *maxWindowLayers;
   for (int64_t layer = *maxWindowLayers; layer < model.numLayers; ++layer)
     model.slidingWindows[layer] = *window;
   return mlir::success();
 }
+
+/// The most decoder layers a config may declare (the largest real models
+/// have a few hundred).
+constexpr int64_t kMaxLayers = 1 << 16;
 
 mlir::LogicalResult checkDimensions(const ConfigReader &config,
                                     ModelConfig &model) {
@@ -512,15 +537,22 @@ mlir::LogicalResult checkDimensions(const ConfigReader &config,
     if (dim.value <= 0)
       return config.error(dim.key)
              << "'" << dim.key << "' must be positive, got " << dim.value;
+    // Sizes index int32 batches and kernels; layers size per-layer tables.
+    const int64_t limit =
+        dim.key == "num_hidden_layers" ? kMaxLayers : int64_t(INT32_MAX);
+    if (dim.value > limit)
+      return config.error(dim.key) << "'" << dim.key << "' is " << dim.value
+                                   << ", more than the limit of " << limit;
   }
   if (model.numHeads % model.numKVHeads != 0)
     return config.error("num_key_value_heads")
            << "'num_attention_heads' (" << model.numHeads
            << ") must be a multiple of 'num_key_value_heads' ("
            << model.numKVHeads << ")";
-  if (model.headDim <= 0 || model.headDim % 2 != 0)
+  if (model.headDim <= 0 || model.headDim % 2 != 0 || model.headDim > 65536)
     return config.error("head_dim")
-           << "head_dim must be positive and even (rotary embedding), got "
+           << "head_dim must be positive, even (rotary embedding) and at most "
+              "65536, got "
            << model.headDim;
   if (model.rmsNormEps <= 0)
     return config.error("rms_norm_eps")

@@ -2,6 +2,7 @@
 
 #include "runtime/backend/Sampling.h"
 #include "runtime/backend/Backend.h"
+#include "runtime/backend/FiniteLogits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -115,6 +116,8 @@ int32_t drawFromWeights(const std::vector<double> &weights, double uniform) {
 }
 
 int32_t sampleRow(const float *logits, int64_t vocab, const RowSampling &row) {
+  if (!allFinite(logits, vocab))
+    return kNonFiniteLogitsToken;
   std::vector<double> values(logits, logits + vocab);
   for (int32_t j = 0; j < row.numMaskedIds; ++j)
     if (row.maskedIds[j] >= 0 && row.maskedIds[j] < vocab)

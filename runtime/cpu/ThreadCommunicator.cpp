@@ -26,7 +26,7 @@ private:
 };
 
 ThreadGroup::ThreadGroup(int size)
-    : size_(std::max(size, 1)), buffers_(size_, nullptr) {
+    : size_(std::max(size, 1)), buffers_(size_, nullptr), counts_(size_, 0) {
   for (int r = 0; r < size_; ++r)
     communicators_.push_back(std::make_unique<RankCommunicator>(*this, r));
 }
@@ -42,6 +42,7 @@ void ThreadGroup::reset() {
   aborted_ = false;
   waiting_ = 0;
   std::fill(buffers_.begin(), buffers_.end(), nullptr);
+  std::fill(counts_.begin(), counts_.end(), 0);
 }
 
 Status ThreadGroup::barrier() {
@@ -63,11 +64,27 @@ Status ThreadGroup::barrier() {
   return Status::ok();
 }
 
+Status ThreadGroup::checkCounts(const char *collective) const {
+  for (int r = 1; r < size_; ++r)
+    if (counts_[r] != counts_[0])
+      return invalidArgument(
+          std::string(collective) + ": the ranks disagree on the element " +
+          "count (rank 0: " + std::to_string(counts_[0]) + ", rank " +
+          std::to_string(r) + ": " + std::to_string(counts_[r]) + ")");
+  return Status::ok();
+}
+
 Status ThreadGroup::allReduceSum(int rank, float *data, int64_t count) {
   if (size_ == 1)
     return Status::ok();
   buffers_[rank] = data;
+  counts_[rank] = count;
   INFER_RETURN_IF_ERROR(barrier());
+  if (Status counts = checkCounts("all_reduce"); !counts.isOk()) {
+    // Every rank read the counts before any may publish again.
+    INFER_RETURN_IF_ERROR(barrier());
+    return counts;
+  }
   std::vector<float> sum(buffers_[0], buffers_[0] + count);
   for (int r = 1; r < size_; ++r) {
     const float *other = buffers_[r];
@@ -83,7 +100,13 @@ Status ThreadGroup::allReduceSum(int rank, float *data, int64_t count) {
 Status ThreadGroup::allGather(int rank, const float *send, int64_t count,
                               float *recv) {
   buffers_[rank] = send;
+  counts_[rank] = count;
   INFER_RETURN_IF_ERROR(barrier());
+  if (Status counts = checkCounts("all_gather"); !counts.isOk()) {
+    // Every rank read the counts before any may publish again.
+    INFER_RETURN_IF_ERROR(barrier());
+    return counts;
+  }
   for (int r = 0; r < size_; ++r)
     std::memcpy(recv + r * count, buffers_[r], count * sizeof(float));
   return barrier();

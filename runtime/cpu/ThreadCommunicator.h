@@ -11,7 +11,9 @@
 // read the buffers in rank order, so every rank computes bitwise the same
 // sum. A rank that fails calls abort(): the others' collectives return an
 // error instead of waiting forever; reset() readies the group again once
-// every rank has returned.
+// every rank has returned. Every rank also publishes its element count, and
+// a collective whose ranks disagree on it fails on every rank (a malformed
+// plan) instead of reading past the smaller buffers.
 //
 //===----------------------------------------------------------------------===//
 
@@ -51,11 +53,15 @@ private:
   Status barrier();
   Status allReduceSum(int rank, float *data, int64_t count);
   Status allGather(int rank, const float *send, int64_t count, float *recv);
+  /// After the publishing barrier: an error (the same on every rank) unless
+  /// all ranks published the same count.
+  Status checkCounts(const char *collective) const;
 
   const int size_;
   std::vector<std::unique_ptr<Communicator>> communicators_;
   /// What each rank published for the collective in progress.
   std::vector<const float *> buffers_;
+  std::vector<int64_t> counts_;
   std::mutex mutex_;
   std::condition_variable arrived_;
   int waiting_ = 0;

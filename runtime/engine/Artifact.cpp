@@ -181,8 +181,9 @@ void sliceElements(std::vector<T> &elements, const std::vector<int64_t> &shape,
 Status sliceTensor(HostTensor &tensor, int64_t dim, int64_t begin,
                    int64_t size) {
   const int64_t rank = static_cast<int64_t>(tensor.shape.size());
+  // begin > extent - size: begin + size could overflow.
   if (dim < 0 || dim >= rank || begin < 0 || size < 0 ||
-      begin + size > tensor.shape[dim])
+      size > tensor.shape[dim] || begin > tensor.shape[dim] - size)
     return invalidArgument("slice {dim " + std::to_string(dim) + ", begin " +
                            std::to_string(begin) + ", size " +
                            std::to_string(size) + "} is outside shape " +

@@ -1,9 +1,11 @@
 //===- Engine.cpp - Continuous-batching generation engine -----------------===//
 
 #include "runtime/engine/Engine.h"
+#include "runtime/backend/FiniteLogits.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace infer {
@@ -12,6 +14,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+/// a + b for a >= 0, b >= 0, capped at INT64_MAX (max_new_tokens may be
+/// "as many as fit").
+int64_t saturatingAdd(int64_t a, int64_t b) {
+  return b > INT64_MAX - a ? INT64_MAX : a + b;
 }
 } // namespace
 
@@ -84,7 +91,7 @@ StatusOr<RequestId> Engine::addRequest(std::vector<int32_t> promptTokenIds,
   r.sampling = sampling;
   r.priority = priority;
   r.arrivalTime = arrivalTime ? *arrivalTime : static_cast<double>(id);
-  r.maxTotalTokens = length + sampling.maxNewTokens;
+  r.maxTotalTokens = saturatingAdd(length, sampling.maxNewTokens);
   if (config_.maxModelLen > 0)
     r.maxTotalTokens = std::min(r.maxTotalTokens, config_.maxModelLen);
   // Completion 0 of an n > 1 request; the others branch off when its
@@ -125,7 +132,8 @@ StatusOr<RequestId> Engine::fork(RequestId parentId,
   r = parent;
   r.id = id;
   r.sampling = sampling;
-  r.maxTotalTokens = parent.numPromptTokens + sampling.maxNewTokens;
+  r.maxTotalTokens =
+      saturatingAdd(parent.numPromptTokens, sampling.maxNewTokens);
   if (config_.maxModelLen > 0)
     r.maxTotalTokens = std::min(r.maxTotalTokens, config_.maxModelLen);
   r.maxTotalTokens = std::max(r.maxTotalTokens, r.numTokens());
@@ -194,6 +202,7 @@ void Engine::emit(Entry &entry, std::vector<int32_t> newTokens,
   out.numCachedTokens = std::max<int64_t>(r.numCachedPromptTokens, 0);
   out.finished = r.status == RequestStatus::kFinished;
   out.finishReason = r.finishReason;
+  out.error = r.error;
   if (callback_)
     callback_(out);
   outputs.push_back(std::move(out));
@@ -265,8 +274,13 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     return outputs;
 
   const Clock::time_point copyStart = Clock::now();
-  if (!scheduled.blockCopies.empty())
-    INFER_RETURN_IF_ERROR(backend_.copyBlocks(scheduled.blockCopies));
+  if (!scheduled.blockCopies.empty()) {
+    Status copied = backend_.copyBlocks(scheduled.blockCopies);
+    if (!copied.isOk()) {
+      failScheduled(scheduled, copied, outputs);
+      return outputs;
+    }
+  }
   stats_.backendSeconds += secondsSince(copyStart);
 
   // The batch contract (Backend.h), one sequence per scheduled request.
@@ -327,15 +341,29 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
   Logits logits;
   std::vector<int32_t> sampled;
   const Clock::time_point forwardStart = Clock::now();
+  Status forwarded;
   if (onBackend) {
     SamplingBatch sampling;
     for (size_t i = 0; i < scheduled.scheduled.size(); ++i)
       if (firstRow[i] >= 0)
         sampling.rows.push_back(requests_.at(scheduled.scheduled[i].request->id)
                                     .sampler->nextRowSampling());
-    INFER_ASSIGN_OR_RETURN(sampled, backend_.forwardSample(batch, sampling));
+    StatusOr<std::vector<int32_t>> tokens =
+        backend_.forwardSample(batch, sampling);
+    forwarded = tokens.status();
+    if (tokens.isOk())
+      sampled = std::move(tokens).value();
   } else {
-    INFER_ASSIGN_OR_RETURN(logits, backend_.forward(batch));
+    StatusOr<Logits> rows = backend_.forward(batch);
+    forwarded = rows.status();
+    if (rows.isOk())
+      logits = std::move(rows).value();
+  }
+  if (!forwarded.isOk()) {
+    // The batch's requests end with the backend's error (their caches may
+    // be half written); the engine goes on serving the others.
+    failScheduled(scheduled, forwarded, outputs);
+    return outputs;
   }
   stats_.backendSeconds += secondsSince(forwardStart);
   ++stats_.numSteps;
@@ -348,6 +376,20 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     const int64_t start = r.numComputedTokens;
     if (firstRow[i] < 0) {
       scheduler_.setComputed(r, start + s.numTokens);
+      continue;
+    }
+    // A NaN or infinite logit (a broken checkpoint) fails this request
+    // alone instead of silently choosing token 0 or the last id.
+    const bool finite = onBackend
+                            ? sampled[firstRow[i]] != kNonFiniteLogitsToken
+                            : allFinite(logits.row(firstRow[i]),
+                                        logits.vocab * (s.numDraftTokens + 1));
+    if (!finite) {
+      fail(entry,
+           "the logits at position " + std::to_string(start + s.numTokens - 1) +
+               " are not finite (NaN or +infinity): the model's "
+               "weights or activations overflowed",
+           outputs);
       continue;
     }
     const std::vector<int32_t> draft = r.draftTokens;
@@ -398,6 +440,24 @@ void Engine::commit(Entry &entry, std::vector<int32_t> tokens,
   emit(entry, std::move(tokens), std::move(logprobs), outputs);
   if (done)
     requests_.erase(r.id);
+}
+
+void Engine::failScheduled(const SchedulerOutput &scheduled,
+                           const Status &error,
+                           std::vector<RequestOutput> &outputs) {
+  for (const ScheduledRequest &s : scheduled.scheduled)
+    fail(requests_.at(s.request->id), "the backend failed: " + error.message(),
+         outputs);
+}
+
+void Engine::fail(Entry &entry, std::string error,
+                  std::vector<RequestOutput> &outputs) {
+  Request &r = entry.request;
+  r.draftTokens.clear();
+  r.error = std::move(error);
+  finish(entry, FinishReason::kError);
+  emit(entry, {}, {}, outputs);
+  requests_.erase(r.id);
 }
 
 void Engine::spawnCompletions(Entry &parent, int64_t numComputedTokens,

@@ -85,6 +85,8 @@ struct RequestOutput {
   int64_t numCachedTokens = 0;
   bool finished = false;
   FinishReason finishReason = FinishReason::kNone;
+  /// Why the request failed (FinishReason::kError), for its client.
+  std::string error;
 };
 
 struct EngineStats {
@@ -143,7 +145,9 @@ public:
   Status abort(RequestId id);
 
   /// One scheduler step and at most one forward call; the outputs of the
-  /// requests that produced tokens or finished.
+  /// requests that produced tokens or finished. When the backend fails,
+  /// the step's requests finish with FinishReason::kError (their blocks
+  /// freed) and the others go on.
   StatusOr<std::vector<RequestOutput>> step();
 
   bool hasUnfinished() const;
@@ -183,6 +187,13 @@ private:
   /// Appends `tokens` until a stop condition; returns how many were kept.
   size_t appendTokens(Entry &entry, const std::vector<int32_t> &tokens);
   void finish(Entry &entry, FinishReason reason);
+  /// Finishes the request with FinishReason::kError and `error`, emits it
+  /// and forgets it; the others go on.
+  void fail(Entry &entry, std::string error,
+            std::vector<RequestOutput> &outputs);
+  /// fail() for every request of a step whose backend call failed.
+  void failScheduled(const SchedulerOutput &scheduled, const Status &error,
+                     std::vector<RequestOutput> &outputs);
 
   Backend &backend_;
   EngineConfig config_;

@@ -35,6 +35,8 @@ enum class FinishReason {
   /// max_new_tokens, the model's context, or the KV-cache pool.
   kLength,
   kAbort,
+  /// The request failed (Request::error says why); the engine serves on.
+  kError,
 };
 
 struct Request {
@@ -57,6 +59,8 @@ struct Request {
   int64_t numPreemptions = 0;
   /// Prompt tokens found in the prefix cache when it was first scheduled.
   int64_t numCachedPromptTokens = -1;
+  /// Why the request failed (FinishReason::kError).
+  std::string error;
 
   int64_t numTokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t numOutputTokens() const { return numTokens() - numPromptTokens; }

@@ -22,11 +22,13 @@
 
 #include "runtime/plan/Plan.h"
 #include "runtime/plan/StepAttrs.h"
+#include "runtime/support/InputLimits.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -377,7 +379,8 @@ public:
       return r.error("", "must be an array of value ids");
     std::vector<int> ids;
     for (const json &e : r.j_) {
-      if (!e.is_number_integer())
+      if (!e.is_number_integer() || e.get<int64_t>() < INT32_MIN ||
+          e.get<int64_t>() > INT32_MAX)
         return r.error("", "must be an array of value ids");
       ids.push_back(e.get<int>());
     }
@@ -586,13 +589,16 @@ static Status checkSliceAttrs(const Reader &r, const Value &v,
   }
   if (optional && present == 0)
     return Status::ok();
+  // Extents beyond 2^40 (the largest param) would overflow begin + size.
+  const int64_t kMaxExtent = int64_t(1) << 40;
   if (ints.size() != 3 || ints[0] < 0 ||
       ints[0] >= static_cast<int64_t>(v.shape.size()) || ints[1] < 0 ||
-      ints[2] <= 0)
-    return r.error("transforms",
-                   t.kind + " needs integer " + prefix + "dim (a dimension " +
-                       "of the param), " + prefix + "begin >= 0 and " + prefix +
-                       "size > 0" + (optional ? ", or none" : ""));
+      ints[2] <= 0 || ints[1] > kMaxExtent || ints[2] > kMaxExtent)
+    return r.error("transforms", t.kind + " needs integer " + prefix +
+                                     "dim (a dimension " + "of the param), " +
+                                     prefix + "begin in [0, 2^40] and " +
+                                     prefix + "size in [1, 2^40]" +
+                                     (optional ? ", or none" : ""));
   return Status::ok();
 }
 
@@ -627,6 +633,8 @@ static StatusOr<Value> readValue(const Reader &r) {
   INFER_RETURN_IF_ERROR(r.expectObject());
   Value v;
   INFER_ASSIGN_OR_RETURN(int64_t id, r.getInt("id"));
+  if (id < 0 || id > INT32_MAX)
+    return r.error("id", "must be in [0, 2^31)");
   v.id = static_cast<int>(id);
   INFER_ASSIGN_OR_RETURN(std::string kind, r.getString("kind"));
   std::optional<ValueKind> k = parseValueKind(kind);
@@ -689,6 +697,10 @@ namespace {
 bool isFloat(DType d) {
   return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16;
 }
+
+/// The most workspace one token row may take (real models take well under
+/// a MiB): a plan cannot make a backend allocate without bound.
+constexpr int64_t kMaxWorkspaceBytesPerRow = int64_t(1) << 31;
 
 /// The dtype and rank a batch-contract input has (Backend.h's Batch).
 struct InputSpec {
@@ -788,6 +800,19 @@ Status RankVerifier::verifyValue(const Value &v) {
     }
     if (v.sourceFile.empty() || v.sourceTensor.empty())
       return error(what + " has no source file and tensor");
+    INFER_RETURN_IF_ERROR(checkRelativePath(v.sourceFile,
+                                            what + ": source_file",
+                                            "the weights directory")
+                              .withContext(where_));
+    for (const WeightTransform &t : v.transforms) {
+      auto file = t.attrs.find("source_file");
+      if (file != t.attrs.end())
+        if (const auto *name = std::get_if<std::string>(&file->second))
+          INFER_RETURN_IF_ERROR(
+              checkRelativePath(*name, what + ": " + t.kind + " source_file",
+                                "the weights directory")
+                  .withContext(where_));
+    }
     break;
   }
   case ValueKind::kActivation: {
@@ -801,9 +826,17 @@ Status RankVerifier::verifyValue(const Value &v) {
         v.shape[1].size > (int64_t(1) << 31))
       return error(what + " must be [rows, columns] with static columns in "
                           "[1, 2^31]");
+    // Static rows are allocated as declared: bound them like params.
+    if (!v.shape[0].isDynamic() &&
+        (v.shape[0].size < 0 || v.shape[0].size > (int64_t(1) << 31) ||
+         v.shape[0].size * v.shape[1].size > (int64_t(1) << 40)))
+      return error(what + " has static rows outside [0, 2^31] or more than "
+                          "2^40 elements");
+    // Offset first: offset + width could overflow.
     if (v.workspaceOffset >= 0 &&
-        v.workspaceOffset + v.shape[1].size * dtypeSize(v.dtype) >
-            rank_.workspaceBytesPerRow)
+        (v.workspaceOffset > rank_.workspaceBytesPerRow ||
+         v.workspaceOffset + v.shape[1].size * dtypeSize(v.dtype) >
+             rank_.workspaceBytesPerRow))
       return error(what + " does not fit the workspace: offset " +
                    std::to_string(v.workspaceOffset) + " + " +
                    std::to_string(v.shape[1].size) + " x " +
@@ -1004,8 +1037,13 @@ Status RankVerifier::verify() {
       return error("value id " + std::to_string(v.id) + " defined twice");
     byId_[v.id] = &v;
   }
-  if (rank_.workspaceBytesPerRow < 0)
-    return error("workspace_bytes_per_row is negative");
+  // The backends allocate workspace_bytes_per_row for each token of a batch.
+  if (rank_.workspaceBytesPerRow < 0 ||
+      rank_.workspaceBytesPerRow > kMaxWorkspaceBytesPerRow)
+    return error("workspace_bytes_per_row " +
+                 std::to_string(rank_.workspaceBytesPerRow) +
+                 " is outside [0, " + std::to_string(kMaxWorkspaceBytesPerRow) +
+                 "]");
   bool hasCache = false;
   for (const Value &v : rank_.values) {
     INFER_RETURN_IF_ERROR(verifyValue(v));
@@ -1067,6 +1105,47 @@ Status RankVerifier::verify() {
 
 } // namespace
 
+/// The operand of a collective step as its ranks exchange it: dtype and
+/// shape (a dynamic dimension by its symbol).
+static std::string collectiveOperand(const RankPlan &rank, const Step &step) {
+  const Value &v = *std::find_if(
+      rank.values.begin(), rank.values.end(),
+      [&](const Value &value) { return value.id == step.operands[0]; });
+  std::string text(dtypeName(v.dtype));
+  for (const Dim &d : v.shape)
+    text += " " + (d.isDynamic() ? d.symbol : std::to_string(d.size));
+  return text;
+}
+
+/// SPMD: every rank runs the same collectives in the same order on
+/// operands of the same shape, or a rank would wait forever or read past
+/// another's buffer. Runs once every rank verified (operands exist).
+static Status verifyCollectives(const Plan &plan) {
+  auto collectives = [](const RankPlan &rank) {
+    std::vector<std::string> list;
+    for (const Step &s : rank.steps)
+      if (s.op == "all_reduce" || s.op == "all_gather")
+        list.push_back(s.op + " of " + collectiveOperand(rank, s) +
+                       (s.op == "all_gather"
+                            ? " dim " + std::to_string(s.getInt("dim", 0))
+                            : ""));
+    return list;
+  };
+  const std::vector<std::string> first = collectives(plan.ranks[0]);
+  for (size_t r = 1; r < plan.ranks.size(); ++r) {
+    const std::vector<std::string> other = collectives(plan.ranks[r]);
+    for (size_t k = 0; k < std::max(first.size(), other.size()); ++k) {
+      const std::string a = k < first.size() ? first[k] : "nothing";
+      const std::string b = k < other.size() ? other[k] : "nothing";
+      if (a != b)
+        return invalidArgument("collective " + std::to_string(k) +
+                               " differs between ranks: rank 0 runs " + a +
+                               ", rank " + std::to_string(r) + " runs " + b);
+    }
+  }
+  return Status::ok();
+}
+
 Status verifyPlan(const Plan &plan) {
   if (plan.formatVersion < kOldestPlanFormatVersion ||
       plan.formatVersion > kPlanFormatVersion)
@@ -1099,10 +1178,11 @@ Status verifyPlan(const Plan &plan) {
         RankVerifier(plan.ranks[i], plan, "rank " + std::to_string(i))
             .verify());
   }
-  return Status::ok();
+  return verifyCollectives(plan);
 }
 
 static StatusOr<json> parseJsonText(std::string_view text, const char *what) {
+  INFER_RETURN_IF_ERROR(checkJsonDepth(text, what));
   json j = json::parse(text.begin(), text.end(), nullptr,
                        /*allow_exceptions=*/false);
   if (j.is_discarded())
@@ -1187,12 +1267,7 @@ static Status writeText(const std::string &text, const std::string &path) {
 }
 
 static StatusOr<std::string> readText(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return notFound("cannot open '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return readBoundedFile(path);
 }
 
 Status writePlanFile(const Plan &plan, const std::string &path) {
@@ -1314,6 +1389,34 @@ static StatusOr<ModelInfo> readModelInfo(const Reader &r) {
   return mi;
 }
 
+/// Every file the manifest names lies inside the artifact (or, for weight
+/// files, the weights directory): a manifest cannot make the runtime read
+/// /etc/hostname or a file next to the model.
+static Status checkManifestPaths(const Manifest &m) {
+  std::vector<std::pair<std::string, const std::string *>> files = {
+      {"plan_file", &m.planFile}, {"program_file", &m.programFile}};
+  if (!m.tokenizerFile.empty())
+    files.push_back({"tokenizer_file", &m.tokenizerFile});
+  if (!m.tokenizerConfigFile.empty())
+    files.push_back({"tokenizer_config_file", &m.tokenizerConfigFile});
+  if (!m.kernels.source.empty())
+    files.push_back({"kernels.source", &m.kernels.source});
+  if (!m.kernels.ptx.empty())
+    files.push_back({"kernels.ptx", &m.kernels.ptx});
+  for (const auto &[arch, cubin] : m.kernels.cubins)
+    files.push_back({"kernels.cubins." + arch, &cubin});
+  for (const auto &[key, name] : files)
+    INFER_RETURN_IF_ERROR(
+        checkRelativePath(*name, "the manifest's " + key, "the artifact"));
+  for (const WeightFile &f : m.weightFiles)
+    INFER_RETURN_IF_ERROR(checkRelativePath(
+        f.name, "the manifest's weight file", "the weights directory"));
+  for (const PackedWeightFile &f : m.packedWeights)
+    INFER_RETURN_IF_ERROR(checkRelativePath(
+        f.file, "the manifest's packed weight file", "the artifact"));
+  return Status::ok();
+}
+
 StatusOr<Manifest> parseManifestJson(std::string_view text) {
   INFER_ASSIGN_OR_RETURN(json j, parseJsonText(text, "manifest"));
   Reader r(j, "");
@@ -1411,6 +1514,7 @@ StatusOr<Manifest> parseManifestJson(std::string_view text) {
     INFER_RETURN_IF_ERROR(config.expectObject());
     m.deployConfig = config.raw().dump();
   }
+  INFER_RETURN_IF_ERROR(checkManifestPaths(m));
   return m;
 }
 

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/safetensors/Safetensors.h"
+#include "runtime/support/InputLimits.h"
 
 #include <nlohmann/json.hpp>
 
@@ -367,8 +368,9 @@ listModelTensors(const std::string &modelDir) {
   std::map<std::string, std::string> tensors;
   const std::string indexPath = modelDir + "/model.safetensors.index.json";
   if (fileExists(indexPath)) {
-    std::ifstream in(indexPath);
-    json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    INFER_ASSIGN_OR_RETURN(std::string text, readBoundedFile(indexPath));
+    INFER_RETURN_IF_ERROR(checkJsonDepth(text, indexPath));
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object())
       return dataLoss(indexPath + ": not a valid JSON object");
     if (!j.contains("weight_map") || !j["weight_map"].is_object())
@@ -377,6 +379,10 @@ listModelTensors(const std::string &modelDir) {
       if (!file.is_string())
         return dataLoss(indexPath + ": weight_map entry '" + name +
                         "' is not a file name");
+      // The compiler reads and records these files: never one outside.
+      INFER_RETURN_IF_ERROR(checkRelativePath(
+          file.get<std::string>(),
+          indexPath + ": weight_map entry '" + name + "'", modelDir));
       tensors[name] = file.get<std::string>();
     }
     return tensors;

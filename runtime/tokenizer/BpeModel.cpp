@@ -23,6 +23,8 @@ namespace {
 /// cache holds kMaxCacheEntries words.
 constexpr size_t kMaxCachedWordLength = 256;
 constexpr size_t kMaxCacheEntries = 100000;
+/// How far vocab ids may run past the number of entries (unused ids).
+constexpr int64_t kMaxVocabIdGap = 1 << 16;
 
 uint64_t pairKey(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
@@ -46,6 +48,16 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::create(const Json &config) {
     model->vocab_.emplace(it.key(), id);
     maxId = std::max(maxId, id);
   }
+  // The id table is sized by the largest id: a few sparse ids are fine, one
+  // huge id in a tiny file must not cost gigabytes.
+  const int64_t idLimit =
+      static_cast<int64_t>(model->vocab_.size()) + kMaxVocabIdGap;
+  if (maxId >= idLimit)
+    return invalidArgument("BPE model: vocab id " + std::to_string(maxId) +
+                           " is out of range for a vocab of " +
+                           std::to_string(model->vocab_.size()) +
+                           " entries (ids must be below " +
+                           std::to_string(idLimit) + ")");
   model->idToToken_.resize(static_cast<size_t>(maxId + 1));
   model->hasId_.assign(static_cast<size_t>(maxId + 1), false);
   for (const auto &[token, id] : model->vocab_) {

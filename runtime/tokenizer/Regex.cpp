@@ -6,6 +6,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "runtime/tokenizer/Regex.h"
+#include "runtime/tokenizer/EncodeLimits.h"
 
 #include "runtime/tokenizer/Utf8.h"
 
@@ -52,8 +53,19 @@ std::vector<Span> Regex::findAll(std::string_view text) const {
     if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)
       rc = pcre2_match(code_->code, subject, text.size(), pos,
                        PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, data, nullptr);
-    if (rc < 0)
+    if (rc == PCRE2_ERROR_NOMATCH)
       break;
+    if (rc < 0) {
+      // A match or depth limit (a backtracking pattern like '(a+)+$'): the
+      // rest of the text would go unmatched, so the encode fails.
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof(message));
+      recordEncodeError(resourceExhausted(
+          "a tokenizer regex failed at byte " + std::to_string(pos) + " of a " +
+          std::to_string(text.size()) +
+          "-byte text: " + reinterpret_cast<const char *>(message)));
+      break;
+    }
     PCRE2_SIZE *ovector = pcre2_get_ovector_pointer(data);
     size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
@@ -93,10 +105,17 @@ std::string Pattern::replaceAll(std::string_view text,
                                 std::string_view content) const {
   std::string out;
   size_t last = 0;
+  const size_t limit = maxNormalizedBytes();
   for (Span match : findAll(text)) {
     out.append(text.substr(last, match.begin - last));
     out.append(content);
     last = match.end;
+    if (out.size() > limit) {
+      recordEncodeError(resourceExhausted(
+          "a tokenizer Replace grew the text past " + std::to_string(limit) +
+          " bytes (the limit for this input)"));
+      return std::string(text);
+    }
   }
   out.append(text.substr(last));
   return out;

@@ -7,9 +7,11 @@
 
 #include "runtime/tokenizer/Tokenizer.h"
 
+#include "runtime/support/InputLimits.h"
 #include "runtime/tokenizer/AddedVocabulary.h"
 #include "runtime/tokenizer/BpeModel.h"
 #include "runtime/tokenizer/Decoder.h"
+#include "runtime/tokenizer/EncodeLimits.h"
 #include "runtime/tokenizer/JsonUtil.h"
 #include "runtime/tokenizer/Normalizer.h"
 #include "runtime/tokenizer/PostProcessor.h"
@@ -27,17 +29,12 @@ using tokenizer::Json;
 namespace {
 
 StatusOr<std::string> readFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return notFound("cannot open '" + path + "'");
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad())
-    return dataLoss("cannot read '" + path + "'");
-  return contents.str();
+  return readBoundedFile(path);
 }
 
 StatusOr<Json> parseJson(std::string_view text, const std::string &what) {
+  // The component readers recurse per Sequence level.
+  INFER_RETURN_IF_ERROR(checkJsonDepth(text, what));
   Json parsed = Json::parse(text.begin(), text.end(), nullptr,
                             /*allow_exceptions=*/false);
   if (parsed.is_discarded())
@@ -200,6 +197,23 @@ Status Tokenizer::loadGenerationConfig(std::string_view text) {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text,
                                        bool addSpecialTokens) const {
+  tokenizer::EncodeScope scope(text.size());
+  return encodeWithinLimits(text, addSpecialTokens);
+}
+
+StatusOr<std::vector<int32_t>>
+Tokenizer::tryEncode(std::string_view text, bool addSpecialTokens) const {
+  tokenizer::EncodeScope scope(text.size());
+  std::vector<int32_t> ids = encodeWithinLimits(text, addSpecialTokens);
+  if (!scope.error().isOk())
+    return scope.error().withContext(
+        "encoding a " + std::to_string(text.size()) + "-byte text");
+  return ids;
+}
+
+std::vector<int32_t>
+Tokenizer::encodeWithinLimits(std::string_view text,
+                              bool addSpecialTokens) const {
   std::string input = tokenizer::toValidUtf8Lossy(text);
   std::vector<int32_t> ids;
   std::vector<tokenizer::Word> words;

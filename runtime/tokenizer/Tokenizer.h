@@ -75,9 +75,15 @@ public:
   /// Token ids of `text`. Added tokens in the text (e.g. <|eot_id|>) always
   /// become their ids; `addSpecialTokens` additionally runs the
   /// post-processor and add_bos_token / add_eos_token. Invalid UTF-8 in
-  /// `text` is read as U+FFFD.
+  /// `text` is read as U+FFFD. A tokenizer.json that makes the text
+  /// exceed a cost limit (EncodeLimits.h) or a regex give up yields the ids
+  /// up to there: text from users goes through tryEncode.
   std::vector<int32_t> encode(std::string_view text,
                               bool addSpecialTokens) const;
+  /// encode(), or an error when the tokenizer exceeded a cost limit or one
+  /// of its regexes gave up (PCRE2's match limits) on `text`.
+  StatusOr<std::vector<int32_t>> tryEncode(std::string_view text,
+                                           bool addSpecialTokens) const;
 
   /// Text of `ids`; unknown ids are ignored.
   std::string decode(const std::vector<int32_t> &ids,
@@ -114,6 +120,9 @@ private:
   Tokenizer();
 
   Status loadTokenizerJson(std::string_view text);
+  /// encode() inside the EncodeScope its caller opened.
+  std::vector<int32_t> encodeWithinLimits(std::string_view text,
+                                          bool addSpecialTokens) const;
   Status loadTokenizerConfig(std::string_view text);
   Status loadGenerationConfig(std::string_view text);
 

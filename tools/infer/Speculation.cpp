@@ -64,7 +64,8 @@ StatusOr<Speculation> createSpeculation(const ParsedArgs &args,
                                          WeightLoadOptions{}, numBlocks,
                                          numThreads));
     drafter = std::make_unique<spec::DraftModelProposer>(
-        std::move(backend), model.artifact.plan.kvCache.blockSize);
+        std::move(backend), model.artifact.plan.kvCache.blockSize,
+        draftContextPolicy(target, model.artifact));
   }
   std::optional<spec::AdaptiveOptions> adaptive;
   if (args.has("--adaptive-speculation")) {
@@ -74,6 +75,28 @@ StatusOr<Speculation> createSpeculation(const ParsedArgs &args,
   out.speculator = std::make_unique<spec::Speculator>(std::move(drafter),
                                                       eosTokenIds, adaptive);
   return out;
+}
+
+spec::DraftContextPolicy draftContextPolicy(const Artifact &target,
+                                            const Artifact &draft) {
+  spec::DraftContextPolicy policy;
+  const plan::KVCacheLayout &kv = target.plan.kvCache;
+  if (kv.isStreaming()) {
+    policy.sinkTokens = kv.sinkTokens;
+    policy.window = kv.window;
+  }
+  // The draft's positions stay inside its own context: the sinks, the
+  // window and the chunk it slides by (window / 2), and 64 drafts.
+  const int64_t draftMax = draft.manifest.model.maxPositionEmbeddings;
+  const int64_t targetMax =
+      kv.isStreaming() ? 0 : target.manifest.model.maxPositionEmbeddings;
+  if (draftMax > 0 && (targetMax == 0 || targetMax > draftMax)) {
+    const int64_t limit =
+        std::max<int64_t>((draftMax - 64 - policy.sinkTokens) * 2 / 3, 1);
+    if (policy.window == 0 || policy.window > limit)
+      policy.window = limit;
+  }
+  return policy;
 }
 
 } // namespace infer::tool

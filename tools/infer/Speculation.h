@@ -10,6 +10,7 @@
 #define INFER_TOOLS_INFER_SPECULATION_H
 
 #include "runtime/engine/Artifact.h"
+#include "runtime/spec/DraftModelProposer.h"
 #include "runtime/spec/Speculator.h"
 #include "tools/infer/Args.h"
 
@@ -34,6 +35,12 @@ StatusOr<Speculation> createSpeculation(const ParsedArgs &args,
                                         const std::vector<int32_t> &eosTokenIds,
                                         const std::string &backendName,
                                         int64_t numBlocks, int numThreads);
+
+/// What of each sequence the draft model caches: the target's streaming
+/// policy (sinks and window), the window narrowed to the draft's own
+/// context where the target's is longer.
+spec::DraftContextPolicy draftContextPolicy(const Artifact &target,
+                                            const Artifact &draft);
 
 } // namespace infer::tool
 

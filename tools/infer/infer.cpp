@@ -8,6 +8,7 @@
 #include "runtime/engine/Engine.h"
 #include "runtime/engine/MemoryEstimate.h"
 #include "runtime/safetensors/Safetensors.h"
+#include "runtime/support/InputLimits.h"
 #include "tools/infer/Args.h"
 #include "tools/infer/DeployConfig.h"
 #include "tools/infer/Model.h"
@@ -185,8 +186,10 @@ int64_t blocksForAll(const std::vector<std::vector<int32_t>> &prompts,
                      const EngineConfig &config) {
   int64_t blocks = 0;
   for (const std::vector<int32_t> &prompt : prompts) {
-    int64_t tokens =
-        static_cast<int64_t>(prompt.size()) + sampling.maxNewTokens;
+    // Saturating: --max-new-tokens may be as large as int64 allows.
+    int64_t tokens = static_cast<int64_t>(prompt.size()) +
+                     std::min(sampling.maxNewTokens,
+                              INT64_MAX - static_cast<int64_t>(prompt.size()));
     if (config.maxModelLen > 0)
       tokens = std::min(tokens, config.maxModelLen);
     int64_t needed = (std::max<int64_t>(tokens, 1) + config.blockSize - 1) /
@@ -237,7 +240,9 @@ Status runGenerate(const ParsedArgs &args) {
   std::vector<std::vector<int32_t>> prompts;
   for (const auto &[name, value] : args.options) {
     if (name == "--prompt") {
-      prompts.push_back(tokenizer->encode(value, true));
+      INFER_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                             tokenizer->tryEncode(value, true));
+      prompts.push_back(std::move(ids));
     } else if (name == "--token-ids") {
       INFER_ASSIGN_OR_RETURN(std::vector<int32_t> ids, parseIdList(value));
       prompts.push_back(std::move(ids));
@@ -284,8 +289,12 @@ Status runGenerate(const ParsedArgs &args) {
     INFER_RETURN_IF_ERROR(speculator->status());
 
   const bool asJson = args.has("--json");
+  Status failed;
   for (size_t i = 0; i < ids.size(); ++i) {
     const RequestOutput &result = results.at(ids[i]);
+    if (result.finishReason == FinishReason::kError && failed.isOk())
+      failed =
+          dataLoss("request " + std::to_string(i) + " failed: " + result.error);
     const std::vector<int32_t> &out = result.outputTokenIds;
     std::string text = tokenizer ? tokenizer->decode(out, true) : "";
     if (asJson) {
@@ -294,7 +303,11 @@ Status runGenerate(const ParsedArgs &args) {
           {"output_token_ids", out},
           {"text", text},
           {"finish_reason",
-           result.finishReason == FinishReason::kStop ? "stop" : "length"}};
+           result.finishReason == FinishReason::kError  ? "error"
+           : result.finishReason == FinishReason::kStop ? "stop"
+                                                        : "length"}};
+      if (result.finishReason == FinishReason::kError)
+        line["error"] = result.error;
       if (speculator)
         line["acceptance_rate"] = speculator->stats(ids[i]).acceptanceRate();
       std::cout << dumpLine(line) << "\n";
@@ -311,7 +324,7 @@ Status runGenerate(const ParsedArgs &args) {
               << " (" << speculator->stats().numAccepted << " of "
               << speculator->stats().numJudged << " judged draft tokens)\n";
   std::cout.flush();
-  return Status::ok();
+  return failed;
 }
 
 //===----------------------------------------------------------------------===//
@@ -384,8 +397,21 @@ Status runBench(const ParsedArgs &args) {
   if (inputLen <= 0 || outputLen <= 0 || numPrompts <= 0)
     return invalidArgument(
         "--input-len, --output-len and --num-prompts must be > 0");
+  // Token counts are int32 positions; their sums must not overflow.
+  if (inputLen > INT32_MAX || outputLen > INT32_MAX || numPrompts > INT32_MAX)
+    return invalidArgument("--input-len, --output-len and --num-prompts must "
+                           "be at most " +
+                           std::to_string(INT32_MAX));
   if (!(rate > 0))
     return invalidArgument("--request-rate must be > 0 (inf: all at once)");
+  // A bench run must end: the arrivals of a Poisson process of rate R span
+  // about N / R seconds.
+  constexpr double kMaxArrivalSeconds = 24 * 3600;
+  if (static_cast<double>(numPrompts) / rate > kMaxArrivalSeconds)
+    return invalidArgument(
+        "--request-rate " + args.get("--request-rate", "") + " spreads " +
+        std::to_string(numPrompts) +
+        " arrivals over more than a day: give a larger rate");
   INFER_ASSIGN_OR_RETURN(int threads, threadsOption(args));
   const std::string backendName = args.get("--backend", "cpu");
   // --gpu-memory-utilization F: the cuda backend's KV pool takes F of the
@@ -481,6 +507,7 @@ Status runBench(const ParsedArgs &args) {
   };
   std::map<RequestId, size_t> index;
   int64_t numFinished = 0;
+  Status failed;
   engine.setOutputCallback([&](const RequestOutput &out) {
     BenchRequest &r = requests[index.at(out.id)];
     const double t = now();
@@ -493,6 +520,9 @@ Status runBench(const ParsedArgs &args) {
     if (out.finished) {
       r.finish = t;
       ++numFinished;
+      if (out.finishReason == FinishReason::kError && failed.isOk())
+        failed = dataLoss("request " + std::to_string(index.at(out.id)) +
+                          " failed: " + out.error);
     }
   });
   const bool progress = ::isatty(STDERR_FILENO);
@@ -516,6 +546,7 @@ Status runBench(const ParsedArgs &args) {
       drawProgress(drawn = numFinished, numPrompts);
   }
   const double duration = now();
+  INFER_RETURN_IF_ERROR(failed);
 
   std::vector<double> ttft, tpot, itl;
   int64_t outputTokens = 0;
@@ -691,8 +722,10 @@ Status runTokenize(const ParsedArgs &args) {
       std::cout << text << "\n";
     return Status::ok();
   }
-  std::vector<int32_t> ids =
-      tokenizer->encode(*args.get("--text"), !args.has("--no-special-tokens"));
+  INFER_ASSIGN_OR_RETURN(
+      std::vector<int32_t> ids,
+      tokenizer->tryEncode(*args.get("--text"),
+                           !args.has("--no-special-tokens")));
   if (args.has("--json")) {
     std::cout << dumpLine(json{{"ids", ids}}) << "\n";
   } else {
@@ -762,11 +795,11 @@ Status runInspect(const ParsedArgs &args) {
     out << "\n";
   }
   std::cout << out.str();
-  const std::string program = artifact.path(m.programFile);
-  std::ifstream in(program);
-  if (!in)
-    return notFound("cannot read the program " + program);
-  std::cout << "\n// " << m.programFile << "\n" << in.rdbuf();
+  // Bounded: a program.mlir linked to /dev/zero would stream forever.
+  StatusOr<std::string> program = readBoundedFile(artifact.path(m.programFile));
+  if (!program.isOk())
+    return program.status().withContext("cannot read the program");
+  std::cout << "\n// " << m.programFile << "\n" << *program;
   std::cout.flush();
   return Status::ok();
 }

@@ -119,6 +119,32 @@ TEST(ThreadCommunicator, AbortReleasesWaitingRanksAndResetRecovers) {
   });
 }
 
+TEST(ThreadCommunicator, RanksWithDifferentCountsFailOnEveryRank) {
+  // A malformed tp plan: rank 1 reduces 4 elements, rank 0 only 1 (issue
+  // 18: rank 1 used to read past rank 0's buffer).
+  ThreadGroup group(2);
+  std::vector<Status> reduce(2), gather(2);
+  runRanks(group, [&](Communicator &comm) {
+    const int64_t count = comm.rank() == 0 ? 1 : 4;
+    std::vector<float> data(count, 1.0f), recv(2 * count);
+    reduce[comm.rank()] = comm.allReduceSum(data.data(), count);
+    gather[comm.rank()] = comm.allGather(data.data(), count, recv.data());
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(reduce[r].isOk()) << "rank " << r;
+    EXPECT_NE(reduce[r].message().find("disagree on the element count"),
+              std::string::npos)
+        << reduce[r].message();
+    EXPECT_FALSE(gather[r].isOk()) << "rank " << r;
+  }
+  // The group stays usable.
+  runRanks(group, [&](Communicator &comm) {
+    float x = 1.0f;
+    ASSERT_TRUE(comm.allReduceSum(&x, 1).isOk());
+    EXPECT_EQ(x, 2.0f);
+  });
+}
+
 TEST(ThreadCommunicator, OneRankIsTheIdentity) {
   ThreadGroup group(1);
   std::vector<float> data = {1.5f, -2.0f};

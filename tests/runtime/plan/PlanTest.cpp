@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 
@@ -260,7 +261,7 @@ INSTANTIATE_TEST_SUITE_P(
                       values(j)[1]["transforms"][0]["attrs"].erase("begin");
                     },
                     "slice needs integer dim (a dimension of the param), "
-                    "begin >= 0 and size > 0"},
+                    "begin in [0, 2^40] and size in [1, 2^40]"},
         InvalidCase{
             "SliceOfMissingDim",
             [](json &j) { values(j)[1]["transforms"][0]["attrs"]["dim"] = 2; },
@@ -284,7 +285,8 @@ INSTANTIATE_TEST_SUITE_P(
                              {"slice_size", 4}}}});
                     },
                     "concat needs integer slice_dim (a dimension of the "
-                    "param), slice_begin >= 0 and slice_size > 0, or none"},
+                    "param), slice_begin in [0, 2^40] and slice_size in [1, "
+                    "2^40], or none"},
         InvalidCase{"Fp8Activation",
                     [](json &j) { values(j)[2]["dtype"] = "f8e5m2"; },
                     "fp8 is only for params"},
@@ -325,8 +327,149 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"BadAttr",
                     [](json &j) { steps(j)[1]["attrs"]["x"] = json::object(); },
                     "attrs.x"},
-        InvalidCase{"NotJson", [](json &j) { j = "x"; }, "JSON object"}),
+        InvalidCase{"NotJson", [](json &j) { j = "x"; }, "JSON object"},
+        // Issues 17 and 18: plans that crashed a backend or read files
+        // outside the weights directory.
+        InvalidCase{"SliceExtentsOverflow",
+                    [](json &j) {
+                      values(j)[1]["transforms"][0]["attrs"]["begin"] =
+                          INT64_MAX - 2;
+                    },
+                    "begin in [0, 2^40]"},
+        InvalidCase{"ConcatSliceExtentsOverflow",
+                    [](json &j) {
+                      values(j)[1]["transforms"].push_back(
+                          {{"kind", "concat"},
+                           {"attrs",
+                            {{"axis", 0},
+                             {"source_file", "model.safetensors"},
+                             {"source_tensor", "k"},
+                             {"slice_dim", 0},
+                             {"slice_begin", 4},
+                             {"slice_size", INT64_MAX}}}});
+                    },
+                    "slice_size in [1, 2^40]"},
+        InvalidCase{"ParamSourceAbsolute",
+                    [](json &j) {
+                      values(j)[1]["source_file"] = "/other/x.safetensors";
+                    },
+                    "must name a file inside the weights directory"},
+        InvalidCase{"ParamSourceParent",
+                    [](json &j) {
+                      values(j)[1]["source_file"] = "../other/x.safetensors";
+                    },
+                    "must name a file inside the weights directory"},
+        InvalidCase{"ConcatSourceOutside",
+                    [](json &j) {
+                      values(j)[1]["transforms"].push_back(
+                          {{"kind", "concat"},
+                           {"attrs",
+                            {{"axis", 0},
+                             {"source_file", "/etc/passwd"},
+                             {"source_tensor", "k"}}}});
+                    },
+                    "concat source_file '/etc/passwd' must name a file"},
+        InvalidCase{"LogitsInTheWorkspace",
+                    [](json &j) {
+                      j["ranks"][0]["workspace_bytes_per_row"] = 1024;
+                      values(j)[3]["workspace_offset"] = 0;
+                    },
+                    "outputs own their memory"},
+        InvalidCase{"LogitsPastTheWorkspace",
+                    [](json &j) {
+                      j["ranks"][0]["workspace_bytes_per_row"] = 16;
+                      values(j)[3]["workspace_offset"] = 0;
+                    },
+                    "does not fit the workspace"},
+        InvalidCase{"WorkspaceTooLarge",
+                    [](json &j) {
+                      j["ranks"][0]["workspace_bytes_per_row"] = INT64_MAX;
+                    },
+                    "workspace_bytes_per_row"},
+        InvalidCase{"HugeStaticRows",
+                    [](json &j) { values(j)[2]["shape"][0] = INT64_MAX; },
+                    "static rows"},
+        InvalidCase{"ValueIdPastInt32",
+                    [](json &j) { values(j)[3]["id"] = int64_t(1) << 32; },
+                    "must be in [0, 2^31)"},
+        InvalidCase{"OperandIdPastInt32",
+                    [](json &j) {
+                      steps(j)[0]["operands"][0] = (int64_t(1) << 32) + 1;
+                    },
+                    "must be an array of value ids"},
+        InvalidCase{"NegativeEpsilon",
+                    [](json &j) { steps(j)[2]["attrs"]["epsilon"] = -1e-6; },
+                    "'epsilon' must be > 0"},
+        InvalidCase{"NegativeVocabOffset",
+                    [](json &j) { steps(j)[0]["attrs"]["vocab_offset"] = -4; },
+                    "vocab_offset"},
+        InvalidCase{"NestedTooDeep",
+                    [](json &j) {
+                      json deep = json::array();
+                      for (int i = 0; i < 200; ++i)
+                        deep = json::array({deep});
+                      j["extra"] = deep;
+                    },
+                    "deeper than 128 levels"}),
     [](const auto &info) { return std::string(info.param.name); });
+
+TEST(PlanVerifier, RanksMustRunTheSameCollectives) {
+  // A tp=2 plan whose ranks all_reduce values of different sizes: the
+  // thread communicator used to read past the smaller buffer.
+  Plan plan = tinyPlan();
+  plan.numRanks = 2;
+  plan.ranks.push_back(plan.ranks[0]);
+  plan.ranks[1].rank = 1;
+  for (int r = 0; r < 2; ++r) {
+    RankPlan &rank = plan.ranks[r];
+    const Value &operand = rank.values[r == 0 ? 7 : 3];
+    Value reduced = operand;
+    reduced.id = static_cast<int>(rank.values.size());
+    reduced.name = "%reduced";
+    rank.values.push_back(reduced);
+    rank.steps.push_back(Step{"all_reduce", {operand.id}, {reduced.id}, {}});
+  }
+  Status status = verifyPlan(plan);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("collective 0 differs between ranks"),
+            std::string::npos)
+      << status.message();
+}
+
+TEST(PlanVerifier, WorkspaceOffsetCannotOverflow) {
+  Plan plan = tinyPlan();
+  plan.ranks[0].workspaceBytesPerRow = 64;
+  plan.ranks[0].values[2].workspaceOffset = INT64_MAX - 4;
+  Status status = verifyPlan(plan);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("does not fit the workspace"),
+            std::string::npos)
+      << status.message();
+}
+
+TEST(ManifestJson, RejectsFilesOutsideTheArtifact) {
+  const json base = json::parse(manifestToJson(validManifest()));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"program_file", "/etc/hostname"},
+      {"plan_file", "../other/plan.json"},
+      {"tokenizer_file", "/dev/zero"},
+      {"tokenizer_config_file", "a/../../b"},
+      {"plan_file", "."}};
+  for (const auto &[key, file] : cases) {
+    json j = base;
+    j[key] = file;
+    StatusOr<Manifest> parsed = parseManifestJson(j.dump());
+    ASSERT_FALSE(parsed.isOk()) << key << " = " << file;
+    EXPECT_NE(parsed.status().message().find("must name a file inside"),
+              std::string::npos)
+        << parsed.status().message();
+  }
+  json j = base;
+  j["weight_files"] = json::array({{{"name", "../../etc/passwd"},
+                                    {"size", 1},
+                                    {"header_fingerprint", ""}}});
+  EXPECT_FALSE(parseManifestJson(j.dump()).isOk());
+}
 
 TEST(PlanJson, RejectsTruncatedText) {
   std::string text = planToJson(tinyPlan());
