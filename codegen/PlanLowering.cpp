@@ -408,7 +408,8 @@ PlanLowering::resultShape(mlir::Operation *op, mlir::RankedTensorType type) {
 
 /// Copies op attributes into step attributes; `#infer.rope` is flattened to
 /// theta / scaling / factor / low_freq_factor / high_freq_factor /
-/// original_max_position_embeddings.
+/// original_max_position_embeddings, and beta_fast / beta_slow (yarn) or
+/// short_factor / long_factor (longrope).
 mlir::LogicalResult PlanLowering::lowerAttributes(mlir::Operation *op,
                                                   plan::Step &step) {
   for (mlir::NamedAttribute named : op->getAttrDictionary()) {
@@ -437,6 +438,14 @@ mlir::LogicalResult PlanLowering::lowerAttributes(mlir::Operation *op,
       step.attrs["high_freq_factor"] = asDouble(rope.getHighFreqFactor());
       step.attrs["original_max_position_embeddings"] =
           rope.getOriginalMaxPositionEmbeddings();
+      if (rope.getKind() == mlir::infer::RopeScalingKind::Yarn) {
+        step.attrs["beta_fast"] = asDouble(rope.getBetaFast());
+        step.attrs["beta_slow"] = asDouble(rope.getBetaSlow());
+      }
+      if (rope.getShortFactor())
+        step.attrs["short_factor"] = rope.getShortFactor().asArrayRef().vec();
+      if (rope.getLongFactor())
+        step.attrs["long_factor"] = rope.getLongFactor().asArrayRef().vec();
     } else {
       return op->emitError() << "attribute '" << name
                              << "' has no plan representation: " << attr;
@@ -563,13 +572,9 @@ FailureOr<plan::Plan> PlanLowering::lower() {
                      << "logical attention has no plan step: run "
                         "infer-page-kv-cache first";
             })
-            .Case<mlir::infer::GeluOp>([&](auto gelu) -> mlir::LogicalResult {
-              if (gelu.getApproximate() != "tanh")
-                return gelu.emitError()
-                       << "plan format " << plan::kPlanFormatVersion
-                       << " has only gelu_tanh; approximate = \""
-                       << gelu.getApproximate() << "\" is not supported";
-              return lowerStep(gelu, "gelu_tanh");
+            .Case<mlir::infer::GeluOp>([&](auto gelu) {
+              return lowerStep(
+                  gelu, gelu.getApproximate() == "tanh" ? "gelu_tanh" : "gelu");
             })
             .Case<mlir::func::ReturnOp>([&](auto ret) {
               for (mlir::Value operand : ret.getOperands())
@@ -679,9 +684,9 @@ FailureOr<plan::FusedBody> fusedBodyOf(mlir::infer::FusedOp op) {
             .Case<mlir::infer::GeluOp>(
                 [](mlir::infer::GeluOp gelu)
                     -> std::optional<plan::ElementwiseOp> {
-                  if (gelu.getApproximate() != "tanh")
-                    return std::nullopt;
-                  return plan::ElementwiseOp::kGeluTanh;
+                  return gelu.getApproximate() == "tanh"
+                             ? plan::ElementwiseOp::kGeluTanh
+                             : plan::ElementwiseOp::kGelu;
                 })
             .Default([](mlir::Operation *) { return std::nullopt; });
     if (!kind)

@@ -7,10 +7,16 @@
 namespace infer::frontend {
 
 static const Architecture kArchitectures[] = {
-    // name                   alwaysQKVBias configurableBias slidingWindow
+    // name alwaysQKVBias configurableBias slidingWindow fusedProjections qkNorm
     {"LlamaForCausalLM", false, true, SlidingWindowRule::kNone},
     {"MistralForCausalLM", false, false, SlidingWindowRule::kAllLayers},
     {"Qwen2ForCausalLM", true, false, SlidingWindowRule::kQwen2},
+    {"Qwen3ForCausalLM", false, true, SlidingWindowRule::kQwen2, false, true},
+    {"Phi3ForCausalLM", false, false, SlidingWindowRule::kAllLayers, true},
+    {"Gemma2ForCausalLM", false, true, SlidingWindowRule::kGemma2, false, false,
+     /*gemma=*/true},
+    {"Gemma3ForCausalLM", false, true, SlidingWindowRule::kGemma3, false, true,
+     /*gemma=*/true, /*slidingLayerRope=*/true},
 };
 
 llvm::ArrayRef<Architecture> supportedArchitectures() { return kArchitectures; }

@@ -1,8 +1,10 @@
 //===- Architectures.h - Supported Hugging Face architectures ---*- C++ -*-===//
 //
-// One row per `architectures[0]` value of config.json. The rows differ only in
-// where biases sit and how sliding-window attention is configured; the layer
-// structure (pre-norm decoder, rotary attention, gated MLP) is shared.
+// One row per `architectures[0]` value of config.json: what the importer
+// needs to know about a family beyond config.json's numbers. The layer
+// structure (pre-norm decoder, rotary attention, gated MLP) is shared; the
+// rows say where biases sit, how sliding-window attention is configured, how
+// the checkpoint stores the projections and which extra norms a layer has.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +27,12 @@ enum class SlidingWindowRule {
   /// `use_sliding_window` switches it on for layers >= `max_window_layers`,
   /// or `layer_types` lists "sliding_attention" per layer (Qwen2).
   kQwen2,
+  /// `layer_types` lists "sliding_attention" per layer; older configs: the
+  /// even layers slide (Gemma 2).
+  kGemma2,
+  /// `layer_types`; older configs: every layer but each
+  /// `sliding_window_pattern`-th slides (Gemma 3).
+  kGemma3,
 };
 
 struct Architecture {
@@ -34,6 +42,22 @@ struct Architecture {
   /// config.json's `attention_bias` (q/k/v/o) and `mlp_bias` are honoured.
   bool configurableBias;
   SlidingWindowRule slidingWindow;
+  /// q, k and v are one `self_attn.qkv_proj` and gate and up one
+  /// `mlp.gate_up_proj` in the checkpoint, split at load (Phi-3).
+  bool fusedProjections = false;
+  /// `self_attn.q_norm` and `self_attn.k_norm`: an RMSNorm of each query and
+  /// key head before the rotary embedding (Qwen3, Gemma 3).
+  bool qkNorm = false;
+  /// Gemma: RMSNorm scales by 1 + weight, the embeddings are multiplied by
+  /// sqrt(hidden_size), each block's output is normalized before the
+  /// residual add (post_attention_layernorm, post_feedforward_layernorm;
+  /// pre_feedforward_layernorm feeds the MLP), the activation is
+  /// `hidden_activation`, and config.json may set query_pre_attn_scalar and
+  /// attention / final logit soft-capping.
+  bool gemma = false;
+  /// Sliding-window layers have their own rope (Gemma 3:
+  /// rope_parameters.sliding_attention, or rope_local_base_freq).
+  bool slidingLayerRope = false;
 };
 
 /// All supported architectures, in a stable order.

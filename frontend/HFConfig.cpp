@@ -12,6 +12,8 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <cmath>
+
 using llvm::StringRef;
 using mlir::FailureOr;
 
@@ -310,18 +312,106 @@ FailureOr<RopeKind> parseRopeKind(const ConfigReader &reader, StringRef key,
     return RopeKind::kLinear;
   if (name == "llama3")
     return RopeKind::kLlama3;
+  if (name == "yarn")
+    return RopeKind::kYarn;
+  // "su" is what the first Phi-3 128k configs called LongRoPE.
+  if (name == "longrope" || name == "su")
+    return RopeKind::kLongRope;
+  if (name == "dynamic")
+    return reader.error(key)
+           << "rope type 'dynamic' ('" << reader.qualified(key)
+           << "') is not supported: Hugging Face recomputes its frequencies "
+              "from the length of each forward call, which a KV-cached "
+              "server does not have (supported: default, linear, llama3, "
+              "yarn, longrope)";
   return reader.error(key) << "rope type '" << name << "' ('"
                            << reader.qualified(key)
                            << "') is not supported (supported: default, "
-                              "linear, llama3)";
+                              "linear, llama3, yarn, longrope)";
+}
+
+/// A list of positive numbers with `count` entries.
+FailureOr<std::vector<double>> requireFactorList(const ConfigReader &params,
+                                                 StringRef key, int64_t count) {
+  const llvm::json::Value *value = params.get(key);
+  if (!value)
+    return params.error(key) << "'" << params.qualified(key)
+                             << "' is missing (longrope rope scaling)";
+  const llvm::json::Array *array = value->getAsArray();
+  std::vector<double> list;
+  if (array)
+    for (const llvm::json::Value &element : *array)
+      if (std::optional<double> number = element.getAsNumber();
+          number && *number > 0)
+        list.push_back(*number);
+  if (!array || list.size() != array->size())
+    return params.error(key) << "'" << params.qualified(key)
+                             << "' must be a list of positive numbers";
+  if (static_cast<int64_t>(list.size()) != count)
+    return params.error(key)
+           << "'" << params.qualified(key) << "' has " << list.size()
+           << " entries; longrope needs one per rotary frequency, "
+              "head_dim * partial_rotary_factor / 2 = "
+           << count;
+  return list;
 }
 
 /// Reads the scaling parameters of `kind` from `params`, which is
-/// `rope_parameters` (transformers 5.x) or `rope_scaling` (older).
-mlir::LogicalResult parseRopeScaling(const ConfigReader &params,
+/// `rope_parameters` (transformers 5.x) or `rope_scaling` (older); `config`
+/// is the whole config.json (Phi-3 keeps original_max_position_embeddings
+/// there).
+mlir::LogicalResult parseRopeScaling(const ConfigReader &config,
+                                     const ConfigReader &params,
+                                     const ModelConfig &model,
                                      RopeConfig &rope) {
   if (rope.kind == RopeKind::kDefault)
     return mlir::success();
+  if (rope.kind == RopeKind::kLongRope) {
+    // HF _compute_longrope_parameters: the attention factor comes from the
+    // ratio of max_position_embeddings to the original context when the
+    // config has one at the top (Phi-3), else from `factor`.
+    FailureOr<std::optional<int64_t>> topOriginal =
+        config.getOptionalInt("original_max_position_embeddings");
+    if (mlir::failed(topOriginal))
+      return mlir::failure();
+    FailureOr<int64_t> original =
+        params.getInt("original_max_position_embeddings",
+                      topOriginal->value_or(model.maxPositionEmbeddings));
+    FailureOr<double> factor = params.getNumber("factor", 1.0);
+    if (mlir::failed(original) || mlir::failed(factor))
+      return mlir::failure();
+    if (*original <= 0)
+      return params.error("original_max_position_embeddings")
+             << "'original_max_position_embeddings' must be positive for "
+                "longrope rope scaling, got "
+             << *original;
+    int64_t half = model.rotaryDim / 2;
+    FailureOr<std::vector<double>> shortFactor =
+        requireFactorList(params, "short_factor", half);
+    if (mlir::failed(shortFactor))
+      return mlir::failure();
+    FailureOr<std::vector<double>> longFactor =
+        requireFactorList(params, "long_factor", half);
+    if (mlir::failed(longFactor))
+      return mlir::failure();
+    rope.originalMaxPositionEmbeddings = *original;
+    rope.shortFactor = std::move(*shortFactor);
+    rope.longFactor = std::move(*longFactor);
+    double scale = *topOriginal
+                       ? static_cast<double>(model.maxPositionEmbeddings) /
+                             static_cast<double>(**topOriginal)
+                       : *factor;
+    FailureOr<double> attentionFactor = params.getNumber(
+        "attention_factor",
+        scale <= 1.0
+            ? 1.0
+            : std::sqrt(1.0 + std::log(scale) /
+                                  std::log(static_cast<double>(*original))));
+    if (mlir::failed(attentionFactor))
+      return mlir::failure();
+    rope.attentionFactor = *attentionFactor;
+    return mlir::success();
+  }
   FailureOr<double> factor = params.requireNumber("factor");
   if (mlir::failed(factor))
     return mlir::failure();
@@ -329,8 +419,47 @@ mlir::LogicalResult parseRopeScaling(const ConfigReader &params,
     return params.error("factor") << "'" << params.qualified("factor")
                                   << "' must be positive, got " << *factor;
   rope.factor = *factor;
-  if (rope.kind != RopeKind::kLlama3)
+  if (rope.kind == RopeKind::kLinear)
     return mlir::success();
+  if (rope.kind == RopeKind::kYarn) {
+    FailureOr<int64_t> original = params.getInt(
+        "original_max_position_embeddings", model.maxPositionEmbeddings);
+    FailureOr<double> betaFast = params.getNumber("beta_fast", 32.0);
+    FailureOr<double> betaSlow = params.getNumber("beta_slow", 1.0);
+    FailureOr<bool> truncate = params.getBool("truncate", true);
+    if (mlir::failed(original) || mlir::failed(betaFast) ||
+        mlir::failed(betaSlow) || mlir::failed(truncate))
+      return mlir::failure();
+    if (!*truncate)
+      return params.error("truncate")
+             << "'" << params.qualified("truncate")
+             << "' = false is not supported (yarn with truncate = true only)";
+    if (*original <= 0 || *betaFast <= 0 || *betaSlow <= 0)
+      return params.error("beta_fast")
+             << "yarn rope scaling needs a positive "
+                "original_max_position_embeddings, beta_fast and beta_slow";
+    // HF get_mscale: 0.1 * mscale * ln(factor) + 1 (1 for factor <= 1);
+    // with mscale and mscale_all_dim (DeepSeek) their ratio.
+    auto getMscale = [&](double m) {
+      return rope.factor <= 1.0 ? 1.0 : 0.1 * m * std::log(rope.factor) + 1.0;
+    };
+    FailureOr<double> m = params.getNumber("mscale", 0.0);
+    FailureOr<double> mAllDim = params.getNumber("mscale_all_dim", 0.0);
+    if (mlir::failed(m) || mlir::failed(mAllDim))
+      return mlir::failure();
+    double derived = (*m != 0 && *mAllDim != 0)
+                         ? getMscale(*m) / getMscale(*mAllDim)
+                         : getMscale(1.0);
+    FailureOr<double> attentionFactor =
+        params.getNumber("attention_factor", derived);
+    if (mlir::failed(attentionFactor))
+      return mlir::failure();
+    rope.originalMaxPositionEmbeddings = *original;
+    rope.betaFast = *betaFast;
+    rope.betaSlow = *betaSlow;
+    rope.attentionFactor = *attentionFactor;
+    return mlir::success();
+  }
   FailureOr<double> low = params.requireNumber("low_freq_factor");
   FailureOr<double> high = params.requireNumber("high_freq_factor");
   FailureOr<int64_t> original =
@@ -351,30 +480,85 @@ mlir::LogicalResult parseRopeScaling(const ConfigReader &params,
   return mlir::success();
 }
 
-mlir::LogicalResult parseRope(const ConfigReader &config, RopeConfig &rope) {
+/// `partial_rotary_factor` (top level, or in `rope_parameters`) -> the
+/// rotary dimension.
+mlir::LogicalResult parsePartialRotary(const ConfigReader &reader,
+                                       ModelConfig &model) {
+  FailureOr<double> share =
+      reader.getNumber("partial_rotary_factor", model.rope.partialRotaryFactor);
+  if (mlir::failed(share))
+    return mlir::failure();
+  model.rope.partialRotaryFactor = *share;
+  // HF: int(head_dim * partial_rotary_factor).
+  model.rotaryDim = static_cast<int64_t>(static_cast<double>(model.headDim) *
+                                         model.rope.partialRotaryFactor);
+  if (!(*share > 0) || *share > 1 || model.rotaryDim <= 0 ||
+      model.rotaryDim % 2 != 0)
+    return reader.error("partial_rotary_factor")
+           << "'" << reader.qualified("partial_rotary_factor")
+           << "' = " << *share << " gives a rotary dimension of "
+           << model.rotaryDim << " of head_dim " << model.headDim
+           << "; it must be even and in (0, head_dim]";
+  return mlir::success();
+}
+
+/// One transformers 5.x `rope_parameters` object into `rope`.
+mlir::LogicalResult parseRopeParameters(const ConfigReader &config,
+                                        const ConfigReader &params,
+                                        ModelConfig &model, RopeConfig &rope) {
+  if (mlir::failed(parsePartialRotary(params, model)))
+    return mlir::failure();
+  FailureOr<double> theta = params.getNumber("rope_theta", rope.theta);
+  if (mlir::failed(theta))
+    return mlir::failure();
+  rope.theta = *theta;
+  StringRef typeKey = params.has("rope_type") ? "rope_type" : "type";
+  FailureOr<std::optional<std::string>> type =
+      params.getOptionalString(typeKey);
+  if (mlir::failed(type))
+    return mlir::failure();
+  FailureOr<RopeKind> kind =
+      parseRopeKind(params, typeKey, type->value_or("default"));
+  if (mlir::failed(kind))
+    return mlir::failure();
+  rope.kind = *kind;
+  if (mlir::failed(parseRopeScaling(config, params, model, rope)))
+    return mlir::failure();
+  if (rope.theta <= 0)
+    return params.error("rope_theta")
+           << "rope theta must be positive, got " << rope.theta;
+  return mlir::success();
+}
+
+mlir::LogicalResult parseRope(const ConfigReader &config, ModelConfig &model) {
+  RopeConfig &rope = model.rope;
   FailureOr<std::optional<ConfigReader>> parameters =
       config.getObject("rope_parameters");
   if (mlir::failed(parameters))
     return mlir::failure();
+  if (mlir::failed(parsePartialRotary(config, model)))
+    return mlir::failure();
 
-  // transformers 5.x: everything under `rope_parameters`.
-  if (*parameters) {
-    const ConfigReader &params = **parameters;
-    FailureOr<double> theta = params.getNumber("rope_theta", rope.theta);
-    if (mlir::failed(theta))
+  if (*parameters && model.architecture->slidingLayerRope &&
+      (*parameters)->has("full_attention")) {
+    // transformers 5.x Gemma 3: one object per layer type.
+    FailureOr<std::optional<ConfigReader>> full =
+        (*parameters)->getObject("full_attention");
+    FailureOr<std::optional<ConfigReader>> sliding =
+        (*parameters)->getObject("sliding_attention");
+    if (mlir::failed(full) || mlir::failed(sliding))
       return mlir::failure();
-    rope.theta = *theta;
-    StringRef typeKey = params.has("rope_type") ? "rope_type" : "type";
-    FailureOr<std::optional<std::string>> type =
-        params.getOptionalString(typeKey);
-    if (mlir::failed(type))
+    if (mlir::failed(parseRopeParameters(config, **full, model, rope)))
       return mlir::failure();
-    FailureOr<RopeKind> kind =
-        parseRopeKind(params, typeKey, type->value_or("default"));
-    if (mlir::failed(kind))
-      return mlir::failure();
-    rope.kind = *kind;
-    if (mlir::failed(parseRopeScaling(params, rope)))
+    if (*sliding) {
+      RopeConfig local;
+      if (mlir::failed(parseRopeParameters(config, **sliding, model, local)))
+        return mlir::failure();
+      model.slidingRope = local;
+    }
+  } else if (*parameters) {
+    // transformers 5.x: everything under `rope_parameters`.
+    if (mlir::failed(parseRopeParameters(config, **parameters, model, rope)))
       return mlir::failure();
   } else {
     // Older configs: `rope_theta` at the top, `rope_scaling` (or null).
@@ -400,24 +584,65 @@ mlir::LogicalResult parseRope(const ConfigReader &config, RopeConfig &rope) {
       if (mlir::failed(kind))
         return mlir::failure();
       rope.kind = *kind;
-      if (mlir::failed(parseRopeScaling(params, rope)))
+      if (mlir::failed(parseRopeScaling(config, params, model, rope)))
         return mlir::failure();
     }
+    if (rope.theta <= 0)
+      return config.error("rope_theta")
+             << "rope theta must be positive, got " << rope.theta;
   }
-  if (rope.theta <= 0)
-    return config.error("rope_theta")
-           << "rope theta must be positive, got " << rope.theta;
+  if (model.architecture->slidingLayerRope && !model.slidingRope) {
+    // Older Gemma 3 configs: the local layers' plain rope base.
+    FailureOr<double> local = config.getNumber("rope_local_base_freq", 1e4);
+    if (mlir::failed(local))
+      return mlir::failure();
+    if (!(*local > 0))
+      return config.error("rope_local_base_freq")
+             << "'rope_local_base_freq' must be positive, got " << *local;
+    RopeConfig sliding;
+    sliding.theta = *local;
+    sliding.partialRotaryFactor = rope.partialRotaryFactor;
+    model.slidingRope = sliding;
+  }
+  return mlir::success();
+}
+
+/// Gemma: query_pre_attn_scalar and the attention and final logit caps
+/// (null or absent: none).
+mlir::LogicalResult parseGemma(const ConfigReader &config, ModelConfig &model) {
+  if (!model.architecture->gemma)
+    return mlir::success();
+  FailureOr<double> scalar = config.getNumber("query_pre_attn_scalar", 0.0);
+  FailureOr<double> attnCap = config.getNumber("attn_logit_softcapping", 0.0);
+  FailureOr<double> finalCap = config.getNumber("final_logit_softcapping", 0.0);
+  if (mlir::failed(scalar) || mlir::failed(attnCap) || mlir::failed(finalCap))
+    return mlir::failure();
+  const std::pair<StringRef, double> values[] = {
+      {"query_pre_attn_scalar", *scalar},
+      {"attn_logit_softcapping", *attnCap},
+      {"final_logit_softcapping", *finalCap}};
+  for (auto [key, value] : values)
+    if (value < 0 || (value == 0 && config.has(key)))
+      return config.error(key)
+             << "'" << key << "' must be positive (or null), got " << value;
+  model.queryPreAttnScalar = *scalar;
+  model.attnLogitSoftcap = *attnCap;
+  model.finalLogitSoftcap = *finalCap;
   return mlir::success();
 }
 
 mlir::LogicalResult parseActivation(const ConfigReader &config,
+                                    const Architecture &arch,
                                     Activation &activation) {
-  FailureOr<std::optional<std::string>> name =
-      config.getOptionalString("hidden_act");
+  // Gemma names it `hidden_activation` (gelu_pytorch_tanh by default).
+  StringRef key = arch.gemma && !config.has("hidden_act") ? "hidden_activation"
+                                                          : "hidden_act";
+  FailureOr<std::optional<std::string>> name = config.getOptionalString(key);
   if (mlir::failed(name))
     return mlir::failure();
   // value_or returns a temporary: keep the string, not a view of it.
-  const std::string act = name->value_or("silu");
+  const std::string act =
+      name->value_or(arch.gemma ? "gelu_pytorch_tanh" : "silu");
   if (act == "silu" || act == "swish")
     activation = Activation::kSilu;
   else if (act == "gelu")
@@ -425,8 +650,8 @@ mlir::LogicalResult parseActivation(const ConfigReader &config,
   else if (act == "gelu_pytorch_tanh" || act == "gelu_new")
     activation = Activation::kGeluTanh;
   else
-    return config.error("hidden_act")
-           << "unsupported 'hidden_act' '" << act
+    return config.error(key)
+           << "unsupported '" << key << "' '" << act
            << "' (supported: silu, swish, gelu, gelu_pytorch_tanh, gelu_new)";
   return mlir::success();
 }
@@ -475,15 +700,34 @@ mlir::LogicalResult parseSlidingWindows(const ConfigReader &config,
     return mlir::success();
   }
   case SlidingWindowRule::kQwen2:
+  case SlidingWindowRule::kGemma2:
+  case SlidingWindowRule::kGemma3:
     break;
   }
 
-  FailureOr<bool> enabled = config.getBool("use_sliding_window", false);
+  const SlidingWindowRule rule = model.architecture->slidingWindow;
+  FailureOr<bool> enabled =
+      config.getBool("use_sliding_window", rule != SlidingWindowRule::kQwen2);
   FailureOr<int64_t> window = parseWindow(config);
   if (mlir::failed(enabled) || mlir::failed(window))
     return mlir::failure();
   if (!*enabled || *window == 0)
     return mlir::success();
+  if (rule != SlidingWindowRule::kQwen2 && !config.has("layer_types")) {
+    // Older Gemma configs: Gemma 2 slides on the even layers, Gemma 3 on all
+    // but every sliding_window_pattern-th.
+    FailureOr<int64_t> pattern = config.getInt("sliding_window_pattern", 6);
+    if (mlir::failed(pattern))
+      return mlir::failure();
+    if (*pattern <= 0)
+      return config.error("sliding_window_pattern")
+             << "'sliding_window_pattern' must be positive, got " << *pattern;
+    for (int64_t layer = 0; layer < model.numLayers; ++layer)
+      if (rule == SlidingWindowRule::kGemma2 ? layer % 2 == 0
+                                             : (layer + 1) % *pattern != 0)
+        model.slidingWindows[layer] = *window;
+    return mlir::success();
+  }
 
   if (const llvm::json::Value *types = config.get("layer_types")) {
     const llvm::json::Array *list = types->getAsArray();
@@ -656,10 +900,12 @@ std::optional<ModelConfig> parseModelConfig(StringRef modelDir,
   }
 
   if (mlir::failed(checkDimensions(config, model)) ||
-      mlir::failed(parseActivation(config, model.hiddenAct)) ||
+      mlir::failed(
+          parseActivation(config, *model.architecture, model.hiddenAct)) ||
       mlir::failed(parseBiases(config, model)) ||
       mlir::failed(parseSlidingWindows(config, model)) ||
-      mlir::failed(parseRope(config, model.rope)))
+      mlir::failed(parseRope(config, model)) ||
+      mlir::failed(parseGemma(config, model)))
     return std::nullopt;
 
   llvm::SmallString<256> generationPath(modelDir);

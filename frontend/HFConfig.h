@@ -24,7 +24,7 @@
 
 namespace infer::frontend {
 
-enum class RopeKind { kDefault, kLinear, kLlama3 };
+enum class RopeKind { kDefault, kLinear, kLlama3, kYarn, kLongRope };
 
 /// Rotary embedding parameters, after merging the transformers 5.x
 /// `rope_parameters` spelling and the older `rope_theta` + `rope_scaling`.
@@ -35,6 +35,16 @@ struct RopeConfig {
   double lowFreqFactor = 1.0;
   double highFreqFactor = 4.0;
   int64_t originalMaxPositionEmbeddings = 0;
+  /// yarn.
+  double betaFast = 32.0;
+  double betaSlow = 1.0;
+  /// longrope: one divisor per inverse frequency.
+  std::vector<double> shortFactor, longFactor;
+  /// `partial_rotary_factor`: the rotated share of each head.
+  double partialRotaryFactor = 1.0;
+  /// yarn and longrope: HF multiplies the cosines and sines by this (the
+  /// importer folds its square into the attention scale).
+  double attentionFactor = 1.0;
 };
 
 enum class Activation { kSilu, kGeluExact, kGeluTanh };
@@ -48,6 +58,8 @@ struct ModelConfig {
   int64_t numHeads = 0;
   int64_t numKVHeads = 0;
   int64_t headDim = 0;
+  /// The rotated features of each head: head_dim * partial_rotary_factor.
+  int64_t rotaryDim = 0;
   int64_t maxPositionEmbeddings = 0;
   double rmsNormEps = 1e-6;
   Activation hiddenAct = Activation::kSilu;
@@ -59,6 +71,12 @@ struct ModelConfig {
   /// Per layer: 0 for full attention, else the window (HF semantics).
   std::vector<int64_t> slidingWindows;
   RopeConfig rope;
+  /// The rope of the sliding-window layers where it differs (Gemma 3).
+  std::optional<RopeConfig> slidingRope;
+  /// Gemma (Architecture::gemma): 0 where unset.
+  double queryPreAttnScalar = 0.0;
+  double attnLogitSoftcap = 0.0;
+  double finalLogitSoftcap = 0.0;
   std::optional<int64_t> bosTokenId;
   std::vector<int64_t> eosTokenIds;
   std::optional<int64_t> padTokenId;

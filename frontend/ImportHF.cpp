@@ -14,6 +14,20 @@
 // The rows that produce logits are gathered before the final norm: the norm
 // is per row, so this computes the same values for S rows instead of T.
 //
+// What the families add (Architectures.h says which has what):
+//   - Phi-3: q/k/v from one qkv_proj and gate/up from one gate_up_proj,
+//     each an infer.split of one linear;
+//   - Qwen3, Gemma 3: q, k = rms_norm(q, q_norm), rms_norm(k, k_norm) per
+//     head, before the rope;
+//   - Gemma: h = embed_tokens[ids] * sqrt(hidden); every RMSNorm scales by
+//     1 + w; the attention output and the MLP output are normalized
+//     (post_attention_layernorm, post_feedforward_layernorm) before their
+//     residual adds, and pre_feedforward_layernorm feeds the MLP; the scores
+//     scale by query_pre_attn_scalar^-1/2 and may be soft-capped, as may the
+//     logits; Gemma 3's sliding-window layers have their own rope;
+//   - rope variants: yarn, longrope (attention factor folded into the
+//     attention scale), partial_rotary_factor (rotary_dim < head_dim).
+//
 //===----------------------------------------------------------------------===//
 
 #include "frontend/ImportHF.h"
@@ -132,6 +146,10 @@ mlir::infer::RopeScalingKind toScalingKind(RopeKind kind) {
     return mlir::infer::RopeScalingKind::Linear;
   case RopeKind::kLlama3:
     return mlir::infer::RopeScalingKind::Llama3;
+  case RopeKind::kYarn:
+    return mlir::infer::RopeScalingKind::Yarn;
+  case RopeKind::kLongRope:
+    return mlir::infer::RopeScalingKind::LongRope;
   }
   llvm_unreachable("unknown rope kind");
 }
@@ -168,9 +186,18 @@ private:
 
   FailureOr<Value> weight(const std::string &name,
                           llvm::ArrayRef<int64_t> shape);
-  FailureOr<Value> rmsNorm(Value x, const std::string &weightName);
+  /// RMSNorm over the hidden features, or over each head with `headDim`.
+  FailureOr<Value> rmsNorm(Value x, const std::string &weightName,
+                           int64_t headDim = 0);
   FailureOr<Value> linear(Value x, const std::string &module,
                           int64_t outFeatures, int64_t inFeatures, bool bias);
+  /// One checkpoint projection holding several (Phi-3's qkv_proj and
+  /// gate_up_proj): the linear of the whole and an infer.split into `parts`
+  /// (output widths, in checkpoint row order).
+  FailureOr<llvm::SmallVector<Value>> fusedLinear(Value x,
+                                                  const std::string &module,
+                                                  llvm::ArrayRef<int64_t> parts,
+                                                  int64_t inFeatures);
   FailureOr<Value> attentionBlock(Value h, int64_t layer);
   FailureOr<Value> mlpBlock(Value h, int64_t layer);
   Value activation(Value x, mlir::Location loc);
@@ -219,16 +246,23 @@ FailureOr<Value> ModelImporter::weight(const std::string &name,
       {builder.getNamedAttr("name", builder.getStringAttr(name))});
 }
 
-FailureOr<Value> ModelImporter::rmsNorm(Value x,
-                                        const std::string &weightName) {
-  FailureOr<Value> w = weight(weightName, {config.hiddenSize});
+FailureOr<Value> ModelImporter::rmsNorm(Value x, const std::string &weightName,
+                                        int64_t headDim) {
+  FailureOr<Value> w =
+      weight(weightName, {headDim ? headDim : config.hiddenSize});
   if (mlir::failed(w))
     return mlir::failure();
   StringRef module = StringRef(weightName).drop_back(strlen(".weight"));
-  return create<mlir::infer::RMSNormOp>(
-      locFor(module), x.getType(), {x, *w},
-      {builder.getNamedAttr("epsilon",
-                            builder.getF64FloatAttr(config.rmsNormEps))});
+  llvm::SmallVector<mlir::NamedAttribute> attrs = {builder.getNamedAttr(
+      "epsilon", builder.getF64FloatAttr(config.rmsNormEps))};
+  if (headDim)
+    attrs.push_back(
+        builder.getNamedAttr("head_dim", builder.getI64IntegerAttr(headDim)));
+  if (config.architecture->gemma)
+    attrs.push_back(
+        builder.getNamedAttr("weight_offset", builder.getF64FloatAttr(1.0)));
+  return create<mlir::infer::RMSNormOp>(locFor(module), x.getType(), {x, *w},
+                                        attrs);
 }
 
 FailureOr<Value> ModelImporter::linear(Value x, const std::string &module,
@@ -249,6 +283,24 @@ FailureOr<Value> ModelImporter::linear(Value x, const std::string &module,
                                        activationType(outFeatures), operands);
 }
 
+FailureOr<llvm::SmallVector<Value>>
+ModelImporter::fusedLinear(Value x, const std::string &module,
+                           llvm::ArrayRef<int64_t> parts, int64_t inFeatures) {
+  int64_t outFeatures = 0;
+  for (int64_t part : parts)
+    outFeatures += part;
+  FailureOr<Value> fused = linear(x, module, outFeatures, inFeatures, false);
+  if (mlir::failed(fused))
+    return mlir::failure();
+  llvm::SmallVector<mlir::Type> types;
+  for (int64_t part : parts)
+    types.push_back(activationType(part));
+  auto split = builder.create<mlir::infer::SplitOp>(locFor(module + ".split"),
+                                                    types, *fused);
+  return llvm::SmallVector<Value>(split.getResults().begin(),
+                                  split.getResults().end());
+}
+
 FailureOr<Value> ModelImporter::attentionBlock(Value h, int64_t layer) {
   std::string prefix = llvm::formatv("model.layers.{0}", layer).str();
   std::string attn = prefix + ".self_attn";
@@ -259,29 +311,49 @@ FailureOr<Value> ModelImporter::attentionBlock(Value h, int64_t layer) {
   FailureOr<Value> x = rmsNorm(h, prefix + ".input_layernorm.weight");
   if (mlir::failed(x))
     return mlir::failure();
-  FailureOr<Value> q =
-      linear(*x, attn + ".q_proj", qWidth, hidden, config.qkvBias);
-  if (mlir::failed(q))
-    return mlir::failure();
-  FailureOr<Value> k =
-      linear(*x, attn + ".k_proj", kvWidth, hidden, config.qkvBias);
-  if (mlir::failed(k))
-    return mlir::failure();
-  FailureOr<Value> v =
-      linear(*x, attn + ".v_proj", kvWidth, hidden, config.qkvBias);
-  if (mlir::failed(v))
-    return mlir::failure();
+  FailureOr<Value> q, k, v;
+  if (config.architecture->fusedProjections) {
+    FailureOr<llvm::SmallVector<Value>> parts =
+        fusedLinear(*x, attn + ".qkv_proj", {qWidth, kvWidth, kvWidth}, hidden);
+    if (mlir::failed(parts))
+      return mlir::failure();
+    q = (*parts)[0];
+    k = (*parts)[1];
+    v = (*parts)[2];
+  } else {
+    q = linear(*x, attn + ".q_proj", qWidth, hidden, config.qkvBias);
+    if (mlir::failed(q))
+      return mlir::failure();
+    k = linear(*x, attn + ".k_proj", kvWidth, hidden, config.qkvBias);
+    if (mlir::failed(k))
+      return mlir::failure();
+    v = linear(*x, attn + ".v_proj", kvWidth, hidden, config.qkvBias);
+    if (mlir::failed(v))
+      return mlir::failure();
+  }
 
-  const RopeConfig &rope = config.rope;
+  if (config.architecture->qkNorm) {
+    q = rmsNorm(*q, attn + ".q_norm.weight", config.headDim);
+    if (mlir::failed(q))
+      return mlir::failure();
+    k = rmsNorm(*k, attn + ".k_norm.weight", config.headDim);
+    if (mlir::failed(k))
+      return mlir::failure();
+  }
+
+  const bool sliding = config.slidingWindows[layer] != 0;
+  const RopeConfig &rope =
+      sliding && config.slidingRope ? *config.slidingRope : config.rope;
   auto ropeAttr = mlir::infer::RopeAttr::get(
       &context, rope.theta, toScalingKind(rope.kind), rope.factor,
       rope.lowFreqFactor, rope.highFreqFactor,
-      rope.originalMaxPositionEmbeddings);
+      rope.originalMaxPositionEmbeddings, rope.betaFast, rope.betaSlow,
+      rope.shortFactor, rope.longFactor);
   llvm::SmallVector<mlir::NamedAttribute> ropeAttrs = {
       builder.getNamedAttr("head_dim",
                            builder.getI64IntegerAttr(config.headDim)),
       builder.getNamedAttr("rotary_dim",
-                           builder.getI64IntegerAttr(config.headDim)),
+                           builder.getI64IntegerAttr(config.rotaryDim)),
       builder.getNamedAttr("rope", ropeAttr)};
   mlir::Location ropeLoc = locFor(attn + ".rotary_emb");
   Value qRot = create<mlir::infer::RopeOp>(ropeLoc, q->getType(),
@@ -289,24 +361,42 @@ FailureOr<Value> ModelImporter::attentionBlock(Value h, int64_t layer) {
   Value kRot = create<mlir::infer::RopeOp>(ropeLoc, k->getType(),
                                            {*k, positions}, ropeAttrs);
 
-  double scale = 1.0 / std::sqrt(static_cast<double>(config.headDim));
+  // YaRN and LongRoPE scale the cosines and sines, so both q and k, by
+  // their attention factor: the same as scaling the scores by its square.
+  // Gemma scales the queries by query_pre_attn_scalar^-1/2, not head_dim's.
+  double scaleBase = config.queryPreAttnScalar > 0
+                         ? config.queryPreAttnScalar
+                         : static_cast<double>(config.headDim);
+  double scale =
+      rope.attentionFactor * rope.attentionFactor / std::sqrt(scaleBase);
+  llvm::SmallVector<mlir::NamedAttribute> attentionAttrs = {
+      builder.getNamedAttr("layer", builder.getI64IntegerAttr(layer)),
+      builder.getNamedAttr("num_heads",
+                           builder.getI64IntegerAttr(config.numHeads)),
+      builder.getNamedAttr("num_kv_heads",
+                           builder.getI64IntegerAttr(config.numKVHeads)),
+      builder.getNamedAttr("head_dim",
+                           builder.getI64IntegerAttr(config.headDim)),
+      builder.getNamedAttr("scale", builder.getF64FloatAttr(scale)),
+      builder.getNamedAttr(
+          "sliding_window",
+          builder.getI64IntegerAttr(config.slidingWindows[layer]))};
+  if (config.attnLogitSoftcap > 0)
+    attentionAttrs.push_back(builder.getNamedAttr(
+        "logit_softcap", builder.getF64FloatAttr(config.attnLogitSoftcap)));
   Value attended = create<mlir::infer::AttentionOp>(
       locFor(attn), qRot.getType(), {qRot, kRot, *v, queryStartLoc},
-      {builder.getNamedAttr("layer", builder.getI64IntegerAttr(layer)),
-       builder.getNamedAttr("num_heads",
-                            builder.getI64IntegerAttr(config.numHeads)),
-       builder.getNamedAttr("num_kv_heads",
-                            builder.getI64IntegerAttr(config.numKVHeads)),
-       builder.getNamedAttr("head_dim",
-                            builder.getI64IntegerAttr(config.headDim)),
-       builder.getNamedAttr("scale", builder.getF64FloatAttr(scale)),
-       builder.getNamedAttr(
-           "sliding_window",
-           builder.getI64IntegerAttr(config.slidingWindows[layer]))});
+      attentionAttrs);
   FailureOr<Value> projected =
       linear(attended, attn + ".o_proj", hidden, qWidth, config.outputBias);
   if (mlir::failed(projected))
     return mlir::failure();
+  if (config.architecture->gemma) {
+    projected =
+        rmsNorm(*projected, prefix + ".post_attention_layernorm.weight");
+    if (mlir::failed(projected))
+      return mlir::failure();
+  }
   return create<mlir::infer::AddOp>(locFor(prefix + ".residual_attn"),
                                     h.getType(), {h, *projected});
 }
@@ -334,17 +424,30 @@ FailureOr<Value> ModelImporter::mlpBlock(Value h, int64_t layer) {
   int64_t hidden = config.hiddenSize;
   int64_t inner = config.intermediateSize;
 
-  FailureOr<Value> x = rmsNorm(h, prefix + ".post_attention_layernorm.weight");
+  // Gemma's post_attention_layernorm closes the attention block; its MLP
+  // reads pre_feedforward_layernorm.
+  FailureOr<Value> x =
+      rmsNorm(h, prefix + (config.architecture->gemma
+                               ? ".pre_feedforward_layernorm.weight"
+                               : ".post_attention_layernorm.weight"));
   if (mlir::failed(x))
     return mlir::failure();
-  FailureOr<Value> gate =
-      linear(*x, mlp + ".gate_proj", inner, hidden, config.mlpBias);
-  if (mlir::failed(gate))
-    return mlir::failure();
-  FailureOr<Value> up =
-      linear(*x, mlp + ".up_proj", inner, hidden, config.mlpBias);
-  if (mlir::failed(up))
-    return mlir::failure();
+  FailureOr<Value> gate, up;
+  if (config.architecture->fusedProjections) {
+    FailureOr<llvm::SmallVector<Value>> parts =
+        fusedLinear(*x, mlp + ".gate_up_proj", {inner, inner}, hidden);
+    if (mlir::failed(parts))
+      return mlir::failure();
+    gate = (*parts)[0];
+    up = (*parts)[1];
+  } else {
+    gate = linear(*x, mlp + ".gate_proj", inner, hidden, config.mlpBias);
+    if (mlir::failed(gate))
+      return mlir::failure();
+    up = linear(*x, mlp + ".up_proj", inner, hidden, config.mlpBias);
+    if (mlir::failed(up))
+      return mlir::failure();
+  }
   Value activated = activation(*gate, locFor(mlp + ".act_fn"));
   Value gated =
       create<mlir::infer::MulOp>(locFor(mlp), up->getType(), {activated, *up});
@@ -352,6 +455,11 @@ FailureOr<Value> ModelImporter::mlpBlock(Value h, int64_t layer) {
       linear(gated, mlp + ".down_proj", hidden, inner, config.mlpBias);
   if (mlir::failed(down))
     return mlir::failure();
+  if (config.architecture->gemma) {
+    down = rmsNorm(*down, prefix + ".post_feedforward_layernorm.weight");
+    if (mlir::failed(down))
+      return mlir::failure();
+  }
   return create<mlir::infer::AddOp>(locFor(prefix + ".residual_mlp"),
                                     h.getType(), {h, *down});
 }
@@ -427,9 +535,14 @@ mlir::OwningOpRef<mlir::ModuleOp> ModelImporter::import() {
                                   {config.vocabSize, config.hiddenSize});
   if (mlir::failed(table))
     return nullptr;
-  Value h = create<mlir::infer::EmbeddingOp>(locFor("model.embed_tokens"),
-                                             activationType(config.hiddenSize),
-                                             {*table, tokenIds});
+  llvm::SmallVector<mlir::NamedAttribute> embeddingAttrs;
+  if (config.architecture->gemma)
+    embeddingAttrs.push_back(builder.getNamedAttr(
+        "scale", builder.getF64FloatAttr(
+                     std::sqrt(static_cast<double>(config.hiddenSize)))));
+  Value h = create<mlir::infer::EmbeddingOp>(
+      locFor("model.embed_tokens"), activationType(config.hiddenSize),
+      {*table, tokenIds}, embeddingAttrs);
 
   for (int64_t layer = 0; layer < config.numLayers; ++layer) {
     FailureOr<Value> attended = attentionBlock(h, layer);
@@ -463,8 +576,12 @@ mlir::OwningOpRef<mlir::ModuleOp> ModelImporter::import() {
       return nullptr;
     head = *lmHead;
   }
+  llvm::SmallVector<mlir::NamedAttribute> logitsAttrs;
+  if (config.finalLogitSoftcap > 0)
+    logitsAttrs.push_back(builder.getNamedAttr(
+        "softcap", builder.getF64FloatAttr(config.finalLogitSoftcap)));
   Value logits = create<mlir::infer::LogitsOp>(locFor("lm_head"), logitsType,
-                                               {*normed, head});
+                                               {*normed, head}, logitsAttrs);
   builder.create<mlir::func::ReturnOp>(loc, logits);
 
   if (mlir::failed(mlir::verify(*module)))

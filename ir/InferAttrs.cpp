@@ -30,29 +30,62 @@ LogicalResult
 RopeAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
                  APFloat thetaValue, RopeScalingKind kind, APFloat factorValue,
                  APFloat lowFreqFactorValue, APFloat highFreqFactorValue,
-                 int64_t originalMaxPositionEmbeddings) {
+                 int64_t originalMaxPositionEmbeddings, APFloat betaFastValue,
+                 APFloat betaSlowValue, DenseF64ArrayAttr shortFactor,
+                 DenseF64ArrayAttr longFactor) {
   double theta = thetaValue.convertToDouble();
   double factor = factorValue.convertToDouble();
   double lowFreqFactor = lowFreqFactorValue.convertToDouble();
   double highFreqFactor = highFreqFactorValue.convertToDouble();
+  StringRef name = stringifyRopeScalingKind(kind);
   if (!(theta > 0))
     return emitError() << "rope theta must be positive, got " << theta;
+  if (kind != RopeScalingKind::LongRope && (shortFactor || longFactor))
+    return emitError() << "short_factor and long_factor belong to 'longrope' "
+                          "rope scaling, not '"
+                       << name << "'";
   if (kind == RopeScalingKind::Default)
     return success();
-  if (!(factor > 0))
-    return emitError() << "'" << stringifyRopeScalingKind(kind)
+  if (kind != RopeScalingKind::LongRope && !(factor > 0))
+    return emitError() << "'" << name
                        << "' rope scaling needs a positive factor, got "
                        << factor;
   if (kind == RopeScalingKind::Linear)
     return success();
+  if (originalMaxPositionEmbeddings <= 0)
+    return emitError() << "'" << name
+                       << "' rope scaling needs a positive "
+                          "original_max_position_embeddings, got "
+                       << originalMaxPositionEmbeddings;
+  if (kind == RopeScalingKind::Yarn) {
+    double betaFast = betaFastValue.convertToDouble();
+    double betaSlow = betaSlowValue.convertToDouble();
+    if (!(betaFast > 0) || !(betaSlow > 0))
+      return emitError() << "'yarn' rope scaling needs positive beta_fast and "
+                            "beta_slow, got "
+                         << betaFast << " and " << betaSlow;
+    return success();
+  }
+  if (kind == RopeScalingKind::LongRope) {
+    if (!shortFactor || !longFactor)
+      return emitError()
+             << "'longrope' rope scaling needs short_factor and long_factor";
+    if (shortFactor.size() != longFactor.size())
+      return emitError() << "'longrope' short_factor has " << shortFactor.size()
+                         << " entries, long_factor " << longFactor.size();
+    for (DenseF64ArrayAttr list : {shortFactor, longFactor})
+      for (double value : list.asArrayRef())
+        if (!(value > 0))
+          return emitError()
+                 << "'longrope' short_factor and long_factor entries must be "
+                    "positive, got "
+                 << value;
+    return success();
+  }
   if (!(highFreqFactor > lowFreqFactor))
     return emitError() << "'llama3' rope scaling needs high_freq_factor ("
                        << highFreqFactor << ") > low_freq_factor ("
                        << lowFreqFactor << ")";
-  if (originalMaxPositionEmbeddings <= 0)
-    return emitError() << "'llama3' rope scaling needs a positive "
-                          "original_max_position_embeddings, got "
-                       << originalMaxPositionEmbeddings;
   return success();
 }
 

@@ -39,20 +39,39 @@ def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
   let summary = "Rotary position embedding parameters";
   let description = [{
     Parameters of rotary position embedding (RoPE) as Hugging Face
-    configurations give them: `rope_theta` and the `rope_scaling` block.
-    `factor`, `low_freq_factor`, `high_freq_factor` and
-    `original_max_position_embeddings` default to 1.0, 1.0, 4.0 and 0 and are
-    omitted from the printed form when they hold their defaults.
+    configurations give them: `rope_theta` and the `rope_scaling` (or
+    transformers 5 `rope_parameters`) block. `factor`, `low_freq_factor`,
+    `high_freq_factor`, `original_max_position_embeddings`, `beta_fast` and
+    `beta_slow` default to 1.0, 1.0, 4.0, 0, 32.0 and 1.0, `short_factor` and
+    `long_factor` to none; each is omitted from the printed form when it
+    holds its default.
 
     `theta` must be positive. `linear` scaling needs a positive `factor`;
     `llama3` scaling also needs `high_freq_factor > low_freq_factor` and a
-    positive `original_max_position_embeddings`.
+    positive `original_max_position_embeddings`; `yarn` a positive `factor`,
+    a positive `original_max_position_embeddings` and positive `beta_fast`
+    and `beta_slow`; `longrope` a positive `original_max_position_embeddings`
+    and `short_factor` and `long_factor` of one length (the number of
+    inverse frequencies, `rotary_dim / 2`, which the ops using the attribute
+    check) with positive entries. `short_factor` and `long_factor` belong to
+    `longrope` only.
+
+    The attention scaling of YaRN and LongRoPE (HF's `attention_factor`,
+    which multiplies the cosines and sines) is not part of the rotation: it
+    scales both queries and keys, so the importer multiplies the attention
+    `scale` by its square instead.
 
     ```mlir
     #infer.rope<theta = 1.0e+04, kind = default>
     #infer.rope<theta = 5.0e+05, kind = llama3, factor = 8.0,
                 low_freq_factor = 1.0, high_freq_factor = 4.0,
                 original_max_position_embeddings = 8192>
+    #infer.rope<theta = 1.0e+04, kind = yarn, factor = 4.0,
+                original_max_position_embeddings = 1024>
+    #infer.rope<theta = 1.0e+04, kind = longrope,
+                original_max_position_embeddings = 4096,
+                short_factor = array<f64: 1.0, 1.1>,
+                long_factor = array<f64: 1.0, 4.0>>
     ```
   }];
 
@@ -63,8 +82,18 @@ def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
     Infer_F64Parameter<"llama3 low-frequency factor", "1.0">:$low_freq_factor,
     Infer_F64Parameter<"llama3 high-frequency factor", "4.0">:$high_freq_factor,
     DefaultValuedParameter<"int64_t", "0",
-        "context length the model was trained with (llama3)">
-        :$original_max_position_embeddings
+        "context length the model was trained with (llama3, yarn, longrope)">
+        :$original_max_position_embeddings,
+    Infer_F64Parameter<"yarn: rotations above which frequencies are kept",
+                       "32.0">:$beta_fast,
+    Infer_F64Parameter<"yarn: rotations below which frequencies are interpolated",
+                       "1.0">:$beta_slow,
+    OptionalParameter<"::mlir::DenseF64ArrayAttr",
+        "longrope: divisors of the inverse frequencies (short contexts)">
+        :$short_factor,
+    OptionalParameter<"::mlir::DenseF64ArrayAttr",
+        "longrope: divisors of the inverse frequencies (long contexts)">
+        :$long_factor
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
@@ -74,11 +103,21 @@ def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
                      CArg<"double", "1.0">:$factor,
                      CArg<"double", "1.0">:$lowFreqFactor,
                      CArg<"double", "4.0">:$highFreqFactor,
-                     CArg<"int64_t", "0">:$originalMaxPositionEmbeddings), [{
+                     CArg<"int64_t", "0">:$originalMaxPositionEmbeddings,
+                     CArg<"double", "32.0">:$betaFast,
+                     CArg<"double", "1.0">:$betaSlow,
+                     CArg<"::llvm::ArrayRef<double>", "{}">:$shortFactor,
+                     CArg<"::llvm::ArrayRef<double>", "{}">:$longFactor), [{
+      auto array = [&](::llvm::ArrayRef<double> values) {
+        return values.empty() ? ::mlir::DenseF64ArrayAttr()
+                              : ::mlir::DenseF64ArrayAttr::get($_ctxt, values);
+      };
       return $_get($_ctxt, ::llvm::APFloat(theta), kind, ::llvm::APFloat(factor),
                    ::llvm::APFloat(lowFreqFactor),
                    ::llvm::APFloat(highFreqFactor),
-                   originalMaxPositionEmbeddings);
+                   originalMaxPositionEmbeddings, ::llvm::APFloat(betaFast),
+                   ::llvm::APFloat(betaSlow), array(shortFactor),
+                   array(longFactor));
     }]>
   ];
 }

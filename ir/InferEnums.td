@@ -13,7 +13,9 @@ def Infer_RopeScalingKind : I32EnumAttr<"RopeScalingKind",
     "how rotary position embedding frequencies are scaled", [
       I32EnumAttrCase<"Default", 0, "default">,
       I32EnumAttrCase<"Linear", 1, "linear">,
-      I32EnumAttrCase<"Llama3", 2, "llama3">
+      I32EnumAttrCase<"Llama3", 2, "llama3">,
+      I32EnumAttrCase<"Yarn", 3, "yarn">,
+      I32EnumAttrCase<"LongRope", 4, "longrope">
     ]> {
   let cppNamespace = "::mlir::infer";
   let genSpecializedAttr = 0;
@@ -23,7 +25,13 @@ def Infer_RopeScalingKind : I32EnumAttr<"RopeScalingKind",
     - `default`: plain RoPE, inverse frequencies `theta^(-2i/d)`;
     - `linear`: positions divided by `factor` (position interpolation);
     - `llama3`: Llama 3.1 frequency-dependent scaling between
-      `low_freq_factor` and `high_freq_factor` wavelengths.
+      `low_freq_factor` and `high_freq_factor` wavelengths;
+    - `yarn`: YaRN (Peng et al., 2023): frequencies interpolated by `factor`
+      below `beta_slow` rotations over `original_max_position_embeddings`,
+      kept above `beta_fast`, ramped linearly between;
+    - `longrope`: LongRoPE / "su" (Phi-3): each inverse frequency divided by
+      its `short_factor` entry, or its `long_factor` entry for tokens at
+      positions `>= original_max_position_embeddings`.
   }];
 }
 

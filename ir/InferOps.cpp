@@ -193,7 +193,18 @@ LogicalResult WeightOp::verify() {
 // Embedding and projections
 //===----------------------------------------------------------------------===//
 
+/// A positive optional f64 attribute (a scale or a soft cap), or an error.
+static LogicalResult verifyPositive(Operation *op, std::optional<APFloat> value,
+                                    StringRef name) {
+  if (value && !(value->convertToDouble() > 0))
+    return op->emitOpError() << "expects a positive " << name << ", got "
+                             << value->convertToDouble();
+  return success();
+}
+
 LogicalResult EmbeddingOp::verify() {
+  if (failed(verifyPositive(*this, getScale(), "scale")))
+    return failure();
   if (IntegerAttr shards = getVocabShardsAttr(); shards && shards.getInt() <= 0)
     return emitOpError() << "expects a positive vocab_shards, got "
                          << shards.getInt();
@@ -244,6 +255,8 @@ LogicalResult BiasAddOp::verify() {
 }
 
 LogicalResult LogitsOp::verify() {
+  if (failed(verifyPositive(*this, getSoftcap(), "softcap")))
+    return failure();
   if (failed(verifyProjectionWeight(*this, getInput(), getWeight())))
     return failure();
   return verifyResultShape(
@@ -315,8 +328,26 @@ LogicalResult AddRMSNormOp::verify() {
 }
 
 LogicalResult RMSNormOp::verify() {
-  if (failed(verifyRMSNorm(*this, getInput(), getWeight(), getEpsilon())) ||
-      failed(verifyElementType(*this, getResult(), "the result",
+  if (std::optional<int64_t> headDim = getHeadDim()) {
+    int64_t features = featureDim(getInput());
+    if (*headDim <= 0 ||
+        (!ShapedType::isDynamic(features) && features % *headDim != 0))
+      return emitOpError() << "expects a positive head_dim that divides the "
+                              "input features ("
+                           << features << "), got " << *headDim;
+    if (!isCompatibleDim(featureDim(getWeight()), *headDim))
+      return emitOpError() << "expects weight of shape [" << *headDim
+                           << "] (head_dim), got " << getWeight().getType();
+    if (!(getEpsilon().convertToDouble() > 0))
+      return emitOpError() << "expects a positive epsilon, got "
+                           << getEpsilon().convertToDouble();
+    if (failed(verifyNotFp8(*this, getWeight(), "weight")))
+      return failure();
+  } else if (failed(
+                 verifyRMSNorm(*this, getInput(), getWeight(), getEpsilon()))) {
+    return failure();
+  }
+  if (failed(verifyElementType(*this, getResult(), "the result",
                                elementTypeOf(getInput()), "the input's")))
     return failure();
   if (getResult().getType().getShape() != getInput().getType().getShape())
@@ -326,9 +357,10 @@ LogicalResult RMSNormOp::verify() {
   return success();
 }
 
-/// Checks the head geometry of a rotary embedding over `input`.
+/// Checks the head geometry of a rotary embedding over `input`, and that a
+/// longrope attribute has one factor per inverse frequency.
 static LogicalResult verifyRope(Operation *op, Value input, int64_t headDim,
-                                int64_t rotaryDim) {
+                                int64_t rotaryDim, RopeAttr rope) {
   if (headDim <= 0)
     return op->emitOpError() << "expects a positive head_dim, got " << headDim;
   int64_t features = featureDim(input);
@@ -340,12 +372,17 @@ static LogicalResult verifyRope(Operation *op, Value input, int64_t headDim,
     return op->emitOpError()
            << "expects an even rotary_dim in (0, head_dim = " << headDim
            << "], got " << rotaryDim;
+  if (rope.getShortFactor() && rope.getShortFactor().size() != rotaryDim / 2)
+    return op->emitOpError()
+           << "expects longrope short_factor and long_factor of rotary_dim / "
+              "2 = "
+           << rotaryDim / 2 << " entries, got " << rope.getShortFactor().size();
   return success();
 }
 
 LogicalResult RopeOp::verify() {
   if (failed(verifyRope(*this, getInput(), getHeadDimAttr().getInt(),
-                        getRotaryDimAttr().getInt())))
+                        getRotaryDimAttr().getInt(), getRope())))
     return failure();
   return verifySameType(*this, getResult().getType(), getInput().getType(),
                         "input");
@@ -424,6 +461,8 @@ static LogicalResult verifyKVFeatures(Operation *op, StringRef role,
 }
 
 LogicalResult AttentionOp::verify() {
+  if (failed(verifyPositive(*this, getLogitSoftcap(), "logit_softcap")))
+    return failure();
   if (failed(verifyAttentionCommon(*this)))
     return failure();
   int64_t kvWidth = getNumKvHeadsAttr().getInt() * getHeadDimAttr().getInt();
@@ -476,7 +515,7 @@ LogicalResult RopeKVCacheWriteOp::verify() {
                          << ") to match the cache's (" << cacheType.getHeadDim()
                          << ")";
   if (failed(verifyRope(*this, getKey(), getHeadDimAttr().getInt(),
-                        getRotaryDimAttr().getInt())) ||
+                        getRotaryDimAttr().getInt(), getRope())) ||
       failed(
           verifyKVFeatures(*this, "key", getKey(), cacheType.getKVWidth())) ||
       failed(
@@ -488,6 +527,8 @@ LogicalResult RopeKVCacheWriteOp::verify() {
 }
 
 LogicalResult PagedAttentionOp::verify() {
+  if (failed(verifyPositive(*this, getLogitSoftcap(), "logit_softcap")))
+    return failure();
   if (failed(verifyAttentionCommon(*this)))
     return failure();
   KVCacheType cacheType = getCache().getType();

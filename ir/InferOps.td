@@ -115,6 +115,11 @@ def Infer_EmbeddingOp : Infer_Op<"embedding", [Pure]> {
     of the full table of `N * V` rows) and ids outside the slice give zero
     rows, so an `infer.all_reduce` over the ranks completes the lookup.
 
+    With `scale` every row is multiplied by it, first rounded to the
+    result's element type (Gemma's embedding normalizer `sqrt(hidden_size)`,
+    a tensor of the activation dtype in Hugging Face); the product is
+    computed in fp32 and rounded once.
+
     ```mlir
     %h = infer.embedding %table[%ids]
         : tensor<4096x384xbf16>, tensor<?xi32> -> tensor<?x384xf32>
@@ -126,7 +131,8 @@ def Infer_EmbeddingOp : Infer_Op<"embedding", [Pure]> {
   let arguments = (ins
     2DTensorOf<[AnyFloat]>:$table,
     Infer_IndexVector:$ids,
-    OptionalAttr<I64Attr>:$vocab_shards
+    OptionalAttr<I64Attr>:$vocab_shards,
+    OptionalAttr<F64Attr>:$scale
   );
   let results = (outs Infer_Activation:$result);
   let assemblyFormat = [{
@@ -207,13 +213,20 @@ def Infer_LogitsOp : Infer_Op<"logits", [Pure]> {
     logits stay fp32, unrounded, for sampling (vLLM's and TensorRT-LLM's LM
     head output).
 
+    With `softcap = c` (Gemma 2's `final_logit_softcapping`) each logit `l`
+    becomes `c * tanh(l / c)`, in fp32.
+
     ```mlir
     %l = infer.logits %x, %w
         : tensor<?x384xf32>, tensor<4096x384xbf16> -> tensor<?x4096xf32>
     ```
   }];
 
-  let arguments = (ins Infer_Activation:$input, 2DTensorOf<[AnyFloat]>:$weight);
+  let arguments = (ins
+    Infer_Activation:$input,
+    2DTensorOf<[AnyFloat]>:$weight,
+    OptionalAttr<F64Attr>:$softcap
+  );
   let results = (outs 2DTensorOf<[F32]>:$result);
   let assemblyFormat = [{
     $input `,` $weight attr-dict `:` type($input) `,` type($weight) `->`
@@ -261,7 +274,8 @@ def Infer_AddRMSNormOp : Infer_Op<"add_rms_norm", [Pure]> {
     to that type, and the normalization reads the rounded sum, so the op
     computes exactly `infer.add` followed by `infer.rms_norm`, as Hugging
     Face's separate add and norm and vLLM's `fused_add_rms_norm` do. The
-    residual stream thus has the activation type.
+    residual stream thus has the activation type. `weight_offset` is
+    `infer.rms_norm`'s.
 
     ```mlir
     %sum, %y = infer.add_rms_norm %residual, %x, %w {epsilon = 1.0e-05 : f64}
@@ -274,7 +288,8 @@ def Infer_AddRMSNormOp : Infer_Op<"add_rms_norm", [Pure]> {
     Infer_FloatTensor:$lhs,
     Infer_FloatTensor:$rhs,
     1DTensorOf<[AnyFloat]>:$weight,
-    F64Attr:$epsilon
+    F64Attr:$epsilon,
+    OptionalAttr<F64Attr>:$weight_offset
   );
   let results = (outs Infer_FloatTensor:$sum, Infer_FloatTensor:$result);
   let assemblyFormat = [{
@@ -287,15 +302,25 @@ def Infer_AddRMSNormOp : Infer_Op<"add_rms_norm", [Pure]> {
 def Infer_RMSNormOp : Infer_Op<"rms_norm", [Pure]> {
   let summary = "Root-mean-square layer normalization";
   let description = [{
-    `y = x / sqrt(mean(x^2, last axis) + epsilon) * weight`.
+    `y = x / sqrt(mean(x^2, last axis) + epsilon) * (weight_offset + weight)`.
+
+    With `head_dim`, each `head_dim`-wide group of features (one attention
+    head) is normalized on its own and `weight` has `head_dim` entries: the
+    per-head query and key norms of Qwen3 and Gemma 3. `weight_offset`
+    (default 0) is added to every weight entry in fp32: Gemma's RMSNorm
+    scales by `1 + weight`.
 
     Precision: the input and the result share one element type; the weight
     may be of another float type. The mean of squares, the reciprocal square
-    root and the normalized product with the weight are computed in fp32 and
-    rounded once to the result's type.
+    root and the normalized product with the (offset) weight are computed in
+    fp32 and rounded once to the result's type.
 
     ```mlir
     %y = infer.rms_norm %x, %w {epsilon = 1.0e-05 : f64}
+        : tensor<?x384xf32>, tensor<384xbf16> -> tensor<?x384xf32>
+    %qn = infer.rms_norm %q, %wq {epsilon = 1.0e-06 : f64, head_dim = 64 : i64}
+        : tensor<?x384xf32>, tensor<64xbf16> -> tensor<?x384xf32>
+    %g = infer.rms_norm %x, %w {epsilon = 1.0e-06 : f64, weight_offset = 1.0 : f64}
         : tensor<?x384xf32>, tensor<384xbf16> -> tensor<?x384xf32>
     ```
   }];
@@ -303,7 +328,9 @@ def Infer_RMSNormOp : Infer_Op<"rms_norm", [Pure]> {
   let arguments = (ins
     Infer_FloatTensor:$input,
     1DTensorOf<[AnyFloat]>:$weight,
-    F64Attr:$epsilon
+    F64Attr:$epsilon,
+    OptionalAttr<I64Attr>:$head_dim,
+    OptionalAttr<F64Attr>:$weight_offset
   );
   let results = (outs Infer_FloatTensor:$result);
   let assemblyFormat = [{
@@ -513,6 +540,8 @@ def Infer_AttentionOp : Infer_Op<"attention", [Pure]> {
 
     `sliding_window = 0` means no window; otherwise a query at position `p`
     sees keys at positions `> p - sliding_window` (Mistral semantics).
+    With `logit_softcap = c` (Gemma 2's `attn_logit_softcapping`) each
+    scaled score `s` becomes `c * tanh(s / c)` before the softmax.
     `layer` is the decoder layer, used to place the layer in the KV cache.
 
     Precision: queries, keys, values and the result share one element type.
@@ -540,7 +569,8 @@ def Infer_AttentionOp : Infer_Op<"attention", [Pure]> {
     I64Attr:$num_kv_heads,
     I64Attr:$head_dim,
     F64Attr:$scale,
-    I64Attr:$sliding_window
+    I64Attr:$sliding_window,
+    OptionalAttr<F64Attr>:$logit_softcap
   );
   let results = (outs Infer_Activation:$result);
   let assemblyFormat = [{
@@ -640,7 +670,8 @@ def Infer_PagedAttentionOp : Infer_Op<"paged_attention", [Pure]> {
     F64Attr:$scale,
     I64Attr:$sliding_window,
     OptionalAttr<Infer_RopeAttr>:$key_rope,
-    OptionalAttr<I64Attr>:$key_rotary_dim
+    OptionalAttr<I64Attr>:$key_rotary_dim,
+    OptionalAttr<F64Attr>:$logit_softcap
   );
   let results = (outs Infer_Activation:$result);
   let assemblyFormat = [{

@@ -23,6 +23,8 @@ struct FuseAddRMSNorm : OpRewritePattern<RMSNormOp> {
     auto add = norm.getInput().getDefiningOp<AddOp>();
     if (!add)
       return rewriter.notifyMatchFailure(norm, "input is not an infer.add");
+    if (norm.getHeadDim())
+      return rewriter.notifyMatchFailure(norm, "normalizes each head");
     // The fused op takes the place of the norm, so the sum must not be needed
     // earlier.
     for (Operation *user : add->getUsers())
@@ -33,7 +35,7 @@ struct FuseAddRMSNorm : OpRewritePattern<RMSNormOp> {
     auto fused = rewriter.create<AddRMSNormOp>(
         rewriter.getFusedLoc({add.getLoc(), norm.getLoc()}), add.getType(),
         norm.getType(), add.getLhs(), add.getRhs(), norm.getWeight(),
-        norm.getEpsilonAttr());
+        norm.getEpsilonAttr(), norm.getWeightOffsetAttr());
     rewriter.replaceOp(norm, fused.getResult());
     rewriter.replaceOp(add, fused.getSum());
     return success();

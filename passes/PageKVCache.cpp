@@ -121,7 +121,8 @@ static Value pageAttention(OpBuilder &builder, AttentionOp op, Value cache,
       inputs.blockTables, inputs.contextLens, op.getQueryStartLoc(),
       op.getLayerAttr(), op.getNumHeadsAttr(), op.getNumKvHeadsAttr(),
       op.getHeadDimAttr(), op.getScaleAttr(), op.getSlidingWindowAttr(),
-      /*key_rope=*/nullptr, /*key_rotary_dim=*/nullptr);
+      /*key_rope=*/nullptr, /*key_rotary_dim=*/nullptr,
+      op.getLogitSoftcapAttr());
   op.replaceAllUsesWith(paged.getResult());
   op.erase();
   return write.getResult();

@@ -70,7 +70,8 @@ struct ShardingPolicy {
 };
 
 constexpr StringLiteral kLlamaArchitectures[] = {
-    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM", "Gemma2ForCausalLM",  "Gemma3ForCausalLM"};
 constexpr ProjectionRule kLlamaProjections[] = {
     {"self_attn.q_proj", Split::Column},
     {"self_attn.k_proj", Split::KVColumn},
@@ -334,10 +335,11 @@ LogicalResult TensorParallelRewriter::run(func::FuncOp func) {
             })
             .Case<LogitsOp>(
                 [&](LogitsOp logits) { return rewriteLogits(logits, builder); })
-            .Case<RopeOp, SiluOp, GeluOp, MulOp, AddOp>([&](Operation *other) {
-              followOperandType(other);
-              return success();
-            })
+            .Case<RopeOp, SiluOp, GeluOp, MulOp, AddOp, RMSNormOp>(
+                [&](Operation *other) {
+                  followOperandType(other);
+                  return success();
+                })
             .Default([](Operation *) { return success(); });
     if (failed(rewritten))
       return failure();

@@ -60,6 +60,11 @@ static LogicalResult shiftKeyPositions(PagedAttentionOp attention) {
            << "rotates heads of " << rope.getHeadDimAttr().getInt()
            << " features but layer " << layer << " attends over heads of "
            << attention.getHeadDimAttr().getInt();
+  if (rope.getRope().getKind() == RopeScalingKind::LongRope)
+    return rope.emitOpError()
+           << "uses 'longrope' rope scaling, whose frequencies depend on the "
+              "token's position in the sequence: StreamingLLM's position "
+              "shift does not apply to it";
   write.getKeyMutable().assign(rope.getInput());
   attention.setKeyRopeAttr(rope.getRopeAttr());
   attention.setKeyRotaryDimAttr(rope.getRotaryDimAttr());

@@ -28,6 +28,8 @@ std::string expression(const plan::FusedInstruction &instr) {
     return "inferGeluTanh(" + a + ")";
   case plan::ElementwiseOp::kSiluMul:
     return "inferSilu(" + a + ") * " + b;
+  case plan::ElementwiseOp::kGelu:
+    return "inferGelu(" + a + ")";
   }
   return "";
 }
@@ -89,6 +91,10 @@ __device__ __forceinline__ float inferSilu(float v) {
 __device__ __forceinline__ float inferGeluTanh(float v) {
   const float c = 0.7978845608028654f; // sqrt(2 / pi)
   return 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+}
+
+__device__ __forceinline__ float inferGelu(float v) {
+  return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
 }
 )";
 

@@ -8,7 +8,7 @@
 // RUN: mkdir %t/arch && ln -s %t/good.safetensors %t/arch/model.safetensors
 // RUN: sed 's/LlamaForCausalLM/GPT2LMHeadModel/' %t/good-config.json > %t/arch/config.json
 // RUN: not infer import %t/arch 2>&1 | FileCheck %s --check-prefix=ARCH
-// ARCH: arch/config.json:2:3: unsupported architecture 'GPT2LMHeadModel' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)
+// ARCH: arch/config.json:2:3: unsupported architecture 'GPT2LMHeadModel' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)
 
 // RUN: mkdir %t/missing-key && ln -s %t/good.safetensors %t/missing-key/model.safetensors
 // RUN: sed '/"hidden_size"/d' %t/good-config.json > %t/missing-key/config.json
@@ -26,9 +26,9 @@
 // NESTED: nested/config.json:25:5: 'rope_parameters.rope_theta' in config.json must be a number, not a string
 
 // RUN: mkdir %t/rope-type && ln -s %t/good.safetensors %t/rope-type/model.safetensors
-// RUN: sed 's/"rope_type": "default"/"rope_type": "yarn"/' %t/good-config.json > %t/rope-type/config.json
+// RUN: sed 's/"rope_type": "default"/"rope_type": "dynamic"/' %t/good-config.json > %t/rope-type/config.json
 // RUN: not infer import %t/rope-type 2>&1 | FileCheck %s --check-prefix=ROPE-TYPE
-// ROPE-TYPE: rope-type/config.json:26:5: rope type 'yarn' ('rope_parameters.rope_type') is not supported (supported: default, linear, llama3)
+// ROPE-TYPE: rope-type/config.json:26:5: rope type 'dynamic' ('rope_parameters.rope_type') is not supported: Hugging Face recomputes its frequencies from the length of each forward call, which a KV-cached server does not have (supported: default, linear, llama3, yarn, longrope)
 
 // RUN: mkdir %t/not-json && ln -s %t/good.safetensors %t/not-json/model.safetensors
 // RUN: sed 's/"vocab_size": 512/"vocab_size": 512,,/' %t/good-config.json > %t/not-json/config.json

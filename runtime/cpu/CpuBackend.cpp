@@ -174,6 +174,13 @@ Status CpuBackend::prepare(const plan::RankPlan &plan,
                              "communicator");
     if (d.op == StepOp::kRope || d.op == StepOp::kRopeKVCacheWrite)
       prepared.ropeInvFreq = plan::ropeInverseFrequencies(d.rope);
+    if (d.op == StepOp::kEmbedding) {
+      const float scale = static_cast<float>(d.embeddingScale);
+      const DType dtype = rank_.values[d.results[0]].dtype;
+      prepared.embeddingScale = dtype == DType::kBF16  ? roundToBf16(scale)
+                                : dtype == DType::kF16 ? roundToF16(scale)
+                                                       : scale;
+    }
     if (d.op == StepOp::kPagedAttention) {
       const plan::AttentionAttrs &a = d.attention;
       AttentionParams &p = prepared.attention;
@@ -183,6 +190,7 @@ Status CpuBackend::prepare(const plan::RankPlan &plan,
       p.headDim = a.headDim;
       p.scale = a.scale;
       p.slidingWindow = a.slidingWindow;
+      p.logitSoftcap = a.logitSoftcap;
       if (a.keyRope) {
         p.keyRope = *a.keyRope;
         p.keyRopeInvFreq = plan::ropeInverseFrequencies(p.keyRope);

@@ -33,6 +33,9 @@ struct PreparedStep {
   std::string where;
   /// rope, rope_kv_cache_write: the inverse frequencies.
   std::vector<float> ropeInvFreq;
+  /// embedding: the scale rounded to the result's dtype (Gemma's normalizer
+  /// is a tensor of the activation dtype).
+  float embeddingScale = 1.0f;
   /// paged_attention: the attributes as the attention kernel takes them.
   AttentionParams attention;
   /// Activations whose last use is this step (freed after it).

@@ -70,6 +70,9 @@ Status CpuBackend::runEmbedding(const PreparedStep &s, const Batch &batch,
     std::memcpy(y + i * table.cols, table.data + row * table.cols,
                 table.cols * sizeof(float));
   }
+  if (s.embeddingScale != 1.0f)
+    for (int64_t i = 0; i < t * table.cols; ++i)
+      y[i] *= s.embeddingScale;
   return Status::ok();
 }
 
@@ -77,7 +80,12 @@ Status CpuBackend::runRmsNorm(const PreparedStep &s, const Batch &,
                               std::vector<Matrix> &values) {
   const Matrix &x = in(s, values, 0), &w = in(s, values, 1);
   float *y = result(s, values).allocate(x.rows, x.cols);
-  rmsNorm(x.data, w.data, y, x.rows, x.cols, s.step.epsilon);
+  // Per-head norms: each head_dim-wide group is a row of its own.
+  const int64_t h = s.step.normHeadDim > 0 ? s.step.normHeadDim : x.cols;
+  if (w.rows * w.cols != h || x.cols % h != 0)
+    return mismatch("rms_norm weight does not match the normalized width");
+  rmsNorm(x.data, w.data, y, x.rows * (x.cols / h), h, s.step.epsilon,
+          static_cast<float>(s.step.weightOffset));
   return Status::ok();
 }
 
@@ -89,7 +97,8 @@ Status CpuBackend::runAddRmsNorm(const PreparedStep &s, const Batch &,
     return mismatch("add_rms_norm operands have different rows");
   float *sum = result(s, values, 0).allocate(a.rows, a.cols);
   float *y = result(s, values, 1).allocate(a.rows, a.cols);
-  addRmsNorm(a.data, b.data, w.data, sum, y, a.rows, a.cols, s.step.epsilon);
+  addRmsNorm(a.data, b.data, w.data, sum, y, a.rows, a.cols, s.step.epsilon,
+             static_cast<float>(s.step.weightOffset));
   return Status::ok();
 }
 
@@ -109,7 +118,16 @@ Status CpuBackend::runLinear(const PreparedStep &s, const Batch &,
 
 Status CpuBackend::runLogits(const PreparedStep &s, const Batch &batch,
                              std::vector<Matrix> &values) {
-  return runLinear(s, batch, values);
+  INFER_RETURN_IF_ERROR(runLinear(s, batch, values));
+  if (s.step.logitSoftcap > 0) {
+    Matrix &y = result(s, values);
+    const double cap = s.step.logitSoftcap;
+    float *data = y.mutableData();
+    for (int64_t i = 0; i < y.rows * y.cols; ++i)
+      data[i] = static_cast<float>(
+          cap * std::tanh(static_cast<double>(data[i]) / cap));
+  }
+  return Status::ok();
 }
 
 Status CpuBackend::runRope(const PreparedStep &s, const Batch &batch,
@@ -166,6 +184,11 @@ Status CpuBackend::runSilu(const PreparedStep &s, const Batch &,
 Status CpuBackend::runGeluTanh(const PreparedStep &s, const Batch &,
                                std::vector<Matrix> &values) {
   return mapUnary(s, values, geluTanh);
+}
+
+Status CpuBackend::runGelu(const PreparedStep &s, const Batch &,
+                           std::vector<Matrix> &values) {
+  return mapUnary(s, values, gelu);
 }
 
 Status CpuBackend::runCast(const PreparedStep &s, const Batch &,
@@ -283,6 +306,9 @@ Status CpuBackend::runFused(const PreparedStep &s, const Batch &,
         break;
       case plan::ElementwiseOp::kGeluTanh:
         geluTanh(a, y, count);
+        break;
+      case plan::ElementwiseOp::kGelu:
+        gelu(a, y, count);
         break;
       case plan::ElementwiseOp::kSiluMul:
         siluMul(a, b, y, count);

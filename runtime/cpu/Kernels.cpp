@@ -129,7 +129,7 @@ void linearFp8(const float *x, int64_t t, int64_t k, const uint8_t *codes,
 //===----------------------------------------------------------------------===//
 
 void rmsNorm(const float *x, const float *w, float *y, int64_t rows, int64_t h,
-             double epsilon) {
+             double epsilon, float weightOffset) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *xr = x + r * h;
     double sumSquares = 0.0;
@@ -140,12 +140,13 @@ void rmsNorm(const float *x, const float *w, float *y, int64_t rows, int64_t h,
         1.0 / std::sqrt(static_cast<double>(variance) + epsilon));
     float *yr = y + r * h;
     for (int64_t i = 0; i < h; ++i)
-      yr[i] = w[i] * (xr[i] * inv);
+      yr[i] = (w[i] + weightOffset) * (xr[i] * inv);
   }
 }
 
 void addRmsNorm(const float *a, const float *b, const float *w, float *sum,
-                float *y, int64_t rows, int64_t h, double epsilon) {
+                float *y, int64_t rows, int64_t h, double epsilon,
+                float weightOffset) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *ar = a + r * h, *br = b + r * h;
     float *sr = sum + r * h;
@@ -159,13 +160,18 @@ void addRmsNorm(const float *a, const float *b, const float *w, float *sum,
         1.0 / std::sqrt(static_cast<double>(variance) + epsilon));
     float *yr = y + r * h;
     for (int64_t i = 0; i < h; ++i)
-      yr[i] = w[i] * (sr[i] * inv);
+      yr[i] = (w[i] + weightOffset) * (sr[i] * inv);
   }
 }
 
 void silu(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     y[i] = siluScalar(x[i]);
+}
+
+void gelu(const float *x, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = geluScalar(x[i]);
 }
 
 void geluTanh(const float *x, float *y, int64_t n) {
@@ -185,11 +191,15 @@ void siluMul(const float *gate, const float *up, float *y, int64_t n) {
 void applyRope(float *x, int64_t t, int64_t heads, const int32_t *positions,
                const RopeConfig &c, const std::vector<float> &invFreq) {
   const int64_t half = c.rotaryDim / 2;
+  const int64_t longFrom = c.longFrom();
   std::vector<float> cosines(half), sines(half);
   for (int64_t i = 0; i < t; ++i) {
     const float pos = static_cast<float>(positions[i]);
+    // longrope: the second table from longFrom on.
+    const float *table =
+        invFreq.data() + (longFrom > 0 && positions[i] >= longFrom ? half : 0);
     for (int64_t f = 0; f < half; ++f) {
-      const float angle = pos * invFreq[f];
+      const float angle = pos * table[f];
       cosines[f] = static_cast<float>(std::cos(static_cast<double>(angle)));
       sines[f] = static_cast<float>(std::sin(static_cast<double>(angle)));
     }
@@ -364,7 +374,11 @@ void pagedAttention(const float *q, const KVPool &cachePool,
                        : cachePool.loadHead(g.offset(slotOf(j), p.layer, 0) +
                                                 kvHead * d,
                                             d, scratch.data());
-        const float score = dot(qh, kj, d) * static_cast<float>(p.scale);
+        float score = dot(qh, kj, d) * static_cast<float>(p.scale);
+        if (p.logitSoftcap > 0)
+          score = static_cast<float>(
+              p.logitSoftcap *
+              std::tanh(static_cast<double>(score) / p.logitSoftcap));
         scores[j - first] = score;
         maxScore = std::max(maxScore, score);
       }

@@ -39,13 +39,15 @@ void linearFp8(const float *x, int64_t t, int64_t k, const uint8_t *codes,
 /// decodeFp8 of all 256 codes of `format`.
 const float *fp8DecodeTable(Fp8Format format);
 
-/// y = x / sqrt(mean(x^2) + eps) * w, per row of h.
+/// y = x / sqrt(mean(x^2) + eps) * (weightOffset + w), per row of h (the
+/// offset added to w in fp32: Gemma's 1 + w).
 void rmsNorm(const float *x, const float *w, float *y, int64_t rows, int64_t h,
-             double epsilon);
+             double epsilon, float weightOffset = 0.0f);
 
 /// sum = a + b, y = rmsNorm(sum, w), one pass per row (add_rms_norm).
 void addRmsNorm(const float *a, const float *b, const float *w, float *sum,
-                float *y, int64_t rows, int64_t h, double epsilon);
+                float *y, int64_t rows, int64_t h, double epsilon,
+                float weightOffset = 0.0f);
 
 /// x * sigmoid(x), computed in double and rounded once, like HF's fp32 silu.
 inline float siluScalar(float x) {
@@ -59,8 +61,16 @@ inline float geluTanhScalar(float x) {
       (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
 }
 
+/// Exact GELU (HF "gelu"): 0.5 x (1 + erf(x / sqrt 2)), in double and
+/// rounded once.
+inline float geluScalar(float x) {
+  const double v = x;
+  return static_cast<float>(0.5 * v * (1.0 + std::erf(v * M_SQRT1_2)));
+}
+
 void silu(const float *x, float *y, int64_t n);
 void geluTanh(const float *x, float *y, int64_t n);
+void gelu(const float *x, float *y, int64_t n);
 /// y = silu(gate) * up.
 void siluMul(const float *gate, const float *up, float *y, int64_t n);
 
@@ -159,6 +169,8 @@ struct AttentionParams {
   double scale = 1.0;
   /// 0: none; else a query at position p sees keys in (p - window, p].
   int64_t slidingWindow = 0;
+  /// > 0: each scaled score s becomes logitSoftcap * tanh(s / logitSoftcap).
+  double logitSoftcap = 0.0;
   /// keyRope.rotaryDim > 0: the cache holds unrotated keys, and key j of a
   /// sequence is rotated at position j, its index in the sequence's cache
   /// (StreamingLLM's position shift).

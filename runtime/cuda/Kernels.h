@@ -112,20 +112,29 @@ template <typename T> using NonDeduced = typename TypeIdentity<T>::type;
 /// y[t, :] = table[ids[t] - vocabOffset, :], or zeros where that row is
 /// outside the table's `rows` (another rank's vocabulary slice); ids are
 /// checked against the full vocabulary by the caller.
+/// With `scale` (Gemma) every row is multiplied by scale rounded to T.
 template <typename T>
 cudaError_t launchEmbedding(const __nv_bfloat16 *table, int64_t rows,
                             int64_t hidden, int64_t vocabOffset,
                             const int32_t *ids, int64_t t, T *y,
-                            cudaStream_t stream);
+                            cudaStream_t stream, float scale = 1.0f);
+/// y[i] = cap * tanh(y[i] / cap), in place (Gemma 2's final logit
+/// soft-capping); cap > 0.
+cudaError_t launchSoftcap(float *y, int64_t n, float cap, cudaStream_t stream);
 /// y = x / sqrt(mean(x^2) + eps) * w, per row of h: the mean of squares
-/// summed in fp32, y = w * (x * inv) rounded once.
+/// summed in fp32, y = (weightOffset + w) * (x * inv) rounded once (the
+/// offset added in fp32: Gemma's 1 + w).
 template <typename T, typename P>
 cudaError_t launchRmsNorm(const T *x, const P *w, T *y, int64_t rows, int64_t h,
-                          float epsilon, cudaStream_t stream);
+                          float epsilon, cudaStream_t stream,
+                          float weightOffset = 0.0f);
 template <typename T>
 cudaError_t launchSilu(const T *x, T *y, int64_t n, cudaStream_t stream);
 template <typename T>
 cudaError_t launchGeluTanh(const T *x, T *y, int64_t n, cudaStream_t stream);
+/// Exact GELU (HF "gelu"): 0.5 x (1 + erf(x / sqrt 2)) in fp32.
+template <typename T>
+cudaError_t launchGelu(const T *x, T *y, int64_t n, cudaStream_t stream);
 template <typename T>
 cudaError_t launchAdd(const T *a, const T *b, T *y, int64_t n,
                       cudaStream_t stream);
@@ -167,7 +176,7 @@ cudaError_t launchSplitColumns(const T *x, int64_t rows, int64_t cols,
 template <typename T, typename P>
 cudaError_t launchAddRmsNorm(const T *a, const T *b, const P *w, T *sum, T *y,
                              int64_t rows, int64_t h, float epsilon,
-                             cudaStream_t stream);
+                             cudaStream_t stream, float weightOffset = 0.0f);
 /// silu_mul: y[rows, cols] = silu(gate) * up, where row r of gate starts
 /// at gate + r * gateLd and of up at up + r * upLd (a split's column views
 /// of gate_up, CudaBackend; cols for contiguous operands).
@@ -177,7 +186,7 @@ cudaError_t launchSiluMul(const T *gate, int64_t gateLd, const T *up,
                           cudaStream_t stream);
 
 /// The ops of a `fused` step's register program (plan::ElementwiseOp).
-enum class FusedOp : int8_t { kAdd, kMul, kSilu, kGeluTanh, kSiluMul };
+enum class FusedOp : int8_t { kAdd, kMul, kSilu, kGeluTanh, kSiluMul, kGelu };
 
 inline constexpr int kMaxFusedInputs = 8;
 inline constexpr int kMaxFusedInstructions = 32;
@@ -214,11 +223,13 @@ cudaError_t launchFused(const FusedProgram &program, int64_t n,
 /// HF rotate_half rotary embedding of x[t, heads*headDim] into y
 /// (contiguous), with the rotaryDim/2 inverse frequencies on the device.
 /// Row r of x starts at x + r * xLd (0: heads * headDim, contiguous).
+/// longFrom > 0 (longrope): invFreq holds two tables and tokens at
+/// positions >= longFrom use the second (plan::RopeConfig::longFrom).
 template <typename T>
 cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
                        int rotaryDim, const int32_t *positions,
                        const float *invFreq, cudaStream_t stream,
-                       int64_t xLd = 0);
+                       int64_t xLd = 0, int longFrom = 0);
 
 /// Room for the partial results of split-KV decode attention (normalized
 /// output, max and sum per decode row, query head and split): allocated

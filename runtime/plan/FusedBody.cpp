@@ -13,6 +13,7 @@ constexpr std::pair<ElementwiseOp, std::string_view> kOpNames[] = {
     {ElementwiseOp::kSilu, "silu"},
     {ElementwiseOp::kGeluTanh, "gelu_tanh"},
     {ElementwiseOp::kSiluMul, "silu_mul"},
+    {ElementwiseOp::kGelu, "gelu"},
 };
 } // namespace
 
@@ -31,7 +32,10 @@ std::optional<ElementwiseOp> parseElementwiseOp(std::string_view name) {
 }
 
 int elementwiseArity(ElementwiseOp op) {
-  return op == ElementwiseOp::kSilu || op == ElementwiseOp::kGeluTanh ? 1 : 2;
+  return op == ElementwiseOp::kSilu || op == ElementwiseOp::kGeluTanh ||
+                 op == ElementwiseOp::kGelu
+             ? 1
+             : 2;
 }
 
 void setFusedBody(const FusedBody &body, Step &step) {

@@ -25,7 +25,7 @@
 
 namespace infer::plan {
 
-enum class ElementwiseOp { kAdd, kMul, kSilu, kGeluTanh, kSiluMul };
+enum class ElementwiseOp { kAdd, kMul, kSilu, kGeluTanh, kSiluMul, kGelu };
 
 /// "add", "mul", "silu", "gelu_tanh", "silu_mul".
 std::string_view elementwiseOpName(ElementwiseOp op);

@@ -922,6 +922,15 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
     return Status::ok();
   }
   case StepOp::kRmsNorm:
+    if (d.normHeadDim > 0) {
+      if (differ(width(in(1)), d.normHeadDim) ||
+          (width(in(0)) >= 0 && width(in(0)) % d.normHeadDim != 0) ||
+          differ(width(out(0)), width(in(0))))
+        return mismatch("head_dim " + std::to_string(d.normHeadDim) +
+                        ": the weight must have head_dim entries and the "
+                        "input and result a multiple of head_dim columns");
+      return Status::ok();
+    }
     if (differ(width(in(1)), width(in(0))) ||
         differ(width(out(0)), width(in(0))))
       return mismatch("the weight or result width differs from the input's");
@@ -980,6 +989,7 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
   }
   case StepOp::kSilu:
   case StepOp::kGeluTanh:
+  case StepOp::kGelu:
   case StepOp::kCast:
   case StepOp::kAllReduce:
   case StepOp::kGatherRows:

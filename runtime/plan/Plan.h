@@ -42,8 +42,9 @@
 //                    rotated at position j, its index in the sequence's
 //                    cache (StreamingLLM, see "Streaming" below).
 //   silu, gelu_tanh  (x) -> same shape
-//   add, mul         (a, b) -> same shape
-//   cast             (x) -> same shape in the result value's dtype (round
+//   gelu             (x) -> same shape: exact gelu, x * (1 + erf(x / sqrt 2)) /
+//   2 add, mul         (a, b) -> same shape cast             (x) -> same shape
+//   in the result value's dtype (round
 //                    to nearest even)
 //   gather_rows      (x[T,H], indices[S]) -> [S,H]
 //   logits           (x[S,H], w[V,H]) -> [S,V] f32

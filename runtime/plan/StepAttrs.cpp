@@ -2,6 +2,7 @@
 
 #include "runtime/plan/StepAttrs.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace infer::plan {
@@ -32,8 +33,48 @@ Status RopeConfig::validate() const {
                              "original_max_position_embeddings > 0");
     return Status::ok();
   }
+  if (scaling == "yarn") {
+    if (!(factor > 0) || !(betaFast > 0) || !(betaSlow > 0) ||
+        originalMaxPositionEmbeddings <= 0)
+      return invalidArgument("rope: yarn scaling needs factor > 0, "
+                             "beta_fast > 0, beta_slow > 0 and "
+                             "original_max_position_embeddings > 0");
+    return Status::ok();
+  }
+  if (scaling == "longrope") {
+    const size_t half = static_cast<size_t>(rotaryDim / 2);
+    if (originalMaxPositionEmbeddings <= 0)
+      return invalidArgument("rope: longrope scaling needs "
+                             "original_max_position_embeddings > 0");
+    if (shortFactor.size() != half || longFactor.size() != half)
+      return invalidArgument(
+          "rope: longrope scaling needs short_factor and long_factor of "
+          "rotary_dim / 2 = " +
+          std::to_string(half) + " entries, got " +
+          std::to_string(shortFactor.size()) + " and " +
+          std::to_string(longFactor.size()));
+    for (const std::vector<double> *list : {&shortFactor, &longFactor})
+      for (double value : *list)
+        if (!(value > 0))
+          return invalidArgument("rope: longrope factors must be > 0");
+    return Status::ok();
+  }
   return invalidArgument("rope: unknown scaling '" + scaling +
-                         "' (expected default, linear or llama3)");
+                         "' (expected default, linear, llama3, yarn or "
+                         "longrope)");
+}
+
+/// A Floats attribute (ints accepted), or empty when absent.
+static std::vector<double> getFloats(const Step &step,
+                                     const std::string &name) {
+  auto it = step.attrs.find(name);
+  if (it == step.attrs.end())
+    return {};
+  if (const auto *reals = std::get_if<std::vector<double>>(&it->second))
+    return *reals;
+  if (const auto *ints = std::get_if<std::vector<int64_t>>(&it->second))
+    return std::vector<double>(ints->begin(), ints->end());
+  return {};
 }
 
 StatusOr<RopeConfig> decodeRope(const Step &step) {
@@ -47,6 +88,15 @@ StatusOr<RopeConfig> decodeRope(const Step &step) {
   c.highFreqFactor = step.getFloat("high_freq_factor", 4.0);
   c.originalMaxPositionEmbeddings =
       step.getInt("original_max_position_embeddings", 0);
+  c.betaFast = step.getFloat("beta_fast", 32.0);
+  c.betaSlow = step.getFloat("beta_slow", 1.0);
+  c.shortFactor = getFloats(step, "short_factor");
+  c.longFactor = getFloats(step, "long_factor");
+  if (c.scaling != "longrope" &&
+      (!c.shortFactor.empty() || !c.longFactor.empty()))
+    return invalidArgument("rope: short_factor and long_factor belong to "
+                           "longrope scaling, not " +
+                           c.scaling);
   INFER_RETURN_IF_ERROR(c.validate());
   return c;
 }
@@ -58,6 +108,9 @@ StatusOr<std::optional<RopeConfig>> decodeKeyRope(const Step &step) {
                          step.getInt("key_rotary_dim"));
   if (step.getInt("sliding_window", 0) != 0)
     return invalidArgument("key_rotary_dim with a sliding_window");
+  if (step.getString("scaling", "default") == "longrope")
+    return invalidArgument("a longrope key rope (streaming): its frequencies "
+                           "depend on the token's position in the sequence");
   INFER_ASSIGN_OR_RETURN(RopeConfig c, decodeRope(step));
   c.rotaryDim = keyRotaryDim;
   INFER_RETURN_IF_ERROR(c.validate());
@@ -66,15 +119,54 @@ StatusOr<std::optional<RopeConfig>> decodeKeyRope(const Step &step) {
 
 std::vector<float> ropeInverseFrequencies(const RopeConfig &c) {
   const int64_t half = c.rotaryDim / 2;
-  std::vector<float> inv(half);
-  // inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim)), in fp32.
+  // pos_freqs = base ** (arange(0, dim, 2).float() / dim), in fp32.
+  std::vector<float> powers(half);
   for (int64_t i = 0; i < half; ++i) {
     const float exponent =
         static_cast<float>(2 * i) / static_cast<float>(c.rotaryDim);
-    const float power =
+    powers[i] =
         static_cast<float>(std::pow(c.theta, static_cast<double>(exponent)));
-    inv[i] = 1.0f / power;
   }
+  if (c.scaling == "longrope") {
+    // inv_freq = 1.0 / (ext_factors * pos_freqs), short then long.
+    std::vector<float> inv(2 * half);
+    for (int64_t i = 0; i < half; ++i) {
+      inv[i] = 1.0f / (static_cast<float>(c.shortFactor[i]) * powers[i]);
+      inv[half + i] = 1.0f / (static_cast<float>(c.longFactor[i]) * powers[i]);
+    }
+    return inv;
+  }
+  if (c.scaling == "yarn") {
+    // find_correction_range with truncate = True, then a linear ramp over
+    // the frequency index between the two bounds.
+    const double dim = static_cast<double>(c.rotaryDim);
+    const double original =
+        static_cast<double>(c.originalMaxPositionEmbeddings);
+    auto correctionDim = [&](double rotations) {
+      return dim * std::log(original / (rotations * 2 * M_PI)) /
+             (2 * std::log(c.theta));
+    };
+    double low = std::max(std::floor(correctionDim(c.betaFast)), 0.0);
+    double high = std::min(std::ceil(correctionDim(c.betaSlow)), dim - 1);
+    if (low == high)
+      high += 0.001;
+    const float factor = static_cast<float>(c.factor);
+    std::vector<float> inv(half);
+    for (int64_t i = 0; i < half; ++i) {
+      const float extrapolation = 1.0f / powers[i];
+      const float interpolation = 1.0f / (factor * powers[i]);
+      float ramp = (static_cast<float>(i) - static_cast<float>(low)) /
+                   static_cast<float>(high - low);
+      ramp = std::min(std::max(ramp, 0.0f), 1.0f);
+      const float extrapolationFactor = 1.0f - ramp;
+      inv[i] = interpolation * (1.0f - extrapolationFactor) +
+               extrapolation * extrapolationFactor;
+    }
+    return inv;
+  }
+  std::vector<float> inv(half);
+  for (int64_t i = 0; i < half; ++i)
+    inv[i] = 1.0f / powers[i];
   if (c.scaling == "linear") {
     for (float &f : inv)
       f = f / static_cast<float>(c.factor);
@@ -196,6 +288,9 @@ static StatusOr<AttentionAttrs> decodeAttention(const Step &step) {
   INFER_ASSIGN_OR_RETURN(a.headDim, step.getInt("head_dim"));
   INFER_ASSIGN_OR_RETURN(a.scale, step.getFloat("scale"));
   a.slidingWindow = step.getInt("sliding_window", 0);
+  a.logitSoftcap = step.getFloat("logit_softcap", 0.0);
+  if (step.attrs.count("logit_softcap") && !(a.logitSoftcap > 0))
+    return invalidArgument("attribute 'logit_softcap' must be > 0");
   INFER_RETURN_IF_ERROR(checkNonNegative("layer", a.layer));
   INFER_RETURN_IF_ERROR(checkPositive("num_heads", a.numHeads));
   INFER_RETURN_IF_ERROR(checkPositive("num_kv_heads", a.numKVHeads));
@@ -228,12 +323,19 @@ StatusOr<DecodedStep> decodeStep(const Step &step) {
     d.vocabSize = step.getInt("vocab_size", 0);
     INFER_RETURN_IF_ERROR(checkNonNegative("vocab_offset", d.vocabOffset));
     INFER_RETURN_IF_ERROR(checkNonNegative("vocab_size", d.vocabSize));
+    d.embeddingScale = step.getFloat("scale", 1.0);
+    if (!(d.embeddingScale > 0))
+      return invalidArgument("attribute 'scale' must be > 0");
     break;
   case StepOp::kRmsNorm:
   case StepOp::kAddRmsNorm: {
     INFER_ASSIGN_OR_RETURN(d.epsilon, step.getFloat("epsilon"));
     if (!(d.epsilon > 0))
       return invalidArgument("attribute 'epsilon' must be > 0");
+    d.weightOffset = step.getFloat("weight_offset", 0.0);
+    d.normHeadDim = step.getInt("head_dim", 0);
+    if (step.attrs.count("head_dim"))
+      INFER_RETURN_IF_ERROR(checkPositive("head_dim", d.normHeadDim));
     break;
   }
   case StepOp::kRope: {
@@ -271,15 +373,20 @@ StatusOr<DecodedStep> decodeStep(const Step &step) {
     INFER_ASSIGN_OR_RETURN(d.gatherDim, step.getGatherDim());
     break;
   }
+  case StepOp::kLogits:
+    d.logitSoftcap = step.getFloat("softcap", 0.0);
+    if (step.attrs.count("softcap") && !(d.logitSoftcap > 0))
+      return invalidArgument("attribute 'softcap' must be > 0");
+    break;
   case StepOp::kLinear:
   case StepOp::kSilu:
   case StepOp::kGeluTanh:
+  case StepOp::kGelu:
   case StepOp::kAdd:
   case StepOp::kMul:
   case StepOp::kBiasAdd:
   case StepOp::kCast:
   case StepOp::kGatherRows:
-  case StepOp::kLogits:
   case StepOp::kSiluMul:
   case StepOp::kAllReduce:
     break;

@@ -29,13 +29,26 @@ struct RopeConfig {
   int64_t headDim = 0;
   int64_t rotaryDim = 0;
   double theta = 10000.0;
-  std::string scaling = "default"; ///< "default" | "linear" | "llama3"
+  /// "default" | "linear" | "llama3" | "yarn" | "longrope"
+  std::string scaling = "default";
   double factor = 1.0;
   double lowFreqFactor = 1.0;
   double highFreqFactor = 4.0;
   int64_t originalMaxPositionEmbeddings = 0;
+  /// yarn: the rotation counts bounding the interpolation ramp.
+  double betaFast = 32.0;
+  double betaSlow = 1.0;
+  /// longrope: one divisor per inverse frequency (rotary_dim / 2 each).
+  std::vector<double> shortFactor, longFactor;
 
   Status validate() const;
+
+  /// longrope: a token at a position >= this uses the long factors (HF
+  /// switches when the sequence grows past original_max_position_embeddings);
+  /// 0 for the other scalings, which have one table.
+  int64_t longFrom() const {
+    return scaling == "longrope" ? originalMaxPositionEmbeddings : 0;
+  }
 };
 
 /// The validated RopeConfig of a step carrying the rope attributes (rope,
@@ -50,8 +63,12 @@ StatusOr<RopeConfig> decodeRope(const Step &step);
 StatusOr<std::optional<RopeConfig>> decodeKeyRope(const Step &step);
 
 /// The rotary_dim / 2 inverse frequencies, computed in fp32 like HF's
-/// _compute_default_rope_parameters, _compute_linear_scaling_rope_parameters
-/// and _compute_llama3_parameters.
+/// _compute_default_rope_parameters, _compute_linear_scaling_rope_parameters,
+/// _compute_llama3_parameters, _compute_yarn_parameters and
+/// _compute_longrope_parameters; for longrope two tables, the short factors'
+/// then the long factors' (rotary_dim entries), chosen per token by
+/// RopeConfig::longFrom. (YaRN's and LongRoPE's attention factor is not
+/// applied here: the compiler folds it into the attention scale.)
 std::vector<float> ropeInverseFrequencies(const RopeConfig &config);
 
 /// A `paged_attention` step.
@@ -63,6 +80,8 @@ struct AttentionAttrs {
   double scale = 1.0;
   /// 0: none; else a query at position p sees keys in (p - window, p].
   int64_t slidingWindow = 0;
+  /// 0: none; else each scaled score s becomes c * tanh(s / c) (Gemma 2).
+  double logitSoftcap = 0.0;
   /// Streaming: the cache holds unrotated keys, and key j of a sequence is
   /// rotated at position j, its index in the sequence's cache.
   std::optional<RopeConfig> keyRope;
@@ -75,12 +94,20 @@ struct DecodedStep {
   std::vector<int> results;
   /// kv_cache_write, rope_kv_cache_write, paged_attention.
   int64_t layer = 0;
-  /// rms_norm, add_rms_norm.
+  /// rms_norm, add_rms_norm: epsilon and the offset added to the weight
+  /// (Gemma: 1); rms_norm: 0, or the width of the groups normalized on
+  /// their own (per-head q/k norms).
   double epsilon = 0.0;
+  double weightOffset = 0.0;
+  int64_t normHeadDim = 0;
   /// embedding: the table's first vocabulary id and the full vocabulary
   /// (vocabulary-parallel; 0 means the table is all of it).
   int64_t vocabOffset = 0;
   int64_t vocabSize = 0;
+  /// embedding: the factor of every row (Gemma), 1 for none.
+  double embeddingScale = 1.0;
+  /// logits: 0, or the cap c of c * tanh(logit / c) (Gemma 2).
+  double logitSoftcap = 0.0;
   /// split: columns of each result.
   std::vector<int64_t> splitSizes;
   /// all_gather: the dimension concatenated (0 rows, 1 columns).

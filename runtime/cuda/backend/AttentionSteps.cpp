@@ -29,7 +29,8 @@ Status CudaBackend::runRope(const PreparedStep &s, const Batch &batch) {
     INFER_CUDA_RETURN_IF_ERROR(launchRope(
         x.as<const T>(), y.as<T>(), x.rows, x.cols / rope.headDim,
         static_cast<int>(rope.headDim), static_cast<int>(rope.rotaryDim),
-        positions, s.ropeInvFreq.as<float>(), stream_, x.stride()));
+        positions, s.ropeInvFreq.as<float>(), stream_, x.stride(),
+        static_cast<int>(rope.longFrom())));
     return Status::ok();
   });
 }
@@ -80,7 +81,8 @@ Status CudaBackend::runRopeKVCacheWrite(const PreparedStep &s,
         kvPool(), dims_, static_cast<int>(s.step.layer), k.as<const T>(),
         v.as<const T>(), slots, positions, t,
         static_cast<int>(s.step.rope.rotaryDim), s.ropeInvFreq.as<float>(),
-        stream_, k.stride(), v.stride()));
+        stream_, k.stride(), v.stride(),
+        static_cast<int>(s.step.rope.longFrom())));
     return Status::ok();
   });
 }

@@ -12,7 +12,9 @@ using plan::StepOp;
 using plan::Value;
 using plan::ValueKind;
 
-static_assert(static_cast<int>(FusedOp::kSiluMul) ==
+static_assert(static_cast<int>(FusedOp::kGelu) ==
+                      static_cast<int>(plan::ElementwiseOp::kGelu) &&
+                  static_cast<int>(FusedOp::kSiluMul) ==
                       static_cast<int>(plan::ElementwiseOp::kSiluMul) &&
                   static_cast<int>(FusedOp::kGeluTanh) ==
                       static_cast<int>(plan::ElementwiseOp::kGeluTanh) &&
@@ -302,6 +304,12 @@ Status CudaBackend::prepareStep(const plan::Step &step,
     a.headDim = static_cast<int>(attrs.headDim);
     a.scale = static_cast<float>(attrs.scale);
     a.slidingWindow = static_cast<int>(attrs.slidingWindow);
+    if (attrs.logitSoftcap > 0)
+      return unimplemented(
+          "cuda backend: " + where +
+          ": attention logit soft-capping (Gemma 2's "
+          "attn_logit_softcapping) is not implemented by the CUDA attention "
+          "kernels; run this model on the cpu backend");
     if (a.headDim > kMaxHeadDim)
       return unimplemented("cuda backend: " + where + ": head_dim " +
                            std::to_string(a.headDim) + " > " +

@@ -35,6 +35,18 @@ Status CudaBackend::runGeluTanh(const PreparedStep &s, const Batch &) {
   });
 }
 
+Status CudaBackend::runGelu(const PreparedStep &s, const Batch &) {
+  const Tensor &x = operand(s, 0);
+  Tensor &y = result(s);
+  INFER_RETURN_IF_ERROR(allocate(y, x.rows, x.cols, x.dtype));
+  return withFloatType(x.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchGelu(x.as<const T>(), y.as<T>(), x.size(), stream_));
+    return Status::ok();
+  });
+}
+
 /// add and mul: two operands of one shape and dtype.
 Status CudaBackend::runAdd(const PreparedStep &s, const Batch &) {
   const Tensor &a = operand(s, 0), &b = operand(s, 1);

@@ -26,9 +26,9 @@ Status CudaBackend::runEmbedding(const PreparedStep &s, const Batch &batch) {
   INFER_RETURN_IF_ERROR(allocate(y, t, table.cols, dtype));
   return withFloatType(dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
-    INFER_CUDA_RETURN_IF_ERROR(
-        launchEmbedding<T>(table.as<__nv_bfloat16>(), table.rows, table.cols,
-                           s.step.vocabOffset, ids, t, y.as<T>(), stream_));
+    INFER_CUDA_RETURN_IF_ERROR(launchEmbedding<T>(
+        table.as<__nv_bfloat16>(), table.rows, table.cols, s.step.vocabOffset,
+        ids, t, y.as<T>(), stream_, static_cast<float>(s.step.embeddingScale)));
     return Status::ok();
   });
 }
@@ -37,12 +37,18 @@ Status CudaBackend::runRmsNorm(const PreparedStep &s, const Batch &) {
   const Tensor &x = operand(s, 0), &w = operand(s, 1);
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, x.rows, x.cols, x.dtype));
+  // Per-head norms: each head_dim-wide group is a row of its own (x and y
+  // are contiguous: rms_norm takes no column views).
+  const int64_t h = s.step.normHeadDim > 0 ? s.step.normHeadDim : x.cols;
+  if (x.cols % h != 0 || x.stride() != x.cols)
+    return mismatch(s, "the input is not contiguous rows of head_dim groups");
   return withFloatType(x.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     return withParamOf<T>(w, [&](const auto *weight) -> Status {
-      INFER_CUDA_RETURN_IF_ERROR(
-          launchRmsNorm(x.as<const T>(), weight, y.as<T>(), x.rows, x.cols,
-                        static_cast<float>(s.step.epsilon), stream_));
+      INFER_CUDA_RETURN_IF_ERROR(launchRmsNorm(
+          x.as<const T>(), weight, y.as<T>(), x.rows * (x.cols / h), h,
+          static_cast<float>(s.step.epsilon), stream_,
+          static_cast<float>(s.step.weightOffset)));
       return Status::ok();
     });
   });
@@ -60,7 +66,8 @@ Status CudaBackend::runAddRmsNorm(const PreparedStep &s, const Batch &) {
     return withParamOf<T>(w, [&](const auto *weight) -> Status {
       INFER_CUDA_RETURN_IF_ERROR(launchAddRmsNorm(
           a.as<const T>(), b.as<const T>(), weight, sum.as<T>(), y.as<T>(),
-          a.rows, a.cols, static_cast<float>(s.step.epsilon), stream_));
+          a.rows, a.cols, static_cast<float>(s.step.epsilon), stream_,
+          static_cast<float>(s.step.weightOffset)));
       return Status::ok();
     });
   });
@@ -97,7 +104,12 @@ Status CudaBackend::runLogits(const PreparedStep &s, const Batch &) {
   const Tensor &x = operand(s, 0), &w = operand(s, 1);
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, x.rows, w.rows, DType::kF32));
-  return runGemm<float>(*gemm_, x, w, nullptr, y, stream_);
+  INFER_RETURN_IF_ERROR(runGemm<float>(*gemm_, x, w, nullptr, y, stream_));
+  if (s.step.logitSoftcap > 0)
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchSoftcap(y.as<float>(), y.rows * y.cols,
+                      static_cast<float>(s.step.logitSoftcap), stream_));
+  return Status::ok();
 }
 
 Status CudaBackend::runBiasAdd(const PreparedStep &s, const Batch &) {

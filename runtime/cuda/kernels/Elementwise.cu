@@ -49,6 +49,18 @@ struct Silu {
 struct GeluTanh {
   __device__ float operator()(float v) const { return geluTanhOf(v); }
 };
+/// Exact GELU, as torch computes it in fp32.
+__device__ __forceinline__ float geluOf(float v) {
+  return 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));
+}
+struct Gelu {
+  __device__ float operator()(float v) const { return geluOf(v); }
+};
+/// cap * tanh(v / cap): Gemma 2's logit soft-capping.
+struct Softcap {
+  float cap;
+  __device__ float operator()(float v) const { return cap * tanhf(v / cap); }
+};
 struct Add {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
@@ -138,7 +150,7 @@ __device__ float blockSum(float v, float *partial) {
 /// One block per row of h elements, in packs of N (h % N == 0).
 template <int N, typename T, typename P>
 __global__ void rmsNormKernel(const T *x, const P *w, T *y, int64_t h,
-                              float epsilon) {
+                              float epsilon, float weightOffset) {
   const T *xr = x + blockIdx.x * h;
   T *yr = y + blockIdx.x * h;
   float sum = 0.0f;
@@ -158,7 +170,7 @@ __global__ void rmsNormKernel(const T *x, const P *w, T *y, int64_t h,
     loadFloats<N>(w + i, wv);
 #pragma unroll
     for (int e = 0; e < N; ++e)
-      v[e] = wv[e] * (v[e] * inv);
+      v[e] = (wv[e] + weightOffset) * (v[e] * inv);
     storeFloats<N>(yr + i, v);
   }
 }
@@ -168,7 +180,8 @@ __global__ void rmsNormKernel(const T *x, const P *w, T *y, int64_t h,
 /// the fp32 sums, not their rounding to T (hence sum may not alias a or b).
 template <int N, typename T, typename P>
 __global__ void addRmsNormKernel(const T *a, const T *b, const P *w, T *sum,
-                                 T *y, int64_t h, float epsilon) {
+                                 T *y, int64_t h, float epsilon,
+                                 float weightOffset) {
   const int64_t row = blockIdx.x * h;
   float total = 0.0f;
   for (int64_t i = threadIdx.x * int64_t(N); i < h; i += blockDim.x * N) {
@@ -192,7 +205,7 @@ __global__ void addRmsNormKernel(const T *a, const T *b, const P *w, T *sum,
     loadFloats<N>(w + i, wv);
 #pragma unroll
     for (int e = 0; e < N; ++e)
-      va[e] = wv[e] * ((va[e] + vb[e]) * inv);
+      va[e] = (wv[e] + weightOffset) * ((va[e] + vb[e]) * inv);
     storeFloats<N>(y + row + i, va);
   }
 }
@@ -274,7 +287,10 @@ cudaError_t launchCopyRows(const T *x, int64_t ld, int64_t column,
 template <int N, typename T>
 __global__ void embeddingKernel(const __nv_bfloat16 *table, int64_t rows,
                                 int64_t hidden, int64_t vocabOffset,
-                                const int32_t *ids, int64_t t, T *y) {
+                                const int32_t *ids, int64_t t, T *y,
+                                float scale) {
+  // Gemma: the normalizer is a tensor of the activation dtype.
+  const float s = toFloat(fromFloat<T>(scale));
   const int64_t packsPerRow = hidden / N;
   for (int64_t p = globalThread(); p < t * packsPerRow; p += gridThreads()) {
     const int64_t i = p / packsPerRow, c = (p % packsPerRow) * N;
@@ -282,6 +298,11 @@ __global__ void embeddingKernel(const __nv_bfloat16 *table, int64_t rows,
     float v[N] = {};
     if (row >= 0 && row < rows)
       loadFloats<N>(table + row * hidden + c, v);
+    if (scale != 1.0f) {
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        v[e] *= s;
+    }
     storeFloats<N>(y + i * hidden + c, v);
   }
 }
@@ -307,6 +328,9 @@ __global__ void fusedKernel(FusedProgram p, int64_t n) {
       case FusedOp::kGeluTanh:
         out = geluTanhOf(x);
         break;
+      case FusedOp::kGelu:
+        out = geluOf(x);
+        break;
       default: // kSiluMul
         out = siluOf(x) * regs[p.arg1[k]];
         break;
@@ -324,30 +348,33 @@ template <typename T>
 cudaError_t launchEmbedding(const __nv_bfloat16 *table, int64_t rows,
                             int64_t hidden, int64_t vocabOffset,
                             const int32_t *ids, int64_t t, T *y,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, float scale) {
   if (t <= 0 || hidden <= 0)
     return cudaSuccess;
   constexpr int N = kPack<__nv_bfloat16, T>;
   if (hidden % N == 0 && packAligned(table) && packAligned(y))
     embeddingKernel<N><<<blocksFor(t * hidden / N), kThreads, 0, stream>>>(
-        table, rows, hidden, vocabOffset, ids, t, y);
+        table, rows, hidden, vocabOffset, ids, t, y, scale);
   else
     embeddingKernel<1><<<blocksFor(t * hidden), kThreads, 0, stream>>>(
-        table, rows, hidden, vocabOffset, ids, t, y);
+        table, rows, hidden, vocabOffset, ids, t, y, scale);
   return cudaGetLastError();
 }
 
 template <typename T, typename P>
 cudaError_t launchRmsNorm(const T *x, const P *w, T *y, int64_t rows, int64_t h,
-                          float epsilon, cudaStream_t stream) {
+                          float epsilon, cudaStream_t stream,
+                          float weightOffset) {
   if (rows <= 0 || h <= 0)
     return cudaSuccess;
   constexpr int N = kPack<T, P>;
   const unsigned grid = static_cast<unsigned>(rows);
   if (h % N == 0 && packAligned(x) && packAligned(w) && packAligned(y))
-    rmsNormKernel<N><<<grid, kThreads, 0, stream>>>(x, w, y, h, epsilon);
+    rmsNormKernel<N>
+        <<<grid, kThreads, 0, stream>>>(x, w, y, h, epsilon, weightOffset);
   else
-    rmsNormKernel<1><<<grid, kThreads, 0, stream>>>(x, w, y, h, epsilon);
+    rmsNormKernel<1>
+        <<<grid, kThreads, 0, stream>>>(x, w, y, h, epsilon, weightOffset);
   return cudaGetLastError();
 }
 
@@ -359,6 +386,17 @@ cudaError_t launchSilu(const T *x, T *y, int64_t n, cudaStream_t stream) {
 template <typename T>
 cudaError_t launchGeluTanh(const T *x, T *y, int64_t n, cudaStream_t stream) {
   return launchUnary(x, y, n, stream, GeluTanh{});
+}
+
+template <typename T>
+cudaError_t launchGelu(const T *x, T *y, int64_t n, cudaStream_t stream) {
+  return launchUnary(x, y, n, stream, Gelu{});
+}
+
+cudaError_t launchSoftcap(float *y, int64_t n, float cap, cudaStream_t stream) {
+  if (!(cap > 0))
+    return cudaErrorInvalidValue;
+  return launchUnary(y, y, n, stream, Softcap{cap});
 }
 
 template <typename T>
@@ -410,7 +448,7 @@ cudaError_t launchSplitColumns(const T *x, int64_t rows, int64_t cols,
 template <typename T, typename P>
 cudaError_t launchAddRmsNorm(const T *a, const T *b, const P *w, T *sum, T *y,
                              int64_t rows, int64_t h, float epsilon,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, float weightOffset) {
   if (rows <= 0 || h <= 0)
     return cudaSuccess;
   if (sum == a || sum == b)
@@ -419,11 +457,11 @@ cudaError_t launchAddRmsNorm(const T *a, const T *b, const P *w, T *sum, T *y,
   const unsigned grid = static_cast<unsigned>(rows);
   if (h % N == 0 && packAligned(a) && packAligned(b) && packAligned(w) &&
       packAligned(sum) && packAligned(y))
-    addRmsNormKernel<N>
-        <<<grid, kThreads, 0, stream>>>(a, b, w, sum, y, h, epsilon);
+    addRmsNormKernel<N><<<grid, kThreads, 0, stream>>>(a, b, w, sum, y, h,
+                                                       epsilon, weightOffset);
   else
-    addRmsNormKernel<1>
-        <<<grid, kThreads, 0, stream>>>(a, b, w, sum, y, h, epsilon);
+    addRmsNormKernel<1><<<grid, kThreads, 0, stream>>>(a, b, w, sum, y, h,
+                                                       epsilon, weightOffset);
   return cudaGetLastError();
 }
 
@@ -473,10 +511,11 @@ cudaError_t launchFused(const FusedProgram &program, int64_t n,
 #define INFER_ACTIVATION_KERNELS(T)                                            \
   template cudaError_t launchEmbedding<T>(const __nv_bfloat16 *, int64_t,      \
                                           int64_t, int64_t, const int32_t *,   \
-                                          int64_t, T *, cudaStream_t);         \
+                                          int64_t, T *, cudaStream_t, float);  \
   template cudaError_t launchSilu<T>(const T *, T *, int64_t, cudaStream_t);   \
   template cudaError_t launchGeluTanh<T>(const T *, T *, int64_t,              \
                                          cudaStream_t);                        \
+  template cudaError_t launchGelu<T>(const T *, T *, int64_t, cudaStream_t);   \
   template cudaError_t launchAdd<T>(const T *, const T *, T *, int64_t,        \
                                     cudaStream_t);                             \
   template cudaError_t launchMul<T>(const T *, const T *, T *, int64_t,        \
@@ -490,10 +529,11 @@ cudaError_t launchFused(const FusedProgram &program, int64_t n,
                                         cudaStream_t);
 #define INFER_PARAMETER_KERNELS(T, P)                                          \
   template cudaError_t launchRmsNorm<T, P>(const T *, const P *, T *, int64_t, \
-                                           int64_t, float, cudaStream_t);      \
+                                           int64_t, float, cudaStream_t,       \
+                                           float);                             \
   template cudaError_t launchAddRmsNorm<T, P>(const T *, const T *, const P *, \
                                               T *, T *, int64_t, int64_t,      \
-                                              float, cudaStream_t);            \
+                                              float, cudaStream_t, float);     \
   template cudaError_t launchBiasAdd<T, P>(const T *, const P *, T *, int64_t, \
                                            int64_t, cudaStream_t);
 #define INFER_CAST_KERNEL(From, To)                                            \

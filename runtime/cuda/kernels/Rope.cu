@@ -22,7 +22,7 @@ constexpr int kHeadsPerThread = 4;
 template <typename T>
 __global__ void ropeKernel(const T *x, int64_t xLd, T *y, int64_t t, int heads,
                            int headDim, int rotaryDim, const int32_t *positions,
-                           const float *invFreq) {
+                           const float *invFreq, int longFrom) {
   const int half = rotaryDim / 2;
   // Per head: `half` rotated pairs, then headDim - rotaryDim copies.
   const int perHead = headDim - half;
@@ -44,7 +44,10 @@ __global__ void ropeKernel(const T *x, int64_t xLd, T *y, int64_t t, int heads,
         yr[h * headDim + e] = xr[h * headDim + e];
       continue;
     }
-    const float angle = static_cast<float>(positions[token]) * invFreq[j];
+    // longrope: the second table from position longFrom on.
+    const int32_t pos = positions[token];
+    const float angle = static_cast<float>(pos) *
+                        invFreq[longFrom > 0 && pos >= longFrom ? j + half : j];
     const float c = static_cast<float>(cos(static_cast<double>(angle)));
     const float s = static_cast<float>(sin(static_cast<double>(angle)));
     for (int h = first; h < last; ++h) {
@@ -61,7 +64,8 @@ __global__ void ropeKernel(const T *x, int64_t xLd, T *y, int64_t t, int heads,
 template <typename T>
 cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
                        int rotaryDim, const int32_t *positions,
-                       const float *invFreq, cudaStream_t stream, int64_t xLd) {
+                       const float *invFreq, cudaStream_t stream, int64_t xLd,
+                       int longFrom) {
   if (t <= 0 || heads <= 0)
     return cudaSuccess;
   if (heads > (int64_t(1) << 30) || rotaryDim % 2 != 0 || rotaryDim > headDim ||
@@ -74,14 +78,14 @@ cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
   ropeKernel<<<static_cast<unsigned>(blocks < 524280 ? blocks : 524280),
                kThreads, 0, stream>>>(x, xLd ? xLd : heads * headDim, y, t,
                                       static_cast<int>(heads), headDim,
-                                      rotaryDim, positions, invFreq);
+                                      rotaryDim, positions, invFreq, longFrom);
   return cudaGetLastError();
 }
 
 #define INFER_ROPE_KERNEL(T)                                                   \
   template cudaError_t launchRope<T>(const T *, T *, int64_t, int64_t, int,    \
                                      int, const int32_t *, const float *,      \
-                                     cudaStream_t, int64_t);
+                                     cudaStream_t, int64_t, int);
 INFER_ROPE_KERNEL(float)
 INFER_ROPE_KERNEL(__nv_bfloat16)
 INFER_ROPE_KERNEL(__half)

@@ -124,6 +124,9 @@ Reference reference(const plan::FusedBody &body,
       case plan::ElementwiseOp::kSiluMul:
         y[j] = cpu::siluScalar(a[j]) * b[j];
         break;
+      case plan::ElementwiseOp::kGelu:
+        y[j] = cpu::geluScalar(a[j]);
+        break;
       }
     }
     regs.push_back(std::move(y));
@@ -282,6 +285,7 @@ TEST_F(TypedKernelsTest, ResultsAreTheReferenceRoundedToTheirTypes) {
        {3},
        {DType::kF32, DType::kF32},
        {DType::kBF16}},
+      {"gelu(0); mul(2, 1)", {3}, {DType::kBF16, DType::kBF16}, {DType::kBF16}},
   };
   plan::Plan plan;
   plan::RankPlan &rank = plan.ranks.emplace_back();

@@ -86,6 +86,9 @@ interpret(const plan::FusedBody &body,
     case plan::ElementwiseOp::kSiluMul:
       cpu::siluMul(a, b, y.data(), n);
       break;
+    case plan::ElementwiseOp::kGelu:
+      cpu::gelu(a, y.data(), n);
+      break;
     }
     regs.push_back(std::move(y));
   }
@@ -275,8 +278,9 @@ TEST_F(GeneratedKernelsTest, BodiesMatchTheCpuInterpreter) {
   std::vector<plan::FusedBody> bodies;
   // Every op once, a silu*mul chain, gelu*up+residual, two results.
   for (const char *text :
-       {"add(0, 1)", "mul(0, 1)", "silu(0)", "gelu_tanh(0)", "silu_mul(0, 1)",
-        "silu_mul(0, 1); mul(2, 1)", "gelu_tanh(0); mul(2, 1); add(3, 1)",
+       {"add(0, 1)", "mul(0, 1)", "silu(0)", "gelu_tanh(0)", "gelu(0)",
+        "silu_mul(0, 1)", "silu_mul(0, 1); mul(2, 1)",
+        "gelu_tanh(0); mul(2, 1); add(3, 1)",
         "silu(0); add(2, 1); silu_mul(3, 2)"}) {
     plan::Step step;
     step.op = "fused";

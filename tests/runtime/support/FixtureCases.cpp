@@ -92,6 +92,14 @@ std::vector<FixtureCase> loadFixtureCases(const std::string &sharedFixtures,
   return cases;
 }
 
+std::vector<FixtureCase> loadFamilyCases(const std::string &projectFixtures) {
+  std::vector<FixtureCase> cases = loadFixtureCases(
+      projectFixtures + "/families/none", projectFixtures + "/families");
+  for (FixtureCase &c : cases)
+    addBf16References(c, projectFixtures);
+  return cases;
+}
+
 std::vector<GreedyCase> loadTinyPycodeGreedy(const std::string &sharedFixtures,
                                              const std::string &model) {
   std::ifstream in(sharedFixtures + "/golden/tiny-pycode.json");

@@ -32,6 +32,13 @@ struct FixtureCase {
 std::vector<FixtureCase> loadFixtureCases(const std::string &sharedFixtures,
                                           const std::string &projectFixtures);
 
+/// The model-family fixtures (`projectFixtures`/families, made by
+/// make_families.sh: Qwen3, Gemma 2/3, Phi-3, rope and activation variants),
+/// with HF's bf16 references from `projectFixtures`/bf16 where present.
+/// Kept apart from loadFixtureCases: the hand-built Llama plans of the
+/// runtime tests do not describe these families, only the compiler does.
+std::vector<FixtureCase> loadFamilyCases(const std::string &projectFixtures);
+
 /// Every golden case of a tiny-pycode model (`model` is
 /// "tiny-pycode-target" or "tiny-pycode-draft"), with or without reference
 /// logits: its prompt ids and HF's greedy tokens. Empty when

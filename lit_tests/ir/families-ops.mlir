@@ -1,0 +1,34 @@
+// RUN: infer-opt %s | infer-opt | FileCheck %s
+// RUN: infer-opt %s --mlir-print-op-generic | infer-opt | FileCheck %s
+
+// The attributes the model families add (YaRN and LongRoPE rope scaling,
+// per-head and offset RMSNorm, exact GELU) survive printing and parsing, in
+// custom and generic form.
+
+// CHECK-LABEL: func.func @rope_variants
+func.func @rope_variants(%x: tensor<?x128xf32>, %positions: tensor<?xi32>) -> (tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>) {
+  // CHECK: infer.rope
+  // CHECK-SAME: rope = #infer.rope<theta = 1.000000e+04, kind = yarn, factor = 4.000000e+00, original_max_position_embeddings = 1024>
+  %a = infer.rope %x, %positions {head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = yarn, factor = 4.0, original_max_position_embeddings = 1024>} : tensor<?x128xf32>, tensor<?xi32> -> tensor<?x128xf32>
+  // CHECK: infer.rope
+  // CHECK-SAME: rope = #infer.rope<theta = 1.000000e+04, kind = yarn, factor = 8.000000e+00, original_max_position_embeddings = 4096, beta_fast = 1.600000e+01, beta_slow = 2.000000e+00>
+  %b = infer.rope %x, %positions {head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = yarn, factor = 8.0, original_max_position_embeddings = 4096, beta_fast = 16.0, beta_slow = 2.0>} : tensor<?x128xf32>, tensor<?xi32> -> tensor<?x128xf32>
+  // CHECK: infer.rope
+  // CHECK-SAME: rope = #infer.rope<theta = 1.000000e+04, kind = longrope, original_max_position_embeddings = 64, short_factor = [1.000000e+00, 1.100000e+00, 1.300000e+00, 1.600000e+00], long_factor = [1.000000e+00, 1.500000e+00, 2.200000e+00, 3.000000e+00]>, rotary_dim = 8 : i64
+  %c = infer.rope %x, %positions {head_dim = 16 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = longrope, original_max_position_embeddings = 64, short_factor = [1.0, 1.1, 1.3, 1.6], long_factor = [1.0, 1.5, 2.2, 3.0]>} : tensor<?x128xf32>, tensor<?xi32> -> tensor<?x128xf32>
+  return %a, %b, %c : tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>
+}
+
+// CHECK-LABEL: func.func @norms_and_gelu
+func.func @norms_and_gelu(%x: tensor<?x128xf32>, %r: tensor<?x128xf32>, %w: tensor<128xbf16>, %wh: tensor<32xbf16>) -> (tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>) {
+  // CHECK: infer.rms_norm {{.*}} {epsilon = 9.9999999999999995E-7 : f64, head_dim = 32 : i64} : tensor<?x128xf32>, tensor<32xbf16> -> tensor<?x128xf32>
+  %a = infer.rms_norm %x, %wh {epsilon = 1.0e-06 : f64, head_dim = 32 : i64} : tensor<?x128xf32>, tensor<32xbf16> -> tensor<?x128xf32>
+  // CHECK: infer.rms_norm {{.*}} {epsilon = 9.9999999999999995E-7 : f64, weight_offset = 1.000000e+00 : f64}
+  %b = infer.rms_norm %x, %w {epsilon = 1.0e-06 : f64, weight_offset = 1.0 : f64} : tensor<?x128xf32>, tensor<128xbf16> -> tensor<?x128xf32>
+  // CHECK: infer.add_rms_norm {{.*}} {epsilon = 9.9999999999999995E-7 : f64, weight_offset = 1.000000e+00 : f64}
+  %s, %c = infer.add_rms_norm %x, %r, %w {epsilon = 1.0e-06 : f64, weight_offset = 1.0 : f64} : tensor<?x128xf32>, tensor<?x128xf32>, tensor<128xbf16> -> tensor<?x128xf32>, tensor<?x128xf32>
+  // The exact GELU is the default: its attribute is not printed.
+  // CHECK: infer.gelu %{{.*}} : tensor<?x128xf32>
+  %d = infer.gelu %x {approximate = "none"} : tensor<?x128xf32>
+  return %a, %b, %c, %d : tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>
+}

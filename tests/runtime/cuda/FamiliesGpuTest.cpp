@@ -1,0 +1,204 @@
+//===- FamiliesGpuTest.cpp - The model-family fixtures on the CUDA backend ===//
+//
+// The Qwen3, Gemma 2/3 and Phi-3 fixtures and the rope / activation variants
+// (tests/fixtures/families) have no hand-built plan: the compiler is what
+// knows them. Each runs from the artifact `infer compile --target cuda` made
+// of it (INFER_CUDA_ARTIFACTS/NAME, listed in artifacts.txt; the test skips
+// without one) and is checked as FixturesTest checks the Llama-family
+// fixtures:
+//
+// - against the CPU backend running the same bf16 plan (kGpuCpuTol, max
+//   |gpu - cpu| / max |cpu| of the logits);
+// - against Hugging Face by DESIGN.md's bf16 rule: the RMS error of the
+//   logits against HF fp32 no larger than HF's own bf16 run's
+//   (tests/fixtures/bf16/NAME), the max error within kBf16MaxFactor of HF's.
+//
+// A model the CUDA backend cannot run (Gemma 2's attention logit
+// soft-capping) must be refused when the backend is made, with an error
+// that names what is missing.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cpu/CpuBackend.h"
+#include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/GeneratedKernels.h"
+#include "runtime/safetensors/Safetensors.h"
+#include "tests/runtime/support/Batches.h"
+#include "tests/runtime/support/FixtureCases.h"
+#include "tests/runtime/support/LlamaPlan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+namespace infer::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// As FixturesTest: max |gpu - cpu| / max |cpu| of one bf16 plan's logits.
+constexpr double kGpuCpuTol = 2e-2;
+/// How far above HF's own bf16 max logit error the GPU's may be.
+constexpr double kBf16MaxFactor = 2.0;
+
+/// RMS of the differences over RMS of the reference, and max |diff| over
+/// max |ref|, pooled over several arrays.
+class ErrorStats {
+public:
+  void add(const float *actual, const float *expected, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(actual[i]) - expected[i];
+      sumDiff2_ += d * d;
+      sumRef2_ += static_cast<double>(expected[i]) * expected[i];
+      maxDiff_ = std::max(maxDiff_, std::fabs(d));
+      maxRef_ = std::max(maxRef_, std::fabs(static_cast<double>(expected[i])));
+    }
+  }
+  double rms() const { return std::sqrt(sumDiff2_ / sumRef2_); }
+  double max() const { return maxDiff_ / maxRef_; }
+
+private:
+  double sumDiff2_ = 0, sumRef2_ = 0, maxDiff_ = 0, maxRef_ = 0;
+};
+
+std::vector<float>
+readReference(const std::pair<std::string, std::string> &ref) {
+  auto file = safetensors::File::open(ref.first);
+  EXPECT_TRUE(file.isOk()) << file.status().message();
+  if (!file.isOk())
+    return {};
+  StatusOr<std::vector<float>> values = (*file)->readAsF32(ref.second);
+  EXPECT_TRUE(values.isOk()) << values.status().message();
+  return values.isOk() ? std::move(values).value() : std::vector<float>();
+}
+
+class CudaFamiliesTest : public ::testing::TestWithParam<std::string> {
+protected:
+  void SetUp() override {
+    std::string why;
+    if (!cuda::cudaDeviceAvailable(&why))
+      GTEST_SKIP() << "CUDA family tests need a GPU: " << why;
+    for (FixtureCase &c : loadFamilyCases(INFER_PROJECT_FIXTURES_DIR))
+      if (c.name == GetParam())
+        case_ = c;
+    if (case_.name.empty())
+      GTEST_SKIP() << "fixture " << GetParam() << " not found";
+    const char *compiled = std::getenv("INFER_CUDA_ARTIFACTS");
+    const std::string dir =
+        compiled ? std::string(compiled) + "/" + case_.name : "";
+    if (dir.empty() || !fs::is_directory(dir))
+      GTEST_SKIP() << "INFER_CUDA_ARTIFACTS has no artifact of " << case_.name
+                   << " (tests/runtime/cuda/gpu_check.sh prepare makes it)";
+    StatusOr<Artifact> artifact = loadArtifact(dir);
+    ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
+    artifact_ = std::move(artifact).value();
+    StatusOr<ParamTable> params = loadParams(artifact_, 0, case_.modelDir);
+    ASSERT_TRUE(params.isOk()) << params.status().message();
+    params_ = std::move(params).value();
+    blockSize_ = artifact_.plan.kvCache.blockSize;
+  }
+
+  StatusOr<std::unique_ptr<Backend>> gpuBackend(int64_t blocks) {
+    cuda::CudaBackendOptions options;
+    options.numBlocks = blocks;
+    INFER_ASSIGN_OR_RETURN(
+        options.kernels,
+        cuda::readKernelImages(artifact_.dir, artifact_.manifest.kernels));
+    return cuda::createCudaBackend(artifact_.plan, 0, params_, options);
+  }
+  std::unique_ptr<Backend> cpuBackend(int64_t blocks) {
+    cpu::CpuBackendOptions options;
+    options.numBlocks = blocks;
+    auto b = cpu::createCpuBackend(artifact_.plan, 0, params_, options);
+    EXPECT_TRUE(b.isOk()) << b.status().message();
+    return b.isOk() ? std::move(b).value() : nullptr;
+  }
+  int64_t blocksFor(int64_t tokens) const {
+    return (tokens + blockSize_ - 1) / blockSize_;
+  }
+  Logits promptLogits(Backend &backend, const std::vector<int32_t> &tokens) {
+    StatusOr<Logits> l = backend.forward(oneSequenceBatch(
+        tokens, 0, blockSize_, blocksFor(tokens.size()), /*allLogits=*/true));
+    EXPECT_TRUE(l.isOk()) << l.status().message();
+    return l.isOk() ? std::move(l).value() : Logits();
+  }
+  /// Whether the plan has attention logit soft-capping (Gemma 2).
+  bool softcappedAttention() const {
+    for (const plan::Step &step : artifact_.plan.ranks[0].steps)
+      if (step.attrs.count("logit_softcap"))
+        return true;
+    return false;
+  }
+
+  FixtureCase case_;
+  Artifact artifact_;
+  ParamTable params_;
+  int64_t blockSize_ = 16;
+};
+
+TEST_P(CudaFamiliesTest, LogitsFollowTheCpuAndTransformersInBf16) {
+  if (softcappedAttention()) {
+    StatusOr<std::unique_ptr<Backend>> refused = gpuBackend(4);
+    ASSERT_FALSE(refused.isOk());
+    EXPECT_NE(refused.status().message().find("soft-capping"),
+              std::string::npos)
+        << refused.status().message();
+    GTEST_SKIP() << case_.name << ": " << refused.status().message();
+  }
+  ErrorStats gpu, hfBf16, cpu;
+  for (size_t k = 0; k < case_.inputs.size(); ++k) {
+    const std::vector<int32_t> &input = case_.inputs[k];
+    StatusOr<std::unique_ptr<Backend>> g = gpuBackend(blocksFor(input.size()));
+    ASSERT_TRUE(g.isOk()) << g.status().message();
+    std::unique_ptr<Backend> c = cpuBackend(blocksFor(input.size()));
+    ASSERT_TRUE(c);
+    Logits got = promptLogits(**g, input), ref = promptLogits(*c, input);
+    const std::vector<float> hf = readReference(case_.logits[k]);
+    const int64_t n = got.rows * got.vocab;
+    ASSERT_EQ(static_cast<int64_t>(hf.size()), n);
+    ASSERT_EQ(static_cast<int64_t>(ref.data.size()), n);
+    gpu.add(got.data.data(), hf.data(), n);
+    cpu.add(got.data.data(), ref.data.data(), n);
+    if (!case_.bf16Logits.empty()) {
+      const std::vector<float> own = readReference(case_.bf16Logits[k]);
+      ASSERT_EQ(static_cast<int64_t>(own.size()), n);
+      hfBf16.add(own.data(), hf.data(), n);
+    }
+  }
+  std::cout << "[ family   ] " << case_.name << " bf16 logits: vs CPU bf16 "
+            << cpu.max() << " max; vs HF fp32 rms " << gpu.rms() << " max "
+            << gpu.max();
+  if (!case_.bf16Logits.empty())
+    std::cout << " (HF's own bf16 run: rms " << hfBf16.rms() << " max "
+              << hfBf16.max() << ")";
+  std::cout << "\n";
+  EXPECT_LT(cpu.max(), kGpuCpuTol) << case_.name;
+  if (case_.bf16Logits.empty())
+    return;
+  EXPECT_LE(gpu.rms(), hfBf16.rms()) << case_.name;
+  EXPECT_LE(gpu.max(), kBf16MaxFactor * hfBf16.max()) << case_.name;
+}
+
+std::vector<std::string> familyNames() {
+  std::vector<std::string> names;
+  for (const FixtureCase &c : loadFamilyCases(INFER_PROJECT_FIXTURES_DIR))
+    names.push_back(c.name);
+  if (names.empty())
+    names.push_back("missing");
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaFamiliesTest,
+                         ::testing::ValuesIn(familyNames()),
+                         [](const auto &info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+} // namespace
+} // namespace infer::testing
