@@ -12,6 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -52,6 +55,17 @@ std::string storage(const HostTensor &t) {
   return bytes;
 }
 
+/// A temporary directory of this test alone: ctest runs the instances of a
+/// parameterized test (and each test) as concurrent processes.
+std::string testDir(const std::string &prefix) {
+  const ::testing::TestInfo *info =
+      ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+  std::replace(name.begin(), name.end(), '/', '_');
+  return ::testing::TempDir() + "/" + prefix + "_" + name + "_" +
+         std::to_string(::getpid());
+}
+
 class PackedWeights : public ::testing::TestWithParam<std::string> {
 protected:
   void SetUp() override {
@@ -63,7 +77,7 @@ protected:
     ASSERT_TRUE(built.isOk()) << built.status().message();
     if (kind == "fp8")
       quantizeWeights(*built);
-    dir_ = ::testing::TempDir() + "/packed_weights_" + kind;
+    dir_ = testDir("packed_weights");
     fs::remove_all(dir_);
     ASSERT_TRUE(writeTestArtifact(*built, dir_).isOk());
     Status packed = packArtifact(dir_, PackOptions{});
@@ -73,6 +87,11 @@ protected:
     artifact_ = std::move(*artifact);
     ASSERT_EQ(artifact_.manifest.packedWeights.size(), 1u);
     file_ = artifact_.path(artifact_.manifest.packedWeights[0].file);
+  }
+
+  void TearDown() override {
+    if (!dir_.empty())
+      fs::remove_all(dir_);
   }
 
   StatusOr<ParamTable> loadPacked(bool verifyHash = true) {
@@ -174,8 +193,7 @@ TEST_P(PackedWeights, AnotherArtifactsFileIsRejected) {
     if (other == GetParam())
       continue;
     Artifact swapped = artifact_;
-    const std::string otherDir =
-        ::testing::TempDir() + "/packed_weights_swap_" + other;
+    const std::string otherDir = testDir("packed_weights_swap_" + other);
     fs::remove_all(otherDir);
     StatusOr<Artifact> built = buildLlamaArtifact(
         kGqa, 16, other == "bf16" ? plan::DType::kBF16 : plan::DType::kF32);
@@ -186,6 +204,7 @@ TEST_P(PackedWeights, AnotherArtifactsFileIsRejected) {
     ASSERT_TRUE(packArtifact(otherDir, PackOptions{}).isOk());
     fs::copy_file(otherDir + "/weights/rank0.safetensors", file_,
                   fs::copy_options::overwrite_existing);
+    fs::remove_all(otherDir);
     StatusOr<ParamTable> params = loadPacked();
     ASSERT_FALSE(params.isOk()) << other;
     EXPECT_NE(params.status().message().find(file_), std::string::npos)
