@@ -76,8 +76,8 @@ TEST_F(LlamaGqa, RejectsPlansItCannotRun) {
   expectCreateFails(plan, "value 0 ('tokens') is not a batch-contract input");
 
   plan = artifact_.plan;
-  findStep(plan, "rope").attrs["scaling"] = std::string("yarn");
-  expectCreateFails(plan, "unknown scaling 'yarn'");
+  findStep(plan, "rope").attrs["scaling"] = std::string("dynamic");
+  expectCreateFails(plan, "unknown scaling 'dynamic'");
 
   plan = artifact_.plan;
   findStep(plan, "paged_attention").attrs["num_kv_heads"] = int64_t(4);
