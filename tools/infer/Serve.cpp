@@ -34,7 +34,7 @@ const char *const kServeHelp =
     "           [--max-queued-requests N] [--shutdown-timeout S]\n"
     "           [--chat-template FILE] [--http-threads 2]\n"
     "           [--max-body-bytes 4194304] [--request-timeout 30]\n"
-    "           [--backend cpu|cuda] [--weights DIR] [--threads N]\n"
+    "           [--backend cpu|cuda] [--weights DIR] [--skip-weight-check] [--threads N]\n"
     "           [--num-blocks N | --gpu-memory-utilization F]\n"
     "           [--max-num-seqs 256] [--max-num-batched-tokens auto|N]\n"
     "           [--no-prefix-caching] [--scheduling-policy fcfs|priority]\n"
@@ -77,6 +77,7 @@ std::vector<OptionSpec> serveOptions() {
                                      {"--request-timeout"},
                                      {"--backend"},
                                      {"--weights"},
+                                     {"--skip-weight-check", false},
                                      {"--threads"},
                                      {"--num-blocks"},
                                      {"--gpu-memory-utilization"},
@@ -232,9 +233,13 @@ Status runServe(const ParsedArgs &args) {
     }
   }
 
+  WeightLoadOptions weights;
+  weights.weightsDirOverride = args.get("--weights", "");
+  weights.verifyHash = !args.has("--skip-weight-check");
+  weights.showProgress = true;
   INFER_ASSIGN_OR_RETURN(
       std::unique_ptr<Backend> backend,
-      createBackend(model.artifact, backendName, args.get("--weights", ""),
+      createBackend(model.artifact, backendName, weights,
                     poolFromMemory ? 0 : numBlocks, static_cast<int>(threads),
                     memoryFraction));
   INFER_ASSIGN_OR_RETURN(
