@@ -19,7 +19,6 @@ packages=(
   libopenmpi-dev openmpi-bin
   libxxhash-dev # xxhash.h: content hashes of packed weight files
   libboost-dev python3-jinja2
-  clang-19 libclang-rt-19-dev
 )
 # The serving tests' OpenAI Node SDK client (skipped without them); a node
 # install of another origin (nodesource ships its own npm) is kept.

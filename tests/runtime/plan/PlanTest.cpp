@@ -422,7 +422,8 @@ TEST(PlanVerifier, RanksMustRunTheSameCollectives) {
   plan.ranks[1].rank = 1;
   for (int r = 0; r < 2; ++r) {
     RankPlan &rank = plan.ranks[r];
-    const Value &operand = rank.values[r == 0 ? 7 : 3];
+    // A copy: the push_back below may move the values.
+    const Value operand = rank.values[r == 0 ? 7 : 3];
     Value reduced = operand;
     reduced.id = static_cast<int>(rank.values.size());
     reduced.name = "%reduced";
