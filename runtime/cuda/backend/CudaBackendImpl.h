@@ -198,6 +198,10 @@ private:
   Status mismatch(const PreparedStep &s, const std::string &what) const {
     return invalidArgument("cuda backend: " + s.where + ": " + what);
   }
+  /// add and mul (ElementwiseSteps.cpp): two operands of one shape and
+  /// dtype, one result of it, `launch(a, b, y, count)` on typed pointers.
+  template <typename Launch>
+  Status runSameShapePair(const PreparedStep &s, Launch launch);
 
   // DeviceParams.cpp
   Status uploadParams(const ParamTable &params);

@@ -47,8 +47,8 @@ Status CudaBackend::runGelu(const PreparedStep &s, const Batch &) {
   });
 }
 
-/// add and mul: two operands of one shape and dtype.
-Status CudaBackend::runAdd(const PreparedStep &s, const Batch &) {
+template <typename Launch>
+Status CudaBackend::runSameShapePair(const PreparedStep &s, Launch launch) {
   const Tensor &a = operand(s, 0), &b = operand(s, 1);
   if (a.rows != b.rows)
     return mismatch(s, "operands have different shapes");
@@ -56,23 +56,21 @@ Status CudaBackend::runAdd(const PreparedStep &s, const Batch &) {
   INFER_RETURN_IF_ERROR(allocate(y, a.rows, a.cols, a.dtype));
   return withFloatType(a.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
-    INFER_CUDA_RETURN_IF_ERROR(launchAdd(a.as<const T>(), b.as<const T>(),
-                                         y.as<T>(), a.size(), stream_));
+    INFER_CUDA_RETURN_IF_ERROR(
+        launch(a.as<const T>(), b.as<const T>(), y.as<T>(), a.size()));
     return Status::ok();
   });
 }
 
+Status CudaBackend::runAdd(const PreparedStep &s, const Batch &) {
+  return runSameShapePair(s, [&](auto a, auto b, auto y, int64_t n) {
+    return launchAdd(a, b, y, n, stream_);
+  });
+}
+
 Status CudaBackend::runMul(const PreparedStep &s, const Batch &) {
-  const Tensor &a = operand(s, 0), &b = operand(s, 1);
-  if (a.rows != b.rows)
-    return mismatch(s, "operands have different shapes");
-  Tensor &y = result(s);
-  INFER_RETURN_IF_ERROR(allocate(y, a.rows, a.cols, a.dtype));
-  return withFloatType(a.dtype, [&](auto tag) -> Status {
-    using T = decltype(tag);
-    INFER_CUDA_RETURN_IF_ERROR(launchMul(a.as<const T>(), b.as<const T>(),
-                                         y.as<T>(), a.size(), stream_));
-    return Status::ok();
+  return runSameShapePair(s, [&](auto a, auto b, auto y, int64_t n) {
+    return launchMul(a, b, y, n, stream_);
   });
 }
 
