@@ -5,8 +5,8 @@
 // as the samplers use it.) The host sampler
 // (sampleRow, and so Backend::forwardSample's default) then chooses
 // kNonFiniteLogitsToken, and the engine fails that request with an error
-// instead of silently emitting token 0 or the last id. (The cuda backend's
-// device sampler does not check yet.)
+// instead of silently emitting token 0 or the last id. The cuda backend's
+// device sampler (kernels/Sampling.cu) gives the same token for such rows.
 //
 //===----------------------------------------------------------------------===//
 

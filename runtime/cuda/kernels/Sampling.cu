@@ -14,10 +14,15 @@
 //              the chunk masses, one thread walks its chunk to the target
 //
 // Weights are >= 0, so their fp32 bit patterns order like their values.
+// A row with a NaN or +infinite logit (masked or not) has no token to
+// choose: it gets kNonFiniteLogitsToken, as the host's sampleRow gives, and
+// the engine fails that request.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/SamplingKernels.h"
+
+#include "runtime/backend/FiniteLogits.h"
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -168,12 +173,20 @@ __global__ void __launch_bounds__(kThreads)
   // lowest of its ties; the reductions break ties by id.
   float best = -INFINITY;
   int64_t bestId = INT64_MAX;
+  int nonFinite = 0;
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+    const float raw = row.logits[i];
+    nonFinite |= isnan(raw) || raw == INFINITY;
     const float l = row.logit(i);
     if (l > best) {
       best = l;
       bestId = i;
     }
+  }
+  if (__syncthreads_or(nonFinite)) {
+    if (threadIdx.x == 0)
+      tokens[r] = kNonFiniteLogitsToken;
+    return;
   }
   for (int offset = 16; offset > 0; offset /= 2)
     better(best, bestId, __shfl_down_sync(0xffffffffu, best, offset),
@@ -237,7 +250,7 @@ __global__ void __launch_bounds__(kThreads)
   Mass before, total;
   Scan(temp.scan).ExclusiveSum(local, before, total);
   if (total == 0) {
-    // Only a +inf logit leaves no finite weight: it is the choice.
+    // No weight survived the filters: the maximum is the choice.
     if (threadIdx.x == 0)
       tokens[r] = static_cast<int32_t>(bestId);
     return;

@@ -11,11 +11,13 @@
 //   nearly every draw choosing the host's token;
 // - top-k / top-p on full-size random rows: the token is in the host's
 //   support and equals the host's choice for the same draw;
+// - rows with NaN or +inf logits: the host's kNonFiniteLogitsToken;
 // - forwardSample on a fixture model: greedy equals the argmax of
 //   forward()'s logits, with graphs and eagerly.
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/backend/FiniteLogits.h"
 #include "runtime/backend/Sampling.h"
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/SamplingKernels.h"
@@ -118,6 +120,50 @@ TEST_F(CudaSamplingTest, GreedyEqualsTheHostOnTiesMasksAndInfinities) {
       ASSERT_EQ(tokens[r],
                 sampleRow(logits.data() + r * vocab, vocab, params[r]))
           << "vocab " << vocab << " row " << r;
+  }
+}
+
+TEST_F(CudaSamplingTest, NonFiniteRowsGiveTheHostsErrorToken) {
+  // NaN or +inf anywhere in a row, masked or not, greedy or sampled: the
+  // host's sampleRow answers kNonFiniteLogitsToken and so must the device.
+  // -inf alone is a masked token, not an error.
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  const float kPosInf = std::numeric_limits<float>::infinity();
+  for (int64_t vocab : {1, 1000, 128256}) {
+    const int64_t rows = 12;
+    std::vector<float> logits = random(rows * vocab, 3.0f);
+    std::vector<RowSampling> params(rows);
+    std::uniform_int_distribution<int64_t> id(0, vocab - 1);
+    for (int64_t r = 0; r < rows; ++r) {
+      float *row = logits.data() + r * vocab;
+      const int64_t at = r < 6 ? id(rng_) : vocab - 1;
+      if (r % 3 == 0)
+        row[at] = kNaN;
+      else if (r % 3 == 1)
+        row[at] = kPosInf;
+      else
+        row[at] = kNegInf;
+      if (r % 2 == 1)
+        params[r] = RowSampling();
+      else {
+        params[r].temperature = 0.8;
+        params[r].topK = 50;
+        params[r].topP = 0.9;
+        params[r].uniform = 0.5;
+      }
+      if (r == 4) { // the NaN masked: still an error, as on the host
+        params[r].numMaskedIds = 1;
+        params[r].maskedIds[0] = static_cast<int32_t>(at);
+      }
+    }
+    const std::vector<int32_t> tokens = sampleOnDevice(logits, vocab, params);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t host =
+          sampleRow(logits.data() + r * vocab, vocab, params[r]);
+      EXPECT_EQ(host == kNonFiniteLogitsToken, r % 3 != 2)
+          << "vocab " << vocab << " row " << r;
+      ASSERT_EQ(tokens[r], host) << "vocab " << vocab << " row " << r;
+    }
   }
 }
 
