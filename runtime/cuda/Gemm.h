@@ -17,7 +17,11 @@
 //                       infer-cuda-bench --gemms on an H100, Llama-3-8B
 //                       shapes, fp32 x); bf16 x: the bias added in its
 //                       epilogue (CUBLASLT_EPILOGUE_BIAS) before the one
-//                       rounding of y; fp32 x: by a kernel after it
+//                       rounding of y; fp32 x: by a kernel after it.
+//                       A bf16 y + bias with N % 8 != 0 (rows not 16-byte
+//                       multiples) takes the skinny kernels in blocks of 8
+//                       rows: cuBLASLt's kernels for such rows round the
+//                       product before the bias, i.e. twice
 //   fp8, T = 1          the CUDA-core skinny kernel
 //   fp8, 2 <= T <= 8    the tensor-core skinny kernel (mma.sync, codes
 //                       decoded to bf16 in registers, x bf16) where
@@ -99,11 +103,11 @@ public:
     kFp8CublasLt,
     kDequantCublasLt
   };
-  /// What linear() runs for T rows, N outputs, width K, `w` and y elements
-  /// of `yBytes` (4: fp32, 2: bf16), with 16-byte aligned operands (a
-  /// misaligned x takes kGemv instead of kGemvMma).
+  /// What linear() runs for T rows, N outputs, width K, `w`, y elements
+  /// of `yBytes` (4: fp32, 2: bf16) and a bias or not, with 16-byte aligned
+  /// operands (a misaligned x takes kGemv instead of kGemvMma).
   static Path path(int64_t t, int64_t n, int64_t k, const GemmWeight &w,
-                   int64_t yBytes = 4);
+                   int64_t yBytes = 4, bool bias = false);
   static const char *pathName(Path path);
   /// Whether that path reads the bf16 copy of x (fp32 x).
   static bool needsBf16Input(int64_t t, int64_t n, int64_t k,

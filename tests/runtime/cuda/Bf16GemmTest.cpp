@@ -212,7 +212,7 @@ protected:
     const Shape &s = o.s;
     const cuda::GemmWeight weight = o.weight();
     const bool fp8 = weight.fp8 != nullptr;
-    const Path path = Gemm::path(s.t, s.n, s.k, weight, sizeof(Y));
+    const Path path = Gemm::path(s.t, s.n, s.k, weight, sizeof(Y), withBias);
     const std::string where =
         shapeName(s.t, s.n, s.k) + (fp8 ? " fp8" : " bf16") + " weights, y " +
         ElementTraits<Y>::kName + (withBias ? " + bias" : "") + ", " +
@@ -348,6 +348,20 @@ TEST(Bf16GemmRoutingTest, Fp8WithBf16YNeedsWholeRows) {
   EXPECT_EQ(Gemm::path(400, 130, 4104, weight, 2), Path::kGemv);
   EXPECT_EQ(Gemm::path(40, 130, 4096, weight, 4), Path::kDequantCublasLt);
   EXPECT_EQ(Gemm::path(9, 4096, 4096, weight, 2), Path::kFp8CublasLt);
+}
+
+/// bf16 weights: cuBLASLt from 3 rows, except a bf16 y + bias whose rows
+/// are not 16-byte multiples (the skinny kernels round sum + bias once).
+TEST(Bf16GemmRoutingTest, Bf16BiasOnUnalignedRowsTakesTheSkinnyKernels) {
+  alignas(16) static const __nv_bfloat16 kValues[8] = {};
+  cuda::GemmWeight weight;
+  weight.bf16 = kValues;
+  EXPECT_EQ(Gemm::path(2, 70, 1000, weight, 2, true), Path::kGemv);
+  EXPECT_EQ(Gemm::path(3, 70, 1000, weight, 2, true), Path::kGemv);
+  EXPECT_EQ(Gemm::path(33, 300, 4096, weight, 2, true), Path::kGemvMma);
+  EXPECT_EQ(Gemm::path(33, 300, 4096, weight, 2, false), Path::kCublasLt);
+  EXPECT_EQ(Gemm::path(33, 300, 4096, weight, 4, true), Path::kCublasLt);
+  EXPECT_EQ(Gemm::path(33, 304, 4096, weight, 2, true), Path::kCublasLt);
 }
 
 /// Row n of the weight holds code n in column 5 and zeros elsewhere; x rows
