@@ -23,6 +23,20 @@ __device__ __forceinline__ float maxKeepingNaN(float a, float b) {
   return isnan(a) || isnan(b) ? __int_as_float(0x7fc00000) : fmaxf(a, b);
 }
 
+/// The block's maximum of `v` keeping NaN (thread 0 gets it).
+__device__ float blockMaxKeepingNaN(float v) {
+  __shared__ float partial[kThreads];
+  partial[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half)
+      partial[threadIdx.x] =
+          maxKeepingNaN(partial[threadIdx.x], partial[threadIdx.x + half]);
+    __syncthreads();
+  }
+  return partial[0];
+}
+
 template <typename X>
 __global__ void __launch_bounds__(kThreads)
     rowAmaxKernel(const X *__restrict__ x, int64_t cols,
@@ -31,37 +45,27 @@ __global__ void __launch_bounds__(kThreads)
   float amax = 0.0f;
   for (int64_t c = threadIdx.x; c < cols; c += kThreads)
     amax = maxKeepingNaN(amax, fabsf(toFloat(row[c])));
-  __shared__ float partial[kThreads];
-  partial[threadIdx.x] = amax;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half)
-      partial[threadIdx.x] =
-          maxKeepingNaN(partial[threadIdx.x], partial[threadIdx.x + half]);
-    __syncthreads();
-  }
+  amax = blockMaxKeepingNaN(amax);
   if (threadIdx.x == 0)
-    rowAmax[blockIdx.x] = partial[0];
+    rowAmax[blockIdx.x] = amax;
 }
 
-/// One thread per group: groups are few (per-tensor, parts) or one row
-/// each (per-channel).
-__global__ void groupScalesKernel(const float *__restrict__ rowAmax,
-                                  const int64_t *__restrict__ groupEnds,
-                                  int64_t groups, float *__restrict__ rowScales,
-                                  int *nonFinite) {
-  const int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (g >= groups)
-    return;
-  const int64_t first = g == 0 ? 0 : groupEnds[g - 1];
+/// One block per group of rows.
+__global__ void __launch_bounds__(kThreads)
+    groupScalesKernel(const float *__restrict__ rowAmax,
+                      const int64_t *__restrict__ groupEnds,
+                      float *__restrict__ rowScales, int *nonFinite) {
+  const int64_t g = blockIdx.x;
+  const int64_t first = g == 0 ? 0 : groupEnds[g - 1], last = groupEnds[g];
   float amax = 0.0f;
-  for (int64_t r = first; r < groupEnds[g]; ++r)
+  for (int64_t r = first + threadIdx.x; r < last; r += kThreads)
     amax = maxKeepingNaN(amax, rowAmax[r]);
-  if (!isfinite(amax))
+  amax = blockMaxKeepingNaN(amax);
+  if (threadIdx.x == 0 && !isfinite(amax))
     *nonFinite = 1;
   // IEEE division (no fast math), as the host's amax / kFp8E4M3Max.
   const float scale = __fdiv_rn(amax, kE4M3Max);
-  for (int64_t r = first; r < groupEnds[g]; ++r)
+  for (int64_t r = first + threadIdx.x; r < last; r += kThreads)
     rowScales[r] = scale;
 }
 
@@ -128,8 +132,7 @@ cudaError_t launchWeightGroupScales(const float *rowAmax,
                                     cudaStream_t stream) {
   if (groups <= 0)
     return cudaSuccess;
-  const int64_t blocks = (groups + kThreads - 1) / kThreads;
-  groupScalesKernel<<<blocks, kThreads, 0, stream>>>(rowAmax, groupEnds, groups,
+  groupScalesKernel<<<groups, kThreads, 0, stream>>>(rowAmax, groupEnds,
                                                      rowScales, nonFinite);
   return cudaGetLastError();
 }
