@@ -121,7 +121,7 @@ struct QuantizeBuffers {
 };
 
 Status prepareQuantize(const std::vector<ParamToUpload> &params,
-                       QuantizeBuffers &q) {
+                       QuantizeBuffers &q, cudaStream_t stream) {
   uint64_t scratchBytes = 0;
   int64_t maxRows = 0;
   std::vector<int64_t> ends;
@@ -144,8 +144,10 @@ Status prepareQuantize(const std::vector<ParamToUpload> &params,
       q.rowAmax.allocate(static_cast<size_t>(maxRows) * sizeof(float)));
   INFER_RETURN_IF_ERROR(uploadToDevice(ends.data(), ends.size(), q.groupEnds));
   INFER_RETURN_IF_ERROR(q.nonFinite.allocate(params.size() * sizeof(int)));
-  INFER_CUDA_RETURN_IF_ERROR(
-      cudaMemset(q.nonFinite.get(), 0, params.size() * sizeof(int)));
+  // On the stream the kernels run on (it does not wait for the default
+  // stream).
+  INFER_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+      q.nonFinite.get(), 0, params.size() * sizeof(int), stream));
   return Status::ok();
 }
 
@@ -201,8 +203,6 @@ StatusOr<std::vector<DeviceParam>>
 uploadParamSources(const std::vector<ParamToUpload> &params,
                    const UploadProgress &progress) {
   std::vector<DeviceParam> out(params.size());
-  QuantizeBuffers q;
-  INFER_RETURN_IF_ERROR(prepareQuantize(params, q));
   uint64_t largest = 0;
   for (const ParamToUpload &p : params)
     largest = std::max(largest, p.source->gatheredBytes());
@@ -210,6 +210,8 @@ uploadParamSources(const std::vector<ParamToUpload> &params,
   // Twice the largest param: a cast may widen bf16 to f32.
   INFER_RETURN_IF_ERROR(
       stager.init(std::clamp<uint64_t>(2 * largest, 4096, kStagingChunk)));
+  QuantizeBuffers q;
+  INFER_RETURN_IF_ERROR(prepareQuantize(params, q, stager.stream()));
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamSource &source = *params[i].source;
     const uint64_t elementSize = plan::dtypeSize(source.gatherDType);
