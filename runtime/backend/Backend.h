@@ -71,6 +71,8 @@ public:
   virtual const std::string &name() const = 0;
 };
 
+struct ParamSource;
+
 /// A parameter on the host as its plan value's dtype says, shared between
 /// ranks or values that load the same source tensor through the same
 /// transforms: f32 elements in `data`, bf16 or f16 bit patterns in `bits16`
@@ -83,6 +85,10 @@ public:
 /// same storage, in the same layout, inside `mapping` (`mappedElements`,
 /// and `mappedRowScales` for fp8). Backends read every tensor through the
 /// accessors (f32Data, bits16Data, fp8Data, rowScaleData), which serve both.
+///
+/// A deferred tensor (`source`, loaded for a backend that transforms at
+/// upload: the CUDA backend) holds no elements yet: only how to gather them
+/// from the checkpoint (ParamSource.h); it is never `consistent()`.
 struct HostTensor {
   plan::DType dtype = plan::DType::kF32;
   std::vector<int64_t> shape;
@@ -93,9 +99,11 @@ struct HostTensor {
   std::shared_ptr<const HostMapping> mapping;
   const void *mappedElements = nullptr;
   const float *mappedRowScales = nullptr;
+  std::shared_ptr<const ParamSource> source;
 
   bool isFp8() const { return dtype == plan::DType::kF8E4M3; }
   bool isMapped() const { return mapping != nullptr; }
+  bool isDeferred() const { return source != nullptr; }
   const float *f32Data() const;
   const uint16_t *bits16Data() const;
   const uint8_t *fp8Data() const;

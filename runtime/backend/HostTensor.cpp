@@ -37,6 +37,8 @@ int64_t HostTensor::elementBytes() const {
 
 bool HostTensor::consistent() const {
   const auto n = static_cast<size_t>(numElements());
+  if (source)
+    return false;
   if (mapping) {
     const bool owned = !data.empty() || !bits16.empty() || !fp8Codes.empty() ||
                        !rowScales.empty();

@@ -19,6 +19,8 @@
 #include "runtime/cuda/GeneratedKernels.h"
 #include "runtime/plan/Plan.h"
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +55,9 @@ struct CudaBackendOptions {
   /// eagerly (no graphs), with an event per step: for finding where time
   /// goes, not for timing the whole.
   bool profileSteps = false;
+  /// Called from the loading thread(s) with the bytes of each deferred
+  /// param (unpacked artifacts) as it goes to the device: a progress bar.
+  std::function<void(uint64_t bytes)> uploadProgress;
 };
 
 /// How a backend made by createCudaBackend runs its `fused` steps, e.g. "3

@@ -1,6 +1,7 @@
 //===- Artifact.cpp - Loading a compiled artifact directory ---------------===//
 
 #include "runtime/engine/Artifact.h"
+#include "runtime/backend/ParamSource.h"
 #include "runtime/engine/Progress.h"
 #include "runtime/safetensors/Safetensors.h"
 #include "runtime/support/Fp8.h"
@@ -90,45 +91,63 @@ static Status checkWeightFile(const plan::WeightFile &expected,
 
 namespace {
 
-/// Opens each safetensors file of the weights directory once.
+/// A checkpoint file mapped for the views into it.
+class CheckpointMapping : public HostMapping {
+public:
+  explicit CheckpointMapping(std::unique_ptr<safetensors::File> file)
+      : file_(std::move(file)) {}
+  const std::string &name() const override { return file_->path(); }
+  const safetensors::File &file() const { return *file_; }
+
+private:
+  std::unique_ptr<safetensors::File> file_;
+};
+
+/// Maps each safetensors file of the weights directory once.
 class WeightReader {
 public:
   explicit WeightReader(std::string weightsDir)
       : weightsDir_(std::move(weightsDir)) {}
 
-  /// The tensor with its checkpoint shape: a bf16 or f16 tensor as its
-  /// bit patterns (no fp32 detour: slices and concatenations move them as
-  /// they are), any other as fp32.
-  StatusOr<HostTensor> read(const std::string &file,
+  /// A view of the whole tensor in its checkpoint dtype and shape (bf16,
+  /// f16 or f32: the bytes are moved as they are, never converted here).
+  StatusOr<SourceView> view(const std::string &file,
                             const std::string &tensor) {
     auto &opened = files_[file];
     if (!opened) {
       INFER_ASSIGN_OR_RETURN(
-          opened, safetensors::File::open(joinPath(weightsDir_, file)));
+          std::unique_ptr<safetensors::File> mapped,
+          safetensors::File::open(joinPath(weightsDir_, file)));
+      opened = std::make_shared<const CheckpointMapping>(std::move(mapped));
     }
-    const safetensors::TensorInfo *info = opened->header().find(tensor);
+    const safetensors::File &mapped = opened->file();
+    const safetensors::TensorInfo *info = mapped.header().find(tensor);
     if (!info)
-      return notFound("tensor '" + tensor + "' not found in " + opened->path());
-    HostTensor result;
-    result.shape = info->shape;
-    if (info->dtype == safetensors::DType::kBF16 ||
-        info->dtype == safetensors::DType::kF16) {
-      INFER_ASSIGN_OR_RETURN(std::string_view bytes,
-                             opened->tensorBytes(tensor));
-      result.dtype = info->dtype == safetensors::DType::kBF16
-                         ? plan::DType::kBF16
-                         : plan::DType::kF16;
-      result.bits16.resize(bytes.size() / 2);
-      std::memcpy(result.bits16.data(), bytes.data(), bytes.size());
-      return result;
+      return notFound("tensor '" + tensor + "' not found in " + mapped.path());
+    plan::DType dtype;
+    switch (info->dtype) {
+    case safetensors::DType::kBF16:
+      dtype = plan::DType::kBF16;
+      break;
+    case safetensors::DType::kF16:
+      dtype = plan::DType::kF16;
+      break;
+    case safetensors::DType::kF32:
+      dtype = plan::DType::kF32;
+      break;
+    default:
+      return invalidArgument(
+          "tensor '" + tensor + "' in " + mapped.path() + " is " +
+          std::string(safetensors::dtypeName(info->dtype)) +
+          " (weights are read from F32, F16 or BF16 tensors)");
     }
-    INFER_ASSIGN_OR_RETURN(result.data, opened->readAsF32(tensor));
-    return result;
+    INFER_ASSIGN_OR_RETURN(std::string_view bytes, mapped.tensorBytes(tensor));
+    return SourceView::contiguous(opened, bytes.data(), dtype, info->shape);
   }
 
 private:
   std::string weightsDir_;
-  std::map<std::string, std::unique_ptr<safetensors::File>> files_;
+  std::map<std::string, std::shared_ptr<const CheckpointMapping>> files_;
 };
 
 /// A transform attribute as text, to tell transforms apart.
@@ -160,49 +179,53 @@ std::string formatShape(const std::vector<int64_t> &shape) {
   return text + "]";
 }
 
-/// Keeps indices begin .. begin+size of dimension dim of `elements` (a
-/// tensor of `shape`).
-template <typename T>
-void sliceElements(std::vector<T> &elements, const std::vector<int64_t> &shape,
-                   int64_t dim, int64_t begin, int64_t size) {
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d)
-    outer *= shape[d];
-  for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d)
-    inner *= shape[d];
-  std::vector<T> sliced(static_cast<size_t>(outer * size * inner));
-  for (int64_t o = 0; o < outer; ++o)
-    std::copy_n(elements.begin() + (o * shape[dim] + begin) * inner,
-                size * inner, sliced.begin() + o * size * inner);
-  elements = std::move(sliced);
-}
-
-/// Keeps indices begin .. begin+size of dimension dim of `tensor`.
-Status sliceTensor(HostTensor &tensor, int64_t dim, int64_t begin,
-                   int64_t size) {
-  const int64_t rank = static_cast<int64_t>(tensor.shape.size());
+/// Checks that indices begin .. begin+size of dimension dim are inside
+/// `shape`.
+Status checkSlice(const std::vector<int64_t> &shape, int64_t dim, int64_t begin,
+                  int64_t size) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
   // begin > extent - size: begin + size could overflow.
-  if (dim < 0 || dim >= rank || begin < 0 || size < 0 ||
-      size > tensor.shape[dim] || begin > tensor.shape[dim] - size)
+  if (dim < 0 || dim >= rank || begin < 0 || size < 0 || size > shape[dim] ||
+      begin > shape[dim] - size)
     return invalidArgument("slice {dim " + std::to_string(dim) + ", begin " +
                            std::to_string(begin) + ", size " +
                            std::to_string(size) + "} is outside shape " +
-                           formatShape(tensor.shape));
-  if (tensor.bits16.empty())
-    sliceElements(tensor.data, tensor.shape, dim, begin, size);
-  else
-    sliceElements(tensor.bits16, tensor.shape, dim, begin, size);
-  tensor.shape[dim] = size;
+                           formatShape(shape));
   return Status::ok();
 }
 
-/// `tensor` as fp32 elements (a 16-bit one widened exactly).
-void widenToFloat(HostTensor &tensor) {
-  if (tensor.bits16.empty())
-    return;
-  tensor.data = tensor.toFloat();
-  tensor.bits16 = std::vector<uint16_t>();
-  tensor.dtype = plan::DType::kF32;
+/// Narrows dimension dim of `view` to begin .. begin+size (checked).
+void sliceView(SourceView &view, int64_t dim, int64_t begin, int64_t size) {
+  view.data += begin * view.strides[dim] * plan::dtypeSize(view.dtype);
+  view.shape[dim] = size;
+}
+
+/// Keeps indices begin .. begin+size of dimension dim of the concatenation
+/// of `source`'s parts: rows of the parts for dimension 0, the same range
+/// of every part for the others.
+Status sliceSource(ParamSource &source, int64_t dim, int64_t begin,
+                   int64_t size) {
+  INFER_RETURN_IF_ERROR(checkSlice(source.shape, dim, begin, size));
+  source.shape[dim] = size;
+  if (dim > 0) {
+    for (SourceView &part : source.parts)
+      sliceView(part, dim, begin, size);
+    return Status::ok();
+  }
+  std::vector<SourceView> kept;
+  int64_t first = 0; // of the part, in the concatenation
+  for (SourceView &part : source.parts) {
+    const int64_t rows = part.shape[0];
+    const int64_t from = std::max(begin, first);
+    const int64_t to = std::min(begin + size, first + rows);
+    if (from < to) {
+      sliceView(part, 0, from - first, to - from);
+      kept.push_back(std::move(part));
+    }
+    first += rows;
+  }
+  source.parts = std::move(kept);
+  return Status::ok();
 }
 
 /// The integer attribute `name` of `transform`.
@@ -218,18 +241,18 @@ StatusOr<int64_t> intAttr(const plan::WeightTransform &transform,
 
 /// `slice` (dim, begin, size): indices begin .. begin+size of dimension dim,
 /// a tensor-parallel shard.
-Status applySlice(const plan::WeightTransform &transform, HostTensor &tensor) {
+Status applySlice(const plan::WeightTransform &transform, ParamSource &source) {
   INFER_ASSIGN_OR_RETURN(int64_t dim, intAttr(transform, "dim"));
   INFER_ASSIGN_OR_RETURN(int64_t begin, intAttr(transform, "begin"));
   INFER_ASSIGN_OR_RETURN(int64_t size, intAttr(transform, "size"));
-  return sliceTensor(tensor, dim, begin, size);
+  return sliceSource(source, dim, begin, size);
 }
 
 /// `concat`: appends another checkpoint tensor along axis 0, first sliced by
 /// slice_dim, slice_begin, slice_size when it has them (a tensor-parallel
 /// shard of a merged projection).
 Status applyConcat(const plan::WeightTransform &transform, WeightReader &reader,
-                   HostTensor &tensor) {
+                   ParamSource &source) {
   auto attr = [&](const char *name) -> const plan::AttrValue * {
     auto it = transform.attrs.find(name);
     return it == transform.attrs.end() ? nullptr : &it->second;
@@ -248,37 +271,42 @@ Status applyConcat(const plan::WeightTransform &transform, WeightReader &reader,
   if (*axis != 0)
     return unimplemented("concat along axis " + std::to_string(*axis) +
                          " (only 0)");
-  INFER_ASSIGN_OR_RETURN(HostTensor part, reader.read(*file, *name));
+  INFER_ASSIGN_OR_RETURN(SourceView part, reader.view(*file, *name));
   if (transform.attrs.count("slice_dim")) {
     INFER_ASSIGN_OR_RETURN(int64_t dim, intAttr(transform, "slice_dim"));
     INFER_ASSIGN_OR_RETURN(int64_t begin, intAttr(transform, "slice_begin"));
     INFER_ASSIGN_OR_RETURN(int64_t size, intAttr(transform, "slice_size"));
-    INFER_RETURN_IF_ERROR(
-        sliceTensor(part, dim, begin, size).withContext("'" + *name + "'"));
+    INFER_RETURN_IF_ERROR(checkSlice(part.shape, dim, begin, size)
+                              .withContext("'" + *name + "'"));
+    sliceView(part, dim, begin, size);
   }
-  if (part.shape.empty() || part.shape.size() != tensor.shape.size() ||
+  if (part.shape.empty() || part.shape.size() != source.shape.size() ||
       !std::equal(part.shape.begin() + 1, part.shape.end(),
-                  tensor.shape.begin() + 1))
+                  source.shape.begin() + 1))
     return invalidArgument("cannot concatenate '" + *name + "' of shape " +
                            formatShape(part.shape) + " to shape " +
-                           formatShape(tensor.shape) + " along axis 0");
-  tensor.shape[0] += part.shape[0];
+                           formatShape(source.shape) + " along axis 0");
+  source.shape[0] += part.shape[0];
   // Parts of one 16-bit type stay 16-bit; otherwise both widen to fp32.
-  if (part.dtype != tensor.dtype) {
-    widenToFloat(tensor);
-    widenToFloat(part);
-  }
-  if (tensor.bits16.empty())
-    tensor.data.insert(tensor.data.end(), part.data.begin(), part.data.end());
-  else
-    tensor.bits16.insert(tensor.bits16.end(), part.bits16.begin(),
-                         part.bits16.end());
+  if (part.dtype != source.gatherDType)
+    source.gatherDType = plan::DType::kF32;
+  source.parts.push_back(std::move(part));
   return Status::ok();
 }
 
-/// max(a, b) that stays NaN once either is (std::max drops a NaN b).
-inline float maxKeepingNaN(float a, float b) {
-  return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+/// `quantize_fp8_e4m3` (granularity "per-tensor" | "per-channel", parts):
+/// records the groups of rows that share a scale; the codes are made where
+/// the param is materialized (quantizeOnHost here, or on the device).
+Status applyQuantize(const plan::WeightTransform &transform,
+                     ParamSource &source) {
+  INFER_RETURN_IF_ERROR(checkFp8Granularity(transform));
+  if (source.shape.size() != 2)
+    return invalidArgument("quantize_fp8_e4m3 needs a 2-D tensor, got " +
+                           formatShape(source.shape));
+  INFER_ASSIGN_OR_RETURN(source.quantizeGroups,
+                         fp8QuantizeGroups(transform, source.shape[0]));
+  source.quantize = true;
+  return Status::ok();
 }
 
 /// Calls fn(first, last) over ranges of [0, rows) on up to 16 threads when
@@ -300,75 +328,33 @@ void forEachRowRange(int64_t rows, int64_t cols,
     t.join();
 }
 
-/// `quantize_fp8_e4m3` (granularity "per-tensor" | "per-channel", parts):
-/// replaces the fp32 data by FP8 E4M3 codes with scale = amax / 448 over the
-/// tensor, over each of its `parts` (consecutive row ranges), or over each
-/// output channel (row of dimension 0). Every row gets its scale, so a
-/// backend reads decode(code) * rowScales[row] whatever the granularity.
-Status quantizeFp8(const plan::WeightTransform &transform, HostTensor &tensor) {
-  auto it = transform.attrs.find("granularity");
-  const auto *granularity = it == transform.attrs.end()
-                                ? nullptr
-                                : std::get_if<std::string>(&it->second);
-  if (!granularity)
-    return invalidArgument("quantize_fp8_e4m3 needs a string 'granularity' "
-                           "attribute");
-  if (*granularity != "per-tensor" && *granularity != "per-channel")
-    return invalidArgument("quantize_fp8_e4m3: unknown granularity '" +
-                           *granularity +
-                           "' (expected per-tensor or per-channel)");
-  widenToFloat(tensor);
-  if (tensor.shape.size() != 2)
-    return invalidArgument("quantize_fp8_e4m3 needs a 2-D tensor, got " +
-                           formatShape(tensor.shape));
-  const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
-  // Rows that share a scale: every row, the parts, or the whole tensor.
-  std::vector<int64_t> groups;
-  if (*granularity == "per-channel") {
-    groups.assign(static_cast<size_t>(rows), 1);
-  } else if (auto parts = transform.attrs.find("parts");
-             parts != transform.attrs.end()) {
-    const auto *sizes = std::get_if<std::vector<int64_t>>(&parts->second);
-    bool positive = sizes != nullptr;
-    int64_t total = 0;
-    for (int64_t n : sizes ? *sizes : std::vector<int64_t>{}) {
-      positive = positive && n > 0;
-      total += n;
-    }
-    if (!positive || total != rows)
-      return invalidArgument("quantize_fp8_e4m3: parts must be positive row "
-                             "counts adding up to " +
-                             std::to_string(rows));
-    groups = *sizes;
-  } else {
-    groups = {rows};
+/// Replaces the elements of a 2-D tensor by FP8 E4M3 codes with scale =
+/// amax / 448 over each group of rows (fp8RowScales). Every row gets its
+/// scale, so a backend reads decode(code) * rowScales[row] whatever the
+/// granularity.
+Status quantizeOnHost(const std::vector<int64_t> &groups, HostTensor &tensor) {
+  if (!tensor.bits16.empty()) {
+    tensor.data = tensor.toFloat();
+    tensor.bits16 = std::vector<uint16_t>();
   }
-  tensor.fp8Codes.resize(tensor.data.size());
-  tensor.rowScales.resize(static_cast<size_t>(rows));
-  // Each row's amax, then each group's (the max over its rows), then the
-  // codes; rows are spread over threads (a Llama-3-8B checkpoint is 7.5e9
-  // elements), which changes no result.
+  const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
+  // Each row's amax, then each group's scale, then the codes; rows are
+  // spread over threads (a Llama-3-8B checkpoint is 7.5e9 elements), which
+  // changes no result.
   std::vector<float> rowAmax(static_cast<size_t>(rows));
   forEachRowRange(rows, cols, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {
       float amax = 0.0f;
       const float *x = tensor.data.data() + r * cols;
       for (int64_t c = 0; c < cols; ++c)
-        amax = maxKeepingNaN(amax, std::fabs(x[c]));
+        amax = std::isnan(amax) || std::isnan(x[c])
+                   ? NAN
+                   : std::max(amax, std::fabs(x[c]));
       rowAmax[static_cast<size_t>(r)] = amax;
     }
   });
-  int64_t row = 0;
-  for (int64_t groupRows : groups) {
-    float amax = 0.0f;
-    for (int64_t r = row; r < row + groupRows; ++r)
-      amax = maxKeepingNaN(amax, rowAmax[static_cast<size_t>(r)]);
-    if (!std::isfinite(amax))
-      return invalidArgument("cannot quantize a tensor holding inf or NaN");
-    // An all-zero group keeps scale 0 and codes 0 (no division by zero).
-    std::fill_n(tensor.rowScales.begin() + row, groupRows, amax / kFp8E4M3Max);
-    row += groupRows;
-  }
+  INFER_ASSIGN_OR_RETURN(tensor.rowScales, fp8RowScales(groups, rowAmax));
+  tensor.fp8Codes.resize(tensor.data.size());
   forEachRowRange(rows, cols, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {
       const float scale = tensor.rowScales[static_cast<size_t>(r)];
@@ -384,38 +370,51 @@ Status quantizeFp8(const plan::WeightTransform &transform, HostTensor &tensor) {
   return Status::ok();
 }
 
-/// Reads a param's source tensor, applies its transforms in order and
-/// rounds it to the param's dtype.
-StatusOr<HostTensor> loadParam(const plan::Value &v, WeightReader &reader) {
-  INFER_ASSIGN_OR_RETURN(HostTensor tensor,
-                         reader.read(v.sourceFile, v.sourceTensor));
+/// Views a param's source tensors through its transforms and checks the
+/// result against the plan value: no element is read yet.
+StatusOr<ParamSource> planParam(const plan::Value &v, WeightReader &reader) {
+  ParamSource source;
+  INFER_ASSIGN_OR_RETURN(SourceView first,
+                         reader.view(v.sourceFile, v.sourceTensor));
+  source.shape = first.shape;
+  source.gatherDType = first.dtype;
+  source.parts.push_back(std::move(first));
   for (const plan::WeightTransform &transform : v.transforms) {
-    if (tensor.isFp8())
+    if (source.quantize)
       return invalidArgument("quantize_fp8_e4m3 must be the last transform");
     if (transform.kind == "concat")
       INFER_RETURN_IF_ERROR(
-          applyConcat(transform, reader, tensor).withContext("concat"));
+          applyConcat(transform, reader, source).withContext("concat"));
     else if (transform.kind == "slice")
-      INFER_RETURN_IF_ERROR(applySlice(transform, tensor).withContext("slice"));
+      INFER_RETURN_IF_ERROR(applySlice(transform, source).withContext("slice"));
     else if (transform.kind == "quantize_fp8_e4m3")
       INFER_RETURN_IF_ERROR(
-          quantizeFp8(transform, tensor).withContext("quantize_fp8_e4m3"));
+          applyQuantize(transform, source).withContext("quantize_fp8_e4m3"));
     else
       return unimplemented("unknown weight transform '" + transform.kind + "'");
   }
   std::vector<int64_t> shape;
   for (const plan::Dim &d : v.shape)
     shape.push_back(d.size);
-  if (tensor.shape != shape)
+  if (source.shape != shape)
     return invalidArgument(
         "tensor '" + v.sourceTensor + "' in " + v.sourceFile + " has shape " +
-        formatShape(tensor.shape) +
+        formatShape(source.shape) +
         (v.transforms.empty() ? "" : " after its transforms") +
         ", the plan expects " + formatShape(shape));
-  if (!tensor.isFp8() && tensor.dtype != v.dtype) {
-    widenToFloat(tensor);
-    tensor.convertTo(v.dtype);
-  }
+  source.dtype = source.quantize ? plan::DType::kF8E4M3 : v.dtype;
+  return source;
+}
+
+/// The param's elements on the host: gathered, then quantized or rounded to
+/// its dtype.
+StatusOr<HostTensor> materializeOnHost(const ParamSource &source) {
+  HostTensor tensor = source.gatherToHost();
+  if (source.quantize)
+    INFER_RETURN_IF_ERROR(quantizeOnHost(source.quantizeGroups, tensor)
+                              .withContext("quantize_fp8_e4m3"));
+  else
+    castHostTensor(tensor, source.dtype);
   return tensor;
 }
 
@@ -423,7 +422,14 @@ StatusOr<HostTensor> loadParam(const plan::Value &v, WeightReader &reader) {
 
 Status applyQuantizeFp8(const plan::WeightTransform &transform,
                         HostTensor &tensor) {
-  return quantizeFp8(transform, tensor);
+  INFER_RETURN_IF_ERROR(checkFp8Granularity(transform));
+  if (tensor.shape.size() != 2)
+    return invalidArgument("quantize_fp8_e4m3 needs a 2-D tensor, got " +
+                           formatShape(tensor.shape));
+  INFER_ASSIGN_OR_RETURN(std::vector<int64_t> groups,
+                         fp8QuantizeGroups(transform, tensor.shape[0]));
+  castHostTensor(tensor, plan::DType::kF32);
+  return quantizeOnHost(groups, tensor);
 }
 
 /// Bytes of a param as loaded: its elements, and an fp8 param's row scales.
@@ -450,9 +456,12 @@ std::string paramLoadKey(const plan::Value &v) {
   return key;
 }
 
-Status
-forEachParam(const Artifact &artifact, int rank, const std::string &weightsDir,
-             const std::function<Status(const plan::Value &, HostTensor)> &fn) {
+/// Calls fn with the source of each distinct param of the rank (the first
+/// value of each paramLoadKey, in plan order), after checking the weight
+/// files.
+static Status forEachParamSource(
+    const Artifact &artifact, int rank, const std::string &weightsDir,
+    const std::function<Status(const plan::Value &, ParamSource)> &fn) {
   const plan::Plan &plan = artifact.plan;
   if (rank < 0 || rank >= static_cast<int>(plan.ranks.size()))
     return invalidArgument("rank " + std::to_string(rank) + " not in the plan");
@@ -465,12 +474,45 @@ forEachParam(const Artifact &artifact, int rank, const std::string &weightsDir,
     if (v.kind != plan::ValueKind::kParam ||
         !seen.insert(paramLoadKey(v)).second)
       continue;
-    StatusOr<HostTensor> tensor = loadParam(v, reader);
-    if (!tensor.isOk())
-      return tensor.status().withContext("param '" + v.name + "'");
-    INFER_RETURN_IF_ERROR(fn(v, std::move(*tensor)));
+    StatusOr<ParamSource> source = planParam(v, reader);
+    if (!source.isOk())
+      return source.status().withContext("param '" + v.name + "'");
+    INFER_RETURN_IF_ERROR(fn(v, std::move(*source)));
   }
   return Status::ok();
+}
+
+Status
+forEachParam(const Artifact &artifact, int rank, const std::string &weightsDir,
+             const std::function<Status(const plan::Value &, HostTensor)> &fn) {
+  return forEachParamSource(
+      artifact, rank, weightsDir,
+      [&](const plan::Value &v, ParamSource source) -> Status {
+        StatusOr<HostTensor> tensor = materializeOnHost(source);
+        if (!tensor.isOk())
+          return tensor.status().withContext("param '" + v.name + "'");
+        return fn(v, std::move(*tensor));
+      });
+}
+
+StatusOr<ParamTable> loadDeferredParams(const Artifact &artifact, int rank,
+                                        const std::string &weightsDir) {
+  std::map<std::string, std::shared_ptr<const HostTensor>> loaded;
+  INFER_RETURN_IF_ERROR(forEachParamSource(
+      artifact, rank, weightsDir,
+      [&](const plan::Value &v, ParamSource source) {
+        auto tensor = std::make_shared<HostTensor>();
+        tensor->dtype = source.dtype;
+        tensor->shape = source.shape;
+        tensor->source = std::make_shared<const ParamSource>(std::move(source));
+        loaded[paramLoadKey(v)] = std::move(tensor);
+        return Status::ok();
+      }));
+  ParamTable params;
+  for (const plan::Value &v : artifact.plan.ranks[rank].values)
+    if (v.kind == plan::ValueKind::kParam)
+      params[v.id] = loaded.at(paramLoadKey(v));
+  return params;
 }
 
 StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,

@@ -64,6 +64,14 @@ Status
 forEachParam(const Artifact &artifact, int rank, const std::string &weightsDir,
              const std::function<Status(const plan::Value &, HostTensor)> &fn);
 
+/// The rank's params as deferred tensors (HostTensor::source): each
+/// param's transforms checked and turned into views of the mapped
+/// checkpoint, no element read. A backend that transforms while uploading
+/// (the CUDA backend) materializes them; values that load the same tensor
+/// (paramLoadKey) share one.
+StatusOr<ParamTable> loadDeferredParams(const Artifact &artifact, int rank,
+                                        const std::string &weightsDir);
+
 /// Applies a `quantize_fp8_e4m3` weight transform (granularity per-tensor
 /// or per-channel, optional `parts`) to a 2-D fp32 tensor: its data becomes
 /// E4M3 codes with one scale per row (amax / 448 of the row's group), as

@@ -480,6 +480,11 @@ StatusOr<ParamTable> loadPackedParams(const Artifact &artifact, int rank,
 
 StatusOr<ParamTable> loadRankParams(const Artifact &artifact, int rank,
                                     const WeightLoadOptions &options) {
+  if ((artifact.manifest.packedWeights.empty() ||
+       !options.weightsDirOverride.empty()) &&
+      options.deferTransforms)
+    return loadDeferredParams(
+        artifact, rank, weightsDirOf(artifact, options.weightsDirOverride));
   if (artifact.manifest.packedWeights.empty() ||
       !options.weightsDirOverride.empty())
     return loadParams(artifact, rank,

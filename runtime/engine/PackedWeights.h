@@ -50,11 +50,16 @@ struct WeightLoadOptions {
   bool verifyHash = true;
   /// Show the progress of loading on stderr (runtime/engine/Progress.h).
   bool showProgress = false;
+  /// Unpacked: return deferred params (loadDeferredParams) for a backend
+  /// that gathers and transforms them while uploading (cuda), instead of
+  /// transformed host copies.
+  bool deferTransforms = false;
 };
 
 /// The params of `rank`: from the rank's packed file when the artifact has
 /// packed weights and no override is given, else read from the source
-/// checkpoint and transformed (loadParams).
+/// checkpoint and transformed (loadParams), or deferred to the backend
+/// (options.deferTransforms: loadDeferredParams).
 StatusOr<ParamTable> loadRankParams(const Artifact &artifact, int rank,
                                     const WeightLoadOptions &options);
 

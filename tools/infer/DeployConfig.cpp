@@ -16,7 +16,10 @@ namespace {
 using nlohmann::json;
 
 /// A config key, the flag that sets it, and where it lives. A bool key's
-/// flag takes no value and sets `flagSets` (--no-fuse sets fuse false).
+/// flag takes no value and sets `flagSets` (--no-fuse sets fuse false);
+/// `inverse` sets the other value, so a command line can undo the file
+/// either way (--fuse over "fuse": false, --no-pack-weights over
+/// "pack_weights": true).
 struct Field {
   const char *key;
   const char *flag;
@@ -24,6 +27,7 @@ struct Field {
                bool DeployConfig::*>
       member;
   bool flagSets = true;
+  const char *inverse = nullptr;
 };
 
 const std::vector<Field> &fields() {
@@ -32,8 +36,9 @@ const std::vector<Field> &fields() {
       {"cuda_arch", "--cuda-arch", &DeployConfig::cudaArch},
       {"dtype", "--dtype", &DeployConfig::dtype},
       {"block_size", "--block-size", &DeployConfig::blockSize},
-      {"fuse", "--no-fuse", &DeployConfig::fuse, false},
-      {"plan_memory", "--no-plan-memory", &DeployConfig::planMemory, false},
+      {"fuse", "--no-fuse", &DeployConfig::fuse, false, "--fuse"},
+      {"plan_memory", "--no-plan-memory", &DeployConfig::planMemory, false,
+       "--plan-memory"},
       {"tp", "--tp", &DeployConfig::tp},
       {"quant", "--quant", &DeployConfig::quant},
       {"quant_granularity", "--quant-granularity",
@@ -41,7 +46,8 @@ const std::vector<Field> &fields() {
       {"kv_cache_dtype", "--kv-cache-dtype", &DeployConfig::kvCacheDtype},
       {"sink_tokens", "--sink-tokens", &DeployConfig::sinkTokens},
       {"window", "--window", &DeployConfig::window},
-      {"pack_weights", "--pack-weights", &DeployConfig::packWeights, true},
+      {"pack_weights", "--pack-weights", &DeployConfig::packWeights, true,
+       "--no-pack-weights"},
   };
   return table;
 }
@@ -99,22 +105,32 @@ StatusOr<DeployConfig> readDeployConfig(const std::string &path) {
 
 std::vector<OptionSpec> deployConfigFlags() {
   std::vector<OptionSpec> specs;
-  for (const Field &f : fields())
+  for (const Field &f : fields()) {
     specs.push_back(
         {f.flag, !std::holds_alternative<bool DeployConfig::*>(f.member)});
+    if (f.inverse)
+      specs.push_back({f.inverse, false});
+  }
   return specs;
 }
 
 Status applyDeployConfigFlags(const ParsedArgs &args, DeployConfig &config) {
   for (const Field &f : fields()) {
+    if (auto *b = std::get_if<bool DeployConfig::*>(&f.member)) {
+      // A flag and its inverse: the last one given wins.
+      for (const auto &[name, value] : args.options)
+        if (name == f.flag || (f.inverse && name == f.inverse))
+          config.*(*b) = name == f.flag ? f.flagSets : !f.flagSets;
+      continue;
+    }
     if (!args.has(f.flag))
       continue;
     if (auto *s = std::get_if<std::string DeployConfig::*>(&f.member)) {
       config.*(*s) = *args.get(f.flag);
-    } else if (auto *i = std::get_if<int64_t DeployConfig::*>(&f.member)) {
-      INFER_ASSIGN_OR_RETURN(config.*(*i), args.getInt(f.flag, 0));
     } else {
-      config.*std::get<bool DeployConfig::*>(f.member) = f.flagSets;
+      INFER_ASSIGN_OR_RETURN(config.*
+                                 std::get<int64_t DeployConfig::*>(f.member),
+                             args.getInt(f.flag, 0));
     }
   }
   return Status::ok();

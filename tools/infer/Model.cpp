@@ -2,6 +2,7 @@
 
 #include "tools/infer/Model.h"
 #include "runtime/cpu/CpuBackend.h"
+#include "runtime/engine/Progress.h"
 #include "tools/infer/MultiProcess.h"
 
 #ifdef INFER_HAS_CUDA
@@ -14,6 +15,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 namespace infer::tool {
@@ -66,8 +68,6 @@ StatusOr<LoadedModel> loadModel(const std::string &model) {
   return loaded;
 }
 
-/// All ranks of a tensor-parallel artifact in this process, one thread each
-/// (and one GPU each on cuda).
 #ifdef INFER_HAS_CUDA
 /// The CUDA backend's options for `artifact`: the pool (numBlocks, or 0 and
 /// the memory fraction) and the artifact's generated kernels.
@@ -82,8 +82,33 @@ cudaOptionsFor(const Artifact &artifact, int64_t numBlocks,
       cuda::readKernelImages(artifact.dir, artifact.manifest.kernels));
   return options;
 }
+
+/// Bytes the backend will make of the deferred params (unpacked artifacts
+/// on cuda), for the progress of their upload.
+static uint64_t deferredBytes(const std::vector<ParamTable> &params) {
+  std::set<const HostTensor *> seen;
+  uint64_t total = 0;
+  for (const ParamTable &table : params)
+    for (const auto &[id, tensor] : table)
+      if (tensor && tensor->isDeferred() && seen.insert(tensor.get()).second)
+        total += static_cast<uint64_t>(tensor->elementBytes()) +
+                 (tensor->isFp8() ? tensor->shape.at(0) * sizeof(float) : 0);
+  return total;
+}
 #endif
 
+/// `weights` as `backend` loads them: the cuda backend takes an unpacked
+/// artifact's params deferred and transforms them on their way to the
+/// device (no host copy of the model).
+static WeightLoadOptions weightsFor(const std::string &backend,
+                                    const WeightLoadOptions &weights) {
+  WeightLoadOptions options = weights;
+  options.deferTransforms = backend == "cuda";
+  return options;
+}
+
+/// All ranks of a tensor-parallel artifact in this process, one thread each
+/// (and one GPU each on cuda).
 static StatusOr<std::unique_ptr<Backend>>
 createTensorParallelBackend(const Artifact &artifact, const std::string &name,
                             const WeightLoadOptions &weights, int64_t numBlocks,
@@ -91,8 +116,9 @@ createTensorParallelBackend(const Artifact &artifact, const std::string &name,
   const int numRanks = artifact.plan.numRanks;
   std::vector<ParamTable> params;
   for (int rank = 0; rank < numRanks; ++rank) {
-    INFER_ASSIGN_OR_RETURN(ParamTable rankParams,
-                           loadRankParams(artifact, rank, weights));
+    INFER_ASSIGN_OR_RETURN(
+        ParamTable rankParams,
+        loadRankParams(artifact, rank, weightsFor(name, weights)));
     params.push_back(std::move(rankParams));
   }
 #ifdef INFER_HAS_CUDA
@@ -100,8 +126,16 @@ createTensorParallelBackend(const Artifact &artifact, const std::string &name,
     INFER_ASSIGN_OR_RETURN(
         cuda::CudaBackendOptions options,
         cudaOptionsFor(artifact, numBlocks, kvCacheMemoryFraction));
-    return cuda::createCudaTensorParallelBackend(artifact.plan, params,
-                                                 options);
+    const uint64_t streamed = deferredBytes(params);
+    Progress progress("streaming weights of " + std::to_string(numRanks) +
+                          " ranks to the devices",
+                      streamed, weights.showProgress && streamed > 0);
+    options.uploadProgress = [&progress](uint64_t n) { progress.advance(n); };
+    StatusOr<std::unique_ptr<Backend>> backend =
+        cuda::createCudaTensorParallelBackend(artifact.plan, params, options);
+    if (backend.isOk())
+      progress.finish();
+    return backend;
   }
 #endif
   cpu::CpuBackendOptions options;
@@ -136,14 +170,23 @@ createBackend(const Artifact &artifact, const std::string &name,
   if (artifact.plan.numRanks > 1)
     return createTensorParallelBackend(artifact, name, weights, numBlocks,
                                        numThreads, kvCacheMemoryFraction);
-  INFER_ASSIGN_OR_RETURN(ParamTable params,
-                         loadRankParams(artifact, 0, weights));
+  INFER_ASSIGN_OR_RETURN(
+      ParamTable params,
+      loadRankParams(artifact, 0, weightsFor(name, weights)));
 #ifdef INFER_HAS_CUDA
   if (name == "cuda") {
     INFER_ASSIGN_OR_RETURN(
         cuda::CudaBackendOptions options,
         cudaOptionsFor(artifact, numBlocks, kvCacheMemoryFraction));
-    return cuda::createCudaBackend(artifact.plan, 0, params, options);
+    const uint64_t streamed = deferredBytes({params});
+    Progress progress("streaming weights of rank 0 to the device", streamed,
+                      weights.showProgress && streamed > 0);
+    options.uploadProgress = [&progress](uint64_t n) { progress.advance(n); };
+    StatusOr<std::unique_ptr<Backend>> backend =
+        cuda::createCudaBackend(artifact.plan, 0, params, options);
+    if (backend.isOk())
+      progress.finish();
+    return backend;
   }
 #endif
   cpu::CpuBackendOptions options;

@@ -59,6 +59,9 @@ public:
     weights.verifyHash = spec.verifyHash;
     // One progress bar: rank 0's.
     weights.showProgress = spec.showProgress && world.rank() == 0;
+    // cuda: an unpacked artifact's params go to the device as they are
+    // transformed (no host copy of the rank's weights).
+    weights.deferTransforms = spec.backend == "cuda";
     INFER_ASSIGN_OR_RETURN(params_,
                            loadRankParams(artifact_, world.rank(), weights));
     return Status::ok();

@@ -875,6 +875,8 @@ std::vector<Command> commands() {
        "--mlir-print-ir-after-all prints the module to stderr after every\n"
        "pass of the pipeline.\n"
        "--pack-weights packs the params into the artifact (see infer pack).\n"
+       "--fuse, --plan-memory and --no-pack-weights undo a config's false,\n"
+       "false and true (the last of a flag and its inverse wins).\n"
        "--config FILE reads these options from a JSON object keyed by the\n"
        "flags' names in snake_case (target, cuda_arch, dtype, block_size,\n"
        "fuse, plan_memory, tp, quant, quant_granularity, kv_cache_dtype,\n"

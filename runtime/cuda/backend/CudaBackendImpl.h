@@ -35,6 +35,7 @@
 #include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/GeneratedKernels.h"
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/ParamUpload.h"
 #include "runtime/cuda/SamplingKernels.h"
 #include "runtime/plan/StepAttrs.h"
 
@@ -204,7 +205,12 @@ private:
   Status runSameShapePair(const PreparedStep &s, Launch launch);
 
   // DeviceParams.cpp
-  Status uploadParams(const ParamTable &params);
+  Status uploadParams(const ParamTable &params, const UploadProgress &progress);
+  /// Streams the deferred params (unpacked artifacts) to the device:
+  /// host tensor -> its device tensor.
+  Status uploadDeferredParams(const ParamTable &params,
+                              const UploadProgress &progress,
+                              std::map<const HostTensor *, Tensor> &uploaded);
   /// Uploads the spans of the mapped files `params` view (packed weights):
   /// mapping -> (host start of the span, its device copy).
   Status uploadMappedParams(

@@ -15,6 +15,10 @@
 // and each tensor is that buffer plus its offset in the span (the file's
 // 256-byte tensor alignment carries over to the device).
 //
+// An unpacked artifact's params come deferred (HostTensor::source) and are
+// gathered from the checkpoint mapping and transformed on their way to the
+// device (ParamUpload.h), one after another: no host copy of the model.
+//
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/backend/CudaBackendImpl.h"
@@ -133,11 +137,57 @@ Status CudaBackend::uploadMappedParams(
   return Status::ok();
 }
 
-Status CudaBackend::uploadParams(const ParamTable &params) {
+Status CudaBackend::uploadDeferredParams(
+    const ParamTable &params, const UploadProgress &progress,
+    std::map<const HostTensor *, Tensor> &uploaded) {
+  std::vector<ParamToUpload> sources;
+  std::vector<const HostTensor *> hosts;
+  for (const Value &v : rank_.values) {
+    if (v.kind != ValueKind::kParam)
+      continue;
+    auto it = params.find(v.id);
+    if (it == params.end() || !it->second || !it->second->isDeferred() ||
+        uploaded.count(it->second.get()))
+      continue;
+    const HostTensor &host = *it->second;
+    if (host.dtype != v.dtype || host.dtype != host.source->dtype)
+      return invalidArgument("cuda backend: param '" + v.name + "' of dtype " +
+                             std::string(plan::dtypeName(v.dtype)) +
+                             " was loaded as " +
+                             std::string(plan::dtypeName(host.source->dtype)));
+    uploaded[&host] = Tensor();
+    hosts.push_back(&host);
+    sources.push_back({v.name, host.source.get()});
+  }
+  if (sources.empty())
+    return Status::ok();
+  INFER_ASSIGN_OR_RETURN(std::vector<DeviceParam> onDevice,
+                         uploadParamSources(sources, progress));
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    Tensor &t = uploaded[hosts[i]];
+    const std::vector<int64_t> &shape = hosts[i]->shape;
+    t.rows = shape.size() == 2 ? shape[0] : 1;
+    t.cols = shape.empty() ? 1 : shape.back();
+    t.dtype = hosts[i]->dtype;
+    if (t.dtype == DType::kF8E4M3) {
+      t.fp8 = onDevice[i].elements.as<const uint8_t>();
+      t.rowScales = onDevice[i].rowScales.as<const float>();
+    } else {
+      t.data = onDevice[i].elements.get();
+    }
+    paramBuffers_.push_back(std::move(onDevice[i].elements));
+    paramBuffers_.push_back(std::move(onDevice[i].rowScales));
+  }
+  return Status::ok();
+}
+
+Status CudaBackend::uploadParams(const ParamTable &params,
+                                 const UploadProgress &progress) {
   params_.assign(rank_.values.size(), Tensor());
   std::map<const HostMapping *, std::pair<const char *, char *>> spans;
   INFER_RETURN_IF_ERROR(uploadMappedParams(params, spans));
   std::map<const HostTensor *, Tensor> uploaded;
+  INFER_RETURN_IF_ERROR(uploadDeferredParams(params, progress, uploaded));
   for (const Value &v : rank_.values) {
     if (v.kind != ValueKind::kParam)
       continue;
@@ -152,6 +202,10 @@ Status CudaBackend::uploadParams(const ParamTable &params) {
     if (host.shape != shape)
       return invalidArgument("cuda backend: param '" + v.name +
                              "' data has a different shape than the plan");
+    if (host.isDeferred()) {
+      params_[v.id] = uploaded.at(&host);
+      continue;
+    }
     if (host.dtype != v.dtype || !host.consistent())
       return invalidArgument(
           "cuda backend: param '" + v.name + "' of dtype " +

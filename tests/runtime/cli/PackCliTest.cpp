@@ -179,8 +179,8 @@ TEST(PackCli, CompiledPackedArtifactMatchesUnpacked) {
 }
 
 /// `infer compile --config`: the manifest records the options, reading them
-/// back compiles the same artifact, flags win over the file, and an unknown
-/// key or a mistyped value is an error naming it.
+/// back compiles the same artifact, flags win over the file (booleans both
+/// ways), and an unknown key or a mistyped value is an error naming it.
 TEST(DeployConfigCli, RoundTripOverrideAndUnknownKeys) {
   const std::string model = kFixtures + "/rand/llama-gqa";
   if (!fs::exists(model + "/config.json"))
@@ -235,6 +235,27 @@ TEST(DeployConfigCli, RoundTripOverrideAndUnknownKeys) {
   EXPECT_EQ(overridden["deploy_config"]["quant"], "none");
   EXPECT_EQ(overridden["deploy_config"]["fuse"], false);
   EXPECT_EQ(overridden["kv_cache"]["block_size"], 8);
+
+  // A boolean key either way: --fuse over "fuse": false, --no-pack-weights
+  // over "pack_weights": true; of a flag and its inverse the last wins.
+  const std::string packing =
+      writeConfig("packing.json", R"({"fuse": false, "pack_weights": true})");
+  run = runInfer({"compile", model, "--config", packing, "--fuse",
+                  "--no-pack-weights", "-o", dir + "/flipped"});
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  const json flipped = readManifest(dir + "/flipped");
+  EXPECT_EQ(flipped["deploy_config"]["fuse"], true);
+  EXPECT_EQ(flipped["deploy_config"]["pack_weights"], false);
+  EXPECT_TRUE(flipped["packed_weights"].is_null() ||
+              flipped["packed_weights"].empty())
+      << flipped.dump();
+  EXPECT_FALSE(fs::exists(dir + "/flipped/weights"));
+  run = runInfer({"compile", model, "--no-fuse", "--fuse", "--no-plan-memory",
+                  "--plan-memory", "--no-fuse", "-o", dir + "/last"});
+  ASSERT_EQ(run.exitCode, 0) << run.err;
+  const json last = readManifest(dir + "/last");
+  EXPECT_EQ(last["deploy_config"]["fuse"], false);
+  EXPECT_EQ(last["deploy_config"]["plan_memory"], true);
 
   const std::string unknown =
       writeConfig("unknown.json", R"({"block_size": 16, "blok_size": 8})");
