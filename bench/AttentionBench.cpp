@@ -2,7 +2,7 @@
 //
 //   infer-attention-bench [--prefill 2048,8192] [--decode 1:32768,256:2048]
 //       [--heads 32 --kv-heads 8 --head-dim 128 --block-size 16]
-//       [--pools bf16,e4m3,e5m2] [--repeats 7]
+//       [--pools bf16,e4m3,e5m2] [--softcap 0] [--repeats 7]
 //
 // Times the attention kernels of runtime/cuda/Kernels.h alone on one layer
 // of a paged pool (blocks handed out shuffled, random bf16 values or finite
@@ -21,7 +21,8 @@
 // `repeats` samples; a sample is the mean over a captured CUDA graph of 10
 // back-to-back launches (launch gaps out of the kernel time). Every line of
 // results starts with "result" and names its fields, for
-// bench/attention_check.sh.
+// bench/attention_check.sh. --softcap C > 0 times the soft-capped kernels
+// (Gemma 2's attn_logit_softcapping, AttentionDims::logitSoftcap).
 //
 //===----------------------------------------------------------------------===//
 
@@ -184,6 +185,7 @@ struct Options {
       {128, 4096}, {256, 1024}, {256, 2048}};
   std::vector<std::string> pools = {"bf16", "e4m3", "e5m2"};
   int heads = 32, kvHeads = 8, headDim = 128, blockSize = 16, repeats = 7;
+  float softcap = 0.0f;
 };
 
 std::vector<std::string> split(const std::string &s) {
@@ -228,6 +230,10 @@ Options parse(int argc, char **argv) {
       o.headDim = std::stoi(value);
     } else if (flag == "--block-size") {
       o.blockSize = std::stoi(value);
+    } else if (flag == "--softcap") {
+      o.softcap = std::stof(value);
+      if (!(o.softcap >= 0.0f))
+        die("--softcap takes a cap >= 0 (0: none)");
     } else if (flag == "--repeats") {
       o.repeats = std::stoi(value);
     } else {
@@ -343,6 +349,7 @@ AttentionDims attentionOf(const Options &o) {
   a.numKVHeads = o.kvHeads;
   a.headDim = o.headDim;
   a.scale = 1.0f / std::sqrt(float(o.headDim));
+  a.logitSoftcap = o.softcap;
   return a;
 }
 
@@ -355,9 +362,9 @@ int main(int argc, char **argv) {
   const double copy = copyBandwidth(o.repeats);
   const double gemm = gemmCeiling(o.repeats);
   std::printf("device %s, %d SMs; heads %d, kv heads %d, head_dim %d, block "
-              "size %d\n",
+              "size %d, softcap %g\n",
               prop.name, prop.multiProcessorCount, o.heads, o.kvHeads,
-              o.headDim, o.blockSize);
+              o.headDim, o.blockSize, o.softcap);
   std::printf("result ceiling copy_gbps=%.0f gemm_tflops=%.1f\n", copy / 1e9,
               gemm);
   std::mt19937 rng(1);

@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace infer::cuda {
@@ -68,6 +69,10 @@ struct AttentionDims {
   float scale = 1.0f;
   /// 0: none; else a query at position p sees keys in (p - window, p].
   int slidingWindow = 0;
+  /// 0: none; else each scaled score s becomes logitSoftcap *
+  /// tanh(s / logitSoftcap) before the softmax (Gemma 2's
+  /// attn_logit_softcapping, as HF's eager attention applies it).
+  float logitSoftcap = 0.0f;
   /// > 0: the cache holds unrotated keys, and key j of a sequence is
   /// rotated at position j, its index in the sequence's cache
   /// (StreamingLLM's position shift), as launchRope rotates with these
@@ -83,6 +88,23 @@ inline bool validKeyRope(const AttentionDims &attention) {
          (attention.keyRotaryDim > 0 && attention.keyRotaryDim % 2 == 0 &&
           attention.keyRotaryDim <= attention.headDim &&
           attention.keyRopeInvFreq);
+}
+
+/// Whether `attention` has no logit soft-cap (logitSoftcap 0) or a finite
+/// positive one.
+inline bool validSoftcap(const AttentionDims &attention) {
+  return attention.logitSoftcap == 0.0f ||
+         (attention.logitSoftcap > 0.0f &&
+          std::isfinite(attention.logitSoftcap));
+}
+
+/// Whether the split-KV decode and tensor-core prefill kernels take the
+/// score options of `attention`: a valid key rope or soft-cap, not both (the
+/// fp32 kernel takes every combination; no supported family streams with a
+/// soft-cap).
+inline bool specializedScoreOptions(const AttentionDims &attention) {
+  return validKeyRope(attention) && validSoftcap(attention) &&
+         !(attention.keyRotaryDim > 0 && attention.logitSoftcap > 0.0f);
 }
 
 /// Largest head_dim the attention kernel supports.
@@ -277,7 +299,10 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
 ///   (both bf16 q, K, V and probabilities, ~1e-3 relative error);
 /// - the rest: an fp32 kernel of one block of 16 warps per (row, head).
 /// All of them rotate keys (keyRotaryDim > 0) as they read them, in the same
-/// fp32 arithmetic (the tensor-core kernels before rounding them to bf16).
+/// fp32 arithmetic (the tensor-core kernels before rounding them to bf16),
+/// and soft-cap the scaled scores (logitSoftcap > 0) with tanhf before the
+/// softmax; a plan with both runs on the fp32 kernel
+/// (specializedScoreOptions).
 cudaError_t launchPagedAttention(const float *q, KVCachePool pool,
                                  CacheDims dims, AttentionDims attention,
                                  const int32_t *blockTables,
@@ -295,8 +320,8 @@ launchPagedAttention(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
                      SplitKVWorkspace workspace = {});
 
 /// Whether launchSplitKVDecode takes this shape: head_dim 64, 128 or 256
-/// (the cache's), whole groups of query heads per kv head, a valid key rope
-/// or none (validKeyRope).
+/// (the cache's), whole groups of query heads per kv head, a key rope or a
+/// soft-cap or neither (specializedScoreOptions).
 bool splitKVDecodeSupports(const AttentionDims &attention,
                            const CacheDims &dims);
 
@@ -338,8 +363,8 @@ int splitKVSplits(const AttentionDims &attention, int blockSize,
 size_t splitKVWorkspaceBytes(int headDim);
 
 /// Whether launchPrefillAttention takes this shape on the current device:
-/// head_dim 64 or 128, whole groups of heads per kv head, a valid key rope
-/// or none (validKeyRope), sm_80 or newer.
+/// head_dim 64 or 128, whole groups of heads per kv head, a key rope or a
+/// soft-cap or neither (specializedScoreOptions), sm_80 or newer.
 bool prefillAttentionSupports(const AttentionDims &attention);
 
 /// launchPagedAttention's function on tensor cores (FlashAttention-2,
@@ -369,8 +394,9 @@ bool prefillAttentionSm90Enabled();
 /// Whether launchPrefillAttentionSm90 takes this shape and pool: a GPU of
 /// compute capability 9.0 and a build with sm_90a code, head_dim 64 or 128
 /// (the cache's), whole groups of heads per kv head, a positive scale,
-/// block size a power of two from 8 to 128 or a multiple of 128, a valid key
-/// rope or none (rotated keys with a bf16 pool only).
+/// block size a power of two from 8 to 128 or a multiple of 128, a key rope
+/// or a soft-cap or neither (specializedScoreOptions; rotated keys with a
+/// bf16 pool only).
 bool prefillAttentionSm90Supports(const AttentionDims &attention,
                                   const CacheDims &dims, KVCacheDtype dtype);
 

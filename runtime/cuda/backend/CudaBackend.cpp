@@ -304,12 +304,12 @@ Status CudaBackend::prepareStep(const plan::Step &step,
     a.headDim = static_cast<int>(attrs.headDim);
     a.scale = static_cast<float>(attrs.scale);
     a.slidingWindow = static_cast<int>(attrs.slidingWindow);
-    if (attrs.logitSoftcap > 0)
-      return unimplemented(
-          "cuda backend: " + where +
-          ": attention logit soft-capping (Gemma 2's "
-          "attn_logit_softcapping) is not implemented by the CUDA attention "
-          "kernels; run this model on the cpu backend");
+    a.logitSoftcap = static_cast<float>(attrs.logitSoftcap);
+    // The plan checks > 0 in double; fp32 must keep it positive and finite.
+    if (!validSoftcap(a) || (attrs.logitSoftcap > 0) != (a.logitSoftcap > 0))
+      return invalidArgument("cuda backend: " + where + ": logit_softcap " +
+                             std::to_string(attrs.logitSoftcap) +
+                             " is not a positive fp32 number");
     if (a.headDim > kMaxHeadDim)
       return unimplemented("cuda backend: " + where + ": head_dim " +
                            std::to_string(a.headDim) + " > " +

@@ -24,8 +24,11 @@
 // head), exiting where the sequence has one new token. Streaming plans
 // (AttentionDims::keyRotaryDim): key j of a sequence is cached unrotated
 // and rotated at j, its index in the cache, as it is read (ropeKeyElement,
-// which the split-KV and tensor-core kernels use too). q and out are fp32 or
-// bf16 (launchPagedAttention's two entries; the kernel is a template of
+// which the split-KV and tensor-core kernels use too). Soft-capped plans
+// (AttentionDims::logitSoftcap, Gemma 2) map each scaled score s to
+// cap * tanh(s / cap) before the online softmax (softcapScore); both
+// options are template flags, free where they are off. q and out are fp32
+// or bf16 (launchPagedAttention's two entries; the kernel is a template of
 // their element type).
 //
 //===----------------------------------------------------------------------===//
@@ -198,7 +201,7 @@ template <typename TQ> __device__ __forceinline__ TQ fromFloat(float x) {
     return x;
 }
 
-template <KVCacheDtype T, bool rotate, typename TQ>
+template <KVCacheDtype T, bool rotate, bool softcap, typename TQ>
 __global__ void __launch_bounds__(kWarps * 32)
     pagedAttentionKernel(const TQ *q, KVCachePool pool, CacheDims dims,
                          AttentionDims a, const int32_t *blockTables,
@@ -248,6 +251,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     qv[r] = e < d ? toFloat(qh[e]) : 0.0f;
     acc[r] = 0.0f;
   }
+  const float cap = a.logitSoftcap, inverseCap = softcap ? 1.0f / cap : 0.0f;
   float runningMax = -INFINITY, runningSum = 0.0f;
   for (int64_t j = first + warp; j <= position; j += kWarps) {
     const int64_t slot = int64_t(table[j / dims.blockSize]) * dims.blockSize +
@@ -267,7 +271,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     for (int offset = 16; offset > 0; offset /= 2)
       dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-    const float score = dot * a.scale;
+    float score = dot * a.scale;
+    if constexpr (softcap)
+      score = softcapScore(score, cap, inverseCap);
     const float newMax = fmaxf(runningMax, score);
     const float correction = expf(runningMax - newMax);
     const float p = expf(score - newMax);
@@ -308,6 +314,20 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+template <KVCacheDtype T, bool rotate, typename TQ>
+void launchWithSoftcap(dim3 grid, const TQ *q, KVCachePool pool, CacheDims dims,
+                       AttentionDims attention, const int32_t *blockTables,
+                       int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                       const int32_t *queryStartLoc, int64_t numSeqs, Rows rows,
+                       TQ *out, cudaStream_t stream) {
+  auto *kernel = attention.logitSoftcap > 0
+                     ? pagedAttentionKernel<T, rotate, true, TQ>
+                     : pagedAttentionKernel<T, rotate, false, TQ>;
+  kernel<<<grid, kWarps * 32, 0, stream>>>(
+      q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
+      queryStartLoc, numSeqs, rows, out);
+}
+
 template <KVCacheDtype T, typename TQ>
 void launchAttentionKernel(dim3 grid, const TQ *q, KVCachePool pool,
                            CacheDims dims, AttentionDims attention,
@@ -316,13 +336,13 @@ void launchAttentionKernel(dim3 grid, const TQ *q, KVCachePool pool,
                            const int32_t *queryStartLoc, int64_t numSeqs,
                            Rows rows, TQ *out, cudaStream_t stream) {
   if (attention.keyRotaryDim > 0)
-    pagedAttentionKernel<T, true, TQ><<<grid, kWarps * 32, 0, stream>>>(
-        q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
-        queryStartLoc, numSeqs, rows, out);
+    launchWithSoftcap<T, true>(grid, q, pool, dims, attention, blockTables,
+                               maxBlocksPerSeq, contextLens, queryStartLoc,
+                               numSeqs, rows, out, stream);
   else
-    pagedAttentionKernel<T, false, TQ><<<grid, kWarps * 32, 0, stream>>>(
-        q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
-        queryStartLoc, numSeqs, rows, out);
+    launchWithSoftcap<T, false>(grid, q, pool, dims, attention, blockTables,
+                                maxBlocksPerSeq, contextLens, queryStartLoc,
+                                numSeqs, rows, out, stream);
 }
 
 /// launchPagedAttention for q and out of type TQ: the routing of its rows.
@@ -338,7 +358,7 @@ cudaError_t pagedAttention(const TQ *q, KVCachePool pool, CacheDims dims,
   if (attention.headDim > kMaxHeadDim || attention.numHeads > 65535 ||
       (pool.dtype == KVCacheDtype::kF8E4M3 && !pool.scales))
     return cudaErrorInvalidValue;
-  if (!validKeyRope(attention) ||
+  if (!validKeyRope(attention) || !validSoftcap(attention) ||
       (attention.keyRotaryDim > 0 && attention.slidingWindow > 0))
     return cudaErrorInvalidValue;
   // Every sequence has a new token, so a batch of as many tokens as

@@ -28,7 +28,8 @@ bool splitKVDecodeSupports(const AttentionDims &attention,
                            const CacheDims &dims) {
   return (attention.headDim == 64 || attention.headDim == 128 ||
           attention.headDim == 256) &&
-         validKeyRope(attention) && attention.headDim == dims.headDim &&
+         specializedScoreOptions(attention) &&
+         attention.headDim == dims.headDim &&
          attention.numKVHeads == dims.numKVHeads && attention.numKVHeads > 0 &&
          attention.numHeads % attention.numKVHeads == 0 &&
          attention.numKVHeads * ((attention.numHeads / attention.numKVHeads +

@@ -42,6 +42,10 @@
 // Streaming plans (AttentionDims::keyRotaryDim > 0): each lane rotates its
 // 8 elements of key j at position j as it loads them (ropeKeyElement, the
 // fp32 kernel's arithmetic; the partner elements are read from the pool).
+// Soft-capped plans (AttentionDims::logitSoftcap > 0, a template flag like
+// the rotation) cap each base-2 score x = log2(e) s as log2(e) cap
+// tanh(x / (log2(e) cap)) = log2(e) cap tanh(s / cap) (softcapScore)
+// before the softmax update.
 //
 // The kernels and launchers are templates of the q/out element type (fp32
 // or bf16); DecodeAttention.cu instantiates the bf16 ones,
@@ -136,7 +140,8 @@ template <typename TQ> __device__ __forceinline__ TQ fromFloat(float x) {
     return x;
 }
 
-template <int D, int kHeadTile, KVCacheDtype T, bool kRotate, typename TQ>
+template <int D, int kHeadTile, KVCacheDtype T, bool kRotate, bool kSoftcap,
+          typename TQ>
 __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
     splitKVDecodeKernel(const TQ *q, KVCachePool pool, CacheDims dims,
                         AttentionDims a, const int32_t *blockTables,
@@ -202,6 +207,8 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
 
   // q in base-2 units: scores come out as scale * log2(e) * q.k.
   const float qScale = a.scale * 1.4426950408889634f;
+  const float capLog2 = a.logitSoftcap * 1.4426950408889634f;
+  const float inverseCapLog2 = kSoftcap ? 1.0f / capLog2 : 0.0f;
   float qv[kHeadTile][8], acc[kHeadTile][8];
   float runningMax[kHeadTile], runningSum[kHeadTile];
 #pragma unroll
@@ -272,6 +279,8 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
 #pragma unroll
         for (int offset = kLanesPerKey / 2; offset > 0; offset /= 2)
           dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+        if constexpr (kSoftcap)
+          dot = softcapScore(dot, capLog2, inverseCapLog2);
         score[h][u] = b.valid[u] ? dot : -INFINITY;
       }
     }
@@ -418,7 +427,8 @@ template <typename TQ> struct Launch {
   cudaStream_t stream;
 };
 
-template <int D, int kHeadTile, KVCacheDtype T, typename TQ>
+template <int D, int kHeadTile, KVCacheDtype T, bool kRotate, bool kSoftcap,
+          typename TQ>
 cudaError_t launchDecode(const Launch<TQ> &l) {
   const AttentionDims &a = l.attention;
   const int group = a.numHeads / a.numKVHeads;
@@ -430,18 +440,11 @@ cudaError_t launchDecode(const Launch<TQ> &l) {
   dim3 grid(static_cast<unsigned>(l.splits),
             static_cast<unsigned>(a.numKVHeads * headTiles),
             static_cast<unsigned>(l.numSeqs));
-  if (a.keyRotaryDim > 0)
-    splitKVDecodeKernel<D, kHeadTile, T, true, TQ>
-        <<<grid, kThreads, 0, l.stream>>>(l.q, l.pool, l.dims, a, l.blockTables,
-                                          l.maxBlocksPerSeq, l.contextLens,
-                                          l.queryStartLoc, l.splits, l.out,
-                                          partialOut, partialMax, partialSum);
-  else
-    splitKVDecodeKernel<D, kHeadTile, T, false, TQ>
-        <<<grid, kThreads, 0, l.stream>>>(l.q, l.pool, l.dims, a, l.blockTables,
-                                          l.maxBlocksPerSeq, l.contextLens,
-                                          l.queryStartLoc, l.splits, l.out,
-                                          partialOut, partialMax, partialSum);
+  splitKVDecodeKernel<D, kHeadTile, T, kRotate, kSoftcap, TQ>
+      <<<grid, kThreads, 0, l.stream>>>(l.q, l.pool, l.dims, a, l.blockTables,
+                                        l.maxBlocksPerSeq, l.contextLens,
+                                        l.queryStartLoc, l.splits, l.out,
+                                        partialOut, partialMax, partialSum);
   if (l.splits == 1)
     return cudaGetLastError();
   dim3 combineGrid(static_cast<unsigned>(l.numSeqs),
@@ -452,15 +455,26 @@ cudaError_t launchDecode(const Launch<TQ> &l) {
   return cudaGetLastError();
 }
 
+/// The kernel of the launch's score options (specializedScoreOptions: a
+/// key rope or a soft-cap or neither).
+template <int D, int kHeadTile, KVCacheDtype T, typename TQ>
+cudaError_t launchOfScores(const Launch<TQ> &l) {
+  if (l.attention.keyRotaryDim > 0)
+    return launchDecode<D, kHeadTile, T, true, false>(l);
+  if (l.attention.logitSoftcap > 0)
+    return launchDecode<D, kHeadTile, T, false, true>(l);
+  return launchDecode<D, kHeadTile, T, false, false>(l);
+}
+
 template <int D, int kHeadTile, typename TQ>
 cudaError_t launchOfDtype(const Launch<TQ> &l) {
   switch (l.pool.dtype) {
   case KVCacheDtype::kBf16:
-    return launchDecode<D, kHeadTile, KVCacheDtype::kBf16>(l);
+    return launchOfScores<D, kHeadTile, KVCacheDtype::kBf16>(l);
   case KVCacheDtype::kF8E5M2:
-    return launchDecode<D, kHeadTile, KVCacheDtype::kF8E5M2>(l);
+    return launchOfScores<D, kHeadTile, KVCacheDtype::kF8E5M2>(l);
   case KVCacheDtype::kF8E4M3:
-    return launchDecode<D, kHeadTile, KVCacheDtype::kF8E4M3>(l);
+    return launchOfScores<D, kHeadTile, KVCacheDtype::kF8E4M3>(l);
   }
   return cudaErrorInvalidValue;
 }

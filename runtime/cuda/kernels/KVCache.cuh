@@ -137,6 +137,18 @@ __device__ __forceinline__ float ropeKeyElement(const void *data, int64_t key,
   return e < half ? x1 * c - x2 * s : x2 * c + x1 * s;
 }
 
+/// Attention logit soft-capping (AttentionDims::logitSoftcap) of a score a
+/// kernel holds in its own unit (u times the scaled score s: u = log2(e)
+/// for base-2 softmaxes, 1 / scale for raw dot products): `cap` is the cap
+/// in that unit (u * logitSoftcap) and `inverseCap` its reciprocal, so the
+/// result is u * logitSoftcap * tanh(s / logitSoftcap). tanhf, not
+/// tanh.approx: its 2^-11 relative error would move capped scores by more
+/// than the fp32 softmax's rounding.
+__device__ __forceinline__ float softcapScore(float score, float cap,
+                                              float inverseCap) {
+  return cap * tanhf(score * inverseCap);
+}
+
 /// The fp8 code of `x` (E4M3: of x / scale, the caller passes the quotient).
 template <KVCacheDtype T>
 __device__ __forceinline__ uint8_t encodeFp8(float x) {

@@ -11,7 +11,7 @@ namespace infer::cuda {
 
 bool prefillAttentionSupports(const AttentionDims &attention) {
   if ((attention.headDim != 64 && attention.headDim != 128) ||
-      !validKeyRope(attention))
+      !specializedScoreOptions(attention))
     return false;
   if (attention.numKVHeads <= 0 || attention.numKVHeads > 65535 ||
       attention.numHeads % attention.numKVHeads != 0)

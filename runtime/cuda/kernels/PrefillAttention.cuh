@@ -9,6 +9,9 @@
 // (AttentionDims::keyRotaryDim > 0) stage keys through registers for every
 // pool: key j is decoded to fp32, rotated at j (ropeKeyElement, the fp32
 // kernel's arithmetic), then rounded to bf16; values keep their path.
+// Soft-capped plans (AttentionDims::logitSoftcap > 0) cap the scaled scores
+// in fp32 (softcapScore) before the masks; like the rotation, a template
+// flag that costs nothing where it is off.
 //
 // One thread block of 4 warps per (tile of 64 rows, kv head). The rows of a
 // sequence are its (query, head of the kv head's group) pairs, query-major:
@@ -147,7 +150,7 @@ __device__ __forceinline__ uint4 stagedKey(const KVCachePool &pool,
   return packBf16x8(x);
 }
 
-template <int D, KVCacheDtype T, bool kRotate, typename TQ>
+template <int D, KVCacheDtype T, bool kRotate, bool kSoftcap, typename TQ>
 __global__ void __launch_bounds__(kThreads)
     prefillAttentionKernel(const TQ *q, KVCachePool pool, CacheDims dims,
                            AttentionDims a, const int32_t *blockTables,
@@ -310,6 +313,9 @@ __global__ void __launch_bounds__(kThreads)
       acc[n][e] = 0.0f;
   float rowMax[2] = {-INFINITY, -INFINITY}, rowSum[2] = {0.0f, 0.0f};
   const float scaleLog2 = a.scale * 1.4426950408889634f;
+  // The cap in base-2 units, as the scores x = scaleLog2 * q.k are held.
+  const float capLog2 = a.logitSoftcap * 1.4426950408889634f;
+  const float inverseCapLog2 = kSoftcap ? 1.0f / capLog2 : 0.0f;
 
   // ldmatrix lane roles: matrix lane / 8, its row lane % 8.
   const int ldMatrix = lane / 8, ldRow = lane % 8;
@@ -354,6 +360,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = s[n][e] * scaleLog2;
+        if constexpr (kSoftcap)
+          x = softcapScore(x, capLog2, inverseCapLog2);
         if (mask) {
           const int64_t key = keyStart + n * 8 + quad * 2 + (e & 1);
           const int64_t p = pos[e / 2];
@@ -450,9 +458,13 @@ cudaError_t launchOfShape(const TQ *q, KVCachePool pool, CacheDims dims,
   // Above 48 KiB a kernel's dynamic shared memory needs this opt-in (per
   // device, so on every launch; it enqueues nothing and may be captured).
   constexpr int kShared = prefillSharedBytes<D>();
+  // The score options (specializedScoreOptions): a key rope or a soft-cap
+  // or neither.
   auto *kernel = attention.keyRotaryDim > 0
-                     ? prefillAttentionKernel<D, T, true, TQ>
-                     : prefillAttentionKernel<D, T, false, TQ>;
+                     ? prefillAttentionKernel<D, T, true, false, TQ>
+                 : attention.logitSoftcap > 0
+                     ? prefillAttentionKernel<D, T, false, true, TQ>
+                     : prefillAttentionKernel<D, T, false, false, TQ>;
   const cudaError_t status = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
   if (status != cudaSuccess)

@@ -47,9 +47,9 @@ bool kernelRuns() {
       return false;
     cudaFuncAttributes attributes;
     if (cudaFuncGetAttributes(
-            &attributes, prefillAttentionSm90Kernel<128, KVCacheDtype::kBf16,
-                                                    false, __nv_bfloat16>) !=
-        cudaSuccess)
+            &attributes,
+            prefillAttentionSm90Kernel<128, KVCacheDtype::kBf16, false, false,
+                                       __nv_bfloat16>) != cudaSuccess)
       return false;
     return major == 9 && minor == 0 && attributes.binaryVersion == 90;
   }();
@@ -141,7 +141,8 @@ bool prefillAttentionSm90Supports(const AttentionDims &attention,
          attention.headDim == dims.headDim &&
          attention.numKVHeads == dims.numKVHeads && attention.numKVHeads > 0 &&
          attention.numHeads % attention.numKVHeads == 0 &&
-         attention.scale > 0.0f && blockSizeFits && validKeyRope(attention) &&
+         attention.scale > 0.0f && blockSizeFits &&
+         specializedScoreOptions(attention) &&
          (attention.keyRotaryDim == 0 || dtype == KVCacheDtype::kBf16) &&
          sm90::kernelRuns();
 }

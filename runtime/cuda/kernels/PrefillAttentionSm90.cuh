@@ -40,6 +40,10 @@
 // row each to bf16 (decode and scale, rotate keys in fp32 as
 // ropeKeyElement does, round) into the stage. fp8 codes are not fed to the
 // tensor cores as fp8: that would need q and P rounded to fp8 too.
+// Soft-capped plans (AttentionDims::logitSoftcap > 0, a template flag of
+// the consumers) cap S in place before the masks, in the raw units the
+// consumers keep it in: s -> (cap / scale) tanh(s scale / cap), which the
+// softmax's scale then turns into cap tanh(s scale / cap) (softcapScore).
 //
 // Keys outside [first visible, last + 1) in a tile read as zeros (staged) or
 // are masked (-inf scores) and their value rows zeroed by the consumers
@@ -529,7 +533,7 @@ __device__ __forceinline__ void storeQRows(uint8_t *q, int wg,
 /// true, or false when the CTA has no more. Thread l of its warp w holds rows
 /// r0 = 64 wg + 16 w + l/4 and r0 + 8 of S and O, columns 8c + 2 (l % 4) + {0,
 /// 1} (Sm90.cuh).
-template <int D, KVCacheDtype T, bool kRope, typename TQ>
+template <int D, KVCacheDtype T, bool kRope, bool kSoftcap, typename TQ>
 __device__ __forceinline__ bool
 consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
         uint64_t *fullV, uint64_t *emptyK, uint64_t *emptyV, int wg) {
@@ -568,6 +572,9 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
   }
   const int window = a.slidingWindow;
   const float scaleLog2 = a.scale * 1.4426950408889634f;
+  // The cap in the raw units of S (q.k before the scale).
+  const float rawCap = a.logitSoftcap / a.scale;
+  const float inverseRawCap = kSoftcap ? 1.0f / rawCap : 0.0f;
 
   const uint64_t qDesc =
       matrixDescriptor(smemAddress(smem + L::kQ) + 64 * wg * 128, 16, 1024);
@@ -641,6 +648,11 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
   // (fp32) and sets `correction`, the factor of the old O and sum.
   auto softmax = [&](int t) {
     const int tileStart = tileBegin + t * kKeys;
+    if constexpr (kSoftcap) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i)
+        s[i] = softcapScore(s[i], rawCap, inverseRawCap);
+    }
     const bool mask = tileStart + kKeys - 1 > posLo ||
                       (window > 0 && tileStart <= posHi - window);
     if (mask) {
@@ -807,7 +819,7 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
   return true;
 }
 
-template <int D, KVCacheDtype T, bool kRope, typename TQ>
+template <int D, KVCacheDtype T, bool kRope, bool kSoftcap, typename TQ>
 __global__ void __launch_bounds__(kThreads, 1)
     prefillAttentionSm90Kernel(const __grid_constant__ CUtensorMap direct,
                                const __grid_constant__ CUtensorMap raw,
@@ -870,8 +882,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       storeQRows<D>(smem + L::kQ, wg, q);
     }
     int it = 0;
-    while (consume<D, T, kRope, TQ>(p, k, it, smem, fullK, fullV, emptyK,
-                                    emptyV, wg)) {
+    while (consume<D, T, kRope, kSoftcap, TQ>(p, k, it, smem, fullK, fullV,
+                                              emptyK, emptyV, wg)) {
     }
   }
 #else
@@ -900,7 +912,7 @@ bool pingPongOn();
 /// once), else the current device's SM count.
 int persistentCtas();
 
-template <int D, KVCacheDtype T, bool kRope, typename TQ>
+template <int D, KVCacheDtype T, bool kRope, bool kSoftcap, typename TQ>
 cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool,
                           cudaStream_t stream) {
   using L = SharedLayout<D, T, kRope>;
@@ -923,7 +935,7 @@ cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool,
   const int64_t blocks = ctas > 0 && p.numWork > ctas ? ctas : p.numWork;
   if (blocks > 0x7fffffff)
     return cudaErrorInvalidValue;
-  auto *kernel = prefillAttentionSm90Kernel<D, T, kRope, TQ>;
+  auto *kernel = prefillAttentionSm90Kernel<D, T, kRope, kSoftcap, TQ>;
   // Above 48 KiB a kernel's dynamic shared memory needs this opt-in (per
   // device, so on every launch; it enqueues nothing and may be captured).
   status = cudaFuncSetAttribute(
@@ -935,20 +947,29 @@ cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool,
   return cudaGetLastError();
 }
 
+/// The variant of the launch's score options for a pool without key rope:
+/// soft-capped or not.
+template <int D, KVCacheDtype T, typename TQ>
+cudaError_t launchOfSoftcap(const Sm90Params &p, KVCachePool pool,
+                            cudaStream_t stream) {
+  return p.a.logitSoftcap > 0
+             ? launchVariant<D, T, false, true, TQ>(p, pool, stream)
+             : launchVariant<D, T, false, false, TQ>(p, pool, stream);
+}
+
 template <int D, typename TQ>
 cudaError_t launchOfPool(const Sm90Params &p, KVCachePool pool,
                          cudaStream_t stream) {
   switch (pool.dtype) {
   case KVCacheDtype::kBf16:
     return p.a.keyRotaryDim > 0
-               ? launchVariant<D, KVCacheDtype::kBf16, true, TQ>(p, pool,
-                                                                 stream)
-               : launchVariant<D, KVCacheDtype::kBf16, false, TQ>(p, pool,
-                                                                  stream);
+               ? launchVariant<D, KVCacheDtype::kBf16, true, false, TQ>(p, pool,
+                                                                        stream)
+               : launchOfSoftcap<D, KVCacheDtype::kBf16, TQ>(p, pool, stream);
   case KVCacheDtype::kF8E5M2:
-    return launchVariant<D, KVCacheDtype::kF8E5M2, false, TQ>(p, pool, stream);
+    return launchOfSoftcap<D, KVCacheDtype::kF8E5M2, TQ>(p, pool, stream);
   case KVCacheDtype::kF8E4M3:
-    return launchVariant<D, KVCacheDtype::kF8E4M3, false, TQ>(p, pool, stream);
+    return launchOfSoftcap<D, KVCacheDtype::kF8E4M3, TQ>(p, pool, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 namespace infer::testing {
 
@@ -73,21 +74,37 @@ cpu::CacheGeometry cacheGeometry(int numLayers, int kvHeads, int headDim,
 }
 
 cpu::AttentionParams cpuAttentionParams(int layer, int heads, int kvHeads,
-                                        int headDim, int window) {
+                                        int headDim, int window,
+                                        ScoreOptions scores) {
   cpu::AttentionParams p;
   p.layer = layer;
   p.numHeads = heads;
   p.numKVHeads = kvHeads;
   p.headDim = headDim;
-  p.scale = 1.0 / std::sqrt(double(headDim));
+  p.scale = scores.spread / std::sqrt(double(headDim));
   p.slidingWindow = window;
+  p.logitSoftcap = scores.softcap;
   return p;
 }
 
 cuda::AttentionDims attentionDims(int layer, int heads, int kvHeads,
-                                  int headDim, int window) {
-  return cuda::AttentionDims{
-      layer, heads, kvHeads, headDim, 1.0f / std::sqrt(float(headDim)), window};
+                                  int headDim, int window,
+                                  ScoreOptions scores) {
+  cuda::AttentionDims a;
+  a.layer = layer;
+  a.numHeads = heads;
+  a.numKVHeads = kvHeads;
+  a.headDim = headDim;
+  a.scale = static_cast<float>(scores.spread / std::sqrt(double(headDim)));
+  a.slidingWindow = window;
+  a.logitSoftcap = static_cast<float>(scores.softcap);
+  return a;
+}
+
+std::string describe(const ScoreOptions &scores) {
+  std::ostringstream s;
+  s << "softcap " << scores.softcap << " spread " << scores.spread;
+  return s.str();
 }
 
 BlockTables shuffledBlockTables(const SeqShape &seqs, int blockSize,

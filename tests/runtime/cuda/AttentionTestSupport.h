@@ -49,11 +49,26 @@ double relError(const std::vector<float> &actual,
 cpu::CacheGeometry cacheGeometry(int numLayers, int kvHeads, int headDim,
                                  int blockSize);
 
-/// Attention of `layer` with scale 1/sqrt(head_dim), on the CPU and the GPU.
+/// The scores of an attention: scale spread / sqrt(head_dim), so that the
+/// scaled scores of normal(0, 1) q and k have standard deviation `spread`,
+/// and the logit soft-cap (0: none). The soft-cap tests take spread 4 and
+/// caps of a few units, so most scores land where tanh bends.
+struct ScoreOptions {
+  double spread = 1.0;
+  double softcap = 0.0;
+};
+
+/// Attention of `layer` with `scores` (by default scale 1/sqrt(head_dim), no
+/// soft-cap), on the CPU and the GPU.
 cpu::AttentionParams cpuAttentionParams(int layer, int heads, int kvHeads,
-                                        int headDim, int window);
+                                        int headDim, int window,
+                                        ScoreOptions scores = {});
 cuda::AttentionDims attentionDims(int layer, int heads, int kvHeads,
-                                  int headDim, int window);
+                                  int headDim, int window,
+                                  ScoreOptions scores = {});
+
+/// "softcap C spread S" for reports.
+std::string describe(const ScoreOptions &scores);
 
 /// The block tables of a batch over a pool of numBlocks blocks, handed out
 /// from a shuffled free list (so a sequence's blocks are not contiguous):

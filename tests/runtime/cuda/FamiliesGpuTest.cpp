@@ -11,11 +11,9 @@
 //   |gpu - cpu| / max |cpu| of the logits);
 // - against Hugging Face by DESIGN.md's bf16 rule: the RMS error of the
 //   logits against HF fp32 no larger than HF's own bf16 run's
-//   (tests/fixtures/bf16/NAME), the max error within kBf16MaxFactor of HF's.
-//
-// A model the CUDA backend cannot run (Gemma 2's attention logit
-// soft-capping) must be refused when the backend is made, with an error
-// that names what is missing.
+//   (tests/fixtures/bf16/NAME), the max error within kBf16MaxFactor of HF's;
+// - decode steps (prefill, then one token at a time, past Gemma's sliding
+//   window of 8) against the CPU backend fed the same tokens, kGpuCpuTol.
 //
 //===----------------------------------------------------------------------===//
 
@@ -126,14 +124,6 @@ protected:
     EXPECT_TRUE(l.isOk()) << l.status().message();
     return l.isOk() ? std::move(l).value() : Logits();
   }
-  /// Whether the plan has attention logit soft-capping (Gemma 2).
-  bool softcappedAttention() const {
-    for (const plan::Step &step : artifact_.plan.ranks[0].steps)
-      if (step.attrs.count("logit_softcap"))
-        return true;
-    return false;
-  }
-
   FixtureCase case_;
   Artifact artifact_;
   ParamTable params_;
@@ -141,14 +131,6 @@ protected:
 };
 
 TEST_P(CudaFamiliesTest, LogitsFollowTheCpuAndTransformersInBf16) {
-  if (softcappedAttention()) {
-    StatusOr<std::unique_ptr<Backend>> refused = gpuBackend(4);
-    ASSERT_FALSE(refused.isOk());
-    EXPECT_NE(refused.status().message().find("soft-capping"),
-              std::string::npos)
-        << refused.status().message();
-    GTEST_SKIP() << case_.name << ": " << refused.status().message();
-  }
   ErrorStats gpu, hfBf16, cpu;
   for (size_t k = 0; k < case_.inputs.size(); ++k) {
     const std::vector<int32_t> &input = case_.inputs[k];
@@ -181,6 +163,40 @@ TEST_P(CudaFamiliesTest, LogitsFollowTheCpuAndTransformersInBf16) {
     return;
   EXPECT_LE(gpu.rms(), hfBf16.rms()) << case_.name;
   EXPECT_LE(gpu.max(), kBf16MaxFactor * hfBf16.max()) << case_.name;
+}
+
+TEST_P(CudaFamiliesTest, DecodeStepsFollowTheCpu) {
+  // Both backends take the GPU's greedy token at every step, so they see the
+  // same sequence however close a choice is.
+  constexpr int64_t kSteps = 24;
+  ErrorStats cpu;
+  for (const std::vector<int32_t> &prompt : case_.inputs) {
+    const int64_t maxBlocks = blocksFor(prompt.size() + kSteps);
+    StatusOr<std::unique_ptr<Backend>> g = gpuBackend(maxBlocks);
+    ASSERT_TRUE(g.isOk()) << g.status().message();
+    std::unique_ptr<Backend> c = cpuBackend(maxBlocks);
+    ASSERT_TRUE(c);
+    std::vector<int32_t> tokens = prompt;
+    int64_t cached = 0;
+    for (int64_t step = 0; step < kSteps; ++step) {
+      const Batch batch =
+          oneSequenceBatch(tokens, cached, blockSize_, maxBlocks, false);
+      StatusOr<Logits> got = (*g)->forward(batch);
+      ASSERT_TRUE(got.isOk()) << got.status().message();
+      StatusOr<Logits> ref = c->forward(batch);
+      ASSERT_TRUE(ref.isOk()) << ref.status().message();
+      ASSERT_EQ(got->data.size(), ref->data.size());
+      cpu.add(got->data.data(), ref->data.data(),
+              static_cast<int64_t>(got->data.size()));
+      cached = static_cast<int64_t>(tokens.size());
+      tokens.push_back(static_cast<int32_t>(
+          std::max_element(got->data.begin(), got->data.end()) -
+          got->data.begin()));
+    }
+  }
+  std::cout << "[ family   ] " << case_.name << " decode steps: vs CPU bf16 "
+            << cpu.max() << " max\n";
+  EXPECT_LT(cpu.max(), kGpuCpuTol) << case_.name;
 }
 
 std::vector<std::string> familyNames() {

@@ -588,5 +588,77 @@ TEST_F(CudaKernelsTest, KVCacheWriteAndPagedAttention) {
   }
 }
 
+TEST_F(CudaKernelsTest, PagedAttentionSoftcapOnTheFp32Kernel) {
+  // The rows no fast kernel takes: head_dim 32 (the Gemma 2 fixture's
+  // shape, sliding window 8) and 96, and soft-capping with streaming key
+  // rotation (specializedScoreOptions), whose every row runs on the fp32
+  // kernel, as the routing checks say. fp32 arithmetic on both sides.
+  struct Case {
+    AttentionCase shape;
+    int rotaryDim;
+    ScoreOptions scores;
+  };
+  const Case cases[] = {
+      {{8, 2, 32, 8, 16, {{0, 33}, {20, 7}, {40, 1}}}, 0, {4, 5}},
+      {{8, 2, 32, 0, 16, {{0, 33}, {9, 1}}}, 0, {8, 20}},
+      {{4, 1, 96, 0, 8, {{100, 30}, {300, 1}}}, 0, {4, 5}},
+      {{8, 2, 128, 0, 16, {{50, 70}, {600, 1}}}, 128, {4, 5}},
+      {{8, 8, 64, 0, 16, {{0, 40}, {70, 1}}}, 32, {4, 10}},
+  };
+  const int layer = 1, numLayers = 2;
+  for (const Case &k : cases) {
+    const AttentionCase &c = k.shape;
+    const std::string what = describe(c) + " rotary " +
+                             std::to_string(k.rotaryDim) + " " +
+                             describe(k.scores);
+    cpu::AttentionParams p = cpuAttentionParams(layer, c.heads, c.kvHeads,
+                                                c.headDim, c.window, k.scores);
+    if (k.rotaryDim > 0) {
+      p.keyRope.headDim = c.headDim;
+      p.keyRope.rotaryDim = k.rotaryDim;
+      p.keyRope.theta = 10000.0;
+      ASSERT_TRUE(p.keyRope.validate().isOk());
+      p.keyRopeInvFreq = plan::ropeInverseFrequencies(p.keyRope);
+    }
+    const PagedBatch b = makePagedBatch(
+        c.seqs, cuda::KVCacheDtype::kBf16,
+        cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize), p,
+        /*spareBlocks=*/2, /*bf16Queries=*/true);
+    const int64_t numSeqs = c.seqs.size();
+    DeviceArray<float> freq(p.keyRopeInvFreq);
+    AttentionDims a =
+        attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window, k.scores);
+    a.keyRotaryDim = k.rotaryDim;
+    a.keyRopeInvFreq = k.rotaryDim > 0 ? freq.get() : nullptr;
+    const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+    EXPECT_FALSE(cuda::splitKVDecodeSupports(a, dims)) << what;
+    EXPECT_FALSE(cuda::prefillAttentionSupports(a)) << what;
+    EXPECT_FALSE(
+        cuda::prefillAttentionSm90Supports(a, dims, cuda::KVCacheDtype::kBf16))
+        << what;
+    DevicePool pool(b, cuda::KVCacheDtype::kBf16);
+    DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
+    auto run = [&](QueryType type, const AttentionDims &attention) {
+      return runWithQueries(type, b.q, [&](auto q, auto out) {
+        return cuda::launchPagedAttention(
+            q, pool.pool, dims, attention, tables.get(), b.maxBlocks,
+            context.get(), qsl.get(), numSeqs, b.t, out, nullptr);
+      });
+    };
+    for (QueryType type : {QueryType::kF32, QueryType::kBf16}) {
+      const double err = relError(run(type, a), b.ref);
+      report("paged_attention_softcap", std::string(nameOf(type)) + " " + what,
+             err);
+      EXPECT_LT(err, kF32Tol + outputTolerance(type))
+          << nameOf(type) << " " << what;
+    }
+    AttentionDims uncapped = a;
+    uncapped.logitSoftcap = 0.0f;
+    const double uncappedErr = relError(run(QueryType::kF32, uncapped), b.ref);
+    report("paged_attention_softcap", what + " without the cap", uncappedErr);
+    EXPECT_GT(uncappedErr, 0.1) << what;
+  }
+}
+
 } // namespace
 } // namespace infer::testing

@@ -16,6 +16,9 @@
 //   decode rows left to other kernels, fp32 and bf16 q/out;
 // - fp8 pools (E4M3 with scales, E5M2) and streaming key rotation (bf16
 //   pool), which pass through the producer's staging buffers;
+// - soft-capped scores (Gemma 2: caps of 5 to 50, sliding window 8, long
+//   windows, chunked prefill, verification rows; bf16 and fp8 pools), and
+//   the same batches without the cap far from the capped reference;
 // - persistent launches of 1 to 7 CTAs (many work items each) giving the
 //   one-CTA-per-item result bit for bit;
 // - a captured graph replaying the eager result.
@@ -304,6 +307,71 @@ TEST_F(PrefillAttentionSm90Test, Fp8PoolsAndKeyRope) {
       EXPECT_LT(err, kBf16Tol + outputTolerance(type))
           << nameOf(type) << " " << what;
     }
+  }
+}
+
+TEST_F(PrefillAttentionSm90Test, SoftcappedScoresMatchCpuAttention) {
+  struct Case {
+    KVCacheDtype dtype;
+    AttentionCase shape;
+    ScoreOptions scores;
+  };
+  const Case cases[] = {
+      {KVCacheDtype::kBf16, {32, 8, 128, 0, 16, {{0, 300}}}, {4, 5}},
+      {KVCacheDtype::kBf16,
+       {8, 8, 64, 0, 16, {{0, 200}, {37, 1}, {5, 70}}},
+       {4, 10}},
+      {KVCacheDtype::kBf16, {16, 2, 128, 0, 16, {{150, 77}}}, {30, 50}},
+      {KVCacheDtype::kBf16, {8, 4, 128, 8, 16, {{0, 33}, {40, 7}}}, {4, 5}},
+      {KVCacheDtype::kBf16, {32, 8, 128, 1000, 16, {{3000, 600}}}, {30, 50}},
+      {KVCacheDtype::kBf16,
+       {10, 2, 128, 0, 16, {{19990, 10}, {4000, 5}}},
+       {4, 5}},
+      {KVCacheDtype::kF8E4M3, {32, 8, 128, 0, 16, {{100, 300}}}, {4, 5}},
+      {KVCacheDtype::kF8E5M2,
+       {8, 2, 64, 40, 8, {{0, 150}, {2000, 9}}},
+       {4, 10}},
+  };
+  const int layer = 0, numLayers = 1;
+  for (const Case &k : cases) {
+    const AttentionCase &c = k.shape;
+    const std::string what =
+        std::string(k.dtype == KVCacheDtype::kBf16     ? "bf16"
+                    : k.dtype == KVCacheDtype::kF8E5M2 ? "e5m2"
+                                                       : "e4m3") +
+        " " + describe(c) + " " + describe(k.scores);
+    const PagedBatch b = makePagedBatch(
+        c.seqs, k.dtype,
+        cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize),
+        cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window,
+                           k.scores),
+        /*spareBlocks=*/2, /*bf16Queries=*/true);
+    const AttentionDims a =
+        attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window, k.scores);
+    AttentionDims uncapped = a;
+    uncapped.logitSoftcap = 0.0f;
+    const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+    ASSERT_TRUE(cuda::prefillAttentionSm90Supports(a, dims, k.dtype)) << what;
+    DevicePool pool(b, k.dtype);
+    const int64_t width = int64_t(c.heads) * c.headDim;
+    const std::vector<float> want = rowsOfSequences(b.ref, b.qsl, width, false);
+    for (QueryType type : kQueryTypes) {
+      const std::vector<float> got = rowsOfSequences(
+          run(type, b, pool.pool, dims, a, nullptr), b.qsl, width, false);
+      const double err = relError(got, want);
+      std::cout << "[ kernel   ] sm90_prefill " << nameOf(type) << " " << what
+                << " max rel err " << err << "\n";
+      EXPECT_LT(err, kBf16Tol + outputTolerance(type))
+          << nameOf(type) << " " << what;
+    }
+    const double uncappedErr =
+        relError(rowsOfSequences(run(QueryType::kF32, b, pool.pool, dims,
+                                     uncapped, nullptr),
+                                 b.qsl, width, false),
+                 want);
+    std::cout << "[ kernel   ] sm90_prefill " << what
+              << " without the cap: max rel err " << uncappedErr << "\n";
+    EXPECT_GT(uncappedErr, 0.1) << what;
   }
 }
 

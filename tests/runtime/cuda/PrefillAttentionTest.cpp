@@ -11,7 +11,10 @@
 // GPU also rounds q and the softmax probabilities to bf16, so the tolerance
 // is bf16's, 1e-2 of the largest output (1/256 more for bf16 outputs).
 // Slots no sequence owns hold NaN in both pools, so a read outside a
-// sequence's keys shows.
+// sequence's keys shows. Soft-capped scores (Gemma 2's alternating sliding
+// window 8 and global layers, chunked prefill, speculative-verification
+// rows, fp8 pools) keep the bound, and the same batch run without the cap
+// is far from the capped reference.
 //
 //===----------------------------------------------------------------------===//
 
@@ -94,6 +97,87 @@ TEST_F(PrefillAttentionTest, MatchesCpuAttention) {
       EXPECT_LT(directErr, tol) << nameOf(type) << " " << describe(c);
       EXPECT_LT(routedErr, tol) << nameOf(type) << " routed " << describe(c);
     }
+  }
+}
+
+TEST_F(PrefillAttentionTest, SoftcappedScoresMatchCpuAttention) {
+  struct SoftcapCase {
+    KVCacheDtype dtype;
+    Case shape;
+    ScoreOptions scores;
+  };
+  const SoftcapCase cases[] = {
+      {KVCacheDtype::kBf16, {32, 8, 128, 0, 16, {{0, 300}}}, {4, 5}},
+      {KVCacheDtype::kBf16,
+       {8, 8, 64, 0, 16, {{0, 200}, {37, 1}, {5, 70}, {100, 1}}},
+       {4, 10}}, // mixed
+      {KVCacheDtype::kBf16,
+       {16, 2, 128, 0, 16, {{150, 77}}},
+       {30, 50}}, // chunked
+      {KVCacheDtype::kBf16, {8, 4, 128, 8, 16, {{0, 33}, {40, 7}}}, {4, 5}},
+      {KVCacheDtype::kBf16, {8, 2, 64, 0, 32, {{3000, 5}, {700, 3}}}, {4, 5}},
+      {KVCacheDtype::kF8E4M3,
+       {32, 8, 128, 0, 16, {{100, 150}, {7, 1}}},
+       {4, 5}},
+      {KVCacheDtype::kF8E5M2, {8, 2, 64, 40, 8, {{0, 150}}}, {4, 10}},
+  };
+  const int layer = 1, numLayers = 2;
+  for (const SoftcapCase &k : cases) {
+    const Case &c = k.shape;
+    const std::string what =
+        std::string(k.dtype == KVCacheDtype::kBf16     ? "bf16"
+                    : k.dtype == KVCacheDtype::kF8E5M2 ? "e5m2"
+                                                       : "e4m3") +
+        " " + describe(c) + " " + describe(k.scores);
+    PagedBatch b = makePagedBatch(
+        c.seqs, k.dtype,
+        cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize),
+        cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window,
+                           k.scores),
+        /*spareBlocks=*/3, /*bf16Queries=*/true);
+    const int64_t numSeqs = c.seqs.size();
+    const AttentionDims a =
+        attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window, k.scores);
+    AttentionDims uncapped = a;
+    uncapped.logitSoftcap = 0.0f;
+    ASSERT_TRUE(cuda::prefillAttentionSupports(a)) << what;
+    const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+    DevicePool pool(b, k.dtype);
+    DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
+    const int64_t width = int64_t(c.heads) * c.headDim;
+    const std::vector<float> want = rowsOfSequences(b.ref, b.qsl, width, false);
+    auto direct = [&](QueryType type, const AttentionDims &attention) {
+      return rowsOfSequences(
+          runWithQueries(type, b.q,
+                         [&](auto q, auto out) {
+                           return cuda::launchPrefillAttention(
+                               q, pool.pool, dims, attention, tables.get(),
+                               b.maxBlocks, context.get(), qsl.get(), numSeqs,
+                               b.t, out, nullptr);
+                         }),
+          b.qsl, width, false);
+    };
+    for (QueryType type : {QueryType::kF32, QueryType::kBf16}) {
+      const std::vector<float> routed =
+          runWithQueries(type, b.q, [&](auto q, auto out) {
+            return cuda::launchPagedAttention(
+                q, pool.pool, dims, a, tables.get(), b.maxBlocks, context.get(),
+                qsl.get(), numSeqs, b.t, out, nullptr);
+          });
+      const double directErr = relError(direct(type, a), want);
+      const double routedErr = relError(routed, b.ref);
+      std::cout << "[ kernel   ] prefill_attention " << nameOf(type) << " "
+                << what << " max rel err mma.sync " << directErr << ", routed "
+                << routedErr << "\n";
+      const double tol = kBf16Tol + outputTolerance(type);
+      EXPECT_LT(directErr, tol) << nameOf(type) << " " << what;
+      EXPECT_LT(routedErr, tol) << nameOf(type) << " routed " << what;
+    }
+    const double uncappedErr =
+        relError(direct(QueryType::kF32, uncapped), want);
+    std::cout << "[ kernel   ] prefill_attention " << what
+              << " without the cap: max rel err " << uncappedErr << "\n";
+    EXPECT_GT(uncappedErr, 0.1) << what;
   }
 }
 

@@ -14,7 +14,10 @@
 // outputs; the queries are bf16 values, so fp32 and bf16 q/out run the same
 // inputs). Slots no sequence owns hold NaN, so a read outside a sequence's
 // keys shows. A captured graph replays for other context lengths of the same
-// block-table width.
+// block-table width. Soft-capped scores (Gemma 2; caps of 5 to 50 over
+// scores of 4 to 30 standard deviations) keep the bound on every pool and
+// shape kind, and the same batch run without the cap is far from the
+// capped reference (the cases test the cap).
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,14 +64,16 @@ protected:
 
   /// One decode sequence per context length over a pool of `dtype` with 2
   /// spare blocks.
-  PagedBatch make(const Case &c, KVCacheDtype dtype, int layer, int numLayers) {
+  PagedBatch make(const Case &c, KVCacheDtype dtype, int layer, int numLayers,
+                  ScoreOptions scores = {}) {
     SeqShape seqs;
     for (int n : c.contexts)
       seqs.push_back({n - 1, 1});
     return makePagedBatch(
         seqs, dtype,
         cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize),
-        cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window),
+        cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window,
+                           scores),
         /*spareBlocks=*/2, /*bf16Queries=*/true);
   }
 };
@@ -132,6 +137,60 @@ TEST_F(SplitKVDecodeTest, MatchesCpuAttention) {
       // Long contexts of few sequences are split over many blocks.
       if (numSeqs == 1 && c.contexts[0] >= 5000)
         EXPECT_GT(splits, 8) << describe(c, dtype);
+    }
+}
+
+TEST_F(SplitKVDecodeTest, SoftcappedScoresMatchCpuAttention) {
+  struct SoftcapCase {
+    Case shape;
+    ScoreOptions scores;
+  };
+  const SoftcapCase cases[] = {
+      {{8, 8, 128, 0, 16, {1, 17, 1000, 5000}}, {4, 5}}, // MHA
+      {{32, 8, 128, 0, 16, {3000, 2}}, {4, 10}},         // GQA 4
+      {{16, 2, 64, 0, 32, {20000}}, {4, 5}},             // GQA 8, d 64, split
+      {{8, 4, 256, 4096, 16, {6000, 300}}, {30, 50}},    // d 256, window
+      {{10, 2, 128, 8, 24, {40, 9, 3}}, {4, 5}},         // GQA 5, window 8
+  };
+  const int layer = 1, numLayers = 2;
+  const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(256);
+  auto workspace = DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
+  const cuda::SplitKVWorkspace ws{workspace.get(), workspaceBytes};
+  for (KVCacheDtype dtype :
+       {KVCacheDtype::kBf16, KVCacheDtype::kF8E5M2, KVCacheDtype::kF8E4M3})
+    for (const SoftcapCase &k : cases) {
+      const Case &c = k.shape;
+      const ScoreOptions &scores = k.scores;
+      const std::string what = describe(c, dtype) + " " + describe(scores);
+      PagedBatch b = make(c, dtype, layer, numLayers, scores);
+      const int64_t numSeqs = c.contexts.size();
+      const AttentionDims a =
+          attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window, scores);
+      AttentionDims uncapped = a;
+      uncapped.logitSoftcap = 0.0f;
+      const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+      ASSERT_TRUE(cuda::splitKVDecodeSupports(a, dims)) << what;
+      DevicePool pool(b, dtype);
+      DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
+      auto run = [&](QueryType type, const AttentionDims &attention) {
+        return runWithQueries(type, b.q, [&](auto q, auto out) {
+          return cuda::launchPagedAttention(
+              q, pool.pool, dims, attention, tables.get(), b.maxBlocks,
+              context.get(), qsl.get(), numSeqs, numSeqs, out, nullptr, ws);
+        });
+      };
+      for (QueryType type : {QueryType::kF32, QueryType::kBf16}) {
+        const double err = relError(run(type, a), b.ref);
+        std::cout << "[ kernel   ] split_kv_decode " << nameOf(type) << " "
+                  << what << " max rel err " << err << "\n";
+        EXPECT_LT(err, tolerance(c) + outputTolerance(type))
+            << nameOf(type) << " " << what;
+      }
+      const double uncappedErr =
+          relError(run(QueryType::kF32, uncapped), b.ref);
+      std::cout << "[ kernel   ] split_kv_decode " << what
+                << " without the cap: max rel err " << uncappedErr << "\n";
+      EXPECT_GT(uncappedErr, 0.1) << what;
     }
 }
 
