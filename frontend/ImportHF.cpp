@@ -26,7 +26,8 @@
 //     scale by query_pre_attn_scalar^-1/2 and may be soft-capped, as may the
 //     logits; Gemma 3's sliding-window layers have their own rope;
 //   - rope variants: yarn, longrope (attention factor folded into the
-//     attention scale), partial_rotary_factor (rotary_dim < head_dim).
+//     attention scale), partial_rotary_factor (rotary_dim < head_dim),
+//     dynamic NTK (the ropes also read query_start_loc).
 //
 //===----------------------------------------------------------------------===//
 
@@ -150,6 +151,8 @@ mlir::infer::RopeScalingKind toScalingKind(RopeKind kind) {
     return mlir::infer::RopeScalingKind::Yarn;
   case RopeKind::kLongRope:
     return mlir::infer::RopeScalingKind::LongRope;
+  case RopeKind::kDynamic:
+    return mlir::infer::RopeScalingKind::Dynamic;
   }
   llvm_unreachable("unknown rope kind");
 }
@@ -356,10 +359,17 @@ FailureOr<Value> ModelImporter::attentionBlock(Value h, int64_t layer) {
                            builder.getI64IntegerAttr(config.rotaryDim)),
       builder.getNamedAttr("rope", ropeAttr)};
   mlir::Location ropeLoc = locFor(attn + ".rotary_emb");
-  Value qRot = create<mlir::infer::RopeOp>(ropeLoc, q->getType(),
-                                           {*q, positions}, ropeAttrs);
-  Value kRot = create<mlir::infer::RopeOp>(ropeLoc, k->getType(),
-                                           {*k, positions}, ropeAttrs);
+  // A dynamic NTK rope reads each sequence's length from the batch.
+  llvm::SmallVector<Value, 3> qOperands = {*q, positions},
+                              kOperands = {*k, positions};
+  if (rope.kind == RopeKind::kDynamic) {
+    qOperands.push_back(queryStartLoc);
+    kOperands.push_back(queryStartLoc);
+  }
+  Value qRot =
+      create<mlir::infer::RopeOp>(ropeLoc, q->getType(), qOperands, ropeAttrs);
+  Value kRot =
+      create<mlir::infer::RopeOp>(ropeLoc, k->getType(), kOperands, ropeAttrs);
 
   // YaRN and LongRoPE scale the cosines and sines, so both q and k, by
   // their attention factor: the same as scaling the scores by its square.
@@ -478,7 +488,12 @@ mlir::DictionaryAttr ModelImporter::modelAttr() {
   addInt("num_heads", config.numHeads);
   addInt("num_kv_heads", config.numKVHeads);
   addInt("head_dim", config.headDim);
-  addInt("max_position_embeddings", config.maxPositionEmbeddings);
+  // The context the artifact serves (0: no limit). A dynamic NTK rope exists
+  // to run past the trained length, and Hugging Face sets no limit to it;
+  // the rope keeps the trained length where its base starts to grow.
+  addInt("max_position_embeddings", config.rope.kind == RopeKind::kDynamic
+                                        ? 0
+                                        : config.maxPositionEmbeddings);
   if (config.bosTokenId)
     addInt("bos_token_id", *config.bosTokenId);
   llvm::SmallVector<mlir::Attribute> eos;

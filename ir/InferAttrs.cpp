@@ -82,6 +82,8 @@ RopeAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
                  << value;
     return success();
   }
+  if (kind == RopeScalingKind::Dynamic)
+    return success();
   if (!(highFreqFactor > lowFreqFactor))
     return emitError() << "'llama3' rope scaling needs high_freq_factor ("
                        << highFreqFactor << ") > low_freq_factor ("

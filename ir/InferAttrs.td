@@ -53,8 +53,9 @@ def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
     and `beta_slow`; `longrope` a positive `original_max_position_embeddings`
     and `short_factor` and `long_factor` of one length (the number of
     inverse frequencies, `rotary_dim / 2`, which the ops using the attribute
-    check) with positive entries. `short_factor` and `long_factor` belong to
-    `longrope` only.
+    check) with positive entries; `dynamic` a positive `factor` and a
+    positive `original_max_position_embeddings` (the length past which the
+    base grows). `short_factor` and `long_factor` belong to `longrope` only.
 
     The attention scaling of YaRN and LongRoPE (HF's `attention_factor`,
     which multiplies the cosines and sines) is not part of the rotation: it
@@ -72,6 +73,8 @@ def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
                 original_max_position_embeddings = 4096,
                 short_factor = array<f64: 1.0, 1.1>,
                 long_factor = array<f64: 1.0, 4.0>>
+    #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0,
+                original_max_position_embeddings = 2048>
     ```
   }];
 
@@ -82,7 +85,7 @@ def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
     Infer_F64Parameter<"llama3 low-frequency factor", "1.0">:$low_freq_factor,
     Infer_F64Parameter<"llama3 high-frequency factor", "4.0">:$high_freq_factor,
     DefaultValuedParameter<"int64_t", "0",
-        "context length the model was trained with (llama3, yarn, longrope)">
+        "trained context length (llama3, yarn, longrope, dynamic)">
         :$original_max_position_embeddings,
     Infer_F64Parameter<"yarn: rotations above which frequencies are kept",
                        "32.0">:$beta_fast,

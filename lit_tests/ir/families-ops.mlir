@@ -19,6 +19,17 @@ func.func @rope_variants(%x: tensor<?x128xf32>, %positions: tensor<?xi32>) -> (t
   return %a, %b, %c : tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>
 }
 
+// A dynamic NTK rope reads query_start_loc, in the rope and in the cache
+// write that rotates keys.
+// CHECK-LABEL: func.func @dynamic_rope
+func.func @dynamic_rope(%x: tensor<?x128xf32>, %positions: tensor<?xi32>, %query_start_loc: tensor<?xi32>, %cache: !infer.kv_cache<num_layers = 1, num_kv_heads = 8, block_size = 16, head_dim = 16, element_type = f32>, %slots: tensor<?xi64>) -> (tensor<?x128xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 8, block_size = 16, head_dim = 16, element_type = f32>) {
+  // CHECK: infer.rope %{{.*}}, %{{.*}}, %{{.*}} {head_dim = 16 : i64, rope = #infer.rope<theta = 1.000000e+04, kind = dynamic, factor = 2.000000e+00, original_max_position_embeddings = 2048>, rotary_dim = 16 : i64} : tensor<?x128xf32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x128xf32>
+  %a = infer.rope %x, %positions, %query_start_loc {head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0, original_max_position_embeddings = 2048>} : tensor<?x128xf32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x128xf32>
+  // CHECK: infer.rope_kv_cache_write %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {{{.*}}kind = dynamic{{.*}}} : {{.*}}, tensor<?xi64>, tensor<?xi32>, tensor<?xi32> -> !infer.kv_cache
+  %c = infer.rope_kv_cache_write %cache, %x, %x, %slots, %positions, %query_start_loc {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0, original_max_position_embeddings = 2048>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 8, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64>, tensor<?xi32>, tensor<?xi32> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 8, block_size = 16, head_dim = 16, element_type = f32>
+  return %a, %c : tensor<?x128xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 8, block_size = 16, head_dim = 16, element_type = f32>
+}
+
 // CHECK-LABEL: func.func @norms_and_gelu
 func.func @norms_and_gelu(%x: tensor<?x128xf32>, %r: tensor<?x128xf32>, %w: tensor<128xbf16>, %wh: tensor<32xbf16>) -> (tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>) {
   // CHECK: infer.rms_norm {{.*}} {epsilon = 9.9999999999999995E-7 : f64, head_dim = 32 : i64} : tensor<?x128xf32>, tensor<32xbf16> -> tensor<?x128xf32>
