@@ -43,6 +43,20 @@ def Infer_RopeScalingKind : I32EnumAttr<"RopeScalingKind",
   }];
 }
 
+def Infer_ParallelStyle : I32EnumAttr<"ParallelStyle",
+    "how a linear layer splits over tensor-parallel ranks", [
+      I32EnumAttrCase<"Column", 0, "column">,
+      I32EnumAttrCase<"KVColumn", 1, "kv_column">,
+      I32EnumAttrCase<"Row", 2, "row">
+    ]> {
+  let cppNamespace = "::mlir::infer";
+  let genSpecializedAttr = 0;
+  let description = [{
+    The split of `#infer.parallel`: `column` (output features), `kv_column`
+    (output features by key/value head), `row` (input features).
+  }];
+}
+
 def Infer_Fp8Granularity : I32EnumAttr<"Fp8Granularity",
     "how many scales an fp8 weight has", [
       I32EnumAttrCase<"PerTensor", 0, "per_tensor">,

@@ -233,6 +233,16 @@ LogicalResult LinearOp::verify() {
                                elementTypeOf(getInput()), "the input's")))
     return failure();
   int64_t outFeatures = getWeight().getType().getDimSize(0);
+  if (std::optional<ParallelAttr> parallel = getParallel();
+      parallel && parallel->getParts()) {
+    int64_t sum = 0;
+    for (int64_t width : parallel->getParts().asArrayRef())
+      sum += width;
+    if (sum != outFeatures)
+      return emitOpError() << "expects parallel parts adding up to the "
+                              "weight rows ("
+                           << outFeatures << "), got " << sum;
+  }
   if (Value bias = getBias();
       bias && !isCompatibleDim(featureDim(bias), outFeatures))
     return emitOpError() << "expects bias of shape [" << outFeatures

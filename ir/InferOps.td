@@ -179,8 +179,14 @@ def Infer_LinearOp : Infer_Op<"linear", [Pure]> {
     fp32, the bias is added in fp32, and the sum is rounded once to the
     result's type (cuBLAS's `CUBLAS_COMPUTE_32F` with a bf16 output).
 
+    `parallel` (`#infer.parallel`, set by the importer) says how
+    `infer-shard-tensor-parallel` splits the layer; a linear without one is
+    replicated on every rank. Its `parts` add up to the weight's rows.
+
     ```mlir
     %y = infer.linear %x, %w
+        : tensor<?x384xf32>, tensor<128x384xbf16> -> tensor<?x128xf32>
+    %o = infer.linear %x, %w {parallel = #infer.parallel<row>}
         : tensor<?x384xf32>, tensor<128x384xbf16> -> tensor<?x128xf32>
     %z = infer.linear %x, %w, %b
         : tensor<?x384xf32>, tensor<128x384xbf16>, tensor<128xbf16>
@@ -191,7 +197,8 @@ def Infer_LinearOp : Infer_Op<"linear", [Pure]> {
   let arguments = (ins
     Infer_Activation:$input,
     2DTensorOf<[AnyFloat]>:$weight,
-    Optional<1DTensorOf<[AnyFloat]>>:$bias
+    Optional<1DTensorOf<[AnyFloat]>>:$bias,
+    OptionalAttr<Infer_ParallelAttr>:$parallel
   );
   let results = (outs Infer_Activation:$result);
   let assemblyFormat = [{

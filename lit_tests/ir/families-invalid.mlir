@@ -111,3 +111,43 @@ func.func @dynamic_key_rope(%q: tensor<?x128xf32>, %cache: !infer.kv_cache<num_l
   %y = infer.paged_attention %q, %cache, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 8 : i64, head_dim = 16 : i64, scale = 0.25 : f64, sliding_window = 0 : i64, key_rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0, original_max_position_embeddings = 16>, key_rotary_dim = 16 : i64} : tensor<?x128xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 8, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x128xf32>
   return %y : tensor<?x128xf32>
 }
+
+// -----
+
+func.func @parallel_parts_sum(%x: tensor<?x128xf32>, %w: tensor<192x128xbf16>) -> tensor<?x192xf32> {
+  // expected-error @+1 {{'infer.linear' op expects parallel parts adding up to the weight rows (192), got 160}}
+  %y = infer.linear %x, %w {parallel = #infer.parallel<column, parts = [128, 16, 16], kv_parts = [false, true, true]>} : tensor<?x128xf32>, tensor<192x128xbf16> -> tensor<?x192xf32>
+  return %y : tensor<?x192xf32>
+}
+
+// -----
+
+func.func @parallel_parts_on_row(%x: tensor<?x128xf32>, %w: tensor<128x128xbf16>) -> tensor<?x128xf32> {
+  // expected-error @+1 {{parallel parts belong to 'column' linears, not 'row'}}
+  %y = infer.linear %x, %w {parallel = #infer.parallel<row, parts = [64, 64], kv_parts = [false, false]>} : tensor<?x128xf32>, tensor<128x128xbf16> -> tensor<?x128xf32>
+  return %y : tensor<?x128xf32>
+}
+
+// -----
+
+func.func @parallel_kv_parts(%x: tensor<?x128xf32>, %w: tensor<128x128xbf16>) -> tensor<?x128xf32> {
+  // expected-error @+1 {{parallel parts and kv_parts need one entry per part, got 2 and 1}}
+  %y = infer.linear %x, %w {parallel = #infer.parallel<column, parts = [64, 64], kv_parts = [false]>} : tensor<?x128xf32>, tensor<128x128xbf16> -> tensor<?x128xf32>
+  return %y : tensor<?x128xf32>
+}
+
+// -----
+
+func.func @parallel_part_width(%x: tensor<?x128xf32>, %w: tensor<128x128xbf16>) -> tensor<?x128xf32> {
+  // expected-error @+1 {{parallel parts must be positive, got 0}}
+  %y = infer.linear %x, %w {parallel = #infer.parallel<column, parts = [128, 0], kv_parts = [false, false]>} : tensor<?x128xf32>, tensor<128x128xbf16> -> tensor<?x128xf32>
+  return %y : tensor<?x128xf32>
+}
+
+// -----
+
+func.func @shard_offset_without_size() -> tensor<16x128xbf16> {
+  // expected-error @+1 {{shard offset 128 needs the size of the split part}}
+  %w = infer.weight "qkv" {shard = #infer.shard<dim = 0, shards = 2, offset = 128>} : tensor<16x128xbf16>
+  return %w : tensor<16x128xbf16>
+}

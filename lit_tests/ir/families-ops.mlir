@@ -1,9 +1,9 @@
 // RUN: infer-opt %s | infer-opt | FileCheck %s
 // RUN: infer-opt %s --mlir-print-op-generic | infer-opt | FileCheck %s
 
-// The attributes the model families add (YaRN and LongRoPE rope scaling,
-// per-head and offset RMSNorm, exact GELU) survive printing and parsing, in
-// custom and generic form.
+// The attributes the model families add (YaRN, LongRoPE and dynamic NTK rope
+// scaling, per-head and offset RMSNorm, exact GELU, tensor-parallel styles)
+// survive printing and parsing, in custom and generic form.
 
 // CHECK-LABEL: func.func @rope_variants
 func.func @rope_variants(%x: tensor<?x128xf32>, %positions: tensor<?xi32>) -> (tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>) {
@@ -42,4 +42,26 @@ func.func @norms_and_gelu(%x: tensor<?x128xf32>, %r: tensor<?x128xf32>, %w: tens
   // CHECK: infer.gelu %{{.*}} : tensor<?x128xf32>
   %d = infer.gelu %x {approximate = "none"} : tensor<?x128xf32>
   return %a, %b, %c, %d : tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?x128xf32>
+}
+
+// How each linear splits over tensor-parallel ranks (#infer.parallel), and a
+// rank's slice of one part of a stacked checkpoint tensor (#infer.shard with
+// offset and size).
+// CHECK-LABEL: func.func @parallel_styles
+func.func @parallel_styles(%x: tensor<?x128xf32>) -> (tensor<?x128xf32>, tensor<?x32xf32>, tensor<?x128xf32>, tensor<?x192xf32>, tensor<?x16xf32>) {
+  %w = infer.weight "w" : tensor<128x128xbf16>
+  %wk = infer.weight "k" : tensor<32x128xbf16>
+  %wqkv = infer.weight "qkv" : tensor<192x128xbf16>
+  // CHECK: infer.weight "qkv" {shard = #infer.shard<dim = 0, shards = 2, replication = 2, offset = 128, size = 32>} : tensor<16x128xbf16>
+  %wpart = infer.weight "qkv" {shard = #infer.shard<dim = 0, shards = 2, replication = 2, offset = 128, size = 32>} : tensor<16x128xbf16>
+  // CHECK: infer.linear {{.*}} {parallel = #infer.parallel<column>}
+  %a = infer.linear %x, %w {parallel = #infer.parallel<column>} : tensor<?x128xf32>, tensor<128x128xbf16> -> tensor<?x128xf32>
+  // CHECK: infer.linear {{.*}} {parallel = #infer.parallel<kv_column>}
+  %b = infer.linear %x, %wk {parallel = #infer.parallel<kv_column>} : tensor<?x128xf32>, tensor<32x128xbf16> -> tensor<?x32xf32>
+  // CHECK: infer.linear {{.*}} {parallel = #infer.parallel<row>}
+  %c = infer.linear %x, %w {parallel = #infer.parallel<row>} : tensor<?x128xf32>, tensor<128x128xbf16> -> tensor<?x128xf32>
+  // CHECK: infer.linear {{.*}} {parallel = #infer.parallel<column, parts = [128, 32, 32], kv_parts = [false, true, true]>}
+  %d = infer.linear %x, %wqkv {parallel = #infer.parallel<column, parts = [128, 32, 32], kv_parts = [false, true, true]>} : tensor<?x128xf32>, tensor<192x128xbf16> -> tensor<?x192xf32>
+  %e = infer.linear %x, %wpart : tensor<?x128xf32>, tensor<16x128xbf16> -> tensor<?x16xf32>
+  return %a, %b, %c, %d, %e : tensor<?x128xf32>, tensor<?x32xf32>, tensor<?x128xf32>, tensor<?x192xf32>, tensor<?x16xf32>
 }
