@@ -48,6 +48,10 @@
 //            concat {source_tensor k_proj.weight, slice_dim 0,
 //                    slice_begin r * 16, slice_size 16}
 //
+// A shard of one part of a tensor (#infer.shard with `offset`) starts its
+// slices there: Phi-3's qkv_proj [128 | 32 | 32] at tp 2 gives rank r the
+// rows r * 64 + [0, 64), 128 + r * 16 + [0, 16) and 160 + r * 16 + [0, 16).
+//
 //===----------------------------------------------------------------------===//
 
 #include "codegen/PlanLowering.h"
@@ -423,6 +427,10 @@ mlir::LogicalResult PlanLowering::lowerAttributes(mlir::Operation *op,
     // Rank-dependent: specializeRank writes vocab_offset and vocab_size.
     if (mlir::isa<mlir::infer::EmbeddingOp>(op) && name == "vocab_shards")
       continue;
+    // How tensor parallelism splits a linear: the compiler's business (the
+    // sharding pass consumes it; a one-rank program keeps it unused).
+    if (mlir::isa<mlir::infer::ParallelAttr>(attr))
+      continue;
     if (auto integer = mlir::dyn_cast<mlir::IntegerAttr>(attr)) {
       step.attrs[name] = integer.getValue().getSExtValue();
     } else if (auto real = mlir::dyn_cast<mlir::FloatAttr>(attr)) {
@@ -608,11 +616,11 @@ plan::RankPlan PlanLowering::specializeRank(int rankIndex) const {
   for (const auto &[id, shard] : paramShards) {
     plan::Value &value = specialized.values[id];
     int64_t size = value.shape[shard.getDim()].size;
-    value.transforms.push_back(
-        plan::WeightTransform{"slice",
-                              {{"dim", shard.getDim()},
-                               {"begin", shard.getShardOf(rankIndex) * size},
-                               {"size", size}}});
+    value.transforms.push_back(plan::WeightTransform{
+        "slice",
+        {{"dim", shard.getDim()},
+         {"begin", shard.getOffset() + shard.getShardOf(rankIndex) * size},
+         {"size", size}}});
   }
   for (const auto &[id, parts] : concatPartSlices)
     sliceConcatParts(specialized.values[id], parts, rankIndex);
@@ -636,9 +644,10 @@ void PlanLowering::sliceConcatParts(
     plan::Value &value, const std::vector<std::optional<PartSlice>> &parts,
     int rankIndex) const {
   auto sliceAttrs = [&](const PartSlice &part) {
-    return std::array<int64_t, 3>{part.shard.getDim(),
-                                  part.shard.getShardOf(rankIndex) * part.size,
-                                  part.size};
+    return std::array<int64_t, 3>{
+        part.shard.getDim(),
+        part.shard.getOffset() + part.shard.getShardOf(rankIndex) * part.size,
+        part.size};
   };
   for (size_t i = 1; i < parts.size(); ++i) {
     if (!parts[i])

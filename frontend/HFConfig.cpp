@@ -318,16 +318,11 @@ FailureOr<RopeKind> parseRopeKind(const ConfigReader &reader, StringRef key,
   if (name == "longrope" || name == "su")
     return RopeKind::kLongRope;
   if (name == "dynamic")
-    return reader.error(key)
-           << "rope type 'dynamic' ('" << reader.qualified(key)
-           << "') is not supported: Hugging Face recomputes its frequencies "
-              "from the length of each forward call, which a KV-cached "
-              "server does not have (supported: default, linear, llama3, "
-              "yarn, longrope)";
+    return RopeKind::kDynamic;
   return reader.error(key) << "rope type '" << name << "' ('"
                            << reader.qualified(key)
                            << "') is not supported (supported: default, "
-                              "linear, llama3, yarn, longrope)";
+                              "linear, llama3, yarn, longrope, dynamic)";
 }
 
 /// A list of positive numbers with `count` entries.
@@ -421,6 +416,12 @@ mlir::LogicalResult parseRopeScaling(const ConfigReader &config,
   rope.factor = *factor;
   if (rope.kind == RopeKind::kLinear)
     return mlir::success();
+  if (rope.kind == RopeKind::kDynamic) {
+    // HF _compute_dynamic_ntk_parameters: the base grows once a sequence
+    // passes max_position_embeddings.
+    rope.originalMaxPositionEmbeddings = model.maxPositionEmbeddings;
+    return mlir::success();
+  }
   if (rope.kind == RopeKind::kYarn) {
     FailureOr<int64_t> original = params.getInt(
         "original_max_position_embeddings", model.maxPositionEmbeddings);

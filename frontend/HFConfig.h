@@ -24,7 +24,7 @@
 
 namespace infer::frontend {
 
-enum class RopeKind { kDefault, kLinear, kLlama3, kYarn, kLongRope };
+enum class RopeKind { kDefault, kLinear, kLlama3, kYarn, kLongRope, kDynamic };
 
 /// Rotary embedding parameters, after merging the transformers 5.x
 /// `rope_parameters` spelling and the older `rope_theta` + `rope_scaling`.

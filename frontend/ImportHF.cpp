@@ -14,6 +14,11 @@
 // The rows that produce logits are gathered before the final norm: the norm
 // is per row, so this computes the same values for S rows instead of T.
 //
+// Every linear carries how tensor parallelism splits it
+// (#infer.parallel: q, gate, up column; k, v kv_column; o, down row; a
+// fused projection column with its parts), so infer-shard-tensor-parallel
+// needs no knowledge of architectures or checkpoint names.
+//
 // What the families add (Architectures.h says which has what):
 //   - Phi-3: q/k/v from one qkv_proj and gate/up from one gate_up_proj,
 //     each an infer.split of one linear;
@@ -26,7 +31,8 @@
 //     scale by query_pre_attn_scalar^-1/2 and may be soft-capped, as may the
 //     logits; Gemma 3's sliding-window layers have their own rope;
 //   - rope variants: yarn, longrope (attention factor folded into the
-//     attention scale), partial_rotary_factor (rotary_dim < head_dim).
+//     attention scale), partial_rotary_factor (rotary_dim < head_dim),
+//     dynamic NTK (the ropes also read query_start_loc).
 //
 //===----------------------------------------------------------------------===//
 
@@ -54,6 +60,7 @@
 using llvm::StringRef;
 using mlir::FailureOr;
 using mlir::Value;
+using mlir::infer::ParallelStyle;
 
 namespace infer::frontend {
 namespace {
@@ -150,6 +157,8 @@ mlir::infer::RopeScalingKind toScalingKind(RopeKind kind) {
     return mlir::infer::RopeScalingKind::Yarn;
   case RopeKind::kLongRope:
     return mlir::infer::RopeScalingKind::LongRope;
+  case RopeKind::kDynamic:
+    return mlir::infer::RopeScalingKind::Dynamic;
   }
   llvm_unreachable("unknown rope kind");
 }
@@ -189,15 +198,20 @@ private:
   /// RMSNorm over the hidden features, or over each head with `headDim`.
   FailureOr<Value> rmsNorm(Value x, const std::string &weightName,
                            int64_t headDim = 0);
+  /// A linear annotated with how tensor parallelism splits it.
   FailureOr<Value> linear(Value x, const std::string &module,
-                          int64_t outFeatures, int64_t inFeatures, bool bias);
+                          int64_t outFeatures, int64_t inFeatures, bool bias,
+                          mlir::infer::ParallelStyle style);
   /// One checkpoint projection holding several (Phi-3's qkv_proj and
   /// gate_up_proj): the linear of the whole and an infer.split into `parts`
-  /// (output widths, in checkpoint row order).
-  FailureOr<llvm::SmallVector<Value>> fusedLinear(Value x,
-                                                  const std::string &module,
-                                                  llvm::ArrayRef<int64_t> parts,
-                                                  int64_t inFeatures);
+  /// (output widths, in checkpoint row order); `kvParts` says which are
+  /// split by key/value head.
+  FailureOr<llvm::SmallVector<Value>>
+  fusedLinear(Value x, const std::string &module, llvm::ArrayRef<int64_t> parts,
+              llvm::ArrayRef<bool> kvParts, int64_t inFeatures);
+  FailureOr<Value> linearOp(Value x, const std::string &module,
+                            int64_t outFeatures, int64_t inFeatures, bool bias,
+                            mlir::infer::ParallelAttr parallel);
   FailureOr<Value> attentionBlock(Value h, int64_t layer);
   FailureOr<Value> mlpBlock(Value h, int64_t layer);
   Value activation(Value x, mlir::Location loc);
@@ -267,7 +281,18 @@ FailureOr<Value> ModelImporter::rmsNorm(Value x, const std::string &weightName,
 
 FailureOr<Value> ModelImporter::linear(Value x, const std::string &module,
                                        int64_t outFeatures, int64_t inFeatures,
-                                       bool bias) {
+                                       bool bias,
+                                       mlir::infer::ParallelStyle style) {
+  return linearOp(x, module, outFeatures, inFeatures, bias,
+                  mlir::infer::ParallelAttr::get(&context, style,
+                                                 mlir::DenseI64ArrayAttr(),
+                                                 mlir::DenseBoolArrayAttr()));
+}
+
+FailureOr<Value> ModelImporter::linearOp(Value x, const std::string &module,
+                                         int64_t outFeatures,
+                                         int64_t inFeatures, bool bias,
+                                         mlir::infer::ParallelAttr parallel) {
   llvm::SmallVector<Value, 3> operands = {x};
   FailureOr<Value> w = weight(module + ".weight", {outFeatures, inFeatures});
   if (mlir::failed(w))
@@ -279,17 +304,24 @@ FailureOr<Value> ModelImporter::linear(Value x, const std::string &module,
       return mlir::failure();
     operands.push_back(*b);
   }
-  return create<mlir::infer::LinearOp>(locFor(module),
-                                       activationType(outFeatures), operands);
+  return create<mlir::infer::LinearOp>(
+      locFor(module), activationType(outFeatures), operands,
+      {builder.getNamedAttr("parallel", parallel)});
 }
 
 FailureOr<llvm::SmallVector<Value>>
 ModelImporter::fusedLinear(Value x, const std::string &module,
-                           llvm::ArrayRef<int64_t> parts, int64_t inFeatures) {
+                           llvm::ArrayRef<int64_t> parts,
+                           llvm::ArrayRef<bool> kvParts, int64_t inFeatures) {
   int64_t outFeatures = 0;
   for (int64_t part : parts)
     outFeatures += part;
-  FailureOr<Value> fused = linear(x, module, outFeatures, inFeatures, false);
+  auto parallel = mlir::infer::ParallelAttr::get(
+      &context, mlir::infer::ParallelStyle::Column,
+      mlir::DenseI64ArrayAttr::get(&context, parts),
+      mlir::DenseBoolArrayAttr::get(&context, kvParts));
+  FailureOr<Value> fused =
+      linearOp(x, module, outFeatures, inFeatures, false, parallel);
   if (mlir::failed(fused))
     return mlir::failure();
   llvm::SmallVector<mlir::Type> types;
@@ -314,20 +346,24 @@ FailureOr<Value> ModelImporter::attentionBlock(Value h, int64_t layer) {
   FailureOr<Value> q, k, v;
   if (config.architecture->fusedProjections) {
     FailureOr<llvm::SmallVector<Value>> parts =
-        fusedLinear(*x, attn + ".qkv_proj", {qWidth, kvWidth, kvWidth}, hidden);
+        fusedLinear(*x, attn + ".qkv_proj", {qWidth, kvWidth, kvWidth},
+                    {false, true, true}, hidden);
     if (mlir::failed(parts))
       return mlir::failure();
     q = (*parts)[0];
     k = (*parts)[1];
     v = (*parts)[2];
   } else {
-    q = linear(*x, attn + ".q_proj", qWidth, hidden, config.qkvBias);
+    q = linear(*x, attn + ".q_proj", qWidth, hidden, config.qkvBias,
+               ParallelStyle::Column);
     if (mlir::failed(q))
       return mlir::failure();
-    k = linear(*x, attn + ".k_proj", kvWidth, hidden, config.qkvBias);
+    k = linear(*x, attn + ".k_proj", kvWidth, hidden, config.qkvBias,
+               ParallelStyle::KVColumn);
     if (mlir::failed(k))
       return mlir::failure();
-    v = linear(*x, attn + ".v_proj", kvWidth, hidden, config.qkvBias);
+    v = linear(*x, attn + ".v_proj", kvWidth, hidden, config.qkvBias,
+               ParallelStyle::KVColumn);
     if (mlir::failed(v))
       return mlir::failure();
   }
@@ -356,10 +392,17 @@ FailureOr<Value> ModelImporter::attentionBlock(Value h, int64_t layer) {
                            builder.getI64IntegerAttr(config.rotaryDim)),
       builder.getNamedAttr("rope", ropeAttr)};
   mlir::Location ropeLoc = locFor(attn + ".rotary_emb");
-  Value qRot = create<mlir::infer::RopeOp>(ropeLoc, q->getType(),
-                                           {*q, positions}, ropeAttrs);
-  Value kRot = create<mlir::infer::RopeOp>(ropeLoc, k->getType(),
-                                           {*k, positions}, ropeAttrs);
+  // A dynamic NTK rope reads each sequence's length from the batch.
+  llvm::SmallVector<Value, 3> qOperands = {*q, positions},
+                              kOperands = {*k, positions};
+  if (rope.kind == RopeKind::kDynamic) {
+    qOperands.push_back(queryStartLoc);
+    kOperands.push_back(queryStartLoc);
+  }
+  Value qRot =
+      create<mlir::infer::RopeOp>(ropeLoc, q->getType(), qOperands, ropeAttrs);
+  Value kRot =
+      create<mlir::infer::RopeOp>(ropeLoc, k->getType(), kOperands, ropeAttrs);
 
   // YaRN and LongRoPE scale the cosines and sines, so both q and k, by
   // their attention factor: the same as scaling the scores by its square.
@@ -388,7 +431,8 @@ FailureOr<Value> ModelImporter::attentionBlock(Value h, int64_t layer) {
       locFor(attn), qRot.getType(), {qRot, kRot, *v, queryStartLoc},
       attentionAttrs);
   FailureOr<Value> projected =
-      linear(attended, attn + ".o_proj", hidden, qWidth, config.outputBias);
+      linear(attended, attn + ".o_proj", hidden, qWidth, config.outputBias,
+             ParallelStyle::Row);
   if (mlir::failed(projected))
     return mlir::failure();
   if (config.architecture->gemma) {
@@ -434,25 +478,27 @@ FailureOr<Value> ModelImporter::mlpBlock(Value h, int64_t layer) {
     return mlir::failure();
   FailureOr<Value> gate, up;
   if (config.architecture->fusedProjections) {
-    FailureOr<llvm::SmallVector<Value>> parts =
-        fusedLinear(*x, mlp + ".gate_up_proj", {inner, inner}, hidden);
+    FailureOr<llvm::SmallVector<Value>> parts = fusedLinear(
+        *x, mlp + ".gate_up_proj", {inner, inner}, {false, false}, hidden);
     if (mlir::failed(parts))
       return mlir::failure();
     gate = (*parts)[0];
     up = (*parts)[1];
   } else {
-    gate = linear(*x, mlp + ".gate_proj", inner, hidden, config.mlpBias);
+    gate = linear(*x, mlp + ".gate_proj", inner, hidden, config.mlpBias,
+                  ParallelStyle::Column);
     if (mlir::failed(gate))
       return mlir::failure();
-    up = linear(*x, mlp + ".up_proj", inner, hidden, config.mlpBias);
+    up = linear(*x, mlp + ".up_proj", inner, hidden, config.mlpBias,
+                ParallelStyle::Column);
     if (mlir::failed(up))
       return mlir::failure();
   }
   Value activated = activation(*gate, locFor(mlp + ".act_fn"));
   Value gated =
       create<mlir::infer::MulOp>(locFor(mlp), up->getType(), {activated, *up});
-  FailureOr<Value> down =
-      linear(gated, mlp + ".down_proj", hidden, inner, config.mlpBias);
+  FailureOr<Value> down = linear(gated, mlp + ".down_proj", hidden, inner,
+                                 config.mlpBias, ParallelStyle::Row);
   if (mlir::failed(down))
     return mlir::failure();
   if (config.architecture->gemma) {
@@ -478,7 +524,12 @@ mlir::DictionaryAttr ModelImporter::modelAttr() {
   addInt("num_heads", config.numHeads);
   addInt("num_kv_heads", config.numKVHeads);
   addInt("head_dim", config.headDim);
-  addInt("max_position_embeddings", config.maxPositionEmbeddings);
+  // The context the artifact serves (0: no limit). A dynamic NTK rope exists
+  // to run past the trained length, and Hugging Face sets no limit to it;
+  // the rope keeps the trained length where its base starts to grow.
+  addInt("max_position_embeddings", config.rope.kind == RopeKind::kDynamic
+                                        ? 0
+                                        : config.maxPositionEmbeddings);
   if (config.bosTokenId)
     addInt("bos_token_id", *config.bosTokenId);
   llvm::SmallVector<mlir::Attribute> eos;

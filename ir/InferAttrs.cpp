@@ -82,6 +82,8 @@ RopeAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
                  << value;
     return success();
   }
+  if (kind == RopeScalingKind::Dynamic)
+    return success();
   if (!(highFreqFactor > lowFreqFactor))
     return emitError() << "'llama3' rope scaling needs high_freq_factor ("
                        << highFreqFactor << ") > low_freq_factor ("
@@ -102,11 +104,38 @@ StreamingAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
 
 LogicalResult
 ShardAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
-                  int64_t dim, int64_t shards, int64_t replication) {
+                  int64_t dim, int64_t shards, int64_t replication,
+                  int64_t offset, int64_t size) {
   if (dim < 0)
     return emitError() << "shard dim must be non-negative, got " << dim;
   if (shards <= 0 || replication <= 0)
     return emitError() << "shard shards and replication must be positive, got "
                        << shards << " and " << replication;
+  if (offset < 0 || size < 0)
+    return emitError() << "shard offset and size must be non-negative, got "
+                       << offset << " and " << size;
+  if (offset > 0 && size == 0)
+    return emitError() << "shard offset " << offset
+                       << " needs the size of the split part";
+  return success();
+}
+
+LogicalResult
+ParallelAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                     ParallelStyle style, DenseI64ArrayAttr parts,
+                     DenseBoolArrayAttr kvParts) {
+  if (!parts && !kvParts)
+    return success();
+  if (style != ParallelStyle::Column)
+    return emitError() << "parallel parts belong to 'column' linears, not '"
+                       << stringifyParallelStyle(style) << "'";
+  if (!parts || !kvParts || parts.size() != kvParts.size())
+    return emitError() << "parallel parts and kv_parts need one entry per "
+                          "part, got "
+                       << (parts ? parts.size() : 0) << " and "
+                       << (kvParts ? kvParts.size() : 0);
+  for (int64_t width : parts.asArrayRef())
+    if (width <= 0)
+      return emitError() << "parallel parts must be positive, got " << width;
   return success();
 }

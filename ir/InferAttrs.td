@@ -53,8 +53,9 @@ def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
     and `beta_slow`; `longrope` a positive `original_max_position_embeddings`
     and `short_factor` and `long_factor` of one length (the number of
     inverse frequencies, `rotary_dim / 2`, which the ops using the attribute
-    check) with positive entries. `short_factor` and `long_factor` belong to
-    `longrope` only.
+    check) with positive entries; `dynamic` a positive `factor` and a
+    positive `original_max_position_embeddings` (the length past which the
+    base grows). `short_factor` and `long_factor` belong to `longrope` only.
 
     The attention scaling of YaRN and LongRoPE (HF's `attention_factor`,
     which multiplies the cosines and sines) is not part of the rotation: it
@@ -72,6 +73,8 @@ def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
                 original_max_position_embeddings = 4096,
                 short_factor = array<f64: 1.0, 1.1>,
                 long_factor = array<f64: 1.0, 4.0>>
+    #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0,
+                original_max_position_embeddings = 2048>
     ```
   }];
 
@@ -82,7 +85,7 @@ def Infer_RopeAttr : Infer_Attr<"Rope", "rope"> {
     Infer_F64Parameter<"llama3 low-frequency factor", "1.0">:$low_freq_factor,
     Infer_F64Parameter<"llama3 high-frequency factor", "4.0">:$high_freq_factor,
     DefaultValuedParameter<"int64_t", "0",
-        "context length the model was trained with (llama3, yarn, longrope)">
+        "trained context length (llama3, yarn, longrope, dynamic)">
         :$original_max_position_embeddings,
     Infer_F64Parameter<"yarn: rotations above which frequencies are kept",
                        "32.0">:$beta_fast,
@@ -205,13 +208,29 @@ def Infer_ShardAttr : Infer_Attr<"Shard", "shard"> {
       rank 0, 1 -> rows  0..15 (head 0)    rank 2, 3 -> rows 16..31 (head 1)
     ```
 
-    `dim` must be non-negative, `shards` and `replication` positive.
+    With `size` (default 0: the whole dimension) only the `size` indices
+    from `offset` on are cut: one part of a checkpoint tensor that holds
+    several (Phi-3's `qkv_proj` rows are q, then k, then v), each part
+    sliced on its own and the rank's slices concatenated
+    (`infer.concat_weights`).
+
+    ```
+      qkv_proj [128 + 32 + 32, 128], k part: #infer.shard<dim = 0, shards = 2,
+                                                offset = 128, size = 32>
+      rank 0 -> rows 128..143    rank 1 -> rows 144..159
+    ```
+
+    `dim` must be non-negative, `shards` and `replication` positive,
+    `offset` and `size` non-negative, and `offset` 0 without a `size`.
 
     ```mlir
     %w = infer.weight "model.layers.0.self_attn.q_proj.weight"
         {shard = #infer.shard<dim = 0, shards = 2>} : tensor<64x128xf32>
     %k = infer.weight "model.layers.0.self_attn.k_proj.weight"
         {shard = #infer.shard<dim = 0, shards = 2, replication = 2>}
+        : tensor<16x128xf32>
+    %kp = infer.weight "model.layers.0.self_attn.qkv_proj.weight"
+        {shard = #infer.shard<dim = 0, shards = 2, offset = 128, size = 32>}
         : tensor<16x128xf32>
     ```
   }];
@@ -220,10 +239,23 @@ def Infer_ShardAttr : Infer_Attr<"Shard", "shard"> {
     "int64_t":$dim,
     "int64_t":$shards,
     DefaultValuedParameter<"int64_t", "1",
-        "ranks that hold the same slice">:$replication
+        "ranks that hold the same slice">:$replication,
+    DefaultValuedParameter<"int64_t", "0",
+        "first index of the split part along dim">:$offset,
+    DefaultValuedParameter<"int64_t", "0",
+        "indices of the split part (0: the whole dimension)">:$size
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;
+  let skipDefaultBuilders = 1;
+  let builders = [
+    AttrBuilder<(ins "int64_t":$dim, "int64_t":$shards,
+                     CArg<"int64_t", "1">:$replication,
+                     CArg<"int64_t", "0">:$offset,
+                     CArg<"int64_t", "0">:$size), [{
+      return $_get($_ctxt, dim, shards, replication, offset, size);
+    }]>
+  ];
 
   let extraClassDeclaration = [{
     /// Ranks of the program: shards * replication.
@@ -231,6 +263,56 @@ def Infer_ShardAttr : Infer_Attr<"Shard", "shard"> {
     /// The slice rank `rank` holds.
     int64_t getShardOf(int64_t rank) const { return rank / getReplication(); }
   }];
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor parallelism
+//===----------------------------------------------------------------------===//
+
+def Infer_ParallelAttr : Infer_Attr<"Parallel", "parallel"> {
+  let summary = "How a linear layer splits over tensor-parallel ranks";
+  let description = [{
+    The importer's word on how `infer-shard-tensor-parallel` splits an
+    `infer.linear` (its `parallel` attribute): the one place the
+    architecture's layout reaches the pass, which reads no checkpoint names.
+
+    - `column`: output features, the weight's rows (and the bias) cut into
+      one slice per rank (q, gate and up projections);
+    - `kv_column`: output features by key/value head, replicated over
+      consecutive ranks when there are fewer heads than ranks (k and v);
+    - `row`: input features, the weight's columns; each rank's product is a
+      partial sum completed by `infer.all_reduce`, the bias added once
+      after it (o and down projections).
+
+    A `column` linear whose weight stacks several projections (Phi-3's
+    `qkv_proj` rows are q, k, v; `gate_up_proj` gate, up) lists their
+    widths in `parts`, and in `kv_parts` which of them are split by
+    key/value head: each part is cut on its own, and a rank's weight is its
+    slice of every part, in order. The linear's result then feeds an
+    `infer.split` into those parts.
+
+    `parts` belong to `column` only, with positive entries; `kv_parts` has
+    one entry per part.
+
+    ```mlir
+    #infer.parallel<column>
+    #infer.parallel<row>
+    #infer.parallel<column, parts = [128, 32, 32],
+                    kv_parts = [false, true, true]>
+    ```
+  }];
+
+  let parameters = (ins
+    EnumParameter<Infer_ParallelStyle>:$style,
+    OptionalParameter<"::mlir::DenseI64ArrayAttr",
+        "widths of the stacked projections of a fused column linear">:$parts,
+    OptionalParameter<"::mlir::DenseBoolArrayAttr",
+        "which parts split by key/value head">:$kv_parts
+  );
+  let assemblyFormat = [{
+    `<` $style (`,` `parts` `=` $parts^ `,` `kv_parts` `=` $kv_parts)? `>`
+  }];
+  let genVerifyDecl = 1;
 }
 
 #endif // INFER_IR_INFERATTRS_TD

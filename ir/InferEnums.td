@@ -15,7 +15,8 @@ def Infer_RopeScalingKind : I32EnumAttr<"RopeScalingKind",
       I32EnumAttrCase<"Linear", 1, "linear">,
       I32EnumAttrCase<"Llama3", 2, "llama3">,
       I32EnumAttrCase<"Yarn", 3, "yarn">,
-      I32EnumAttrCase<"LongRope", 4, "longrope">
+      I32EnumAttrCase<"LongRope", 4, "longrope">,
+      I32EnumAttrCase<"Dynamic", 5, "dynamic">
     ]> {
   let cppNamespace = "::mlir::infer";
   let genSpecializedAttr = 0;
@@ -31,7 +32,28 @@ def Infer_RopeScalingKind : I32EnumAttr<"RopeScalingKind",
       kept above `beta_fast`, ramped linearly between;
     - `longrope`: LongRoPE / "su" (Phi-3): each inverse frequency divided by
       its `short_factor` entry, or its `long_factor` entry for tokens at
-      positions `>= original_max_position_embeddings`.
+      positions `>= original_max_position_embeddings`;
+    - `dynamic`: dynamic NTK: while a sequence is no longer than
+      `original_max_position_embeddings` (config.json's
+      `max_position_embeddings`), plain RoPE; past it, the base becomes
+      `theta * (factor * L / original - (factor - 1))^(d / (d - 2))` for a
+      sequence of length `L` (`d` = `rotary_dim`). `L` is the sequence's
+      length after the step: its last position in the step + 1, read from
+      the op's `query_start_loc` operand.
+  }];
+}
+
+def Infer_ParallelStyle : I32EnumAttr<"ParallelStyle",
+    "how a linear layer splits over tensor-parallel ranks", [
+      I32EnumAttrCase<"Column", 0, "column">,
+      I32EnumAttrCase<"KVColumn", 1, "kv_column">,
+      I32EnumAttrCase<"Row", 2, "row">
+    ]> {
+  let cppNamespace = "::mlir::infer";
+  let genSpecializedAttr = 0;
+  let description = [{
+    The split of `#infer.parallel`: `column` (output features), `kv_column`
+    (output features by key/value head), `row` (input features).
   }];
 }
 

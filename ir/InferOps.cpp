@@ -233,6 +233,16 @@ LogicalResult LinearOp::verify() {
                                elementTypeOf(getInput()), "the input's")))
     return failure();
   int64_t outFeatures = getWeight().getType().getDimSize(0);
+  if (std::optional<ParallelAttr> parallel = getParallel();
+      parallel && parallel->getParts()) {
+    int64_t sum = 0;
+    for (int64_t width : parallel->getParts().asArrayRef())
+      sum += width;
+    if (sum != outFeatures)
+      return emitOpError() << "expects parallel parts adding up to the "
+                              "weight rows ("
+                           << outFeatures << "), got " << sum;
+  }
   if (Value bias = getBias();
       bias && !isCompatibleDim(featureDim(bias), outFeatures))
     return emitOpError() << "expects bias of shape [" << outFeatures
@@ -357,10 +367,21 @@ LogicalResult RMSNormOp::verify() {
   return success();
 }
 
-/// Checks the head geometry of a rotary embedding over `input`, and that a
-/// longrope attribute has one factor per inverse frequency.
+/// Checks the head geometry of a rotary embedding over `input`, that a
+/// longrope attribute has one factor per inverse frequency, and that the
+/// batch's query_start_loc is an operand exactly when the rope is dynamic.
 static LogicalResult verifyRope(Operation *op, Value input, int64_t headDim,
-                                int64_t rotaryDim, RopeAttr rope) {
+                                int64_t rotaryDim, RopeAttr rope,
+                                Value queryStartLoc) {
+  const bool dynamic = rope.getKind() == RopeScalingKind::Dynamic;
+  if (dynamic && !queryStartLoc)
+    return op->emitOpError() << "expects a query_start_loc operand with a "
+                                "'dynamic' rope (its frequencies depend on "
+                                "each sequence's length)";
+  if (!dynamic && queryStartLoc)
+    return op->emitOpError()
+           << "expects no query_start_loc operand with a '"
+           << stringifyRopeScalingKind(rope.getKind()) << "' rope";
   if (headDim <= 0)
     return op->emitOpError() << "expects a positive head_dim, got " << headDim;
   int64_t features = featureDim(input);
@@ -372,6 +393,11 @@ static LogicalResult verifyRope(Operation *op, Value input, int64_t headDim,
     return op->emitOpError()
            << "expects an even rotary_dim in (0, head_dim = " << headDim
            << "], got " << rotaryDim;
+  if (dynamic && rotaryDim <= 2)
+    return op->emitOpError() << "expects a rotary_dim above 2 with a "
+                                "'dynamic' rope (its base grows by a power "
+                                "of rotary_dim / (rotary_dim - 2)), got "
+                             << rotaryDim;
   if (rope.getShortFactor() && rope.getShortFactor().size() != rotaryDim / 2)
     return op->emitOpError()
            << "expects longrope short_factor and long_factor of rotary_dim / "
@@ -382,7 +408,8 @@ static LogicalResult verifyRope(Operation *op, Value input, int64_t headDim,
 
 LogicalResult RopeOp::verify() {
   if (failed(verifyRope(*this, getInput(), getHeadDimAttr().getInt(),
-                        getRotaryDimAttr().getInt(), getRope())))
+                        getRotaryDimAttr().getInt(), getRope(),
+                        getQueryStartLoc())))
     return failure();
   return verifySameType(*this, getResult().getType(), getInput().getType(),
                         "input");
@@ -515,7 +542,8 @@ LogicalResult RopeKVCacheWriteOp::verify() {
                          << ") to match the cache's (" << cacheType.getHeadDim()
                          << ")";
   if (failed(verifyRope(*this, getKey(), getHeadDimAttr().getInt(),
-                        getRotaryDimAttr().getInt(), getRope())) ||
+                        getRotaryDimAttr().getInt(), getRope(),
+                        getQueryStartLoc())) ||
       failed(
           verifyKVFeatures(*this, "key", getKey(), cacheType.getKVWidth())) ||
       failed(
@@ -558,6 +586,12 @@ LogicalResult PagedAttentionOp::verify() {
   if (getSlidingWindowAttr().getInt() != 0)
     return emitOpError() << "cannot rotate keys at their cache index "
                             "(key_rope) with a sliding_window";
+  RopeScalingKind kind = getKeyRopeAttr().getKind();
+  if (kind == RopeScalingKind::LongRope || kind == RopeScalingKind::Dynamic)
+    return emitOpError() << "cannot rotate keys at their cache index with a '"
+                         << stringifyRopeScalingKind(kind)
+                         << "' key_rope (its frequencies depend on the "
+                            "sequence's length)";
   return success();
 }
 

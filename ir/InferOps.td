@@ -179,8 +179,14 @@ def Infer_LinearOp : Infer_Op<"linear", [Pure]> {
     fp32, the bias is added in fp32, and the sum is rounded once to the
     result's type (cuBLAS's `CUBLAS_COMPUTE_32F` with a bf16 output).
 
+    `parallel` (`#infer.parallel`, set by the importer) says how
+    `infer-shard-tensor-parallel` splits the layer; a linear without one is
+    replicated on every rank. Its `parts` add up to the weight's rows.
+
     ```mlir
     %y = infer.linear %x, %w
+        : tensor<?x384xf32>, tensor<128x384xbf16> -> tensor<?x128xf32>
+    %o = infer.linear %x, %w {parallel = #infer.parallel<row>}
         : tensor<?x384xf32>, tensor<128x384xbf16> -> tensor<?x128xf32>
     %z = infer.linear %x, %w, %b
         : tensor<?x384xf32>, tensor<128x384xbf16>, tensor<128xbf16>
@@ -191,7 +197,8 @@ def Infer_LinearOp : Infer_Op<"linear", [Pure]> {
   let arguments = (ins
     Infer_Activation:$input,
     2DTensorOf<[AnyFloat]>:$weight,
-    Optional<1DTensorOf<[AnyFloat]>>:$bias
+    Optional<1DTensorOf<[AnyFloat]>>:$bias,
+    OptionalAttr<Infer_ParallelAttr>:$parallel
   );
   let results = (outs Infer_Activation:$result);
   let assemblyFormat = [{
@@ -348,6 +355,12 @@ def Infer_RopeOp : Infer_Op<"rope", [Pure]> {
     `rotate_half` convention (the two halves of the rotary part are the real
     and imaginary parts). `rope` gives the frequencies and their scaling.
 
+    A `dynamic` rope (dynamic NTK) also takes the batch's `query_start_loc`
+    (present exactly then): the frequencies of a sequence's tokens depend on
+    the sequence's length after the step, its last position in the batch
+    + 1, so each sequence gets its own and none depends on the rest of the
+    batch.
+
     Precision: the result has the input's type. The angles, their cosines
     and sines and the rotation are computed in fp32, and each result element
     is rounded once.
@@ -356,20 +369,26 @@ def Infer_RopeOp : Infer_Op<"rope", [Pure]> {
     %y = infer.rope %x, %positions {head_dim = 64 : i64, rotary_dim = 64 : i64,
                                     rope = #infer.rope<theta = 1.0e+04, kind = default>}
         : tensor<?x384xf32>, tensor<?xi32> -> tensor<?x384xf32>
+    %z = infer.rope %x, %positions, %query_start_loc
+        {head_dim = 64 : i64, rotary_dim = 64 : i64,
+         rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0,
+                            original_max_position_embeddings = 2048>}
+        : tensor<?x384xf32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
     ```
   }];
 
   let arguments = (ins
     Infer_Activation:$input,
     Infer_IndexVector:$positions,
+    Optional<Infer_IndexVector>:$query_start_loc,
     I64Attr:$head_dim,
     I64Attr:$rotary_dim,
     Infer_RopeAttr:$rope
   );
   let results = (outs Infer_Activation:$result);
   let assemblyFormat = [{
-    $input `,` $positions attr-dict `:` type($input) `,` type($positions) `->`
-    type($result)
+    $input `,` $positions (`,` $query_start_loc^)? attr-dict `:` type($input)
+    `,` type($positions) (`,` type($query_start_loc)^)? `->` type($result)
   }];
   let hasVerifier = 1;
 }
@@ -690,7 +709,8 @@ def Infer_RopeKVCacheWriteOp : Infer_Op<"rope_kv_cache_write", [Pure]> {
     keys are rotated on their way into the cache, so the rotated keys never
     exist as a separate activation. The attributes are those of the
     `infer.rope` (`head_dim`, `rotary_dim`, `rope`) and the
-    `infer.kv_cache_write` (`layer`) it replaces. The rotation is fp32, and
+    `infer.kv_cache_write` (`layer`) it replaces, and so is the
+    `query_start_loc` of a `dynamic` rope. The rotation is fp32, and
     the rotated key is rounded once, to the cache's element type; keys and
     values are typed as for `infer.kv_cache_write`.
 
@@ -712,6 +732,7 @@ def Infer_RopeKVCacheWriteOp : Infer_Op<"rope_kv_cache_write", [Pure]> {
     Infer_Activation:$value,
     Infer_IndexVector:$slot_mapping,
     Infer_IndexVector:$positions,
+    Optional<Infer_IndexVector>:$query_start_loc,
     I64Attr:$layer,
     I64Attr:$head_dim,
     I64Attr:$rotary_dim,
@@ -719,9 +740,11 @@ def Infer_RopeKVCacheWriteOp : Infer_Op<"rope_kv_cache_write", [Pure]> {
   );
   let results = (outs Infer_KVCacheType:$result);
   let assemblyFormat = [{
-    $cache `,` $key `,` $value `,` $slot_mapping `,` $positions attr-dict `:`
+    $cache `,` $key `,` $value `,` $slot_mapping `,` $positions
+    (`,` $query_start_loc^)? attr-dict `:`
     qualified(type($cache)) `,` type($key) `,` type($value) `,`
-    type($slot_mapping) `,` type($positions) `->` qualified(type($result))
+    type($slot_mapping) `,` type($positions) (`,` type($query_start_loc)^)?
+    `->` qualified(type($result))
   }];
   let hasVerifier = 1;
 }

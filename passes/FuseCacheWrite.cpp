@@ -28,8 +28,9 @@ struct FuseRopeIntoCacheWrite : OpRewritePattern<KVCacheWriteOp> {
     auto fused = rewriter.create<RopeKVCacheWriteOp>(
         rewriter.getFusedLoc({rope.getLoc(), write.getLoc()}), write.getType(),
         write.getCache(), rope.getInput(), write.getValue(),
-        write.getSlotMapping(), rope.getPositions(), write.getLayerAttr(),
-        rope.getHeadDimAttr(), rope.getRotaryDimAttr(), rope.getRopeAttr());
+        write.getSlotMapping(), rope.getPositions(), rope.getQueryStartLoc(),
+        write.getLayerAttr(), rope.getHeadDimAttr(), rope.getRotaryDimAttr(),
+        rope.getRopeAttr());
     rewriter.replaceOp(write, fused.getResult());
     rewriter.eraseOp(rope);
     return success();

@@ -161,8 +161,9 @@ struct MergeSiblingLinears : OpRewritePattern<LinearOp> {
         cast<RankedTensorType>(weight.getType()).getDimSize(0);
     auto mergedType = RankedTensorType::get(
         {op.getType().getDimSize(0), outFeatures}, key->resultType);
-    auto merged =
-        rewriter.create<LinearOp>(loc, mergedType, op.getInput(), weight, bias);
+    // Fusion runs after sharding: no parallel style to keep.
+    auto merged = rewriter.create<LinearOp>(loc, mergedType, op.getInput(),
+                                            weight, bias, ParallelAttr());
     auto split = rewriter.create<SplitOp>(loc, resultTypes, merged.getResult());
     for (auto [member, part] : llvm::zip_equal(group, split.getResults()))
       rewriter.replaceOp(member, part);

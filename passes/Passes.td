@@ -393,15 +393,18 @@ def ShardTensorParallelPass
     each parameter it holds, recorded as `#infer.shard` on `infer.weight`
     (one checkpoint serves every `tp`). The module gets `infer.tp = tp`.
 
-    A policy per architecture (a table in the pass, in the style of
-    ColossalAI's ShardFormer) names each projection of a decoder layer by its
-    checkpoint module and says how it is split:
+    Each `infer.linear` says how it splits in its `parallel` attribute
+    (`#infer.parallel`), set by the importer from the architecture: the pass
+    reads the IR, no architecture list or checkpoint names. It consumes the
+    attribute.
 
-    | projections (Llama, Mistral, Qwen2)  | split                            |
-    |--------------------------------------|----------------------------------|
-    | `q_proj`, `gate_proj`, `up_proj`     | column: weight rows and bias     |
-    | `k_proj`, `v_proj`                   | column by key/value head         |
-    | `o_proj`, `down_proj`                | row: weight columns, then `infer.all_reduce`; a bias (replicated) then `infer.bias_add` |
+    | `parallel`                       | split                                      |
+    |----------------------------------|--------------------------------------------|
+    | `column` (q, gate, up)           | weight rows and bias                       |
+    | `kv_column` (k, v)               | weight rows and bias, by key/value head    |
+    | `row` (o, down)                  | weight columns, then `infer.all_reduce`; a bias (replicated) then `infer.bias_add` |
+    | `column` with `parts` (Phi-3 `qkv_proj`, `gate_up_proj`) | each part's rows on their own (`#infer.shard` with `offset` and `size`), concatenated per rank by `infer.concat_weights`; the `infer.split` of the result takes the rank's part widths |
+    | none                             | replicated                                 |
 
     Attention keeps `num_heads / tp` heads per rank. Key/value heads are
     split when `num_kv_heads % tp == 0`; when there are fewer of them than
@@ -410,29 +413,30 @@ def ShardTensorParallelPass
     slice of the vocabulary, zero rows elsewhere, then `infer.all_reduce`)
     and the LM head produces the rank's slice of the logits, concatenated by
     `infer.all_gather`; both stay replicated when the vocabulary does not
-    divide by `tp`. Projections the policy does not name stay replicated.
+    divide by `tp`.
     A row-parallel bias (Llama's `attention_bias` / `mlp_bias`) leaves the
     `infer.linear` and is added once, after the sum, by `infer.bias_add`
     (Megatron-LM's `RowParallelLinear`): on every rank it would count `tp`
     times.
 
-    Errors: `tp < 1`; an architecture without a policy; `num_heads` not
-    divisible by `tp` or smaller than it; key/value heads that can be
-    neither split nor replicated. With `tp = 1` the pass changes nothing.
+    Errors: `tp < 1`; attention whose queries are not split by head (no
+    `column` query projection); `num_heads` not divisible by `tp` or smaller
+    than it; key/value heads that can be neither split nor replicated; a
+    part that does not divide. With `tp = 1` the pass changes nothing.
 
     Before (one layer's attention, 8 heads, 2 key/value heads):
 
     ```mlir
     %wk = infer.weight "model.layers.0.self_attn.k_proj.weight"
         : tensor<32x128xf32>
-    %k = infer.linear %x, %wk : tensor<?x128xf32>, tensor<32x128xf32>
-        -> tensor<?x32xf32>
+    %k = infer.linear %x, %wk {parallel = #infer.parallel<kv_column>}
+        : tensor<?x128xf32>, tensor<32x128xf32> -> tensor<?x32xf32>
     %o = infer.attention %q, %k, %v, %qsl {num_heads = 8 : i64,
         num_kv_heads = 2 : i64, head_dim = 16 : i64, ...} : ...
     %wo = infer.weight "model.layers.0.self_attn.o_proj.weight"
         : tensor<128x128xf32>
-    %y = infer.linear %o, %wo : tensor<?x128xf32>, tensor<128x128xf32>
-        -> tensor<?x128xf32>
+    %y = infer.linear %o, %wo {parallel = #infer.parallel<row>}
+        : tensor<?x128xf32>, tensor<128x128xf32> -> tensor<?x128xf32>
     ```
 
     After `--infer-shard-tensor-parallel="tp=4"`:

@@ -63,6 +63,24 @@ LogicalResult quantizeWeights(func::FuncOp func, Fp8Granularity granularity) {
     auto type = cast<RankedTensorType>(use->get().getType());
     if (type.getElementType() == fp8)
       continue;
+    // A tensor-parallel rank's slices of a stacked projection (Phi-3's
+    // qkv_proj after infer-shard-tensor-parallel): each slice is quantized
+    // on its own (a per-tensor scale per part) and concatenated as fp8.
+    if (auto concat = use->get().getDefiningOp<ConcatWeightsOp>();
+        concat && llvm::all_of(concat->getUses(), isProjectionWeightUse) &&
+        llvm::all_of(concat.getInputs(), [&](Value input) {
+          auto part = input.getDefiningOp<WeightOp>();
+          return part && part->hasOneUse();
+        })) {
+      for (Value input : concat.getInputs()) {
+        auto part = input.getDefiningOp<WeightOp>();
+        part.getResult().setType(RankedTensorType::get(
+            cast<RankedTensorType>(input.getType()).getShape(), fp8));
+        part.setQuantAttr(quant);
+      }
+      concat.getResult().setType(RankedTensorType::get(type.getShape(), fp8));
+      continue;
+    }
     auto weight = use->get().getDefiningOp<WeightOp>();
     if (!weight)
       return use->getOwner()->emitOpError()

@@ -16,6 +16,13 @@
 //
 //   o (row, no bias) ─ all_reduce ─ bias_add(o_proj.bias)
 //
+// How each linear splits is the importer's word, its `parallel` attribute
+// (#infer.parallel<column | kv_column | row>, with `parts` for a checkpoint
+// tensor that stacks several projections); a linear without one is
+// replicated. The embedding and the LM head are found structurally
+// (`infer.embedding`, `infer.logits`). The pass knows no architecture and
+// reads no checkpoint names.
+//
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
@@ -38,72 +45,6 @@ using namespace mlir::infer;
 namespace {
 
 //===----------------------------------------------------------------------===//
-// Sharding policies
-//===----------------------------------------------------------------------===//
-
-/// How a projection `y = x * w^T + b` is split over the ranks.
-enum class Split {
-  /// Output features: each rank computes its slice of `y` (weight rows and
-  /// bias sliced).
-  Column,
-  /// Column, by key/value head: replicated over consecutive ranks when there
-  /// are fewer key/value heads than ranks.
-  KVColumn,
-  /// Input features: each rank holds a partial sum of `y` (weight columns
-  /// sliced), completed by `infer.all_reduce`.
-  Row,
-};
-
-/// A projection named by its checkpoint module, relative to the decoder
-/// layer (`model.layers.<i>.<module>.weight`).
-struct ProjectionRule {
-  StringLiteral module;
-  Split split;
-};
-
-/// The policy of one family of architectures (ShardFormer style). To support
-/// a new architecture, add its projections here; the embedding and the LM
-/// head are found structurally (`infer.embedding`, `infer.logits`).
-struct ShardingPolicy {
-  ArrayRef<StringLiteral> architectures;
-  ArrayRef<ProjectionRule> projections;
-};
-
-constexpr StringLiteral kLlamaArchitectures[] = {
-    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM", "Gemma2ForCausalLM",  "Gemma3ForCausalLM"};
-constexpr ProjectionRule kLlamaProjections[] = {
-    {"self_attn.q_proj", Split::Column},
-    {"self_attn.k_proj", Split::KVColumn},
-    {"self_attn.v_proj", Split::KVColumn},
-    {"self_attn.o_proj", Split::Row},
-    {"mlp.gate_proj", Split::Column},
-    {"mlp.up_proj", Split::Column},
-    {"mlp.down_proj", Split::Row},
-};
-
-const ShardingPolicy kPolicies[] = {
-    {kLlamaArchitectures, kLlamaProjections},
-};
-
-const ShardingPolicy *findPolicy(StringRef architecture) {
-  for (const ShardingPolicy &policy : kPolicies)
-    if (llvm::is_contained(policy.architectures, architecture))
-      return &policy;
-  return nullptr;
-}
-
-/// The rule of the projection whose weight is the checkpoint tensor `name`.
-std::optional<Split> findRule(const ShardingPolicy &policy, StringRef name) {
-  if (!name.consume_back(".weight"))
-    return std::nullopt;
-  for (const ProjectionRule &rule : policy.projections)
-    if (name == rule.module || name.ends_with(("." + rule.module).str()))
-      return rule.split;
-  return std::nullopt;
-}
-
-//===----------------------------------------------------------------------===//
 // The rewrite
 //===----------------------------------------------------------------------===//
 
@@ -115,8 +56,7 @@ struct KVSplit {
 
 class TensorParallelRewriter {
 public:
-  TensorParallelRewriter(const ShardingPolicy &policy, int64_t tp)
-      : policy(policy), tp(tp) {}
+  explicit TensorParallelRewriter(int64_t tp) : tp(tp) {}
 
   LogicalResult run(func::FuncOp func);
 
@@ -125,12 +65,13 @@ private:
   LogicalResult shardWeight(Value weight, int64_t dim, int64_t shards,
                             int64_t replication);
   LogicalResult rewriteLinear(LinearOp op, OpBuilder &builder);
+  LogicalResult rewriteFusedColumn(LinearOp op, ParallelAttr parallel,
+                                   OpBuilder &builder);
   LogicalResult rewriteAttention(AttentionOp op);
   LogicalResult rewriteEmbedding(EmbeddingOp op, OpBuilder &builder);
   LogicalResult rewriteLogits(LogitsOp op, OpBuilder &builder);
   void followOperandType(Operation *op);
 
-  const ShardingPolicy &policy;
   int64_t tp;
   KVSplit kvSplit;
 };
@@ -220,24 +161,30 @@ LogicalResult TensorParallelRewriter::shardWeight(Value weight, int64_t dim,
 
 LogicalResult TensorParallelRewriter::rewriteLinear(LinearOp op,
                                                     OpBuilder &builder) {
-  auto weightOp = op.getWeight().getDefiningOp<WeightOp>();
-  std::optional<Split> split =
-      weightOp ? findRule(policy, weightOp.getName()) : std::nullopt;
-  if (split == Split::Column || split == Split::KVColumn) {
-    int64_t shards = split == Split::Column ? tp : kvSplit.shards;
-    int64_t replication = split == Split::Column ? 1 : kvSplit.replication;
+  // The attribute is consumed: the program's linears become per-rank ones.
+  std::optional<ParallelAttr> parallel = op.getParallel();
+  op.removeParallelAttr();
+  if (parallel && parallel->getParts())
+    return rewriteFusedColumn(op, *parallel, builder);
+  std::optional<ParallelStyle> split;
+  if (parallel)
+    split = parallel->getStyle();
+  if (split == ParallelStyle::Column || split == ParallelStyle::KVColumn) {
+    const bool kv = split == ParallelStyle::KVColumn;
+    int64_t shards = kv ? kvSplit.shards : tp;
+    int64_t replication = kv ? kvSplit.replication : 1;
     if (failed(shardWeight(op.getWeight(), 0, shards, replication)))
       return failure();
     if (Value bias = op.getBias())
       if (failed(shardWeight(bias, 0, shards, replication)))
         return failure();
-  } else if (split == Split::Row) {
+  } else if (split == ParallelStyle::Row) {
     if (failed(shardWeight(op.getWeight(), 1, tp, 1)))
       return failure();
   }
   op.getResult().setType(
       withDim(op.getType(), 1, op.getWeight().getType().getDimSize(0)));
-  if (split != Split::Row)
+  if (split != ParallelStyle::Row)
     return success();
   // Each rank's product is a partial sum; a bias (replicated, not split)
   // must join once, after the sum, not once per rank.
@@ -255,12 +202,76 @@ LogicalResult TensorParallelRewriter::rewriteLinear(LinearOp op,
   return success();
 }
 
+/// A column linear over stacked projections (Phi-3's qkv_proj): each part
+/// of the weight is split on its own, the rank's slices concatenated at
+/// load, and the infer.split of the result takes the rank's part widths:
+///
+///   qkv_proj [q | k | v] -> concat_weights(q slice r, k slice r, v slice r)
+///   split -> q [T, q/tp], k [T, kv/shards], v [T, kv/shards]
+LogicalResult TensorParallelRewriter::rewriteFusedColumn(LinearOp op,
+                                                         ParallelAttr parallel,
+                                                         OpBuilder &builder) {
+  auto weight = op.getWeight().getDefiningOp<WeightOp>();
+  if (!weight || weight.getShard() || op.getBias())
+    return op.emitOpError()
+           << "with parallel parts must read an unsplit infer.weight and no "
+              "bias";
+  ArrayRef<int64_t> parts = parallel.getParts().asArrayRef();
+  ArrayRef<bool> kvParts = parallel.getKvParts().asArrayRef();
+  builder.setInsertionPoint(op);
+  SmallVector<Value> slices;
+  SmallVector<int64_t> widths;
+  int64_t offset = 0, rows = 0;
+  for (auto [part, kv] : llvm::zip_equal(parts, kvParts)) {
+    int64_t shards = kv ? kvSplit.shards : tp;
+    int64_t replication = kv ? kvSplit.replication : 1;
+    if (part % shards != 0)
+      return op.emitOpError() << "cannot split its part of " << part
+                              << " rows into " << shards << " slices";
+    auto shard =
+        ShardAttr::get(op.getContext(), 0, shards, replication, offset, part);
+    auto type = withDim(weight.getType(), 0, part / shards);
+    slices.push_back(builder.create<WeightOp>(weight.getLoc(), type,
+                                              weight.getNameAttr(), shard,
+                                              weight.getQuantAttr()));
+    widths.push_back(part / shards);
+    offset += part;
+    rows += part / shards;
+  }
+  auto concat = builder.create<ConcatWeightsOp>(
+      weight.getLoc(), withDim(weight.getType(), 0, rows), slices);
+  op.getWeightMutable().assign(concat.getResult());
+  if (weight->use_empty())
+    weight->erase();
+  op.getResult().setType(withDim(op.getType(), 1, rows));
+  for (Operation *user : op->getUsers()) {
+    auto split = dyn_cast<SplitOp>(user);
+    if (!split || split.getNumResults() != parts.size() ||
+        llvm::any_of(llvm::zip_equal(split.getResults(), parts), [](auto pair) {
+          return cast<RankedTensorType>(std::get<0>(pair).getType())
+                     .getDimSize(1) != std::get<1>(pair);
+        }))
+      return op.emitOpError() << "with parallel parts must be read only by "
+                                 "an infer.split into those parts";
+    for (auto [result, width] : llvm::zip_equal(split.getResults(), widths))
+      result.setType(withDim(result.getType(), 1, width));
+  }
+  return success();
+}
+
 LogicalResult TensorParallelRewriter::rewriteAttention(AttentionOp op) {
   MLIRContext *context = op.getContext();
   auto i64 = [&](int64_t value) {
     return IntegerAttr::get(IntegerType::get(context, 64), value);
   };
   int64_t kvHeads = op.getNumKvHeadsAttr().getInt();
+  int64_t rankQueryWidth =
+      op.getNumHeadsAttr().getInt() / tp * op.getHeadDimAttr().getInt();
+  if (cast<RankedTensorType>(op.getQuery().getType()).getDimSize(1) !=
+      rankQueryWidth)
+    return op.emitOpError()
+           << "reads queries that are not split by head over tp = " << tp
+           << " ranks (its query projection needs #infer.parallel<column>)";
   op.setNumHeadsAttr(i64(op.getNumHeadsAttr().getInt() / tp));
   op.setNumKvHeadsAttr(i64(kvHeads / kvSplit.shards));
   op.getResult().setType(op.getQuery().getType());
@@ -372,25 +383,7 @@ void ShardTensorParallelPass::runOnOperation() {
                        << InferDialect::kTensorParallelAttrName << "')";
     return signalPassFailure();
   }
-  auto model =
-      module->getAttrOfType<DictionaryAttr>(InferDialect::kModelAttrName);
-  auto architecture =
-      model ? model.getAs<StringAttr>("architecture") : StringAttr();
-  if (!architecture) {
-    module.emitError() << "infer-shard-tensor-parallel: the module has no '"
-                       << InferDialect::kModelAttrName
-                       << "' architecture to choose a sharding policy";
-    return signalPassFailure();
-  }
-  const ShardingPolicy *policy = findPolicy(architecture.getValue());
-  if (!policy) {
-    module.emitError() << "infer-shard-tensor-parallel: no sharding policy "
-                          "for architecture '"
-                       << architecture.getValue() << "'";
-    return signalPassFailure();
-  }
-
-  TensorParallelRewriter rewriter(*policy, tp);
+  TensorParallelRewriter rewriter(tp);
   for (func::FuncOp func : module.getOps<func::FuncOp>())
     if (failed(rewriter.run(func)))
       return signalPassFailure();

@@ -60,11 +60,12 @@ static LogicalResult shiftKeyPositions(PagedAttentionOp attention) {
            << "rotates heads of " << rope.getHeadDimAttr().getInt()
            << " features but layer " << layer << " attends over heads of "
            << attention.getHeadDimAttr().getInt();
-  if (rope.getRope().getKind() == RopeScalingKind::LongRope)
+  if (rope.getRope().getKind() == RopeScalingKind::LongRope ||
+      rope.getRope().getKind() == RopeScalingKind::Dynamic)
     return rope.emitOpError()
-           << "uses 'longrope' rope scaling, whose frequencies depend on the "
-              "token's position in the sequence: StreamingLLM's position "
-              "shift does not apply to it";
+           << "uses '" << stringifyRopeScalingKind(rope.getRope().getKind())
+           << "' rope scaling, whose frequencies depend on the sequence's "
+              "length: StreamingLLM's position shift does not apply to it";
   write.getKeyMutable().assign(rope.getInput());
   attention.setKeyRopeAttr(rope.getRopeAttr());
   attention.setKeyRotaryDimAttr(rope.getRotaryDimAttr());

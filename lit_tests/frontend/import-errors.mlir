@@ -26,9 +26,9 @@
 // NESTED: nested/config.json:25:5: 'rope_parameters.rope_theta' in config.json must be a number, not a string
 
 // RUN: mkdir %t/rope-type && ln -s %t/good.safetensors %t/rope-type/model.safetensors
-// RUN: sed 's/"rope_type": "default"/"rope_type": "dynamic"/' %t/good-config.json > %t/rope-type/config.json
+// RUN: sed 's/"rope_type": "default"/"rope_type": "ntk"/' %t/good-config.json > %t/rope-type/config.json
 // RUN: not infer import %t/rope-type 2>&1 | FileCheck %s --check-prefix=ROPE-TYPE
-// ROPE-TYPE: rope-type/config.json:26:5: rope type 'dynamic' ('rope_parameters.rope_type') is not supported: Hugging Face recomputes its frequencies from the length of each forward call, which a KV-cached server does not have (supported: default, linear, llama3, yarn, longrope)
+// ROPE-TYPE: rope-type/config.json:26:5: rope type 'ntk' ('rope_parameters.rope_type') is not supported (supported: default, linear, llama3, yarn, longrope, dynamic)
 
 // RUN: mkdir %t/not-json && ln -s %t/good.safetensors %t/not-json/model.safetensors
 // RUN: sed 's/"vocab_size": 512/"vocab_size": 512,,/' %t/good-config.json > %t/not-json/config.json

@@ -16,8 +16,15 @@
 // RUN: not infer import %t/partial 2>&1 | FileCheck %s --check-prefix=PARTIAL
 // PARTIAL: partial/config.json:{{[0-9]+}}:{{[0-9]+}}: 'partial_rotary_factor' = 1.875000e-01 gives a rotary dimension of 3 of head_dim 16; it must be even and in (0, head_dim]
 
-// RUN: not infer import %S/../../tests/fixtures/families/llama-dynamic-ntk 2>&1 | FileCheck %s --check-prefix=DYNAMIC
-// DYNAMIC: config.json:{{[0-9]+}}:{{[0-9]+}}: rope type 'dynamic' ('rope_parameters.rope_type') is not supported: Hugging Face recomputes its frequencies from the length of each forward call, which a KV-cached server does not have (supported: default, linear, llama3, yarn, longrope)
+// RUN: %python -c "import json, sys, os; d = sys.argv[1]; c = json.load(open(d + '/config.json')); c['rope_parameters']['rope_type'] = 'ntk'; os.makedirs(sys.argv[2]); json.dump(c, open(sys.argv[2] + '/config.json', 'w'), indent=2)" %S/../../tests/fixtures/families/llama-dynamic-ntk %t/ntk
+// RUN: ln -s %S/../../tests/fixtures/families/llama-dynamic-ntk/model.safetensors %t/ntk/model.safetensors
+// RUN: not infer import %t/ntk 2>&1 | FileCheck %s --check-prefix=NTK
+// NTK: ntk/config.json:{{[0-9]+}}:{{[0-9]+}}: rope type 'ntk' ('rope_parameters.rope_type') is not supported (supported: default, linear, llama3, yarn, longrope, dynamic)
+
+// RUN: %python -c "import json, sys, os; d = sys.argv[1]; c = json.load(open(d + '/config.json')); del c['rope_parameters']['factor']; os.makedirs(sys.argv[2]); json.dump(c, open(sys.argv[2] + '/config.json', 'w'), indent=2)" %S/../../tests/fixtures/families/llama-dynamic-ntk %t/dynamic-factor
+// RUN: ln -s %S/../../tests/fixtures/families/llama-dynamic-ntk/model.safetensors %t/dynamic-factor/model.safetensors
+// RUN: not infer import %t/dynamic-factor 2>&1 | FileCheck %s --check-prefix=DYNAMIC-FACTOR
+// DYNAMIC-FACTOR: dynamic-factor/config.json:{{[0-9]+}}:{{[0-9]+}}: 'rope_parameters.factor' is missing
 
 // RUN: %python -c "import json, sys, os; d = sys.argv[1]; c = json.load(open(d + '/config.json')); c['attn_logit_softcapping'] = -1.0; os.makedirs(sys.argv[2]); json.dump(c, open(sys.argv[2] + '/config.json', 'w'), indent=2)" %S/../../tests/fixtures/families/gemma2 %t/softcap
 // RUN: ln -s %S/../../tests/fixtures/families/gemma2/model.safetensors %t/softcap/model.safetensors

@@ -17,6 +17,16 @@
 // LONGROPE: infer.weight "model.layers.0.mlp.gate_up_proj.weight" : tensor<512x128xbf16>
 // LONGROPE: infer.split {{.*}} : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
 
+// RUN: infer import %S/../../tests/fixtures/families/llama-dynamic-ntk | FileCheck %s --check-prefix=DYNAMIC
+// Dynamic NTK: max_position_embeddings is where the base starts to grow,
+// not a limit of the artifact (0: none); both ropes read query_start_loc
+// (the forward function's third input).
+// DYNAMIC: module attributes {infer.model = {{{.*}}max_position_embeddings = 0 : i64
+// DYNAMIC: func.func @forward(%{{.*}}: tensor<?xi32> {infer.input = "token_ids"}, %[[POS:.*]]: tensor<?xi32> {infer.input = "positions"}, %[[QSL:.*]]: tensor<?xi32> {infer.input = "query_start_loc"}
+// DYNAMIC: infer.rope %{{.*}}, %[[POS]], %[[QSL]] {head_dim = 16 : i64, rope = #infer.rope<theta = 1.000000e+04, kind = dynamic, factor = 2.000000e+00, original_max_position_embeddings = 16>, rotary_dim = 16 : i64} : tensor<?x128xf32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x128xf32>
+// DYNAMIC: infer.rope %{{.*}}, %[[POS]], %[[QSL]] {{.*}}kind = dynamic{{.*}} -> tensor<?x32xf32>
+// DYNAMIC: infer.attention {{.*}}scale = 2.500000e-01 : f64
+
 // RUN: infer import %S/../../tests/fixtures/families/phi3-partial-rotary | FileCheck %s --check-prefix=PARTIAL
 // PARTIAL: infer.rope {{.*}}{head_dim = 16 : i64, rope = #infer.rope<theta = 1.000000e+04, kind = default>, rotary_dim = 8 : i64}
 

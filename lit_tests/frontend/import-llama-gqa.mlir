@@ -25,30 +25,30 @@
 // CHECK-NEXT: %[[LN_W:.+]] = infer.weight "model.layers.0.input_layernorm.weight" : tensor<128xf32>
 // CHECK-NEXT: %[[X:.+]] = infer.rms_norm %[[H0]], %[[LN_W]] {epsilon = 9.99{{[0-9]*}}E-7 : f64}
 // CHECK-NEXT: %[[Q_W:.+]] = infer.weight "model.layers.0.self_attn.q_proj.weight" : tensor<128x128xf32>
-// CHECK-NEXT: %[[Q:.+]] = infer.linear %[[X]], %[[Q_W]] : tensor<?x128xf32>, tensor<128x128xf32> -> tensor<?x128xf32>
+// CHECK-NEXT: %[[Q:.+]] = infer.linear %[[X]], %[[Q_W]] {parallel = #infer.parallel<column>} : tensor<?x128xf32>, tensor<128x128xf32> -> tensor<?x128xf32>
 // CHECK-NEXT: %[[K_W:.+]] = infer.weight "model.layers.0.self_attn.k_proj.weight" : tensor<32x128xf32>
-// CHECK-NEXT: %[[K:.+]] = infer.linear %[[X]], %[[K_W]] : tensor<?x128xf32>, tensor<32x128xf32> -> tensor<?x32xf32>
+// CHECK-NEXT: %[[K:.+]] = infer.linear %[[X]], %[[K_W]] {parallel = #infer.parallel<kv_column>} : tensor<?x128xf32>, tensor<32x128xf32> -> tensor<?x32xf32>
 // CHECK-NEXT: %[[V_W:.+]] = infer.weight "model.layers.0.self_attn.v_proj.weight" : tensor<32x128xf32>
-// CHECK-NEXT: %[[V:.+]] = infer.linear %[[X]], %[[V_W]] : tensor<?x128xf32>, tensor<32x128xf32> -> tensor<?x32xf32>
+// CHECK-NEXT: %[[V:.+]] = infer.linear %[[X]], %[[V_W]] {parallel = #infer.parallel<kv_column>} : tensor<?x128xf32>, tensor<32x128xf32> -> tensor<?x32xf32>
 // CHECK-NEXT: %[[Q_ROT:.+]] = infer.rope %[[Q]], %[[POS]] {head_dim = 16 : i64, rope = #infer.rope<theta = 1.000000e+04, kind = default>, rotary_dim = 16 : i64} : tensor<?x128xf32>, tensor<?xi32> -> tensor<?x128xf32>
 // CHECK-NEXT: %[[K_ROT:.+]] = infer.rope %[[K]], %[[POS]] {{.*}} : tensor<?x32xf32>, tensor<?xi32> -> tensor<?x32xf32>
 // CHECK-NEXT: %[[ATTN:.+]] = infer.attention %[[Q_ROT]], %[[K_ROT]], %[[V]], %[[QSL]]
 // CHECK-SAME:   {head_dim = 16 : i64, layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 2 : i64, scale = 2.500000e-01 : f64, sliding_window = 0 : i64}
 // CHECK-SAME:   : tensor<?x128xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi32> -> tensor<?x128xf32>
 // CHECK-NEXT: %[[O_W:.+]] = infer.weight "model.layers.0.self_attn.o_proj.weight" : tensor<128x128xf32>
-// CHECK-NEXT: %[[O:.+]] = infer.linear %[[ATTN]], %[[O_W]]
+// CHECK-NEXT: %[[O:.+]] = infer.linear %[[ATTN]], %[[O_W]] {parallel = #infer.parallel<row>}
 // CHECK-NEXT: %[[H1:.+]] = infer.add %[[H0]], %[[O]] : tensor<?x128xf32>
 
 // CHECK-NEXT: %[[POST_W:.+]] = infer.weight "model.layers.0.post_attention_layernorm.weight" : tensor<128xf32>
 // CHECK-NEXT: %[[Y:.+]] = infer.rms_norm %[[H1]], %[[POST_W]]
 // CHECK-NEXT: %[[GATE_W:.+]] = infer.weight "model.layers.0.mlp.gate_proj.weight" : tensor<256x128xf32>
-// CHECK-NEXT: %[[GATE:.+]] = infer.linear %[[Y]], %[[GATE_W]] : {{.*}} -> tensor<?x256xf32>
+// CHECK-NEXT: %[[GATE:.+]] = infer.linear %[[Y]], %[[GATE_W]] {parallel = #infer.parallel<column>} : {{.*}} -> tensor<?x256xf32>
 // CHECK-NEXT: %[[UP_W:.+]] = infer.weight "model.layers.0.mlp.up_proj.weight" : tensor<256x128xf32>
-// CHECK-NEXT: %[[UP:.+]] = infer.linear %[[Y]], %[[UP_W]] : {{.*}} -> tensor<?x256xf32>
+// CHECK-NEXT: %[[UP:.+]] = infer.linear %[[Y]], %[[UP_W]] {parallel = #infer.parallel<column>} : {{.*}} -> tensor<?x256xf32>
 // CHECK-NEXT: %[[ACT:.+]] = infer.silu %[[GATE]] : tensor<?x256xf32>
 // CHECK-NEXT: %[[GATED:.+]] = infer.mul %[[ACT]], %[[UP]] : tensor<?x256xf32>
 // CHECK-NEXT: %[[DOWN_W:.+]] = infer.weight "model.layers.0.mlp.down_proj.weight" : tensor<128x256xf32>
-// CHECK-NEXT: %[[DOWN:.+]] = infer.linear %[[GATED]], %[[DOWN_W]] : tensor<?x256xf32>, tensor<128x256xf32> -> tensor<?x128xf32>
+// CHECK-NEXT: %[[DOWN:.+]] = infer.linear %[[GATED]], %[[DOWN_W]] {parallel = #infer.parallel<row>} : tensor<?x256xf32>, tensor<128x256xf32> -> tensor<?x128xf32>
 // CHECK-NEXT: %{{.+}} = infer.add %[[H1]], %[[DOWN]] : tensor<?x128xf32>
 
 // CHECK:      infer.attention {{.*}}layer = 1 : i64

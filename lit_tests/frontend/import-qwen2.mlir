@@ -9,12 +9,12 @@
 // BIAS:       %[[EMBED_W:.+]] = infer.weight "model.embed_tokens.weight" : tensor<512x128xbf16>
 // BIAS:       %[[Q_W:.+]] = infer.weight "model.layers.0.self_attn.q_proj.weight" : tensor<128x128xbf16>
 // BIAS-NEXT:  %[[Q_B:.+]] = infer.weight "model.layers.0.self_attn.q_proj.bias" : tensor<128xbf16>
-// BIAS-NEXT:  infer.linear %{{.+}}, %[[Q_W]], %[[Q_B]] : tensor<?x128xf32>, tensor<128x128xbf16>, tensor<128xbf16> -> tensor<?x128xf32>
+// BIAS-NEXT:  infer.linear %{{.+}}, %[[Q_W]], %[[Q_B]] {parallel = #infer.parallel<column>} : tensor<?x128xf32>, tensor<128x128xbf16>, tensor<128xbf16> -> tensor<?x128xf32>
 // BIAS:       infer.weight "model.layers.0.self_attn.k_proj.bias" : tensor<32xbf16>
 // BIAS:       infer.weight "model.layers.0.self_attn.v_proj.bias" : tensor<32xbf16>
 // BIAS-NOT:   o_proj.bias
 // BIAS:       %[[O_W:.+]] = infer.weight "model.layers.0.self_attn.o_proj.weight"
-// BIAS-NEXT:  infer.linear %{{.+}}, %[[O_W]] : tensor<?x128xf32>, tensor<128x128xbf16> -> tensor<?x128xf32>
+// BIAS-NEXT:  infer.linear %{{.+}}, %[[O_W]] {parallel = #infer.parallel<row>} : tensor<?x128xf32>, tensor<128x128xbf16> -> tensor<?x128xf32>
 // BIAS-NOT:   lm_head
 // BIAS:       infer.logits %{{.+}}, %[[EMBED_W]]
 

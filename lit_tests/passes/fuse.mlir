@@ -177,6 +177,19 @@ func.func @rope_into_cache_write(%pos: tensor<?xi32>, %slots: tensor<?xi64>, %k:
 
 // -----
 
+// A dynamic NTK rope takes its query_start_loc into the cache write.
+
+// CHECK-LABEL: func.func @dynamic_rope_into_cache_write
+// CHECK-SAME: (%[[POS:[^:]+]]: tensor<?xi32>, %[[QSL:[^:]+]]: tensor<?xi32>, %[[SLOTS:[^:]+]]: tensor<?xi64>, %[[K:[^:]+]]: tensor<?x32xf32>, %[[V:[^:]+]]: tensor<?x32xf32>, %[[C0:[^:]+]]: !infer.kv_cache
+// CHECK: infer.rope_kv_cache_write %[[C0]], %[[K]], %[[V]], %[[SLOTS]], %[[POS]], %[[QSL]] {head_dim = 16 : i64, layer = 0 : i64, rope = #infer.rope<theta = 1.000000e+04, kind = dynamic, factor = 2.000000e+00, original_max_position_embeddings = 16>, rotary_dim = 16 : i64}
+func.func @dynamic_rope_into_cache_write(%pos: tensor<?xi32>, %qsl: tensor<?xi32>, %slots: tensor<?xi64>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>, %c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32> {
+  %kr = infer.rope %k, %pos, %qsl {head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0, original_max_position_embeddings = 16>} : tensor<?x32xf32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x32xf32>
+  %c1 = infer.kv_cache_write %c0, %kr, %v, %slots {layer = 0 : i64} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  return %c1 : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+}
+
+// -----
+
 // The rotated keys are also returned: the rope stays, and so does the plain
 // cache write.
 

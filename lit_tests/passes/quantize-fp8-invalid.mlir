@@ -9,14 +9,17 @@
 // KV: for the --kv-cache option: Cannot find option named 'fp16'!
 // GRANULARITY: for the --granularity option: Cannot find option named 'per-block'!
 
-// A merged projection (infer-fuse ran first) has no infer.weight to quantize.
-func.func @after_fuse(%x: tensor<?x64xf32>) -> tensor<?x80xf32> {
+// A merged projection whose parts something else reads too (the concatenation
+// of slices that infer-shard-tensor-parallel makes reads each part once) has
+// no infer.weight of its own to quantize.
+func.func @after_fuse(%x: tensor<?x64xf32>) -> (tensor<?x80xf32>, tensor<?x64xf32>) {
   %wq = infer.weight "q" : tensor<64x64xbf16>
   %wk = infer.weight "k" : tensor<16x64xbf16>
   %w = infer.concat_weights %wq, %wk : tensor<64x64xbf16>, tensor<16x64xbf16> -> tensor<80x64xbf16>
   // expected-error @+1 {{'infer.linear' op reads a weight that is not an infer.weight, which infer-quantize-fp8 cannot quantize (run it before infer-fuse)}}
   %y = infer.linear %x, %w : tensor<?x64xf32>, tensor<80x64xbf16> -> tensor<?x80xf32>
-  return %y : tensor<?x80xf32>
+  %q = infer.linear %x, %wq : tensor<?x64xf32>, tensor<64x64xbf16> -> tensor<?x64xf32>
+  return %y, %q : tensor<?x80xf32>, tensor<?x64xf32>
 }
 
 // -----

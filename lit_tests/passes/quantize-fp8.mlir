@@ -59,6 +59,24 @@ func.func @shard(%x: tensor<?x32xf32>) -> tensor<?x64xf32> {
 
 // -----
 
+// A rank's slices of a stacked projection (Phi-3's qkv_proj after
+// infer-shard-tensor-parallel) are quantized part by part.
+
+// DEFAULT-LABEL: func.func @stacked_parts
+// DEFAULT:       %[[Q:.+]] = infer.weight "qkv" {quant = #infer.fp8<granularity = per_tensor>, shard = #infer.shard<dim = 0, shards = 2, size = 64>} : tensor<32x64xf8E4M3FN>
+// DEFAULT-NEXT:  %[[K:.+]] = infer.weight "qkv" {quant = #infer.fp8<granularity = per_tensor>, shard = #infer.shard<dim = 0, shards = 2, offset = 64, size = 16>} : tensor<8x64xf8E4M3FN>
+// DEFAULT-NEXT:  %[[W:.+]] = infer.concat_weights %[[Q]], %[[K]] : tensor<32x64xf8E4M3FN>, tensor<8x64xf8E4M3FN> -> tensor<40x64xf8E4M3FN>
+// DEFAULT-NEXT:  infer.linear %{{.+}}, %[[W]] : tensor<?x64xf32>, tensor<40x64xf8E4M3FN> -> tensor<?x40xf32>
+func.func @stacked_parts(%x: tensor<?x64xf32>) -> tensor<?x40xf32> {
+  %wq = infer.weight "qkv" {shard = #infer.shard<dim = 0, shards = 2, size = 64>} : tensor<32x64xbf16>
+  %wk = infer.weight "qkv" {shard = #infer.shard<dim = 0, shards = 2, offset = 64, size = 16>} : tensor<8x64xbf16>
+  %w = infer.concat_weights %wq, %wk : tensor<32x64xbf16>, tensor<8x64xbf16> -> tensor<40x64xbf16>
+  %y = infer.linear %x, %w : tensor<?x64xf32>, tensor<40x64xbf16> -> tensor<?x40xf32>
+  return %y : tensor<?x40xf32>
+}
+
+// -----
+
 // infer-fuse after quantization merges q/k/v into one GEMM over the
 // concatenation of the fp8 weights.
 

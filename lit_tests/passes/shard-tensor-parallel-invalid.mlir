@@ -36,21 +36,45 @@ module attributes {infer.model = {architecture = "LlamaForCausalLM"}} {
 func.func @uneven_weight(%x: tensor<?x64xf32>) -> tensor<?x6xf32> {
   // expected-error @+1 {{'infer.weight' op cannot be split into 4 slices along dimension 0 of size 6}}
   %w = infer.weight "model.layers.0.mlp.up_proj.weight" : tensor<6x64xf32>
-  %y = infer.linear %x, %w : tensor<?x64xf32>, tensor<6x64xf32> -> tensor<?x6xf32>
+  %y = infer.linear %x, %w {parallel = #infer.parallel<column>} : tensor<?x64xf32>, tensor<6x64xf32> -> tensor<?x6xf32>
   return %y : tensor<?x6xf32>
 }
 }
 
 // -----
 
-// expected-error @+1 {{infer-shard-tensor-parallel: no sharding policy for architecture 'GPT2LMHeadModel'}}
-module attributes {infer.model = {architecture = "GPT2LMHeadModel"}} {
+// A query projection without #infer.parallel stays whole on every rank.
+module {
+func.func @query_not_split(%x: tensor<?x64xf32>, %k: tensor<?x16xf32>, %qsl: tensor<?xi32>) -> tensor<?x64xf32> {
+  %w = infer.weight "q.weight" : tensor<64x64xf32>
+  %q = infer.linear %x, %w : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+  // expected-error @+1 {{'infer.attention' op reads queries that are not split by head over tp = 4 ranks (its query projection needs #infer.parallel<column>)}}
+  %o = infer.attention %q, %k, %k, %qsl {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35355339059327373 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, tensor<?x16xf32>, tensor<?x16xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  return %o : tensor<?x64xf32>
+}
 }
 
 // -----
 
-// expected-error @+1 {{infer-shard-tensor-parallel: the module has no 'infer.model' architecture to choose a sharding policy}}
 module {
+func.func @uneven_part(%x: tensor<?x64xf32>) -> (tensor<?x64xf32>, tensor<?x6xf32>) {
+  %w = infer.weight "gate_up.weight" : tensor<70x64xf32>
+  // expected-error @+1 {{'infer.linear' op cannot split its part of 6 rows into 4 slices}}
+  %y = infer.linear %x, %w {parallel = #infer.parallel<column, parts = [64, 6], kv_parts = [false, false]>} : tensor<?x64xf32>, tensor<70x64xf32> -> tensor<?x70xf32>
+  %a, %b = infer.split %y : tensor<?x70xf32> -> tensor<?x64xf32>, tensor<?x6xf32>
+  return %a, %b : tensor<?x64xf32>, tensor<?x6xf32>
+}
+}
+
+// -----
+
+module {
+func.func @parts_not_split(%x: tensor<?x64xf32>) -> tensor<?x128xf32> {
+  %w = infer.weight "gate_up.weight" : tensor<128x64xf32>
+  // expected-error @+1 {{'infer.linear' op with parallel parts must be read only by an infer.split into those parts}}
+  %y = infer.linear %x, %w {parallel = #infer.parallel<column, parts = [64, 64], kv_parts = [false, false]>} : tensor<?x64xf32>, tensor<128x64xf32> -> tensor<?x128xf32>
+  return %y : tensor<?x128xf32>
+}
 }
 
 // -----

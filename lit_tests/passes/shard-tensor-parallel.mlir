@@ -93,52 +93,52 @@ func.func @forward(%ids: tensor<?xi32> {infer.input = "token_ids"}, %positions: 
   %ln0_w = infer.weight "model.layers.0.input_layernorm.weight" : tensor<64xf32>
   %x0 = infer.rms_norm %h0, %ln0_w {epsilon = 1.0e-06 : f64} : tensor<?x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
   %q0_w = infer.weight "model.layers.0.self_attn.q_proj.weight" : tensor<64x64xf32>
-  %q0 = infer.linear %x0, %q0_w : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+  %q0 = infer.linear %x0, %q0_w {parallel = #infer.parallel<column>} : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
   %k0_w = infer.weight "model.layers.0.self_attn.k_proj.weight" : tensor<16x64xf32>
-  %k0 = infer.linear %x0, %k0_w : tensor<?x64xf32>, tensor<16x64xf32> -> tensor<?x16xf32>
+  %k0 = infer.linear %x0, %k0_w {parallel = #infer.parallel<kv_column>} : tensor<?x64xf32>, tensor<16x64xf32> -> tensor<?x16xf32>
   %v0_w = infer.weight "model.layers.0.self_attn.v_proj.weight" : tensor<16x64xf32>
-  %v0 = infer.linear %x0, %v0_w : tensor<?x64xf32>, tensor<16x64xf32> -> tensor<?x16xf32>
+  %v0 = infer.linear %x0, %v0_w {parallel = #infer.parallel<kv_column>} : tensor<?x64xf32>, tensor<16x64xf32> -> tensor<?x16xf32>
   %qr0 = infer.rope %q0, %positions {head_dim = 8 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
   %kr0 = infer.rope %k0, %positions {head_dim = 8 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x16xf32>, tensor<?xi32> -> tensor<?x16xf32>
   %a0 = infer.attention %qr0, %kr0, %v0, %qsl {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35355339059327373 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, tensor<?x16xf32>, tensor<?x16xf32>, tensor<?xi32> -> tensor<?x64xf32>
   %o0_w = infer.weight "model.layers.0.self_attn.o_proj.weight" : tensor<64x64xf32>
-  %o0 = infer.linear %a0, %o0_w : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+  %o0 = infer.linear %a0, %o0_w {parallel = #infer.parallel<row>} : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
   %r0 = infer.add %h0, %o0 : tensor<?x64xf32>
   %post0_w = infer.weight "model.layers.0.post_attention_layernorm.weight" : tensor<64xf32>
   %y0 = infer.rms_norm %r0, %post0_w {epsilon = 1.0e-06 : f64} : tensor<?x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
   %gate0_w = infer.weight "model.layers.0.mlp.gate_proj.weight" : tensor<128x64xf32>
-  %gate0 = infer.linear %y0, %gate0_w : tensor<?x64xf32>, tensor<128x64xf32> -> tensor<?x128xf32>
+  %gate0 = infer.linear %y0, %gate0_w {parallel = #infer.parallel<column>} : tensor<?x64xf32>, tensor<128x64xf32> -> tensor<?x128xf32>
   %up0_w = infer.weight "model.layers.0.mlp.up_proj.weight" : tensor<128x64xf32>
-  %up0 = infer.linear %y0, %up0_w : tensor<?x64xf32>, tensor<128x64xf32> -> tensor<?x128xf32>
+  %up0 = infer.linear %y0, %up0_w {parallel = #infer.parallel<column>} : tensor<?x64xf32>, tensor<128x64xf32> -> tensor<?x128xf32>
   %act0 = infer.silu %gate0 : tensor<?x128xf32>
   %gated0 = infer.mul %act0, %up0 : tensor<?x128xf32>
   %down0_w = infer.weight "model.layers.0.mlp.down_proj.weight" : tensor<64x128xf32>
-  %down0 = infer.linear %gated0, %down0_w : tensor<?x128xf32>, tensor<64x128xf32> -> tensor<?x64xf32>
+  %down0 = infer.linear %gated0, %down0_w {parallel = #infer.parallel<row>} : tensor<?x128xf32>, tensor<64x128xf32> -> tensor<?x64xf32>
   %h1 = infer.add %r0, %down0 : tensor<?x64xf32>
   %ln1_w = infer.weight "model.layers.1.input_layernorm.weight" : tensor<64xf32>
   %x1 = infer.rms_norm %h1, %ln1_w {epsilon = 1.0e-06 : f64} : tensor<?x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
   %q1_w = infer.weight "model.layers.1.self_attn.q_proj.weight" : tensor<64x64xf32>
-  %q1 = infer.linear %x1, %q1_w : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+  %q1 = infer.linear %x1, %q1_w {parallel = #infer.parallel<column>} : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
   %k1_w = infer.weight "model.layers.1.self_attn.k_proj.weight" : tensor<16x64xf32>
-  %k1 = infer.linear %x1, %k1_w : tensor<?x64xf32>, tensor<16x64xf32> -> tensor<?x16xf32>
+  %k1 = infer.linear %x1, %k1_w {parallel = #infer.parallel<kv_column>} : tensor<?x64xf32>, tensor<16x64xf32> -> tensor<?x16xf32>
   %v1_w = infer.weight "model.layers.1.self_attn.v_proj.weight" : tensor<16x64xf32>
-  %v1 = infer.linear %x1, %v1_w : tensor<?x64xf32>, tensor<16x64xf32> -> tensor<?x16xf32>
+  %v1 = infer.linear %x1, %v1_w {parallel = #infer.parallel<kv_column>} : tensor<?x64xf32>, tensor<16x64xf32> -> tensor<?x16xf32>
   %qr1 = infer.rope %q1, %positions {head_dim = 8 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
   %kr1 = infer.rope %k1, %positions {head_dim = 8 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x16xf32>, tensor<?xi32> -> tensor<?x16xf32>
   %a1 = infer.attention %qr1, %kr1, %v1, %qsl {layer = 1 : i64, num_heads = 8 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35355339059327373 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, tensor<?x16xf32>, tensor<?x16xf32>, tensor<?xi32> -> tensor<?x64xf32>
   %o1_w = infer.weight "model.layers.1.self_attn.o_proj.weight" : tensor<64x64xf32>
-  %o1 = infer.linear %a1, %o1_w : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+  %o1 = infer.linear %a1, %o1_w {parallel = #infer.parallel<row>} : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
   %r1 = infer.add %h1, %o1 : tensor<?x64xf32>
   %post1_w = infer.weight "model.layers.1.post_attention_layernorm.weight" : tensor<64xf32>
   %y1 = infer.rms_norm %r1, %post1_w {epsilon = 1.0e-06 : f64} : tensor<?x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
   %gate1_w = infer.weight "model.layers.1.mlp.gate_proj.weight" : tensor<128x64xf32>
-  %gate1 = infer.linear %y1, %gate1_w : tensor<?x64xf32>, tensor<128x64xf32> -> tensor<?x128xf32>
+  %gate1 = infer.linear %y1, %gate1_w {parallel = #infer.parallel<column>} : tensor<?x64xf32>, tensor<128x64xf32> -> tensor<?x128xf32>
   %up1_w = infer.weight "model.layers.1.mlp.up_proj.weight" : tensor<128x64xf32>
-  %up1 = infer.linear %y1, %up1_w : tensor<?x64xf32>, tensor<128x64xf32> -> tensor<?x128xf32>
+  %up1 = infer.linear %y1, %up1_w {parallel = #infer.parallel<column>} : tensor<?x64xf32>, tensor<128x64xf32> -> tensor<?x128xf32>
   %act1 = infer.silu %gate1 : tensor<?x128xf32>
   %gated1 = infer.mul %act1, %up1 : tensor<?x128xf32>
   %down1_w = infer.weight "model.layers.1.mlp.down_proj.weight" : tensor<64x128xf32>
-  %down1 = infer.linear %gated1, %down1_w : tensor<?x128xf32>, tensor<64x128xf32> -> tensor<?x64xf32>
+  %down1 = infer.linear %gated1, %down1_w {parallel = #infer.parallel<row>} : tensor<?x128xf32>, tensor<64x128xf32> -> tensor<?x64xf32>
   %h2 = infer.add %r1, %down1 : tensor<?x64xf32>
   %last = infer.gather_rows %h2[%rows] : tensor<?x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
   %norm_w = infer.weight "model.norm.weight" : tensor<64xf32>
@@ -174,13 +174,13 @@ func.func @forward(%ids: tensor<?xi32> {infer.input = "token_ids"}, %qsl: tensor
   %h = infer.embedding %table[%ids] : tensor<250x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
   %q_w = infer.weight "model.layers.0.self_attn.q_proj.weight" : tensor<64x64xf32>
   %q_b = infer.weight "model.layers.0.self_attn.q_proj.bias" : tensor<64xf32>
-  %q = infer.linear %h, %q_w, %q_b : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  %q = infer.linear %h, %q_w, %q_b {parallel = #infer.parallel<column>} : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
   %k_w = infer.weight "model.layers.0.self_attn.k_proj.weight" : tensor<16x64xf32>
   %k_b = infer.weight "model.layers.0.self_attn.k_proj.bias" : tensor<16xf32>
-  %k = infer.linear %h, %k_w, %k_b : tensor<?x64xf32>, tensor<16x64xf32>, tensor<16xf32> -> tensor<?x16xf32>
+  %k = infer.linear %h, %k_w, %k_b {parallel = #infer.parallel<kv_column>} : tensor<?x64xf32>, tensor<16x64xf32>, tensor<16xf32> -> tensor<?x16xf32>
   %a = infer.attention %q, %k, %k, %qsl {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35355339059327373 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, tensor<?x16xf32>, tensor<?x16xf32>, tensor<?xi32> -> tensor<?x64xf32>
   %o_w = infer.weight "model.layers.0.self_attn.o_proj.weight" : tensor<64x64xf32>
-  %o = infer.linear %a, %o_w : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+  %o = infer.linear %a, %o_w {parallel = #infer.parallel<row>} : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
   %logits = infer.logits %o, %table : tensor<?x64xf32>, tensor<250x64xf32> -> tensor<?x250xf32>
   return %logits : tensor<?x250xf32>
 }
@@ -231,19 +231,75 @@ module attributes {infer.model = {architecture = "LlamaForCausalLM"}} {
 func.func @row_parallel_bias(%h: tensor<?x64xf32>, %qsl: tensor<?xi32>) -> tensor<?x64xf32> {
   %q_w = infer.weight "model.layers.0.self_attn.q_proj.weight" : tensor<64x64xf32>
   %q_b = infer.weight "model.layers.0.self_attn.q_proj.bias" : tensor<64xf32>
-  %q = infer.linear %h, %q_w, %q_b : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  %q = infer.linear %h, %q_w, %q_b {parallel = #infer.parallel<column>} : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
   %a = infer.attention %q, %q, %q, %qsl {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 8 : i64, head_dim = 8 : i64, scale = 0.35355339059327373 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
   %o_w = infer.weight "model.layers.0.self_attn.o_proj.weight" : tensor<64x64xf32>
   %o_b = infer.weight "model.layers.0.self_attn.o_proj.bias" : tensor<64xf32>
-  %o = infer.linear %a, %o_w, %o_b : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  %o = infer.linear %a, %o_w, %o_b {parallel = #infer.parallel<row>} : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
   %h1 = infer.add %h, %o : tensor<?x64xf32>
   %up_w = infer.weight "model.layers.0.mlp.up_proj.weight" : tensor<64x64xf32>
   %up_b = infer.weight "model.layers.0.mlp.up_proj.bias" : tensor<64xf32>
-  %up = infer.linear %h1, %up_w, %up_b : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  %up = infer.linear %h1, %up_w, %up_b {parallel = #infer.parallel<column>} : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
   %act = infer.silu %up : tensor<?x64xf32>
   %down_w = infer.weight "model.layers.0.mlp.down_proj.weight" : tensor<64x64xf32>
   %down_b = infer.weight "model.layers.0.mlp.down_proj.bias" : tensor<64xf32>
-  %down = infer.linear %act, %down_w, %down_b : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  %down = infer.linear %act, %down_w, %down_b {parallel = #infer.parallel<row>} : tensor<?x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<?x64xf32>
+  %h2 = infer.add %h1, %down : tensor<?x64xf32>
+  return %h2 : tensor<?x64xf32>
+}
+}
+
+// -----
+
+// Phi-3 stores q/k/v in one qkv_proj and gate/up in one gate_up_proj: the
+// importer's parallel parts let each part be split on its own, the rank's
+// slices concatenated at load, and the split takes the rank's widths. The
+// same checkpoint tensor, one #infer.shard per part (offset, size).
+
+// TP2-LABEL: func.func @fused_parts(
+// TP2:       %[[Q:.+]] = infer.weight "model.layers.0.self_attn.qkv_proj.weight" {shard = #infer.shard<dim = 0, shards = 2, size = 64>} : tensor<32x64xf32>
+// TP2-NEXT:  %[[K:.+]] = infer.weight "model.layers.0.self_attn.qkv_proj.weight" {shard = #infer.shard<dim = 0, shards = 2, offset = 64, size = 16>} : tensor<8x64xf32>
+// TP2-NEXT:  %[[V:.+]] = infer.weight "model.layers.0.self_attn.qkv_proj.weight" {shard = #infer.shard<dim = 0, shards = 2, offset = 80, size = 16>} : tensor<8x64xf32>
+// TP2-NEXT:  %[[QKV_W:.+]] = infer.concat_weights %[[Q]], %[[K]], %[[V]] : tensor<32x64xf32>, tensor<8x64xf32>, tensor<8x64xf32> -> tensor<48x64xf32>
+// TP2-NEXT:  %[[QKV:.+]] = infer.linear %{{.+}}, %[[QKV_W]] : tensor<?x64xf32>, tensor<48x64xf32> -> tensor<?x48xf32>
+// TP2-NEXT:  infer.split %[[QKV]] : tensor<?x48xf32> -> tensor<?x32xf32>, tensor<?x8xf32>, tensor<?x8xf32>
+// TP2:       infer.attention {{.*}}num_heads = 4 : i64, num_kv_heads = 1 : i64
+// TP2:       infer.weight "model.layers.0.mlp.gate_up_proj.weight" {shard = #infer.shard<dim = 0, shards = 2, size = 128>} : tensor<64x64xf32>
+// TP2-NEXT:  infer.weight "model.layers.0.mlp.gate_up_proj.weight" {shard = #infer.shard<dim = 0, shards = 2, offset = 128, size = 128>} : tensor<64x64xf32>
+// TP2-NEXT:  infer.concat_weights {{.*}} -> tensor<128x64xf32>
+// TP2-NEXT:  %[[GU:.+]] = infer.linear {{.*}} -> tensor<?x128xf32>
+// TP2-NEXT:  infer.split %[[GU]] : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x64xf32>
+// TP2:       infer.weight "model.layers.0.mlp.down_proj.weight" {shard = #infer.shard<dim = 1, shards = 2>} : tensor<64x64xf32>
+
+// tp=4: two key/value heads for four ranks, each held by two of them.
+// TP4-LABEL: func.func @fused_parts(
+// TP4:       infer.weight "model.layers.0.self_attn.qkv_proj.weight" {shard = #infer.shard<dim = 0, shards = 4, size = 64>} : tensor<16x64xf32>
+// TP4-NEXT:  infer.weight "model.layers.0.self_attn.qkv_proj.weight" {shard = #infer.shard<dim = 0, shards = 2, replication = 2, offset = 64, size = 16>} : tensor<8x64xf32>
+// TP4-NEXT:  infer.weight "model.layers.0.self_attn.qkv_proj.weight" {shard = #infer.shard<dim = 0, shards = 2, replication = 2, offset = 80, size = 16>} : tensor<8x64xf32>
+// TP4:       infer.split {{.*}} : tensor<?x32xf32> -> tensor<?x16xf32>, tensor<?x8xf32>, tensor<?x8xf32>
+// TP4:       infer.attention {{.*}}num_heads = 2 : i64, num_kv_heads = 1 : i64
+
+// TP1-LABEL: func.func @fused_parts(
+// TP1:       infer.linear {{.*}}parallel = #infer.parallel<column, parts = [64, 16, 16], kv_parts = [false, true, true]>
+// TP1-NOT:   shard
+module {
+func.func @fused_parts(%h: tensor<?x64xf32>, %positions: tensor<?xi32>, %qsl: tensor<?xi32>) -> tensor<?x64xf32> {
+  %qkv_w = infer.weight "model.layers.0.self_attn.qkv_proj.weight" : tensor<96x64xf32>
+  %qkv = infer.linear %h, %qkv_w {parallel = #infer.parallel<column, parts = [64, 16, 16], kv_parts = [false, true, true]>} : tensor<?x64xf32>, tensor<96x64xf32> -> tensor<?x96xf32>
+  %q, %k, %v = infer.split %qkv : tensor<?x96xf32> -> tensor<?x64xf32>, tensor<?x16xf32>, tensor<?x16xf32>
+  %qr = infer.rope %q, %positions {head_dim = 8 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  %kr = infer.rope %k, %positions {head_dim = 8 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x16xf32>, tensor<?xi32> -> tensor<?x16xf32>
+  %a = infer.attention %qr, %kr, %v, %qsl {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35355339059327373 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, tensor<?x16xf32>, tensor<?x16xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  %o_w = infer.weight "model.layers.0.self_attn.o_proj.weight" : tensor<64x64xf32>
+  %o = infer.linear %a, %o_w {parallel = #infer.parallel<row>} : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
+  %h1 = infer.add %h, %o : tensor<?x64xf32>
+  %gu_w = infer.weight "model.layers.0.mlp.gate_up_proj.weight" : tensor<256x64xf32>
+  %gu = infer.linear %h1, %gu_w {parallel = #infer.parallel<column, parts = [128, 128], kv_parts = [false, false]>} : tensor<?x64xf32>, tensor<256x64xf32> -> tensor<?x256xf32>
+  %g, %u = infer.split %gu : tensor<?x256xf32> -> tensor<?x128xf32>, tensor<?x128xf32>
+  %act = infer.silu %g : tensor<?x128xf32>
+  %m = infer.mul %act, %u : tensor<?x128xf32>
+  %down_w = infer.weight "model.layers.0.mlp.down_proj.weight" : tensor<64x128xf32>
+  %down = infer.linear %m, %down_w {parallel = #infer.parallel<row>} : tensor<?x128xf32>, tensor<64x128xf32> -> tensor<?x64xf32>
   %h2 = infer.add %h1, %down : tensor<?x64xf32>
   return %h2 : tensor<?x64xf32>
 }

@@ -52,3 +52,18 @@ func.func @fused_already(%pos: tensor<?xi32>, %slots: tensor<?xi64>,
   %c = infer.rope_kv_cache_write %cache, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64>, tensor<?xi32> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>
   return %c : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>
 }
+
+// -----
+
+// A dynamic NTK rope's frequencies follow the sequence's length.
+func.func @dynamic_rope(%pos: tensor<?xi32>, %qsl: tensor<?xi32>,
+                        %lens: tensor<?xi32>, %tables: tensor<?x?xi32>,
+                        %slots: tensor<?xi64>, %q: tensor<?x384xf32>,
+                        %k: tensor<?x128xf32>, %v: tensor<?x128xf32>,
+                        %cache: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>) -> tensor<?x384xf32> {
+  // expected-error @+1 {{uses 'dynamic' rope scaling, whose frequencies depend on the sequence's length: StreamingLLM's position shift does not apply to it}}
+  %kr = infer.rope %k, %pos, %qsl {head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0, original_max_position_embeddings = 16>} : tensor<?x128xf32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x128xf32>
+  %c = infer.kv_cache_write %cache, %kr, %v, %slots {layer = 0 : i64} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>
+  %o = infer.paged_attention %q, %c, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 6 : i64, num_kv_heads = 2 : i64, head_dim = 64 : i64, scale = 1.250000e-01 : f64, sliding_window = 0 : i64} : tensor<?x384xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x384xf32>
+  return %o : tensor<?x384xf32>
+}

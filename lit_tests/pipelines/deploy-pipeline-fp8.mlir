@@ -41,16 +41,16 @@ func.func @forward(%x: tensor<?x64xf32>, %pos: tensor<?xi32> {infer.input = "pos
                    %tables: tensor<?x?xi32> {infer.input = "block_tables"},
                    %slots: tensor<?xi64> {infer.input = "slot_mapping"}) -> tensor<?x64xf32> {
   %q_w = infer.weight "model.layers.0.self_attn.q_proj.weight" : tensor<64x64xbf16>
-  %q = infer.linear %x, %q_w : tensor<?x64xf32>, tensor<64x64xbf16> -> tensor<?x64xf32>
+  %q = infer.linear %x, %q_w {parallel = #infer.parallel<column>} : tensor<?x64xf32>, tensor<64x64xbf16> -> tensor<?x64xf32>
   %k_w = infer.weight "model.layers.0.self_attn.k_proj.weight" : tensor<16x64xbf16>
-  %k = infer.linear %x, %k_w : tensor<?x64xf32>, tensor<16x64xbf16> -> tensor<?x16xf32>
+  %k = infer.linear %x, %k_w {parallel = #infer.parallel<kv_column>} : tensor<?x64xf32>, tensor<16x64xbf16> -> tensor<?x16xf32>
   %v_w = infer.weight "model.layers.0.self_attn.v_proj.weight" : tensor<16x64xbf16>
-  %v = infer.linear %x, %v_w : tensor<?x64xf32>, tensor<16x64xbf16> -> tensor<?x16xf32>
+  %v = infer.linear %x, %v_w {parallel = #infer.parallel<kv_column>} : tensor<?x64xf32>, tensor<16x64xbf16> -> tensor<?x16xf32>
   %qr = infer.rope %q, %pos {head_dim = 8 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
   %kr = infer.rope %k, %pos {head_dim = 8 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x16xf32>, tensor<?xi32> -> tensor<?x16xf32>
   %a = infer.attention %qr, %kr, %v, %qsl {layer = 0 : i64, num_heads = 8 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, scale = 0.35355339059327373 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, tensor<?x16xf32>, tensor<?x16xf32>, tensor<?xi32> -> tensor<?x64xf32>
   %o_w = infer.weight "model.layers.0.self_attn.o_proj.weight" : tensor<64x64xbf16>
-  %o = infer.linear %a, %o_w : tensor<?x64xf32>, tensor<64x64xbf16> -> tensor<?x64xf32>
+  %o = infer.linear %a, %o_w {parallel = #infer.parallel<row>} : tensor<?x64xf32>, tensor<64x64xbf16> -> tensor<?x64xf32>
   return %o : tensor<?x64xf32>
 }
 }

@@ -48,6 +48,26 @@ Status mapBinary(const PreparedStep &s, std::vector<Matrix> &values, F f) {
   return Status::ok();
 }
 
+/// Calls f(first token, token count, inverse frequencies) over the batch:
+/// once for all tokens, or for a dynamic rope once per sequence with the
+/// frequencies of its length after the step (its last position + 1).
+template <typename F>
+Status forEachRopeSpan(const PreparedStep &s, const Batch &batch, F f) {
+  if (s.step.rope.scaling != "dynamic") {
+    f(0, batch.numTokens(), s.ropeInvFreq);
+    return Status::ok();
+  }
+  const std::vector<int32_t> &starts = batch.queryStartLoc;
+  for (size_t b = 0; b + 1 < starts.size(); ++b) {
+    const int64_t first = starts[b], count = starts[b + 1] - starts[b];
+    if (count <= 0)
+      continue;
+    const int64_t seqLen = int64_t(batch.positions[first + count - 1]) + 1;
+    f(first, count, plan::dynamicRopeInverseFrequencies(s.step.rope, seqLen));
+  }
+  return Status::ok();
+}
+
 } // namespace
 
 Status CpuBackend::runEmbedding(const PreparedStep &s, const Batch &batch,
@@ -137,9 +157,13 @@ Status CpuBackend::runRope(const PreparedStep &s, const Batch &batch,
     return mismatch("rope input rows differ from the positions");
   float *y = result(s, values).allocate(x.rows, x.cols);
   std::memcpy(y, x.data, x.size() * sizeof(float));
-  applyRope(y, x.rows, x.cols / s.step.rope.headDim, batch.positions.data(),
-            s.step.rope, s.ropeInvFreq);
-  return Status::ok();
+  const int64_t heads = x.cols / s.step.rope.headDim;
+  return forEachRopeSpan(
+      s, batch,
+      [&](int64_t first, int64_t count, const std::vector<float> &invFreq) {
+        applyRope(y + first * x.cols, count, heads,
+                  batch.positions.data() + first, s.step.rope, invFreq);
+      });
 }
 
 Status CpuBackend::runKVCacheWrite(const PreparedStep &s, const Batch &batch,
@@ -158,10 +182,14 @@ Status CpuBackend::runRopeKVCacheWrite(const PreparedStep &s,
   const Matrix &k = in(s, values, 1), &v = in(s, values, 2);
   if (k.rows != batch.numTokens() || v.rows != k.rows)
     return mismatch("keys/values do not have a row per token");
-  ropeKVCacheWrite(kv_, geometry_, s.step.layer, k.data, v.data,
-                   batch.slotMapping.data(), batch.positions.data(), k.rows,
-                   s.step.rope, s.ropeInvFreq);
-  return Status::ok();
+  return forEachRopeSpan(
+      s, batch,
+      [&](int64_t first, int64_t count, const std::vector<float> &invFreq) {
+        ropeKVCacheWrite(
+            kv_, geometry_, s.step.layer, k.data + first * k.cols,
+            v.data + first * v.cols, batch.slotMapping.data() + first,
+            batch.positions.data() + first, count, s.step.rope, invFreq);
+      });
 }
 
 Status CpuBackend::runPagedAttention(const PreparedStep &s, const Batch &batch,

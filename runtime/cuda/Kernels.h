@@ -81,6 +81,19 @@ struct AttentionDims {
   const float *keyRopeInvFreq = nullptr;
 };
 
+/// A dynamic NTK rope (plan::RopeConfig scaling "dynamic"): the inverse
+/// frequencies of a token are those of its sequence's length after the
+/// step (the sequence's last position in the batch + 1), computed on the
+/// device as plan::dynamicRopeInverseFrequencies computes them. A null
+/// queryStartLoc ([numSeqs + 1] on the device) means no dynamic rope.
+struct DynamicRope {
+  const int32_t *queryStartLoc = nullptr;
+  int64_t numSeqs = 0;
+  float theta = 0.0f;
+  float factor = 1.0f;
+  int originalMaxPositionEmbeddings = 0;
+};
+
 /// Whether `attention` has no key rope (keyRotaryDim 0) or one the attention
 /// kernels take: an even keyRotaryDim <= headDim and its inverse frequencies.
 inline bool validKeyRope(const AttentionDims &attention) {
@@ -247,11 +260,13 @@ cudaError_t launchFused(const FusedProgram &program, int64_t n,
 /// Row r of x starts at x + r * xLd (0: heads * headDim, contiguous).
 /// longFrom > 0 (longrope): invFreq holds two tables and tokens at
 /// positions >= longFrom use the second (plan::RopeConfig::longFrom).
+/// With a dynamic rope, invFreq is not read.
 template <typename T>
 cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
                        int rotaryDim, const int32_t *positions,
                        const float *invFreq, cudaStream_t stream,
-                       int64_t xLd = 0, int longFrom = 0);
+                       int64_t xLd = 0, int longFrom = 0,
+                       DynamicRope dynamic = {});
 
 /// Room for the partial results of split-KV decode attention (normalized
 /// output, max and sum per decode row, query head and split): allocated

@@ -26,10 +26,14 @@
 //                    vocab_size; other ids in range give zero rows)
 //   rms_norm         (x[T,H], w[H]) -> [T,H]; epsilon (double)
 //   linear           (x[T,K], w[N,K], bias[N]?) -> [T,N]      x * w^T (+ bias)
-//   rope             (x[T,heads*head_dim], positions[T]) -> same shape;
-//                    head_dim, rotary_dim, theta, scaling ("default" | "linear"
-//                    | "llama3"), factor, low_freq_factor, high_freq_factor,
-//                    original_max_position_embeddings. HF rotate_half style.
+//   rope             (x[T,heads*head_dim], positions[T], query_start_loc?)
+//                    -> same shape; head_dim, rotary_dim, theta, scaling
+//                    ("default" | "linear" | "llama3" | "yarn" | "longrope" |
+//                    "dynamic"), factor, low_freq_factor, high_freq_factor,
+//                    original_max_position_embeddings, ... HF rotate_half
+//                    style. query_start_loc exactly with "dynamic": a
+//                    sequence's frequencies follow its length after the
+//                    step (its last position in the batch + 1).
 //   kv_cache_write   (cache, k[T,kvh*d], v[T,kvh*d], slot_mapping[T]) -> ();
 //                    layer. Writes in place into the cache value.
 //   paged_attention  (q[T,h*d], cache, block_tables[B,M], context_lens[B],
@@ -59,7 +63,8 @@
 //   add_rms_norm     (a[T,H], b[T,H], w[H]) -> sum[T,H], y[T,H]; epsilon:
 //                    sum = a + b, y = rms_norm(sum, w)
 //   silu_mul         (gate, up) -> same shape: silu(gate) * up
-//   rope_kv_cache_write (cache, k, v, slot_mapping[T], positions[T]) -> ();
+//   rope_kv_cache_write (cache, k, v, slot_mapping[T], positions[T],
+//                    query_start_loc?) -> ();
 //                    the attributes of rope and kv_cache_write: writes
 //                    rope(k) and v into the cache
 //   fused            (x0, x1, ...) -> y0, ...; body (string), yields (ints):

@@ -59,9 +59,16 @@ Status RopeConfig::validate() const {
           return invalidArgument("rope: longrope factors must be > 0");
     return Status::ok();
   }
+  if (scaling == "dynamic") {
+    if (!(factor > 0) || originalMaxPositionEmbeddings <= 0 || rotaryDim <= 2)
+      return invalidArgument("rope: dynamic scaling needs factor > 0, "
+                             "original_max_position_embeddings > 0 and "
+                             "rotary_dim > 2");
+    return Status::ok();
+  }
   return invalidArgument("rope: unknown scaling '" + scaling +
-                         "' (expected default, linear, llama3, yarn or "
-                         "longrope)");
+                         "' (expected default, linear, llama3, yarn, "
+                         "longrope or dynamic)");
 }
 
 /// A Floats attribute (ints accepted), or empty when absent.
@@ -108,25 +115,58 @@ StatusOr<std::optional<RopeConfig>> decodeKeyRope(const Step &step) {
                          step.getInt("key_rotary_dim"));
   if (step.getInt("sliding_window", 0) != 0)
     return invalidArgument("key_rotary_dim with a sliding_window");
-  if (step.getString("scaling", "default") == "longrope")
-    return invalidArgument("a longrope key rope (streaming): its frequencies "
-                           "depend on the token's position in the sequence");
+  const std::string scaling = step.getString("scaling", "default");
+  if (scaling == "longrope" || scaling == "dynamic")
+    return invalidArgument("a " + scaling +
+                           " key rope (streaming): its frequencies depend on "
+                           "the sequence's length");
   INFER_ASSIGN_OR_RETURN(RopeConfig c, decodeRope(step));
   c.rotaryDim = keyRotaryDim;
   INFER_RETURN_IF_ERROR(c.validate());
   return std::optional<RopeConfig>(c);
 }
 
+float dynamicRopeBase(const RopeConfig &c, int64_t seqLen) {
+  const int64_t original = c.originalMaxPositionEmbeddings;
+  if (seqLen <= original)
+    return static_cast<float>(c.theta);
+  // base * ((factor * seq_len / max_pos) - (factor - 1)) ** (dim / (dim - 2)),
+  // each operation in fp32 as torch computes it on the seq_len tensor.
+  const float factor = static_cast<float>(c.factor);
+  const float dim = static_cast<float>(c.rotaryDim);
+  const float ratio =
+      factor * static_cast<float>(seqLen) / static_cast<float>(original) -
+      (factor - 1.0f);
+  return static_cast<float>(c.theta) *
+         std::pow(ratio, static_cast<float>(static_cast<double>(dim) /
+                                            static_cast<double>(dim - 2)));
+}
+
+/// base ** (arange(0, dim, 2).float() / dim), in fp32.
+static std::vector<float> ropePowers(double base, int64_t rotaryDim) {
+  std::vector<float> powers(rotaryDim / 2);
+  for (int64_t i = 0; i < rotaryDim / 2; ++i) {
+    const float exponent =
+        static_cast<float>(2 * i) / static_cast<float>(rotaryDim);
+    powers[i] =
+        static_cast<float>(std::pow(base, static_cast<double>(exponent)));
+  }
+  return powers;
+}
+
+std::vector<float> dynamicRopeInverseFrequencies(const RopeConfig &c,
+                                                 int64_t seqLen) {
+  std::vector<float> inv = ropePowers(dynamicRopeBase(c, seqLen), c.rotaryDim);
+  for (float &f : inv)
+    f = 1.0f / f;
+  return inv;
+}
+
 std::vector<float> ropeInverseFrequencies(const RopeConfig &c) {
   const int64_t half = c.rotaryDim / 2;
-  // pos_freqs = base ** (arange(0, dim, 2).float() / dim), in fp32.
-  std::vector<float> powers(half);
-  for (int64_t i = 0; i < half; ++i) {
-    const float exponent =
-        static_cast<float>(2 * i) / static_cast<float>(c.rotaryDim);
-    powers[i] =
-        static_cast<float>(std::pow(c.theta, static_cast<double>(exponent)));
-  }
+  if (c.scaling == "dynamic")
+    return dynamicRopeInverseFrequencies(c, 0);
+  std::vector<float> powers = ropePowers(c.theta, c.rotaryDim);
   if (c.scaling == "longrope") {
     // inv_freq = 1.0 / (ext_factors * pos_freqs), short then long.
     std::vector<float> inv(2 * half);
@@ -206,7 +246,8 @@ static Status checkAgainstRegistry(const Step &step, const StepOpInfo &info) {
   const std::vector<OperandRole> &roles = info.operands;
   const size_t n = step.operands.size();
   size_t least = roles.size(), most = roles.size();
-  if (!roles.empty() && roles.back() == OperandRole::kOptionalTensor)
+  if (!roles.empty() && (roles.back() == OperandRole::kOptionalTensor ||
+                         roles.back() == OperandRole::kOptionalQueryStartLoc))
     least = roles.size() - 1;
   if (!roles.empty() && roles.back() == OperandRole::kTensors)
     most = SIZE_MAX;
@@ -308,6 +349,18 @@ static StatusOr<AttentionAttrs> decodeAttention(const Step &step) {
   return a;
 }
 
+/// A dynamic rope reads query_start_loc (operand `withLengths` - 1, the
+/// last), the other scalings do not.
+static Status checkRopeLengths(const RopeConfig &rope, const Step &step,
+                               size_t withLengths) {
+  const bool dynamic = rope.scaling == "dynamic";
+  if (dynamic != (step.operands.size() == withLengths))
+    return invalidArgument(
+        dynamic ? "a dynamic rope needs the query_start_loc operand"
+                : "only a dynamic rope takes a query_start_loc operand");
+  return Status::ok();
+}
+
 StatusOr<DecodedStep> decodeStep(const Step &step) {
   std::optional<StepOp> op = parseStepOp(step.op);
   if (!op)
@@ -340,12 +393,14 @@ StatusOr<DecodedStep> decodeStep(const Step &step) {
   }
   case StepOp::kRope: {
     INFER_ASSIGN_OR_RETURN(d.rope, decodeRope(step));
+    INFER_RETURN_IF_ERROR(checkRopeLengths(d.rope, step, 3));
     break;
   }
   case StepOp::kKVCacheWrite:
   case StepOp::kRopeKVCacheWrite: {
     if (d.op == StepOp::kRopeKVCacheWrite) {
       INFER_ASSIGN_OR_RETURN(d.rope, decodeRope(step));
+      INFER_RETURN_IF_ERROR(checkRopeLengths(d.rope, step, 6));
     }
     INFER_ASSIGN_OR_RETURN(d.layer, step.getInt("layer"));
     INFER_RETURN_IF_ERROR(checkNonNegative("layer", d.layer));

@@ -29,7 +29,7 @@ struct RopeConfig {
   int64_t headDim = 0;
   int64_t rotaryDim = 0;
   double theta = 10000.0;
-  /// "default" | "linear" | "llama3" | "yarn" | "longrope"
+  /// "default" | "linear" | "llama3" | "yarn" | "longrope" | "dynamic"
   std::string scaling = "default";
   double factor = 1.0;
   double lowFreqFactor = 1.0;
@@ -70,6 +70,17 @@ StatusOr<std::optional<RopeConfig>> decodeKeyRope(const Step &step);
 /// RopeConfig::longFrom. (YaRN's and LongRoPE's attention factor is not
 /// applied here: the compiler folds it into the attention scale.)
 std::vector<float> ropeInverseFrequencies(const RopeConfig &config);
+
+/// Dynamic NTK (HF _compute_dynamic_ntk_parameters, in fp32): the base of a
+/// sequence of `seqLen` tokens, theta up to original_max_position_embeddings
+/// and theta * (factor * seqLen / original - (factor - 1))^(d / (d - 2))
+/// past it.
+float dynamicRopeBase(const RopeConfig &config, int64_t seqLen);
+
+/// The rotary_dim / 2 inverse frequencies of a dynamic rope for a sequence
+/// of `seqLen` tokens (ropeInverseFrequencies gives those of a short one).
+std::vector<float> dynamicRopeInverseFrequencies(const RopeConfig &config,
+                                                 int64_t seqLen);
 
 /// A `paged_attention` step.
 struct AttentionAttrs {

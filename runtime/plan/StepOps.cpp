@@ -23,6 +23,8 @@ constexpr OperandRole ContextLens = OperandRole::kContextLens;
 constexpr OperandRole BlockTables = OperandRole::kBlockTables;
 constexpr OperandRole SlotMapping = OperandRole::kSlotMapping;
 constexpr OperandRole LogitsIndices = OperandRole::kLogitsIndices;
+constexpr OperandRole OptionalQueryStartLoc =
+    OperandRole::kOptionalQueryStartLoc;
 constexpr AttrType Int = AttrType::kInt;
 constexpr AttrType Float = AttrType::kFloat;
 constexpr AttrType String = AttrType::kString;
@@ -54,6 +56,7 @@ std::string_view inputNameOf(OperandRole role) {
   case OperandRole::kPositions:
     return "positions";
   case OperandRole::kQueryStartLoc:
+  case OperandRole::kOptionalQueryStartLoc:
     return "query_start_loc";
   case OperandRole::kContextLens:
     return "context_lens";

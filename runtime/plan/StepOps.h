@@ -52,6 +52,8 @@ enum class OperandRole : uint8_t {
   kBlockTables,
   kSlotMapping,
   kLogitsIndices,
+  /// query_start_loc, or nothing (last operand only).
+  kOptionalQueryStartLoc,
 };
 
 /// The batch-contract input an operand of this role binds, or "" for a

@@ -14,6 +14,26 @@ namespace infer::cuda {
 
 using plan::DType;
 
+/// The device view of a dynamic NTK rope whose query_start_loc is operand
+/// `lengthsOperand`; none (a null queryStartLoc) for the other scalings.
+DynamicRope CudaBackend::dynamicRope(const PreparedStep &s,
+                                     size_t lengthsOperand,
+                                     const Batch &batch) const {
+  const plan::RopeConfig &rope = s.step.rope;
+  DynamicRope dynamic;
+  if (rope.scaling != "dynamic")
+    return dynamic;
+  int64_t unused;
+  dynamic.queryStartLoc = static_cast<const int32_t *>(
+      input(s.step.operands[lengthsOperand], &unused, batch));
+  dynamic.numSeqs = batch.numSeqs();
+  dynamic.theta = static_cast<float>(rope.theta);
+  dynamic.factor = static_cast<float>(rope.factor);
+  dynamic.originalMaxPositionEmbeddings =
+      static_cast<int>(rope.originalMaxPositionEmbeddings);
+  return dynamic;
+}
+
 Status CudaBackend::runRope(const PreparedStep &s, const Batch &batch) {
   const Tensor &x = operand(s, 0);
   int64_t t;
@@ -30,7 +50,7 @@ Status CudaBackend::runRope(const PreparedStep &s, const Batch &batch) {
         x.as<const T>(), y.as<T>(), x.rows, x.cols / rope.headDim,
         static_cast<int>(rope.headDim), static_cast<int>(rope.rotaryDim),
         positions, s.ropeInvFreq.as<float>(), stream_, x.stride(),
-        static_cast<int>(rope.longFrom())));
+        static_cast<int>(rope.longFrom()), dynamicRope(s, 2, batch)));
     return Status::ok();
   });
 }
@@ -82,7 +102,7 @@ Status CudaBackend::runRopeKVCacheWrite(const PreparedStep &s,
         v.as<const T>(), slots, positions, t,
         static_cast<int>(s.step.rope.rotaryDim), s.ropeInvFreq.as<float>(),
         stream_, k.stride(), v.stride(),
-        static_cast<int>(s.step.rope.longFrom())));
+        static_cast<int>(s.step.rope.longFrom()), dynamicRope(s, 5, batch)));
     return Status::ok();
   });
 }

@@ -282,6 +282,12 @@ private:
   /// Adds the last run's event intervals to profile_ (after a sync).
   Status collectStepProfile();
 
+  // AttentionSteps.cpp
+  /// A dynamic NTK rope's device view (its query_start_loc is operand
+  /// `lengthsOperand`); none for the other scalings.
+  DynamicRope dynamicRope(const PreparedStep &s, size_t lengthsOperand,
+                          const Batch &batch) const;
+
   // The steps, one function per op of runtime/plan/StepOps.def.
 #define INFER_STEP_OP(Name, ...)                                               \
   Status run##Name(const PreparedStep &s, const Batch &batch);

@@ -17,6 +17,7 @@
 #include "runtime/cuda/CacheWriteKernels.h"
 #include "runtime/cuda/kernels/Elements.cuh"
 #include "runtime/cuda/kernels/KVCache.cuh"
+#include "runtime/cuda/kernels/RopeFrequency.cuh"
 
 namespace infer::cuda {
 namespace {
@@ -24,11 +25,11 @@ namespace {
 constexpr int kPerLane = kMaxHeadDim / 32;
 
 template <KVCacheDtype D, bool rotate, typename T>
-__global__ void cacheWriteKernel(KVCachePool pool, CacheDims dims, int layer,
-                                 const T *k, const T *v, const int64_t *slots,
-                                 const int32_t *positions, int rotaryDim,
-                                 const float *invFreq, int64_t vectors,
-                                 int64_t kLd, int64_t vLd, int longFrom) {
+__global__ void
+cacheWriteKernel(KVCachePool pool, CacheDims dims, int layer, const T *k,
+                 const T *v, const int64_t *slots, const int32_t *positions,
+                 int rotaryDim, const float *invFreq, int64_t vectors,
+                 int64_t kLd, int64_t vLd, int longFrom, DynamicRope dynamic) {
   using Storage = typename KVElement<D>::Storage;
   Storage *data = static_cast<Storage *>(pool.data);
   const int lane = threadIdx.x % 32;
@@ -55,11 +56,9 @@ __global__ void cacheWriteKernel(KVCachePool pool, CacheDims dims, int layer,
         x[r] = toFloat(row[e]);
         if (rotate && kv == 0 && e < rotaryDim) {
           const int f = e < half ? e : e - half;
-          // longrope: the second table from position longFrom on.
-          const int32_t pos = positions[token];
-          const float angle =
-              static_cast<float>(pos) *
-              invFreq[longFrom > 0 && pos >= longFrom ? f + half : f];
+          const float angle = static_cast<float>(positions[token]) *
+                              ropeInvFreq(invFreq, f, rotaryDim, longFrom,
+                                          positions, token, dynamic);
           const float c = static_cast<float>(cos(static_cast<double>(angle)));
           const float s = static_cast<float>(sin(static_cast<double>(angle)));
           const float x1 = toFloat(row[f]), x2 = toFloat(row[f + half]);
@@ -102,14 +101,14 @@ cudaError_t launchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
                         const T *v, const int64_t *slots,
                         const int32_t *positions, int64_t t, int rotaryDim,
                         const float *invFreq, cudaStream_t stream, int64_t kLd,
-                        int64_t vLd, int longFrom) {
+                        int64_t vLd, int longFrom, DynamicRope dynamic) {
   const int64_t vectors = t * dims.numKVHeads;
   constexpr int kThreads = 256, kWarpsPerBlock = kThreads / 32;
   const int64_t blocks = (vectors + kWarpsPerBlock - 1) / kWarpsPerBlock;
   cacheWriteKernel<D, rotate>
       <<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kThreads, 0,
          stream>>>(pool, dims, layer, k, v, slots, positions, rotaryDim,
-                   invFreq, vectors, kLd, vLd, longFrom);
+                   invFreq, vectors, kLd, vLd, longFrom, dynamic);
   return cudaGetLastError();
 }
 
@@ -118,7 +117,8 @@ cudaError_t dispatchWrite(KVCachePool pool, CacheDims dims, int layer,
                           const T *k, const T *v, const int64_t *slots,
                           const int32_t *positions, int64_t t, int rotaryDim,
                           const float *invFreq, cudaStream_t stream,
-                          int64_t kLd, int64_t vLd, int longFrom = 0) {
+                          int64_t kLd, int64_t vLd, int longFrom = 0,
+                          DynamicRope dynamic = {}) {
   if (t <= 0 || dims.numKVHeads <= 0)
     return cudaSuccess;
   const int64_t width = int64_t(dims.numKVHeads) * dims.headDim;
@@ -131,19 +131,23 @@ cudaError_t dispatchWrite(KVCachePool pool, CacheDims dims, int layer,
   if (rotate &&
       (rotaryDim <= 0 || rotaryDim % 2 != 0 || rotaryDim > dims.headDim))
     return cudaErrorInvalidValue;
+  if (dynamic.queryStartLoc &&
+      (!rotate || dynamic.numSeqs <= 0 || rotaryDim <= 2 ||
+       dynamic.originalMaxPositionEmbeddings <= 0))
+    return cudaErrorInvalidValue;
   switch (pool.dtype) {
   case KVCacheDtype::kBf16:
     return launchWrite<KVCacheDtype::kBf16, rotate>(
         pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom);
+        stream, kLd, vLd, longFrom, dynamic);
   case KVCacheDtype::kF8E5M2:
     return launchWrite<KVCacheDtype::kF8E5M2, rotate>(
         pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom);
+        stream, kLd, vLd, longFrom, dynamic);
   case KVCacheDtype::kF8E4M3:
     return launchWrite<KVCacheDtype::kF8E4M3, rotate>(
         pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom);
+        stream, kLd, vLd, longFrom, dynamic);
   }
   return cudaErrorInvalidValue;
 }
@@ -160,14 +164,15 @@ cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
 }
 
 template <typename T>
-cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
-                                   const T *k, const T *v, const int64_t *slots,
-                                   const int32_t *positions, int64_t t,
-                                   int rotaryDim, const float *invFreq,
-                                   cudaStream_t stream, int64_t kLd,
-                                   int64_t vLd, int longFrom) {
+cudaError_t
+launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
+                       const T *v, const int64_t *slots,
+                       const int32_t *positions, int64_t t, int rotaryDim,
+                       const float *invFreq, cudaStream_t stream, int64_t kLd,
+                       int64_t vLd, int longFrom, DynamicRope dynamic) {
   return dispatchWrite<true>(pool, dims, layer, k, v, slots, positions, t,
-                             rotaryDim, invFreq, stream, kLd, vLd, longFrom);
+                             rotaryDim, invFreq, stream, kLd, vLd, longFrom,
+                             dynamic);
 }
 
 #define INFER_CACHE_WRITE_KERNELS(T)                                           \
@@ -177,7 +182,7 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
   template cudaError_t launchRopeKVCacheWrite<T>(                              \
       KVCachePool, CacheDims, int, const T *, const T *, const int64_t *,      \
       const int32_t *, int64_t, int, const float *, cudaStream_t, int64_t,     \
-      int64_t, int);
+      int64_t, int, DynamicRope);
 INFER_CACHE_WRITE_KERNELS(__nv_bfloat16)
 INFER_CACHE_WRITE_KERNELS(__half)
 #undef INFER_CACHE_WRITE_KERNELS

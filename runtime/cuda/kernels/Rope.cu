@@ -7,11 +7,14 @@
 // sine are taken in double then rounded, so both backends rotate by the same
 // fp32 factors; a thread takes them once for its heads. q and k are fp32,
 // bf16 or f16 (Elements.cuh): rotated in fp32, each result rounded once.
+// The inverse frequency comes from the table, or for a dynamic NTK rope
+// from the token's sequence length (RopeFrequency.cuh).
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/kernels/Elements.cuh"
+#include "runtime/cuda/kernels/RopeFrequency.cuh"
 
 namespace infer::cuda {
 
@@ -22,7 +25,8 @@ constexpr int kHeadsPerThread = 4;
 template <typename T>
 __global__ void ropeKernel(const T *x, int64_t xLd, T *y, int64_t t, int heads,
                            int headDim, int rotaryDim, const int32_t *positions,
-                           const float *invFreq, int longFrom) {
+                           const float *invFreq, int longFrom,
+                           DynamicRope dynamic) {
   const int half = rotaryDim / 2;
   // Per head: `half` rotated pairs, then headDim - rotaryDim copies.
   const int perHead = headDim - half;
@@ -44,10 +48,9 @@ __global__ void ropeKernel(const T *x, int64_t xLd, T *y, int64_t t, int heads,
         yr[h * headDim + e] = xr[h * headDim + e];
       continue;
     }
-    // longrope: the second table from position longFrom on.
-    const int32_t pos = positions[token];
-    const float angle = static_cast<float>(pos) *
-                        invFreq[longFrom > 0 && pos >= longFrom ? j + half : j];
+    const float angle =
+        static_cast<float>(positions[token]) *
+        ropeInvFreq(invFreq, j, rotaryDim, longFrom, positions, token, dynamic);
     const float c = static_cast<float>(cos(static_cast<double>(angle)));
     const float s = static_cast<float>(sin(static_cast<double>(angle)));
     for (int h = first; h < last; ++h) {
@@ -65,27 +68,29 @@ template <typename T>
 cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
                        int rotaryDim, const int32_t *positions,
                        const float *invFreq, cudaStream_t stream, int64_t xLd,
-                       int longFrom) {
+                       int longFrom, DynamicRope dynamic) {
   if (t <= 0 || heads <= 0)
     return cudaSuccess;
   if (heads > (int64_t(1) << 30) || rotaryDim % 2 != 0 || rotaryDim > headDim ||
-      (xLd != 0 && xLd < heads * headDim))
+      (xLd != 0 && xLd < heads * headDim) ||
+      (dynamic.queryStartLoc && (dynamic.numSeqs <= 0 || rotaryDim <= 2 ||
+                                 dynamic.originalMaxPositionEmbeddings <= 0)))
     return cudaErrorInvalidValue;
   const int64_t groups = (heads + kHeadsPerThread - 1) / kHeadsPerThread;
   const int64_t n = t * groups * (headDim - rotaryDim / 2);
   constexpr int kThreads = 256;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   ropeKernel<<<static_cast<unsigned>(blocks < 524280 ? blocks : 524280),
-               kThreads, 0, stream>>>(x, xLd ? xLd : heads * headDim, y, t,
-                                      static_cast<int>(heads), headDim,
-                                      rotaryDim, positions, invFreq, longFrom);
+               kThreads, 0, stream>>>(
+      x, xLd ? xLd : heads * headDim, y, t, static_cast<int>(heads), headDim,
+      rotaryDim, positions, invFreq, longFrom, dynamic);
   return cudaGetLastError();
 }
 
 #define INFER_ROPE_KERNEL(T)                                                   \
   template cudaError_t launchRope<T>(const T *, T *, int64_t, int64_t, int,    \
                                      int, const int32_t *, const float *,      \
-                                     cudaStream_t, int64_t, int);
+                                     cudaStream_t, int64_t, int, DynamicRope);
 INFER_ROPE_KERNEL(float)
 INFER_ROPE_KERNEL(__nv_bfloat16)
 INFER_ROPE_KERNEL(__half)

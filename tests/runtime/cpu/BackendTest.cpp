@@ -76,8 +76,16 @@ TEST_F(LlamaGqa, RejectsPlansItCannotRun) {
   expectCreateFails(plan, "value 0 ('tokens') is not a batch-contract input");
 
   plan = artifact_.plan;
+  findStep(plan, "rope").attrs["scaling"] = std::string("ntk");
+  expectCreateFails(plan, "unknown scaling 'ntk'");
+
+  // A dynamic rope reads each sequence's length from query_start_loc.
+  plan = artifact_.plan;
   findStep(plan, "rope").attrs["scaling"] = std::string("dynamic");
-  expectCreateFails(plan, "unknown scaling 'dynamic'");
+  findStep(plan, "rope").attrs["factor"] = 2.0;
+  findStep(plan, "rope").attrs["original_max_position_embeddings"] =
+      int64_t(16);
+  expectCreateFails(plan, "a dynamic rope needs the query_start_loc operand");
 
   plan = artifact_.plan;
   findStep(plan, "paged_attention").attrs["num_kv_heads"] = int64_t(4);

@@ -156,6 +156,33 @@ TEST(Rope, DefaultAndLinearFrequencies) {
   }
 }
 
+TEST(Rope, DynamicNtkBaseFollowsTheSequenceLength) {
+  RopeConfig c;
+  c.headDim = c.rotaryDim = 16;
+  c.theta = 10000.0;
+  c.scaling = "dynamic";
+  c.factor = 2.0;
+  c.originalMaxPositionEmbeddings = 16;
+  ASSERT_TRUE(c.validate().isOk());
+  // Up to max_position_embeddings: plain RoPE.
+  std::vector<float> plain = plan::ropeInverseFrequencies(c);
+  EXPECT_EQ(plan::dynamicRopeInverseFrequencies(c, 16), plain);
+  EXPECT_EQ(plan::dynamicRopeBase(c, 1), 10000.0f);
+  // Past it: base * (factor * L / max - (factor - 1))^(d / (d - 2)).
+  for (int64_t length : {17, 33, 1000}) {
+    const double base =
+        10000.0 * std::pow(2.0 * length / 16 - 1.0, 16.0 / 14.0);
+    EXPECT_NEAR(plan::dynamicRopeBase(c, length) / base, 1.0, 1e-6);
+    std::vector<float> inv = plan::dynamicRopeInverseFrequencies(c, length);
+    ASSERT_EQ(inv.size(), 8u);
+    for (int64_t i = 0; i < 8; ++i)
+      EXPECT_NEAR(inv[i] / (1.0 / std::pow(base, i / 8.0)), 1.0, 1e-6)
+          << "length " << length << " frequency " << i;
+  }
+  c.rotaryDim = 2;
+  EXPECT_FALSE(c.validate().isOk()) << "d / (d - 2) needs rotary_dim > 2";
+}
+
 TEST(Rope, RejectsBadConfigs) {
   RopeConfig c;
   c.headDim = 16;

@@ -575,6 +575,57 @@ TYPED_TEST(Bf16KernelsTest, RopeRotatesInFp32) {
   }
 }
 
+TYPED_TEST(Bf16KernelsTest, DynamicRopeFollowsEachSequencesLength) {
+  using T = TypeParam;
+  // Three sequences of a batch: a prefill past max_position_embeddings 16,
+  // a decode token before it and one after it. Each sequence's tokens take
+  // the frequencies of its length after the step, as the CPU backend.
+  cpu::RopeConfig config;
+  config.headDim = config.rotaryDim = 64;
+  config.theta = 10000.0;
+  config.scaling = "dynamic";
+  config.factor = 2.0;
+  config.originalMaxPositionEmbeddings = 16;
+  ASSERT_TRUE(config.validate().isOk());
+  const std::vector<int32_t> queryStartLoc = {0, 33, 34, 35};
+  std::vector<int32_t> positions;
+  for (int32_t p = 0; p < 33; ++p)
+    positions.push_back(p);
+  positions.push_back(9);
+  positions.push_back(40);
+  const int heads = 4, t = static_cast<int>(positions.size());
+  const int64_t width = int64_t(heads) * config.headDim;
+  const std::vector<float> x = this->randomT(size_t(t) * width);
+  std::vector<float> want = x;
+  for (size_t b = 0; b + 1 < queryStartLoc.size(); ++b) {
+    const int32_t first = queryStartLoc[b],
+                  count = queryStartLoc[b + 1] - first;
+    cpu::applyRope(want.data() + first * width, count, heads,
+                   positions.data() + first, config,
+                   plan::dynamicRopeInverseFrequencies(
+                       config, positions[first + count - 1] + 1));
+  }
+  DeviceArray<T> dx(narrowAll<T>(x));
+  DeviceArray<float> dFreq(plan::ropeInverseFrequencies(config));
+  DeviceArray<int32_t> dPos(positions), dStarts(queryStartLoc);
+  cuda::DynamicRope dynamic;
+  dynamic.queryStartLoc = dStarts.get();
+  dynamic.numSeqs = 3;
+  dynamic.theta = 10000.0f;
+  dynamic.factor = 2.0f;
+  dynamic.originalMaxPositionEmbeddings = 16;
+  auto y = DeviceArray<T>::poisoned(x.size());
+  ASSERT_EQ(cuda::launchRope(dx.get(), y.get(), t, heads, config.headDim,
+                             config.rotaryDim, dPos.get(), dFreq.get(), nullptr,
+                             0, 0, dynamic),
+            cudaSuccess);
+  double maxAbs = 0.0;
+  for (float v : x)
+    maxAbs = std::max(maxAbs, double(std::fabs(v)));
+  EXPECT_TRUE(withinBound(y.download(), want,
+                          Bound{0.5, 0x1p-22, 0x1p-21 * maxAbs}, width));
+}
+
 //===----------------------------------------------------------------------===//
 // Cache writes
 //===----------------------------------------------------------------------===//

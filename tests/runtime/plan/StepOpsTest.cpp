@@ -27,6 +27,7 @@ TEST(StepOps, RegistryHasOneLinePerOp) {
     // Optional and variadic operands come last.
     for (size_t k = 0; k + 1 < info.operands.size(); ++k)
       EXPECT_TRUE(info.operands[k] != OperandRole::kOptionalTensor &&
+                  info.operands[k] != OperandRole::kOptionalQueryStartLoc &&
                   info.operands[k] != OperandRole::kTensors)
           << info.name;
     std::set<std::string_view> attrs;
