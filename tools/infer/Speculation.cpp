@@ -16,6 +16,18 @@ std::vector<OptionSpec> speculationOptions() {
           {"--adaptive-speculation", false}};
 }
 
+/// Whether `target` rotates by a dynamic NTK rope: a verification step
+/// writes its k + 1 tokens with the base of the step's end, which one-token
+/// decoding does not, so speculation would not reproduce its greedy output.
+static bool hasDynamicRope(const Artifact &target) {
+  for (const plan::RankPlan &rank : target.plan.ranks)
+    for (const plan::Step &step : rank.steps)
+      if ((step.op == "rope" || step.op == "rope_kv_cache_write") &&
+          step.getString("scaling", "default") == "dynamic")
+        return true;
+  return false;
+}
+
 StatusOr<Speculation> createSpeculation(const ParsedArgs &args,
                                         const Artifact &target,
                                         const std::vector<int32_t> &eosTokenIds,
@@ -34,6 +46,11 @@ StatusOr<Speculation> createSpeculation(const ParsedArgs &args,
                              "--ngram-speculation");
     return out;
   }
+  if (hasDynamicRope(target))
+    return invalidArgument(
+        "speculative decoding of a model with a dynamic NTK rope: a "
+        "verification step would rotate its tokens with the base of the "
+        "step's end, not each token's own, and change the greedy output");
   INFER_ASSIGN_OR_RETURN(out.numSpeculativeTokens,
                          args.getInt("--num-speculative-tokens", 4));
   if (out.numSpeculativeTokens < 1 || out.numSpeculativeTokens > 64)

@@ -910,5 +910,66 @@ TYPED_TEST(Bf16KernelsTest, RopeKVCacheWriteRotatesOnTheWayIn) {
   }
 }
 
+TYPED_TEST(Bf16KernelsTest, DynamicRopeKVCacheWriteFollowsEachSequencesLength) {
+  using T = TypeParam;
+  // The keys of two sequences, a 20-token prefill past max_position_embeddings
+  // 16 and a decode token at 5, rotated on their way into a bf16 pool with
+  // each sequence's frequencies, as the CPU backend writes them.
+  constexpr int kLayers = 2, kLayer = 1, kvHeads = 2, headDim = 64,
+                blockSize = 16;
+  cpu::RopeConfig config;
+  config.headDim = config.rotaryDim = headDim;
+  config.theta = 10000.0;
+  config.scaling = "dynamic";
+  config.factor = 2.0;
+  config.originalMaxPositionEmbeddings = 16;
+  ASSERT_TRUE(config.validate().isOk());
+  const std::vector<int32_t> queryStartLoc = {0, 20, 21};
+  std::vector<int32_t> positions;
+  for (int32_t p = 0; p < 20; ++p)
+    positions.push_back(p);
+  positions.push_back(5);
+  const int t = static_cast<int>(positions.size());
+  const cpu::CacheGeometry g =
+      cacheGeometry(kLayers, kvHeads, headDim, blockSize);
+  const cuda::CacheDims dims{kLayers, kvHeads, headDim, blockSize};
+  const int64_t width = int64_t(kvHeads) * headDim;
+  const int64_t numBlocks = (t + blockSize - 1) / blockSize + 2;
+  const std::vector<int64_t> slots =
+      shuffledSlots(numBlocks, blockSize, t, this->rng_);
+  const std::vector<float> k = this->randomT(size_t(t) * width, 2.0f),
+                           v = this->randomT(size_t(t) * width);
+  double maxAbs = 0.0;
+  for (float x : k)
+    maxAbs = std::max(maxAbs, double(std::fabs(x)));
+  TwoPools pools(KVCacheDtype::kBf16, size_t(numBlocks) * g.blockElements(),
+                 headDim);
+  for (size_t b = 0; b + 1 < queryStartLoc.size(); ++b) {
+    const int32_t first = queryStartLoc[b],
+                  count = queryStartLoc[b + 1] - first;
+    cpu::ropeKVCacheWrite(pools.cpuPool(), g, kLayer, k.data() + first * width,
+                          v.data() + first * width, slots.data() + first,
+                          positions.data() + first, count, config,
+                          plan::dynamicRopeInverseFrequencies(
+                              config, positions[first + count - 1] + 1));
+  }
+  DeviceArray<T> dk(narrowAll<T>(k)), dv(narrowAll<T>(v));
+  DeviceArray<float> dFreq(plan::ropeInverseFrequencies(config));
+  DeviceArray<int64_t> dSlots(slots);
+  DeviceArray<int32_t> dPos(positions), dStarts(queryStartLoc);
+  cuda::DynamicRope dynamic;
+  dynamic.queryStartLoc = dStarts.get();
+  dynamic.numSeqs = 2;
+  dynamic.theta = 10000.0f;
+  dynamic.factor = 2.0f;
+  dynamic.originalMaxPositionEmbeddings = 16;
+  ASSERT_EQ(cuda::launchRopeKVCacheWrite(
+                pools.gpuPool(), dims, kLayer, dk.get(), dv.get(), dSlots.get(),
+                dPos.get(), t, headDim, dFreq.get(), nullptr, 0, 0, 0, dynamic),
+            cudaSuccess);
+  EXPECT_TRUE(withinBound(pools.gpuValues.download(), pools.cpuValues,
+                          Bound{0.5, 0x1p-22, 0x1p-21 * maxAbs}, headDim));
+}
+
 } // namespace
 } // namespace infer::testing
