@@ -556,9 +556,11 @@ int main(int argc, char **argv) {
   const int numRanks = artifact->plan.numRanks;
   const std::string weightsDir = weightsDirOf(*artifact, options.weights);
   auto loadStart = std::chrono::steady_clock::now();
+  // Deferred: the backend streams them from the checkpoint to the device.
   std::vector<ParamTable> params;
   for (int r = 0; r < numRanks; ++r) {
-    StatusOr<ParamTable> rankParams = loadParams(*artifact, r, weightsDir);
+    StatusOr<ParamTable> rankParams =
+        loadDeferredParams(*artifact, r, weightsDir);
     if (!rankParams.isOk())
       die(rankParams.status().message());
     params.push_back(std::move(rankParams).value());

@@ -13,9 +13,9 @@
 #                     bf16-fp8       --quant fp8 (per-tensor scales, parts)
 #                     bf16-fp8-ch    --quant fp8 --quant-granularity per-channel
 #                   and bench/coldstart.sh prepare's Llama-3-8B artifacts;
-#                   all of it (with .deps) in .carry/unpacked.tar.xz.
+#                   all of it (with .deps) in .carry/deps.tar.xz.
 #   unpacked_check.sh           on the GPU host, from the repository root
-#                   (unpacks .carry/unpacked.tar.xz when .gpu/unpacked is
+#                   (unpacks .carry/deps.tar.xz when .gpu/unpacked is
 #                   missing): builds InferCudaTests and infer (gpu_check.sh
 #                   BUILD_ONLY=1), runs the StreamedParams GPU tests (every
 #                   streamed param == the packed file's bytes, fp8 included;
@@ -80,13 +80,13 @@ PY
   compile "$G/unpacked/bf16-model" bf16-fp8-ch --quant fp8 --quant-granularity per-channel
   bash "$SRC/bench/coldstart.sh" prepare >/dev/null || exit 1
   mkdir -p "$ROOT/.carry"
-  tar -C "$ROOT" -cJf "$ROOT/.carry/unpacked.tar.xz" .deps .gpu/fixtures/rand/llama-gqa \
+  tar -C "$ROOT" -cJf "$ROOT/.carry/deps.tar.xz" .deps .gpu/fixtures/rand/llama-gqa \
     .gpu/unpacked .gpu/coldstart || exit 1
-  du -sh "$ROOT/.carry/unpacked.tar.xz"
+  du -sh "$ROOT/.carry/deps.tar.xz"
   exit 0
 fi
 
-[ -d "$G/unpacked" ] || tar -C "$ROOT" -xJf "$ROOT/.carry/unpacked.tar.xz" || exit 1
+[ -d "$G/unpacked" ] || tar -C "$ROOT" -xJf "$ROOT/.carry/deps.tar.xz" || exit 1
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 if [ ! -f /tmp/l8b/.complete ]; then

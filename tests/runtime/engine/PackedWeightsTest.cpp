@@ -9,6 +9,7 @@
 #include "runtime/engine/PackedWeights.h"
 #include "runtime/safetensors/Safetensors.h"
 #include "tests/runtime/support/LlamaPlan.h"
+#include "tests/runtime/support/WeightFixtures.h"
 
 #include <gtest/gtest.h>
 
@@ -25,35 +26,6 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kGqa = std::string(INFER_FIXTURES_DIR) + "/rand/llama-gqa";
-
-/// Linear and logits weights as FP8 E4M3 (what infer-quantize-fp8 makes).
-void quantizeWeights(Artifact &artifact) {
-  for (plan::RankPlan &rank : artifact.plan.ranks) {
-    std::vector<bool> isWeight(rank.values.size());
-    for (const plan::Step &step : rank.steps)
-      if (step.op == "linear" || step.op == "logits")
-        isWeight[step.operands[1]] = true;
-    for (plan::Value &v : rank.values)
-      if (isWeight[v.id]) {
-        v.dtype = plan::DType::kF8E4M3;
-        v.transforms.push_back(
-            {"quantize_fp8_e4m3", {{"granularity", "per-channel"}}});
-      }
-  }
-}
-
-/// The bytes a backend reads of a param: elements, then fp8 row scales.
-std::string storage(const HostTensor &t) {
-  const char *elements = t.isFp8() ? reinterpret_cast<const char *>(t.fp8Data())
-                         : t.dtype == plan::DType::kF32
-                             ? reinterpret_cast<const char *>(t.f32Data())
-                             : reinterpret_cast<const char *>(t.bits16Data());
-  std::string bytes(elements, static_cast<size_t>(t.elementBytes()));
-  if (t.isFp8())
-    bytes.append(reinterpret_cast<const char *>(t.rowScaleData()),
-                 static_cast<size_t>(t.shape[0]) * sizeof(float));
-  return bytes;
-}
 
 /// A temporary directory of this test alone: ctest runs the instances of a
 /// parameterized test (and each test) as concurrent processes.
@@ -120,7 +92,7 @@ TEST_P(PackedWeights, MappedParamsAreTheLoadersBytes) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(mapped.mappedElements) %
                   kPackedTensorAlignment,
               0u);
-    EXPECT_TRUE(storage(mapped) == storage(*tensor))
+    EXPECT_TRUE(paramBytes(mapped) == paramBytes(*tensor))
         << artifact_.plan.ranks[0].values[id].name;
   }
   // Values that load one tensor share it (the loader's sharing, kept).

@@ -148,12 +148,12 @@ std::vector<float> block(const std::vector<float> &whole, int64_t width,
   return out;
 }
 
-TEST_P(StreamedParams, ShardsAreTheCheckpointSlicedByHand) {
-  const LoaderCase &c = GetParam();
-  if (!c.tensorParallel || !c.quantize.empty())
-    GTEST_SKIP() << "shards of unquantized params only";
+/// The unquantized shards of `artifact` (addTensorParallelShards) against
+/// its checkpoint sliced and concatenated here.
+void expectShardsAreTheCheckpointSlicedByHand(const Artifact &artifact) {
+  const std::string weightsDir = weightsDirOf(artifact, "");
   StatusOr<std::unique_ptr<safetensors::File>> file =
-      safetensors::File::open(weightsDir_ + "/model.safetensors");
+      safetensors::File::open(weightsDir + "/model.safetensors");
   ASSERT_TRUE(file.isOk()) << file.status().message();
   auto whole = [&](const std::string &name) {
     StatusOr<std::vector<float>> values = (*file)->readAsF32(name);
@@ -190,11 +190,11 @@ TEST_P(StreamedParams, ShardsAreTheCheckpointSlicedByHand) {
       {"shard.layers.1.kv_columns",
        concat({block(k1, 128, 0, 32, 32, 64), block(v1, 128, 0, 32, 32, 64)})},
   };
-  StatusOr<ParamTable> deferred = loadDeferredParams(artifact_, 0, weightsDir_);
+  StatusOr<ParamTable> deferred = loadDeferredParams(artifact, 0, weightsDir);
   ASSERT_TRUE(deferred.isOk()) << deferred.status().message();
   int checked = 0;
   for (const auto &[id, tensor] : *deferred) {
-    const plan::Value &v = artifact_.plan.ranks[0].values[id];
+    const plan::Value &v = artifact.plan.ranks[0].values[id];
     auto it = expected.find(v.name);
     if (it == expected.end())
       continue;
@@ -207,6 +207,22 @@ TEST_P(StreamedParams, ShardsAreTheCheckpointSlicedByHand) {
     ++checked;
   }
   EXPECT_EQ(checked, 6);
+}
+
+TEST(StreamedShards, AreTheCheckpointSlicedByHand) {
+  if (!fs::exists(kGqa + "/config.json"))
+    GTEST_SKIP() << "fixture missing: " << kGqa;
+  for (const LoaderCase &c : loaderCases()) {
+    if (!c.tensorParallel || !c.quantize.empty())
+      continue;
+    SCOPED_TRACE(c.name);
+    const std::string dir = ::testing::TempDir() + "/streamed_shards_" +
+                            c.name + "_" + std::to_string(::getpid());
+    StatusOr<Artifact> artifact = writeLoaderCase(c, kGqa, dir);
+    ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
+    expectShardsAreTheCheckpointSlicedByHand(*artifact);
+    fs::remove_all(dir);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, StreamedParams,
