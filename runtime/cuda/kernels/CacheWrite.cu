@@ -7,10 +7,13 @@
 //   pool[block][layer][k|v][slot in block][kv_head][head_dim]
 //   E4M3 scale of the head vector at element offset o: scales[o / head_dim]
 //
-// One warp per (token, kv head): lane l holds elements l, l + 32, ... of
-// the head vector as fp32 (the key rotated as ropeKernel in Rope.cu rotates
-// it, when `rotate`), and stores each once in the pool's type; an E4M3 pool
-// takes the warp's amax for the scale, as cpu::KVPool::storeHead does.
+// One block per token (grid-stride over tokens), one warp per kv head
+// (looping over heads): lane l holds elements l, l + 32, ... of the head
+// vector as fp32 (the key rotated as ropeKernel in Rope.cu rotates it, when
+// `rotate`: the block takes the cosine and sine of each of the token's
+// pairs once, in double as Rope.cu does, into shared memory for all its
+// heads), and stores each once in the pool's type; an E4M3 pool takes the
+// warp's amax for the scale, as cpu::KVPool::storeHead does.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,25 +27,38 @@ namespace {
 
 constexpr int kPerLane = kMaxHeadDim / 32;
 
+constexpr int kThreads = 256, kWarpsPerBlock = kThreads / 32;
+
 template <KVCacheDtype D, bool rotate, typename T>
-__global__ void
-cacheWriteKernel(KVCachePool pool, CacheDims dims, int layer, const T *k,
-                 const T *v, const int64_t *slots, const int32_t *positions,
-                 int rotaryDim, const float *invFreq, int64_t vectors,
-                 int64_t kLd, int64_t vLd, int longFrom, DynamicRope dynamic) {
+__global__ void __launch_bounds__(kThreads)
+    cacheWriteKernel(KVCachePool pool, CacheDims dims, int layer, const T *k,
+                     const T *v, const int64_t *slots, const int32_t *positions,
+                     int rotaryDim, const float *invFreq, int64_t t,
+                     int64_t kLd, int64_t vLd, int longFrom,
+                     DynamicRope dynamic) {
   using Storage = typename KVElement<D>::Storage;
+  __shared__ float cosines[kMaxHeadDim / 2], sines[kMaxHeadDim / 2];
   Storage *data = static_cast<Storage *>(pool.data);
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int d = dims.headDim, half = rotaryDim / 2;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  for (int64_t w = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
-       w < vectors; w += warps) {
-    const int64_t token = w / dims.numKVHeads;
-    const int head = static_cast<int>(w % dims.numKVHeads);
+  for (int64_t token = blockIdx.x; token < t; token += gridDim.x) {
     const int64_t slot = slots[token];
     if (slot < 0)
-      continue;
-    for (int kv = 0; kv < 2; ++kv) {
+      continue; // the same for the whole block
+    if constexpr (rotate) {
+      __syncthreads(); // the last token's factors are read
+      for (int j = threadIdx.x; j < half; j += kThreads) {
+        const float angle = static_cast<float>(positions[token]) *
+                            ropeInvFreq(invFreq, j, rotaryDim, longFrom,
+                                        positions, token, dynamic);
+        cosines[j] = static_cast<float>(cos(static_cast<double>(angle)));
+        sines[j] = static_cast<float>(sin(static_cast<double>(angle)));
+      }
+      __syncthreads();
+    }
+    // Warps take the (kv head, k|v) rows in turn.
+    for (int item = warp; item < 2 * dims.numKVHeads; item += kWarpsPerBlock) {
+      const int head = item / 2, kv = item % 2;
       const T *row =
           kv == 0 ? k + token * kLd + head * d : v + token * vLd + head * d;
       float x[kPerLane];
@@ -56,11 +72,7 @@ cacheWriteKernel(KVCachePool pool, CacheDims dims, int layer, const T *k,
         x[r] = toFloat(row[e]);
         if (rotate && kv == 0 && e < rotaryDim) {
           const int f = e < half ? e : e - half;
-          const float angle = static_cast<float>(positions[token]) *
-                              ropeInvFreq(invFreq, f, rotaryDim, longFrom,
-                                          positions, token, dynamic);
-          const float c = static_cast<float>(cos(static_cast<double>(angle)));
-          const float s = static_cast<float>(sin(static_cast<double>(angle)));
+          const float c = cosines[f], s = sines[f];
           const float x1 = toFloat(row[f]), x2 = toFloat(row[f + half]);
           x[r] = e < half ? x1 * c - x2 * s : x2 * c + x1 * s;
         }
@@ -102,13 +114,11 @@ cudaError_t launchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
                         const int32_t *positions, int64_t t, int rotaryDim,
                         const float *invFreq, cudaStream_t stream, int64_t kLd,
                         int64_t vLd, int longFrom, DynamicRope dynamic) {
-  const int64_t vectors = t * dims.numKVHeads;
-  constexpr int kThreads = 256, kWarpsPerBlock = kThreads / 32;
-  const int64_t blocks = (vectors + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int64_t blocks = t < (int64_t(1) << 20) ? t : (int64_t(1) << 20);
   cacheWriteKernel<D, rotate>
-      <<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kThreads, 0,
-         stream>>>(pool, dims, layer, k, v, slots, positions, rotaryDim,
-                   invFreq, vectors, kLd, vLd, longFrom, dynamic);
+      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+          pool, dims, layer, k, v, slots, positions, rotaryDim, invFreq, t, kLd,
+          vLd, longFrom, dynamic);
   return cudaGetLastError();
 }
 
