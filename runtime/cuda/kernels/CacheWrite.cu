@@ -7,13 +7,13 @@
 //   pool[block][layer][k|v][slot in block][kv_head][head_dim]
 //   E4M3 scale of the head vector at element offset o: scales[o / head_dim]
 //
-// One block per token (grid-stride over tokens), one warp per kv head
-// (looping over heads): lane l holds elements l, l + 32, ... of the head
-// vector as fp32 (the key rotated as ropeKernel in Rope.cu rotates it, when
-// `rotate`: the block takes the cosine and sine of each of the token's
-// pairs once, in double as Rope.cu does, into shared memory for all its
-// heads), and stores each once in the pool's type; an E4M3 pool takes the
-// warp's amax for the scale, as cpu::KVPool::storeHead does.
+// One block per kTokens tokens (grid-stride), its warps taking the (token,
+// kv head, k|v) rows in turn: lane l holds elements l, l + 32, ... of the
+// head vector as fp32 (the key rotated as ropeKernel in Rope.cu rotates it,
+// when `rotate`: the block takes the cosine and sine of each of its tokens'
+// pairs once, in double as Rope.cu does (ropeFactors), into shared memory
+// for all their heads), and stores each once in the pool's type; an E4M3 pool
+// takes the warp's amax for the scale, as cpu::KVPool::storeHead does.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,6 +28,8 @@ namespace {
 constexpr int kPerLane = kMaxHeadDim / 32;
 
 constexpr int kThreads = 256, kWarpsPerBlock = kThreads / 32;
+/// Tokens a block writes at once (their rope factors computed together).
+constexpr int kTokens = 4;
 
 template <KVCacheDtype D, bool rotate, typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -37,28 +39,29 @@ __global__ void __launch_bounds__(kThreads)
                      int64_t kLd, int64_t vLd, int longFrom,
                      DynamicRope dynamic) {
   using Storage = typename KVElement<D>::Storage;
-  __shared__ float cosines[kMaxHeadDim / 2], sines[kMaxHeadDim / 2];
+  __shared__ float factors[kTokens * kMaxHeadDim]; // ropeFactors' layout
   Storage *data = static_cast<Storage *>(pool.data);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int d = dims.headDim, half = rotaryDim / 2;
-  for (int64_t token = blockIdx.x; token < t; token += gridDim.x) {
-    const int64_t slot = slots[token];
-    if (slot < 0)
-      continue; // the same for the whole block
+  for (int64_t first = blockIdx.x * int64_t(kTokens); first < t;
+       first += int64_t(gridDim.x) * kTokens) {
+    const int count =
+        static_cast<int>(t - first < kTokens ? t - first : kTokens);
     if constexpr (rotate) {
-      __syncthreads(); // the last token's factors are read
-      for (int j = threadIdx.x; j < half; j += kThreads) {
-        const float angle = static_cast<float>(positions[token]) *
-                            ropeInvFreq(invFreq, j, rotaryDim, longFrom,
-                                        positions, token, dynamic);
-        cosines[j] = static_cast<float>(cos(static_cast<double>(angle)));
-        sines[j] = static_cast<float>(sin(static_cast<double>(angle)));
-      }
+      __syncthreads(); // the last tokens' factors are read
+      ropeFactors(factors, first, count, rotaryDim, invFreq, longFrom,
+                  positions, dynamic);
       __syncthreads();
     }
-    // Warps take the (kv head, k|v) rows in turn.
-    for (int item = warp; item < 2 * dims.numKVHeads; item += kWarpsPerBlock) {
-      const int head = item / 2, kv = item % 2;
+    // Warps take the (token, kv head, k|v) rows in turn.
+    for (int item = warp; item < count * 2 * dims.numKVHeads;
+         item += kWarpsPerBlock) {
+      const int tk = item / (2 * dims.numKVHeads);
+      const int head = (item / 2) % dims.numKVHeads, kv = item % 2;
+      const int64_t token = first + tk;
+      const int64_t slot = slots[token];
+      if (slot < 0)
+        continue;
       const T *row =
           kv == 0 ? k + token * kLd + head * d : v + token * vLd + head * d;
       float x[kPerLane];
@@ -72,7 +75,8 @@ __global__ void __launch_bounds__(kThreads)
         x[r] = toFloat(row[e]);
         if (rotate && kv == 0 && e < rotaryDim) {
           const int f = e < half ? e : e - half;
-          const float c = cosines[f], s = sines[f];
+          const float c = factors[tk * rotaryDim + f],
+                      s = factors[tk * rotaryDim + half + f];
           const float x1 = toFloat(row[f]), x2 = toFloat(row[f + half]);
           x[r] = e < half ? x1 * c - x2 * s : x2 * c + x1 * s;
         }
@@ -114,7 +118,9 @@ cudaError_t launchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
                         const int32_t *positions, int64_t t, int rotaryDim,
                         const float *invFreq, cudaStream_t stream, int64_t kLd,
                         int64_t vLd, int longFrom, DynamicRope dynamic) {
-  const int64_t blocks = t < (int64_t(1) << 20) ? t : (int64_t(1) << 20);
+  const int64_t tiles = (t + kTokens - 1) / kTokens;
+  const int64_t blocks =
+      tiles < (int64_t(1) << 20) ? tiles : (int64_t(1) << 20);
   cacheWriteKernel<D, rotate>
       <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
           pool, dims, layer, k, v, slots, positions, rotaryDim, invFreq, t, kLd,

@@ -54,6 +54,30 @@ __device__ inline float ropeInvFreq(const float *invFreq, int j, int rotaryDim,
                                        static_cast<double>(exponent)));
 }
 
+/// The rotation factors of tokens first .. first + count - 1 for a block:
+/// factors[tk * rotaryDim + j] = cos and [tk * rotaryDim + half + j] = sin
+/// of pair j's angle (position * inv_freq in fp32, the cosine and sine taken
+/// in double then rounded, as the CPU reference). Each of the block's
+/// threads takes one of the values at a time: the double sin and cos are
+/// the rope kernels' costliest instructions.
+__device__ inline void ropeFactors(float *factors, int64_t first, int count,
+                                   int rotaryDim, const float *invFreq,
+                                   int longFrom, const int32_t *positions,
+                                   const DynamicRope &dynamic) {
+  const int half = rotaryDim / 2;
+  for (int i = threadIdx.x; i < count * rotaryDim; i += blockDim.x) {
+    const int tk = i / rotaryDim, r = i - tk * rotaryDim;
+    const bool sine = r >= half;
+    const int j = sine ? r - half : r;
+    const int64_t token = first + tk;
+    const float angle =
+        static_cast<float>(positions[token]) *
+        ropeInvFreq(invFreq, j, rotaryDim, longFrom, positions, token, dynamic);
+    const double a = static_cast<double>(angle);
+    factors[i] = static_cast<float>(sine ? sin(a) : cos(a));
+  }
+}
+
 } // namespace infer::cuda
 
 #endif // INFER_RUNTIME_CUDA_KERNELS_ROPEFREQUENCY_CUH
