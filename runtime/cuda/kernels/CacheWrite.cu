@@ -28,8 +28,9 @@ namespace {
 constexpr int kPerLane = kMaxHeadDim / 32;
 
 constexpr int kThreads = 256, kWarpsPerBlock = kThreads / 32;
-/// Tokens a block writes at once (their rope factors computed together).
-constexpr int kTokens = 4;
+/// Tokens a block writes at once (their rope factors computed together): 4
+/// was slower than 1 on an H100 (fewer blocks for the same bytes).
+constexpr int kTokens = 1;
 
 template <KVCacheDtype D, bool rotate, typename T>
 __global__ void __launch_bounds__(kThreads)
