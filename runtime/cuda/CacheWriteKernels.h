@@ -39,8 +39,7 @@ cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
 /// (head_dim = dims.headDim, rotaryDim <= head_dim, positions[t]), in fp32,
 /// and stored with v as launchKVCacheWrite stores them: the rotated keys
 /// are rounded or quantized once, never stored as T. longFrom and dynamic
-/// as for launchRope (longrope's second table, dynamic NTK); `factors` too
-/// (launchRopeFactors' table of these tokens, or null).
+/// as for launchRope (longrope's second table, dynamic NTK).
 template <typename T>
 cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                    const T *k, const T *v, const int64_t *slots,
@@ -48,8 +47,7 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                    int rotaryDim, const float *invFreq,
                                    cudaStream_t stream, int64_t kLd = 0,
                                    int64_t vLd = 0, int longFrom = 0,
-                                   DynamicRope dynamic = {},
-                                   const float *factors = nullptr);
+                                   DynamicRope dynamic = {});
 
 } // namespace infer::cuda
 

@@ -260,27 +260,13 @@ cudaError_t launchFused(const FusedProgram &program, int64_t n,
 /// Row r of x starts at x + r * xLd (0: heads * headDim, contiguous).
 /// longFrom > 0 (longrope): invFreq holds two tables and tokens at
 /// positions >= longFrom use the second (plan::RopeConfig::longFrom).
-/// With a dynamic rope, invFreq is not read. `factors`: launchRopeFactors'
-/// table of these tokens (the same positions, invFreq, longFrom and
-/// dynamic), read instead of computing the factors again, or null.
+/// With a dynamic rope, invFreq is not read.
 template <typename T>
 cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
                        int rotaryDim, const int32_t *positions,
                        const float *invFreq, cudaStream_t stream,
                        int64_t xLd = 0, int longFrom = 0,
-                       DynamicRope dynamic = {},
-                       const float *factors = nullptr);
-
-/// The rotation factors of t tokens into factors[t, rotaryDim]: row r holds
-/// the cosines of its rotaryDim / 2 pairs' angles, then their sines, as
-/// launchRope and launchRopeKVCacheWrite compute them (position * inv_freq
-/// in fp32, cos and sin in double, rounded). Every rope step of a forward
-/// call with the same frequencies reads one such table: the double cos and
-/// sin are the rope kernels' costliest instructions.
-cudaError_t launchRopeFactors(float *factors, int64_t t, int rotaryDim,
-                              const int32_t *positions, const float *invFreq,
-                              cudaStream_t stream, int longFrom = 0,
-                              DynamicRope dynamic = {});
+                       DynamicRope dynamic = {});
 
 /// Room for the partial results of split-KV decode attention (normalized
 /// output, max and sum per decode row, query head and split): allocated

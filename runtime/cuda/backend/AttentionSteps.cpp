@@ -34,28 +34,6 @@ DynamicRope CudaBackend::dynamicRope(const PreparedStep &s,
   return dynamic;
 }
 
-StatusOr<const float *> CudaBackend::ropeFactors(const PreparedStep &s,
-                                                 const int32_t *positions,
-                                                 int64_t t,
-                                                 const DynamicRope &dynamic) {
-  for (const RopeFactorTable &f : ropeFactors_)
-    if (*f.key == s.ropeKey && f.positions == positions && f.t == t &&
-        f.queryStartLoc == dynamic.queryStartLoc)
-      return f.table;
-  const int rotaryDim = static_cast<int>(s.step.rope.rotaryDim);
-  void *table = nullptr;
-  INFER_RETURN_IF_ERROR(allocateBytes(
-      std::max<size_t>(1, size_t(t) * rotaryDim * sizeof(float)), &table));
-  INFER_CUDA_RETURN_IF_ERROR(launchRopeFactors(
-      static_cast<float *>(table), t, rotaryDim, positions,
-      s.ropeInvFreq.as<float>(), stream_,
-      static_cast<int>(s.step.rope.longFrom()), dynamic));
-  ropeFactors_.push_back(RopeFactorTable{&s.ropeKey, positions,
-                                         dynamic.queryStartLoc, t,
-                                         static_cast<const float *>(table)});
-  return ropeFactors_.back().table;
-}
-
 Status CudaBackend::runRope(const PreparedStep &s, const Batch &batch) {
   const Tensor &x = operand(s, 0);
   int64_t t;
@@ -66,16 +44,13 @@ Status CudaBackend::runRope(const PreparedStep &s, const Batch &batch) {
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, x.rows, x.cols, x.dtype));
   const plan::RopeConfig &rope = s.step.rope;
-  const DynamicRope dynamic = dynamicRope(s, 2, batch);
-  INFER_ASSIGN_OR_RETURN(const float *factors,
-                         ropeFactors(s, positions, t, dynamic));
   return withFloatType(x.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     INFER_CUDA_RETURN_IF_ERROR(launchRope(
         x.as<const T>(), y.as<T>(), x.rows, x.cols / rope.headDim,
         static_cast<int>(rope.headDim), static_cast<int>(rope.rotaryDim),
         positions, s.ropeInvFreq.as<float>(), stream_, x.stride(),
-        static_cast<int>(rope.longFrom()), dynamic, factors));
+        static_cast<int>(rope.longFrom()), dynamicRope(s, 2, batch)));
     return Status::ok();
   });
 }
@@ -120,9 +95,6 @@ Status CudaBackend::runRopeKVCacheWrite(const PreparedStep &s,
       input(s.step.operands[4], &numPositions, batch));
   if (k.rows != t || v.rows != t || numPositions != t || k.dtype != v.dtype)
     return mismatch(s, "keys/values do not have a row per token");
-  const DynamicRope dynamic = dynamicRope(s, 5, batch);
-  INFER_ASSIGN_OR_RETURN(const float *factors,
-                         ropeFactors(s, positions, t, dynamic));
   return withCacheInputType(k.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     INFER_CUDA_RETURN_IF_ERROR(launchRopeKVCacheWrite(
@@ -130,7 +102,7 @@ Status CudaBackend::runRopeKVCacheWrite(const PreparedStep &s,
         v.as<const T>(), slots, positions, t,
         static_cast<int>(s.step.rope.rotaryDim), s.ropeInvFreq.as<float>(),
         stream_, k.stride(), v.stride(),
-        static_cast<int>(s.step.rope.longFrom()), dynamic, factors));
+        static_cast<int>(s.step.rope.longFrom()), dynamicRope(s, 5, batch)));
     return Status::ok();
   });
 }

@@ -252,13 +252,6 @@ Status CudaBackend::prepareStep(const plan::Step &step,
     const std::vector<float> invFreq = plan::ropeInverseFrequencies(d.rope);
     INFER_RETURN_IF_ERROR(
         uploadToDevice(invFreq.data(), invFreq.size(), out.ropeInvFreq));
-    out.ropeKey.assign(reinterpret_cast<const char *>(invFreq.data()),
-                       invFreq.size() * sizeof(float));
-    out.ropeKey += "|" + std::to_string(d.rope.rotaryDim) + "|" +
-                   std::to_string(d.rope.longFrom()) + "|" + d.rope.scaling +
-                   "|" + std::to_string(d.rope.theta) + "|" +
-                   std::to_string(d.rope.factor) + "|" +
-                   std::to_string(d.rope.originalMaxPositionEmbeddings);
     if (d.op == StepOp::kRopeKVCacheWrite && d.rope.headDim != dims_.headDim)
       return invalidArgument("cuda backend: " + where +
                              ": head_dim differs from the cache's");
@@ -366,7 +359,6 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
 
 Status CudaBackend::runSteps(const Batch &batch) {
   gatherRows_.clear();
-  ropeFactors_.clear();
   for (size_t i = 0; i < steps_.size(); ++i) {
     if (profileSteps_)
       INFER_RETURN_IF_ERROR(recordStepStart(i));

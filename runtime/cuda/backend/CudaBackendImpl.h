@@ -152,10 +152,6 @@ struct PreparedStep {
   /// rope, rope_kv_cache_write, and a streaming paged_attention's key rope:
   /// the inverse frequencies on the device.
   DeviceBuffer ropeInvFreq;
-  /// rope, rope_kv_cache_write: what makes two steps' rotation factors the
-  /// same for the same positions (inverse frequencies, rotary dims, the
-  /// longrope switch, the scaling), so a forward call computes them once.
-  std::string ropeKey;
   AttentionDims attention;
   std::vector<int> release;
 };
@@ -291,12 +287,6 @@ private:
   /// `lengthsOperand`); none for the other scalings.
   DynamicRope dynamicRope(const PreparedStep &s, size_t lengthsOperand,
                           const Batch &batch) const;
-  /// The rotation factors (launchRopeFactors) of rope step `s` for these
-  /// positions: computed by the first step of the forward call that needs
-  /// them into the activation arena, then shared by the others.
-  StatusOr<const float *> ropeFactors(const PreparedStep &s,
-                                      const int32_t *positions, int64_t t,
-                                      const DynamicRope &dynamic);
 
   // The steps, one function per op of runtime/plan/StepOps.def.
 #define INFER_STEP_OP(Name, ...)                                               \
@@ -355,16 +345,6 @@ private:
   std::set<GraphKey> warmShapes_;
   /// gather_rows steps' input rows in the last run (step -> rows).
   std::vector<std::pair<size_t, int64_t>> gatherRows_;
-  /// The rotation factors of this forward call (ropeFactors), cleared by
-  /// runSteps; they live in the arena until the call's end.
-  struct RopeFactorTable {
-    const std::string *key;
-    const int32_t *positions;
-    const int32_t *queryStartLoc;
-    int64_t t;
-    const float *table;
-  };
-  std::vector<RopeFactorTable> ropeFactors_;
 
   /// Set during forwardSample: the run samples instead of copying logits.
   const SamplingBatch *sampling_ = nullptr;

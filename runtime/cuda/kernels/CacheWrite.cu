@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreads)
                      const T *v, const int64_t *slots, const int32_t *positions,
                      int rotaryDim, const float *invFreq, int64_t t,
                      int64_t kLd, int64_t vLd, int longFrom,
-                     DynamicRope dynamic, const float *table) {
+                     DynamicRope dynamic) {
   using Storage = typename KVElement<D>::Storage;
   __shared__ float factors[kTokens * kMaxHeadDim]; // ropeFactors' layout
   Storage *data = static_cast<Storage *>(pool.data);
@@ -48,9 +48,7 @@ __global__ void __launch_bounds__(kThreads)
        first += int64_t(gridDim.x) * kTokens) {
     const int count =
         static_cast<int>(t - first < kTokens ? t - first : kTokens);
-    // The tokens' factors: the forward call's table, else computed here.
-    const float *tokenFactors = table ? table + first * rotaryDim : factors;
-    if (rotate && !table) {
+    if constexpr (rotate) {
       __syncthreads(); // the last tokens' factors are read
       ropeFactors(factors, first, count, rotaryDim, invFreq, longFrom,
                   positions, dynamic);
@@ -77,10 +75,10 @@ __global__ void __launch_bounds__(kThreads)
           continue;
         x[r] = toFloat(row[e]);
         if (rotate && kv == 0 && e < rotaryDim) {
-          const int pair = e < half ? e : e - half;
-          const float *fr = tokenFactors + tk * rotaryDim;
-          const float c = fr[pair], s = fr[half + pair];
-          const float x1 = toFloat(row[pair]), x2 = toFloat(row[pair + half]);
+          const int f = e < half ? e : e - half;
+          const float c = factors[tk * rotaryDim + f],
+                      s = factors[tk * rotaryDim + half + f];
+          const float x1 = toFloat(row[f]), x2 = toFloat(row[f + half]);
           x[r] = e < half ? x1 * c - x2 * s : x2 * c + x1 * s;
         }
         amax = fmaxf(amax, fabsf(x[r]));
@@ -120,25 +118,24 @@ cudaError_t launchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
                         const T *v, const int64_t *slots,
                         const int32_t *positions, int64_t t, int rotaryDim,
                         const float *invFreq, cudaStream_t stream, int64_t kLd,
-                        int64_t vLd, int longFrom, DynamicRope dynamic,
-                        const float *factors) {
+                        int64_t vLd, int longFrom, DynamicRope dynamic) {
   const int64_t tiles = (t + kTokens - 1) / kTokens;
   const int64_t blocks =
       tiles < (int64_t(1) << 20) ? tiles : (int64_t(1) << 20);
   cacheWriteKernel<D, rotate>
       <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
           pool, dims, layer, k, v, slots, positions, rotaryDim, invFreq, t, kLd,
-          vLd, longFrom, dynamic, factors);
+          vLd, longFrom, dynamic);
   return cudaGetLastError();
 }
 
 template <bool rotate, typename T>
-cudaError_t
-dispatchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
-              const T *v, const int64_t *slots, const int32_t *positions,
-              int64_t t, int rotaryDim, const float *invFreq,
-              cudaStream_t stream, int64_t kLd, int64_t vLd, int longFrom = 0,
-              DynamicRope dynamic = {}, const float *factors = nullptr) {
+cudaError_t dispatchWrite(KVCachePool pool, CacheDims dims, int layer,
+                          const T *k, const T *v, const int64_t *slots,
+                          const int32_t *positions, int64_t t, int rotaryDim,
+                          const float *invFreq, cudaStream_t stream,
+                          int64_t kLd, int64_t vLd, int longFrom = 0,
+                          DynamicRope dynamic = {}) {
   if (t <= 0 || dims.numKVHeads <= 0)
     return cudaSuccess;
   const int64_t width = int64_t(dims.numKVHeads) * dims.headDim;
@@ -159,15 +156,15 @@ dispatchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
   case KVCacheDtype::kBf16:
     return launchWrite<KVCacheDtype::kBf16, rotate>(
         pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom, dynamic, factors);
+        stream, kLd, vLd, longFrom, dynamic);
   case KVCacheDtype::kF8E5M2:
     return launchWrite<KVCacheDtype::kF8E5M2, rotate>(
         pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom, dynamic, factors);
+        stream, kLd, vLd, longFrom, dynamic);
   case KVCacheDtype::kF8E4M3:
     return launchWrite<KVCacheDtype::kF8E4M3, rotate>(
         pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom, dynamic, factors);
+        stream, kLd, vLd, longFrom, dynamic);
   }
   return cudaErrorInvalidValue;
 }
@@ -184,16 +181,15 @@ cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
 }
 
 template <typename T>
-cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
-                                   const T *k, const T *v, const int64_t *slots,
-                                   const int32_t *positions, int64_t t,
-                                   int rotaryDim, const float *invFreq,
-                                   cudaStream_t stream, int64_t kLd,
-                                   int64_t vLd, int longFrom,
-                                   DynamicRope dynamic, const float *factors) {
+cudaError_t
+launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
+                       const T *v, const int64_t *slots,
+                       const int32_t *positions, int64_t t, int rotaryDim,
+                       const float *invFreq, cudaStream_t stream, int64_t kLd,
+                       int64_t vLd, int longFrom, DynamicRope dynamic) {
   return dispatchWrite<true>(pool, dims, layer, k, v, slots, positions, t,
                              rotaryDim, invFreq, stream, kLd, vLd, longFrom,
-                             dynamic, factors);
+                             dynamic);
 }
 
 #define INFER_CACHE_WRITE_KERNELS(T)                                           \
@@ -203,7 +199,7 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
   template cudaError_t launchRopeKVCacheWrite<T>(                              \
       KVCachePool, CacheDims, int, const T *, const T *, const int64_t *,      \
       const int32_t *, int64_t, int, const float *, cudaStream_t, int64_t,     \
-      int64_t, int, DynamicRope, const float *);
+      int64_t, int, DynamicRope);
 INFER_CACHE_WRITE_KERNELS(__nv_bfloat16)
 INFER_CACHE_WRITE_KERNELS(__half)
 #undef INFER_CACHE_WRITE_KERNELS

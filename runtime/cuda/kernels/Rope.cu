@@ -32,7 +32,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     ropeKernel(const T *x, int64_t xLd, T *y, int64_t t, int heads, int headDim,
                int rotaryDim, const int32_t *positions, const float *invFreq,
-               int longFrom, DynamicRope dynamic, const float *table) {
+               int longFrom, DynamicRope dynamic) {
   extern __shared__ float factors[]; // per token: [half] cos, [half] sin
   const int half = rotaryDim / 2;
   // Per head: `half` rotated pairs, then headDim - rotaryDim copies.
@@ -42,14 +42,10 @@ __global__ void __launch_bounds__(kThreads)
        first += int64_t(gridDim.x) * kTokens) {
     const int count =
         static_cast<int>(t - first < kTokens ? t - first : kTokens);
-    // The tokens' factors: the forward call's table, else computed here.
-    const float *f = table ? table + first * rotaryDim : factors;
-    if (!table) {
-      __syncthreads(); // the last tokens' factors are read
-      ropeFactors(factors, first, count, rotaryDim, invFreq, longFrom,
-                  positions, dynamic);
-      __syncthreads();
-    }
+    __syncthreads(); // the last tokens' factors are read
+    ropeFactors(factors, first, count, rotaryDim, invFreq, longFrom, positions,
+                dynamic);
+    __syncthreads();
     for (int i = threadIdx.x; i < count * items; i += kThreads) {
       const int tk = i / items, w = i - tk * items;
       const int h = w / perHead, j = w - h * perHead;
@@ -60,7 +56,8 @@ __global__ void __launch_bounds__(kThreads)
         yh[j + half] = xh[j + half];
         continue;
       }
-      const float c = f[tk * rotaryDim + j], s = f[tk * rotaryDim + half + j];
+      const float c = factors[tk * rotaryDim + j],
+                  s = factors[tk * rotaryDim + half + j];
       const float x1 = toFloat(xh[j]), x2 = toFloat(xh[j + half]);
       yh[j] = fromFloat<T>(x1 * c - x2 * s);
       yh[j + half] = fromFloat<T>(x2 * c + x1 * s);
@@ -68,49 +65,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
-    ropeFactorsKernel(float *factors, int64_t t, int rotaryDim,
-                      const int32_t *positions, const float *invFreq,
-                      int longFrom, DynamicRope dynamic) {
-  // ropeFactors' values, one thread each, kThreads / rotaryDim tokens a
-  // block (one where rotaryDim > kThreads).
-  const int tokensPerBlock = rotaryDim < kThreads ? kThreads / rotaryDim : 1;
-  for (int64_t first = blockIdx.x * int64_t(tokensPerBlock); first < t;
-       first += int64_t(gridDim.x) * tokensPerBlock) {
-    const int count = static_cast<int>(
-        t - first < tokensPerBlock ? t - first : tokensPerBlock);
-    ropeFactors(factors + first * rotaryDim, first, count, rotaryDim, invFreq,
-                longFrom, positions, dynamic);
-  }
-}
-
 } // namespace
-
-cudaError_t launchRopeFactors(float *factors, int64_t t, int rotaryDim,
-                              const int32_t *positions, const float *invFreq,
-                              cudaStream_t stream, int longFrom,
-                              DynamicRope dynamic) {
-  if (t <= 0 || rotaryDim <= 0)
-    return cudaSuccess;
-  if (rotaryDim % 2 != 0 ||
-      (dynamic.queryStartLoc && (dynamic.numSeqs <= 0 || rotaryDim <= 2 ||
-                                 dynamic.originalMaxPositionEmbeddings <= 0)))
-    return cudaErrorInvalidValue;
-  const int tokensPerBlock = rotaryDim < kThreads ? kThreads / rotaryDim : 1;
-  const int64_t tiles = (t + tokensPerBlock - 1) / tokensPerBlock;
-  const int64_t blocks =
-      tiles < (int64_t(1) << 20) ? tiles : (int64_t(1) << 20);
-  ropeFactorsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      factors, t, rotaryDim, positions, invFreq, longFrom, dynamic);
-  return cudaGetLastError();
-}
 
 template <typename T>
 cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
                        int rotaryDim, const int32_t *positions,
                        const float *invFreq, cudaStream_t stream, int64_t xLd,
-                       int longFrom, DynamicRope dynamic,
-                       const float *factors) {
+                       int longFrom, DynamicRope dynamic) {
   if (t <= 0 || heads <= 0)
     return cudaSuccess;
   if (heads > (int64_t(1) << 30) || rotaryDim % 2 != 0 || rotaryDim > headDim ||
@@ -125,19 +86,18 @@ cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
   const int64_t tiles = (t + kTokens - 1) / kTokens;
   const int64_t blocks =
       tiles < (int64_t(1) << 20) ? tiles : (int64_t(1) << 20);
-  ropeKernel<<<
-      static_cast<unsigned>(blocks), kThreads,
-      factors ? 0 : static_cast<size_t>(kTokens) * rotaryDim * sizeof(float),
-      stream>>>(x, xLd ? xLd : heads * headDim, y, t, static_cast<int>(heads),
-                headDim, rotaryDim, positions, invFreq, longFrom, dynamic,
-                factors);
+  ropeKernel<<<static_cast<unsigned>(blocks), kThreads,
+               static_cast<size_t>(kTokens) * rotaryDim * sizeof(float),
+               stream>>>(x, xLd ? xLd : heads * headDim, y, t,
+                         static_cast<int>(heads), headDim, rotaryDim, positions,
+                         invFreq, longFrom, dynamic);
   return cudaGetLastError();
 }
 
 #define INFER_ROPE_KERNEL(T)                                                   \
-  template cudaError_t launchRope<T>(                                          \
-      const T *, T *, int64_t, int64_t, int, int, const int32_t *,             \
-      const float *, cudaStream_t, int64_t, int, DynamicRope, const float *);
+  template cudaError_t launchRope<T>(const T *, T *, int64_t, int64_t, int,    \
+                                     int, const int32_t *, const float *,      \
+                                     cudaStream_t, int64_t, int, DynamicRope);
 INFER_ROPE_KERNEL(float)
 INFER_ROPE_KERNEL(__nv_bfloat16)
 INFER_ROPE_KERNEL(__half)

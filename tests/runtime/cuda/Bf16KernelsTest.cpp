@@ -538,18 +538,6 @@ TYPED_TEST(Bf16KernelsTest, RopeRotatesInFp32) {
     ASSERT_EQ(cuda::launchRope(dx.get(), y.get(), c.t, c.heads, c.headDim,
                                c.rotaryDim, dPos.get(), dFreq.get(), nullptr),
               cudaSuccess);
-    // With the forward call's factor table: the same bits.
-    auto factors = DeviceArray<float>::poisoned(size_t(c.t) * c.rotaryDim);
-    ASSERT_EQ(cuda::launchRopeFactors(factors.get(), c.t, c.rotaryDim,
-                                      dPos.get(), dFreq.get(), nullptr),
-              cudaSuccess);
-    auto tabled = DeviceArray<T>::poisoned(x.size());
-    ASSERT_EQ(cuda::launchRope(dx.get(), tabled.get(), c.t, c.heads,
-                               c.headDim, c.rotaryDim, dPos.get(), dFreq.get(),
-                               nullptr, 0, 0, {}, factors.get()),
-              cudaSuccess);
-    EXPECT_TRUE(sameBits(tabled.download(), y.download(), width))
-        << "rope with launchRopeFactors' table, " << c.scaling;
     std::vector<float> want = x;
     cpu::applyRope(want.data(), c.t, c.heads, positions.data(), config,
                    invFreq);
@@ -631,18 +619,6 @@ TYPED_TEST(Bf16KernelsTest, DynamicRopeFollowsEachSequencesLength) {
                              config.rotaryDim, dPos.get(), dFreq.get(), nullptr,
                              0, 0, dynamic),
             cudaSuccess);
-  auto factors = DeviceArray<float>::poisoned(size_t(t) * config.rotaryDim);
-  ASSERT_EQ(cuda::launchRopeFactors(factors.get(), t, config.rotaryDim,
-                                    dPos.get(), dFreq.get(), nullptr, 0,
-                                    dynamic),
-            cudaSuccess);
-  auto tabled = DeviceArray<T>::poisoned(x.size());
-  ASSERT_EQ(cuda::launchRope(dx.get(), tabled.get(), t, heads, config.headDim,
-                             config.rotaryDim, dPos.get(), dFreq.get(), nullptr,
-                             0, 0, dynamic, factors.get()),
-            cudaSuccess);
-  EXPECT_TRUE(sameBits(tabled.download(), y.download(), width))
-      << "dynamic rope with launchRopeFactors' table";
   double maxAbs = 0.0;
   for (float v : x)
     maxAbs = std::max(maxAbs, double(std::fabs(v)));
@@ -892,22 +868,6 @@ TYPED_TEST(Bf16KernelsTest, RopeKVCacheWriteRotatesOnTheWayIn) {
       EXPECT_TRUE(sameBits(viewed.gpuScales.download(),
                            pools.gpuScales.download(), c.kvHeads))
           << where << ", rows " << ld << " apart";
-      // With the forward call's factor table: the same bytes.
-      auto factors = DeviceArray<float>::poisoned(size_t(c.t) * c.rotaryDim);
-      ASSERT_EQ(cuda::launchRopeFactors(factors.get(), c.t, c.rotaryDim,
-                                        dPos.get(), dFreq.get(), nullptr),
-                cudaSuccess);
-      TwoPools tabled(dtype, elements, c.headDim);
-      ASSERT_EQ(cuda::launchRopeKVCacheWrite(
-                    tabled.gpuPool(), dims, kLayer, dk.get(), dv.get(),
-                    dSlots.get(), dPos.get(), c.t, c.rotaryDim, dFreq.get(),
-                    nullptr, 0, 0, 0, {}, factors.get()),
-                cudaSuccess);
-      EXPECT_TRUE(sameBits(tabled.gpuValues.download(),
-                           pools.gpuValues.download(), c.headDim))
-          << where << ", launchRopeFactors' table";
-      EXPECT_EQ(tabled.gpuCodes.download(), pools.gpuCodes.download())
-          << where << ", launchRopeFactors' table";
       if (c.t == 20)
         EXPECT_TRUE(replaysInGraph(
             [&](cudaStream_t s) {
