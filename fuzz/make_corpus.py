@@ -3,7 +3,8 @@
 #
 # Usage: make_corpus.py FIXTURES_DIR REPO_ROOT OUT_DIR
 # Writes OUT_DIR/<harness>/<seed> for every harness of fuzz/CMakeLists.txt
-# from the shared fixtures and the repository (lit inputs, fuzz/seeds). Each
+# from the shared fixtures and the repository (lit inputs, fuzz/seeds, and
+# the crashers of fuzz/regressions/<harness>/, kept as they were found). Each
 # seed starts with the mode byte its harness reads first, where it has one.
 # Large fixture files are cut down: libFuzzer's mutations work on inputs of
 # a few KiB, and its -max_len defaults to the largest seed.
@@ -122,3 +123,8 @@ for path in sorted(glob.glob(os.path.join(repo, "lit_tests/passes/*.mlir"))):
                 put("infer-fuzz-infer-opt", "case-%d" % case,
                     bytes([case % 8]) + body.encode())
                 case += 1
+
+# Inputs that once crashed a harness: every run starts by replaying them.
+for path in sorted(glob.glob(os.path.join(repo, "fuzz/regressions/*/*"))):
+    with open(path, "rb") as f:
+        put(path.split("/")[-2], "regression-" + os.path.basename(path), f.read())
