@@ -945,8 +945,10 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
   case StepOp::kLinear:
   case StepOp::kLogits: {
     const Value &w = *byId_[in(1)];
-    if (w.shape.size() != 2)
-      return mismatch("the weight must be 2-D [N, K]");
+    // Backends size the result by the weight's rows: a dynamic N (an
+    // activation as the weight) would make it differ from the declared width.
+    if (w.shape.size() != 2 || w.shape[0].isDynamic() || w.shape[1].isDynamic())
+      return mismatch("the weight must be 2-D [N, K] with static N and K");
     if (differ(width(in(1)), width(in(0))))
       return mismatch("weight [" + std::to_string(rows(in(1))) + ", " +
                       std::to_string(width(in(1))) +

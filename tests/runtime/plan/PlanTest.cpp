@@ -400,6 +400,11 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"NegativeEpsilon",
                     [](json &j) { steps(j)[2]["attrs"]["epsilon"] = -1e-6; },
                     "'epsilon' must be > 0"},
+        // Found by infer-fuzz-cpu-plan: the CPU backend sized the result
+        // [T, T] and the next step read its declared width past the end.
+        InvalidCase{"WeightWithDynamicRows",
+                    [](json &j) { steps(j)[3]["operands"][1] = 7; },
+                    "with static N and K"},
         InvalidCase{"NegativeVocabOffset",
                     [](json &j) { steps(j)[0]["attrs"]["vocab_offset"] = -4; },
                     "vocab_offset"},
