@@ -453,6 +453,27 @@ TEST(PlanVerifier, WorkspaceOffsetCannotOverflow) {
       << status.message();
 }
 
+TEST(PlanVerifier, LiveWorkspaceValuesCannotOverlap) {
+  // Found by infer-fuzz-cpu-plan: a split whose result overlapped its
+  // operand in the workspace made the CPU backend memcpy between
+  // overlapping ranges. %h (step 0 to 1) and %n (step 2 to 3) may share
+  // bytes; %h and %r (step 1 to 2) may not.
+  Plan plan = tinyPlan();
+  RankPlan &rank = plan.ranks[0];
+  rank.workspaceBytesPerRow = 64;
+  rank.values[2].workspaceOffset = 0;
+  rank.values[7].workspaceOffset = 0;
+  EXPECT_TRUE(verifyPlan(plan).isOk()) << verifyPlan(plan).message();
+  rank.values[5].workspaceOffset = 4;
+  Status status = verifyPlan(plan);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("value 2 ('%h') and value 5 ('%r') overlap "
+                                  "in the workspace while both are live "
+                                  "(steps 1 to 1)"),
+            std::string::npos)
+      << status.message();
+}
+
 TEST(ManifestJson, RejectsFilesOutsideTheArtifact) {
   const json base = json::parse(manifestToJson(validManifest()));
   const std::vector<std::pair<std::string, std::string>> cases = {
