@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <iterator>
+#include <string>
 
 namespace {
 
@@ -60,7 +61,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlir::MLIRContext &ctx = context();
   mlir::ScopedDiagnosticHandler quiet(
       &ctx, [](mlir::Diagnostic &) { return mlir::success(); });
-  llvm::StringRef source(reinterpret_cast<const char *>(data) + 1, size - 1);
+  // MLIR's lexer reads the byte after the text to find its end: the text
+  // must be NUL-terminated, as files read through llvm::MemoryBuffer are.
+  const std::string source(reinterpret_cast<const char *>(data) + 1, size - 1);
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(source, &ctx);
   if (!module)

@@ -3,7 +3,8 @@
 #
 # Usage: make_corpus.py FIXTURES_DIR REPO_ROOT OUT_DIR
 # Writes OUT_DIR/<harness>/<seed> for every harness of fuzz/CMakeLists.txt
-# from the shared fixtures and the repository (lit inputs, fuzz/seeds). Each
+# from the shared fixtures and the repository (lit inputs, fuzz/seeds, and
+# the crashers of fuzz/regressions/<harness>/, kept as they were found). Each
 # seed starts with the mode byte its harness reads first, where it has one.
 # Large fixture files are cut down: libFuzzer's mutations work on inputs of
 # a few KiB, and its -max_len defaults to the largest seed.
@@ -12,10 +13,13 @@
 import glob
 import json
 import os
+import shutil
 import struct
 import sys
 
 fixtures, repo, out = sys.argv[1:4]
+# Seeds of an earlier configure that are no longer made must not linger.
+shutil.rmtree(out, ignore_errors=True)
 
 
 def put(harness, name, data):
@@ -82,13 +86,18 @@ if os.path.exists(golden):
 put("infer-fuzz-tokenizer", "text-bytes", b"\x01caf\xc3\xa9 \xff\xfe <s>\n\t x=1")
 
 # plan.json and manifest.json (mode 0: plan, 1: manifest), and plans to run.
+# Compact JSON: the readers see the same structure in a third of the bytes,
+# and libFuzzer's mutations and -max_len follow the seeds' sizes. Plans to
+# run are the one-layer cut only: every step op of the three-layer plan, at
+# a third of the work per execution.
 for path in sorted(glob.glob(os.path.join(repo, "fuzz/seeds/*.json"))):
-    with open(path, "rb") as f:
-        data = f.read()
+    with open(path) as f:
+        data = json.dumps(json.load(f), separators=(",", ":"),
+                          sort_keys=True).encode()
     name = os.path.basename(path)
     mode = b"\x01" if "manifest" in name else b"\x00"
     put("infer-fuzz-plan", name, mode + data)
-    if "plan" in name:
+    if "1layer.plan" in name:
         put("infer-fuzz-cpu-plan", name, data)
 
 # config.json (+ NUL + generation_config.json where the model has one).
@@ -114,3 +123,8 @@ for path in sorted(glob.glob(os.path.join(repo, "lit_tests/passes/*.mlir"))):
                 put("infer-fuzz-infer-opt", "case-%d" % case,
                     bytes([case % 8]) + body.encode())
                 case += 1
+
+# Inputs that once crashed a harness: every run starts by replaying them.
+for path in sorted(glob.glob(os.path.join(repo, "fuzz/regressions/*/*"))):
+    with open(path, "rb") as f:
+        put(path.split("/")[-2], "regression-" + os.path.basename(path), f.read())

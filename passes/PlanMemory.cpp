@@ -32,6 +32,9 @@ struct PlanMemoryPass : infer::impl::PlanMemoryPassBase<PlanMemoryPass> {
 
 void PlanMemoryPass::runOnOperation() {
   func::FuncOp func = getOperation();
+  // A declaration has no body to place.
+  if (func.isExternal())
+    return;
   MemoryPlan plan = computeMemoryPlan(func);
   llvm::DenseMap<Value, int64_t> offsetOf;
   for (const BufferPlacement &buffer : plan.buffers)

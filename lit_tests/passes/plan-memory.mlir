@@ -82,3 +82,12 @@ func.func @mixed_precision(%x: tensor<?x128xbf16>) -> tensor<?x128xf32> {
   %y = infer.silu %f : tensor<?x128xf32>
   return %y : tensor<?x128xf32>
 }
+
+// -----
+
+// A declaration has no body to plan and is left as it is (infer-fuzz-infer-opt
+// found the pass reading the missing body's first block).
+// PLAN-LABEL: memory plan @callee: peak 0 bytes per token row
+// CHECK-LABEL: func.func private @callee
+// CHECK-NOT: infer.workspace_bytes_per_row
+func.func private @callee(tensor<?x8xf32>) -> tensor<?x8xf32>

@@ -33,6 +33,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace infer::plan {
 
@@ -744,6 +745,7 @@ private:
   Status verifyOperand(const std::string &at, const StepOpInfo &info,
                        size_t index, int id);
   Status verifyShapes(const std::string &at, const DecodedStep &d);
+  Status verifyWorkspaceLiveness() const;
   /// Whether two static widths disagree (a dynamic one agrees with anything).
   static bool differ(int64_t a, int64_t b) {
     return a >= 0 && b >= 0 && a != b;
@@ -945,8 +947,10 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
   case StepOp::kLinear:
   case StepOp::kLogits: {
     const Value &w = *byId_[in(1)];
-    if (w.shape.size() != 2)
-      return mismatch("the weight must be 2-D [N, K]");
+    // Backends size the result by the weight's rows: a dynamic N (an
+    // activation as the weight) would make it differ from the declared width.
+    if (w.shape.size() != 2 || w.shape[0].isDynamic() || w.shape[1].isDynamic())
+      return mismatch("the weight must be 2-D [N, K] with static N and K");
     if (differ(width(in(1)), width(in(0))))
       return mismatch("weight [" + std::to_string(rows(in(1))) + ", " +
                       std::to_string(width(in(1))) +
@@ -1036,6 +1040,47 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
   return Status::ok();
 }
 
+/// Two activations placed in the workspace that are live at the same step
+/// must not share bytes: a backend writes a step's results while it reads
+/// the step's operands. Live is from the defining step to the last use,
+/// both included, as infer-plan-memory plans them.
+Status RankVerifier::verifyWorkspaceLiveness() const {
+  struct Placed {
+    int id;
+    int64_t begin, end, first, last;
+  };
+  const size_t n = rank_.values.size();
+  std::vector<int64_t> first(n, -1), last(n, -1);
+  for (size_t i = 0; i < rank_.steps.size(); ++i) {
+    for (int id : rank_.steps[i].operands)
+      last[id] = static_cast<int64_t>(i);
+    for (int id : rank_.steps[i].results)
+      first[id] = last[id] = static_cast<int64_t>(i);
+  }
+  std::vector<Placed> placed;
+  for (const Value &v : rank_.values)
+    if (v.workspaceOffset >= 0 && first[v.id] >= 0)
+      placed.push_back(
+          {v.id, v.workspaceOffset,
+           v.workspaceOffset + v.shape[1].size * dtypeSize(v.dtype),
+           first[v.id], last[v.id]});
+  std::sort(placed.begin(), placed.end(), [](const Placed &a, const Placed &b) {
+    return std::tie(a.begin, a.id) < std::tie(b.begin, b.id);
+  });
+  for (size_t a = 0; a < placed.size(); ++a)
+    for (size_t b = a + 1; b < placed.size() && placed[b].begin < placed[a].end;
+         ++b)
+      if (placed[a].first <= placed[b].last &&
+          placed[b].first <= placed[a].last)
+        return error(
+            name(placed[a].id) + " and " + name(placed[b].id) +
+            " overlap in the workspace while both are live (steps " +
+            std::to_string(std::max(placed[a].first, placed[b].first)) +
+            " to " + std::to_string(std::min(placed[a].last, placed[b].last)) +
+            ")");
+  return Status::ok();
+}
+
 Status RankVerifier::verify() {
   const int n = static_cast<int>(rank_.values.size());
   byId_.assign(n, nullptr);
@@ -1099,6 +1144,7 @@ Status RankVerifier::verify() {
       INFER_RETURN_IF_ERROR(verifyOperand(at, info, k, s.operands[k]));
     INFER_RETURN_IF_ERROR(verifyShapes(at, *decoded));
   }
+  INFER_RETURN_IF_ERROR(verifyWorkspaceLiveness());
   if (rank_.outputs.empty())
     return error("no outputs");
   for (int id : rank_.outputs) {

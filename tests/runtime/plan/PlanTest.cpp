@@ -400,6 +400,11 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"NegativeEpsilon",
                     [](json &j) { steps(j)[2]["attrs"]["epsilon"] = -1e-6; },
                     "'epsilon' must be > 0"},
+        // Found by infer-fuzz-cpu-plan: the CPU backend sized the result
+        // [T, T] and the next step read its declared width past the end.
+        InvalidCase{"WeightWithDynamicRows",
+                    [](json &j) { steps(j)[3]["operands"][1] = 7; },
+                    "with static N and K"},
         InvalidCase{"NegativeVocabOffset",
                     [](json &j) { steps(j)[0]["attrs"]["vocab_offset"] = -4; },
                     "vocab_offset"},
@@ -444,6 +449,27 @@ TEST(PlanVerifier, WorkspaceOffsetCannotOverflow) {
   Status status = verifyPlan(plan);
   ASSERT_FALSE(status.isOk());
   EXPECT_NE(status.message().find("does not fit the workspace"),
+            std::string::npos)
+      << status.message();
+}
+
+TEST(PlanVerifier, LiveWorkspaceValuesCannotOverlap) {
+  // Found by infer-fuzz-cpu-plan: a split whose result overlapped its
+  // operand in the workspace made the CPU backend memcpy between
+  // overlapping ranges. %h (step 0 to 1) and %n (step 2 to 3) may share
+  // bytes; %h and %r (step 1 to 2) may not.
+  Plan plan = tinyPlan();
+  RankPlan &rank = plan.ranks[0];
+  rank.workspaceBytesPerRow = 64;
+  rank.values[2].workspaceOffset = 0;
+  rank.values[7].workspaceOffset = 0;
+  EXPECT_TRUE(verifyPlan(plan).isOk()) << verifyPlan(plan).message();
+  rank.values[5].workspaceOffset = 4;
+  Status status = verifyPlan(plan);
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("value 2 ('%h') and value 5 ('%r') overlap "
+                                  "in the workspace while both are live "
+                                  "(steps 1 to 1)"),
             std::string::npos)
       << status.message();
 }
