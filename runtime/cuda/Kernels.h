@@ -81,19 +81,6 @@ struct AttentionDims {
   const float *keyRopeInvFreq = nullptr;
 };
 
-/// A dynamic NTK rope (plan::RopeConfig scaling "dynamic"): the inverse
-/// frequencies of a token are those of its sequence's length after the
-/// step (the sequence's last position in the batch + 1), computed on the
-/// device as plan::dynamicRopeInverseFrequencies computes them. A null
-/// queryStartLoc ([numSeqs + 1] on the device) means no dynamic rope.
-struct DynamicRope {
-  const int32_t *queryStartLoc = nullptr;
-  int64_t numSeqs = 0;
-  float theta = 0.0f;
-  float factor = 1.0f;
-  int originalMaxPositionEmbeddings = 0;
-};
-
 /// Whether `attention` has no key rope (keyRotaryDim 0) or one the attention
 /// kernels take: an even keyRotaryDim <= headDim and its inverse frequencies.
 inline bool validKeyRope(const AttentionDims &attention) {
@@ -254,6 +241,19 @@ struct FusedProgram {
 /// runs the fused steps of the others.
 cudaError_t launchFused(const FusedProgram &program, int64_t n,
                         cudaStream_t stream);
+
+/// A dynamic NTK rope (plan::RopeConfig scaling "dynamic"): the inverse
+/// frequencies of a token are those of its sequence's length after the
+/// step (the sequence's last position in the batch + 1), computed on the
+/// device as plan::dynamicRopeInverseFrequencies computes them. A null
+/// queryStartLoc ([numSeqs + 1] on the device) means no dynamic rope.
+struct DynamicRope {
+  const int32_t *queryStartLoc = nullptr;
+  int64_t numSeqs = 0;
+  float theta = 0.0f;
+  float factor = 1.0f;
+  int originalMaxPositionEmbeddings = 0;
+};
 
 /// HF rotate_half rotary embedding of x[t, heads*headDim] into y
 /// (contiguous), with the rotaryDim/2 inverse frequencies on the device.

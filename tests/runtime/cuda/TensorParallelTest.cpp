@@ -182,6 +182,9 @@ protected:
          loadFixtureCases(INFER_FIXTURES_DIR, INFER_PROJECT_FIXTURES_DIR))
       if (c.name == GetParam())
         case_ = c;
+    for (FixtureCase &c : loadFamilyCases(INFER_PROJECT_FIXTURES_DIR))
+      if (c.name == GetParam())
+        case_ = c;
     if (GetParam() == kRowBias) {
       // No HF goldens: tp=1 is the reference. The model (every bias, made
       // by tests/fixtures/make_llama_row_bias.py) sits beside its artifacts;
@@ -298,9 +301,14 @@ TEST_P(CudaTensorParallelTest, GreedyTokensMatchOneRank) {
   }
 }
 
+// The model families (tests/fixtures/families): Phi-3's stacked
+// projections split part by part, Qwen3's and Gemma 3's per-head norms, a
+// dynamic NTK rope on each rank's heads.
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTensorParallelTest,
                          ::testing::Values("llama-gqa", "qwen2-bias-tied",
-                                           kRowBias),
+                                           kRowBias, "phi3-longrope",
+                                           "phi3-partial-rotary", "qwen3",
+                                           "gemma3", "llama-dynamic-ntk"),
                          [](const auto &info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

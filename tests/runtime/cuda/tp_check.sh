@@ -9,7 +9,11 @@
 #   .gpu-tp/nccl/include/nccl.h          when the machine has no NCCL header
 #   .gpu-tp/art/NAME, NAME-tp2           `infer compile --target cuda
 #                                        [--tp 2]` of the fixtures llama-gqa,
-#                                        qwen2-bias-tied, llama-row-bias
+#                                        qwen2-bias-tied, llama-row-bias,
+#                                        of families/phi3-longrope,
+#                                        phi3-partial-rotary, qwen3, gemma3,
+#                                        llama-dynamic-ntk (each skipped
+#                                        without its artifacts)
 #                                        and of llama3-8b (header-only:
 #                                        python3 bench/random_checkpoint.py
 #                                        llama3-8b DIR --header-only)
