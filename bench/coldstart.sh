@@ -16,8 +16,8 @@
 #                   both artifacts against it with the runtime-only
 #                   `infer pack ARTIFACT --weights /tmp/l8b --gpu` (the
 #                   transforms run there, fp8 quantization on the GPU),
-#                   reads every file
-#                   once so all runs start from the page cache, then times
+#                   reads every file once so all runs start from the page
+#                   cache, then times
 #                   REPEATS (default 3) runs of each:
 #                     packed bf16    infer generate .gpu/coldstart/bf16-packed
 #                     packed fp8     infer generate .gpu/coldstart/fp8-packed
