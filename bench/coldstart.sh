@@ -14,9 +14,10 @@
 #                   BUILD_ONLY=1), draws the random bf16 checkpoint with
 #                   torch (/tmp/l8b, reused when complete), packs copies of
 #                   both artifacts against it with the runtime-only
-#                   `infer pack ARTIFACT --weights /tmp/l8b` (the transforms
-#                   run there: fp8 quantization included), reads every file
-#                   once so all runs start from the page cache, then times
+#                   `infer pack ARTIFACT --weights /tmp/l8b --gpu` (the
+#                   transforms run there, fp8 quantization on the GPU),
+#                   reads every file once so all runs start from the page
+#                   cache, then times
 #                   REPEATS (default 3) runs of each:
 #                     packed bf16    infer generate .gpu/coldstart/bf16-packed
 #                     packed fp8     infer generate .gpu/coldstart/fp8-packed
@@ -73,7 +74,7 @@ for kind in bf16 fp8; do
   rm -rf "$ART/$kind-packed"
   cp -r "$ART/$kind" "$ART/$kind-packed"
   start=$(date +%s.%N)
-  "$INFER" pack "$ART/$kind-packed" --weights /tmp/l8b 2>&1 | tail -1
+  "$INFER" pack "$ART/$kind-packed" --weights /tmp/l8b --gpu 2>&1 | tail -1
   echo "coldstart: packed $kind in $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN{printf "%.1f", e-s}') s"
 done
 du -sh "$ART"/*-packed/weights 2>/dev/null

@@ -253,4 +253,29 @@ uploadParamSources(const std::vector<ParamToUpload> &params,
   return out;
 }
 
+StatusOr<HostTensor> materializeOnDevice(const std::string &name,
+                                         const ParamSource &source) {
+  if (!source.quantize) {
+    HostTensor tensor = source.gatherToHost();
+    castHostTensor(tensor, source.dtype);
+    return tensor;
+  }
+  INFER_ASSIGN_OR_RETURN(std::vector<DeviceParam> onDevice,
+                         uploadParamSources({{name, &source}}));
+  HostTensor tensor;
+  tensor.dtype = plan::DType::kF8E4M3;
+  tensor.shape = source.shape;
+  tensor.fp8Codes.resize(onDevice[0].elements.bytes());
+  tensor.rowScales.resize(onDevice[0].rowScales.bytes() / sizeof(float));
+  if (!tensor.fp8Codes.empty())
+    INFER_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(tensor.fp8Codes.data(), onDevice[0].elements.get(),
+                   tensor.fp8Codes.size(), cudaMemcpyDeviceToHost));
+  if (!tensor.rowScales.empty())
+    INFER_CUDA_RETURN_IF_ERROR(cudaMemcpy(
+        tensor.rowScales.data(), onDevice[0].rowScales.get(),
+        tensor.rowScales.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return tensor;
+}
+
 } // namespace infer::cuda

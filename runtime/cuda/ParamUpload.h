@@ -54,6 +54,14 @@ StatusOr<std::vector<DeviceParam>>
 uploadParamSources(const std::vector<ParamToUpload> &params,
                    const UploadProgress &progress = nullptr);
 
+/// The param's host tensor with its fp8 quantization (if any) done on the
+/// current device: gathered, uploaded, quantized and copied back; anything
+/// else is gathered and cast on the host as the loader does. For packing
+/// fp8 artifacts (`infer pack` on a GPU host): the bytes are the host
+/// quantizer's.
+StatusOr<HostTensor> materializeOnDevice(const std::string &name,
+                                         const ParamSource &source);
+
 } // namespace infer::cuda
 
 #endif // INFER_RUNTIME_CUDA_PARAMUPLOAD_H

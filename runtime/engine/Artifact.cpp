@@ -484,11 +484,13 @@ static Status forEachParamSource(
 
 Status
 forEachParam(const Artifact &artifact, int rank, const std::string &weightsDir,
-             const std::function<Status(const plan::Value &, HostTensor)> &fn) {
+             const std::function<Status(const plan::Value &, HostTensor)> &fn,
+             const ParamMaterializer &materialize) {
   return forEachParamSource(
       artifact, rank, weightsDir,
       [&](const plan::Value &v, ParamSource source) -> Status {
-        StatusOr<HostTensor> tensor = materializeOnHost(source);
+        StatusOr<HostTensor> tensor =
+            materialize ? materialize(v, source) : materializeOnHost(source);
         if (!tensor.isOk())
           return tensor.status().withContext("param '" + v.name + "'");
         return fn(v, std::move(*tensor));

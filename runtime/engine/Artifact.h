@@ -14,6 +14,7 @@
 #define INFER_RUNTIME_ENGINE_ARTIFACT_H
 
 #include "runtime/backend/Backend.h"
+#include "runtime/backend/ParamSource.h"
 #include "runtime/plan/Plan.h"
 
 #include <functional>
@@ -56,13 +57,21 @@ StatusOr<ParamTable> loadParams(const Artifact &artifact, int rank,
 /// and the transforms. Values with the same key share one tensor.
 std::string paramLoadKey(const plan::Value &v);
 
+/// Makes a param's host tensor from its source. The loader's own gathers,
+/// then casts or quantizes on the host; `infer pack` on a GPU host passes
+/// one that quantizes fp8 weights on the device (cuda/ParamUpload.h).
+using ParamMaterializer = std::function<StatusOr<HostTensor>(
+    const plan::Value &, const ParamSource &)>;
+
 /// The loader of loadParams, one param at a time: checks the weight files,
 /// then calls `fn` with each distinct param of the rank (the first value of
-/// each paramLoadKey, in plan order) read and transformed, so a caller can
-/// consume a tensor before the next is read (packing).
+/// each paramLoadKey, in plan order) read and transformed (by `materialize`
+/// when given), so a caller can consume a tensor before the next is read
+/// (packing).
 Status
 forEachParam(const Artifact &artifact, int rank, const std::string &weightsDir,
-             const std::function<Status(const plan::Value &, HostTensor)> &fn);
+             const std::function<Status(const plan::Value &, HostTensor)> &fn,
+             const ParamMaterializer &materialize = nullptr);
 
 /// The rank's params as deferred tensors (HostTensor::source): each
 /// param's transforms checked and turned into views of the mapped

@@ -228,6 +228,7 @@ private:
 StatusOr<plan::PackedWeightFile> packRank(const Artifact &artifact, int rank,
                                           const std::string &weightsDir,
                                           const std::string &path,
+                                          const ParamMaterializer &materialize,
                                           Progress &progress) {
   INFER_ASSIGN_OR_RETURN(PackedLayout layout,
                          layoutRank(artifact.plan.ranks.at(rank)));
@@ -265,7 +266,8 @@ StatusOr<plan::PackedWeightFile> packRank(const Artifact &artifact, int rank,
           progress.advance(scales.bytes);
         }
         return Status::ok();
-      }));
+      },
+      materialize));
   return writer.close(rank, rankFileName(rank));
 }
 
@@ -379,8 +381,8 @@ Status packArtifact(const std::string &artifactDir,
   std::vector<plan::PackedWeightFile> files;
   for (int rank = 0; rank < artifact.plan.numRanks; ++rank) {
     const std::string path = artifact.path(rankFileName(rank)) + ".tmp";
-    StatusOr<plan::PackedWeightFile> file =
-        packRank(artifact, rank, weightsDir, path, progress);
+    StatusOr<plan::PackedWeightFile> file = packRank(
+        artifact, rank, weightsDir, path, options.materialize, progress);
     if (!file.isOk()) {
       std::filesystem::remove(path, error);
       return file.status().withContext("packing rank " + std::to_string(rank));

@@ -79,6 +79,8 @@ struct PackOptions {
   /// The source checkpoint; empty: the manifest's weights_dir.
   std::string weightsDir;
   bool showProgress = false;
+  /// How each param is made (forEachParam); empty: on the host.
+  ParamMaterializer materialize;
 };
 
 /// `infer pack` and `infer compile --pack-weights`: transforms every rank's

@@ -7,6 +7,7 @@
 
 #ifdef INFER_HAS_CUDA
 #include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/ParamUpload.h"
 #endif
 
 #ifdef INFER_HAS_COMPILER
@@ -193,6 +194,20 @@ createBackend(const Artifact &artifact, const std::string &name,
   options.numBlocks = numBlocks;
   options.numThreads = numThreads;
   return cpu::createCpuBackend(artifact.plan, 0, std::move(params), options);
+}
+
+StatusOr<ParamMaterializer> gpuParamMaterializer() {
+#ifdef INFER_HAS_CUDA
+  std::string why;
+  if (!cuda::cudaDeviceAvailable(&why))
+    return unimplemented("--gpu: " + why);
+  return ParamMaterializer([](const plan::Value &v, const ParamSource &source) {
+    return cuda::materializeOnDevice(v.name, source);
+  });
+#else
+  return unimplemented("--gpu: infer was built without the CUDA backend "
+                       "(INFER_ENABLE_CUDA=OFF)");
+#endif
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> loadTokenizer(const std::string &path) {

@@ -36,6 +36,10 @@ struct LoadedModel {
 };
 StatusOr<LoadedModel> loadModel(const std::string &model);
 
+/// `infer pack --gpu`: makes fp8 params on the GPU (cuda::materializeOnDevice);
+/// an error when infer has no CUDA backend or the machine no GPU.
+StatusOr<ParamMaterializer> gpuParamMaterializer();
+
 /// The backend `name` ("cpu" or "cuda") with `numBlocks` KV blocks; on
 /// cuda, `numBlocks` 0 sizes the pool from `kvCacheMemoryFraction` of the
 /// device memory free after the weights (`--gpu-memory-utilization`).

@@ -173,6 +173,9 @@ Status runPack(const ParsedArgs &args) {
   PackOptions options;
   options.weightsDir = args.get("--weights", "");
   options.showProgress = true;
+  if (args.has("--gpu")) {
+    INFER_ASSIGN_OR_RETURN(options.materialize, gpuParamMaterializer());
+  }
   return packArtifact(args.positional[0], options);
 }
 
@@ -894,7 +897,7 @@ std::vector<Command> commands() {
                               {"--gpu-memory"}}),
        runCompile},
       {"pack",
-       "usage: infer pack ARTIFACT_DIR [--weights DIR]\n\n"
+       "usage: infer pack ARTIFACT_DIR [--weights DIR] [--gpu]\n\n"
        "Writes each rank's params after their transforms (tensor-parallel\n"
        "slices, merged projections, dtype, fp8 codes and scales) into\n"
        "ARTIFACT_DIR/weights/rank<R>.safetensors, in the layout the backends\n"
@@ -903,8 +906,10 @@ std::vector<Command> commands() {
        "loads by mapping the files. The checkpoint is read from --weights\n"
        "DIR or the manifest's weights directory. Needs no compiler, so a\n"
        "GPU host packs artifacts compiled elsewhere (`infer compile\n"
-       "--pack-weights` does the same right after compiling).\n",
-       {weights},
+       "--pack-weights` does the same right after compiling).\n"
+       "--gpu quantizes fp8 weights on the GPU (the same bytes as the host's\n"
+       "quantizer, several times faster).\n",
+       {weights, {"--gpu", false}},
        runPack},
       {"generate",
        "usage: infer generate MODEL (--prompt TEXT | --token-ids 1,2,3)...\n"

@@ -3,7 +3,8 @@
 // The unpacked load path of the CUDA backend (ParamUpload.h): every
 // LoaderCase's deferred params, gathered, cast or quantized on their way to
 // the device, copied back and compared byte for byte with the packed file
-// (what the host loader writes). A NaN in a weight quantized on the device
+// (what the host loader writes), and packing with the device quantizer
+// writes the host-packed file. A NaN in a weight quantized on the device
 // is an error naming the param, and a backend made from deferred params
 // computes the logits of one made from the packed file, bit for bit.
 //
@@ -111,6 +112,26 @@ TEST_P(StreamedParamsGpu, UploadedParamsAreThePackedBytes) {
         << params[i].second.name;
   }
   EXPECT_EQ(progressed, total);
+}
+
+/// `infer pack --gpu`: packing with fp8 quantized on the device writes the
+/// host-packed file, byte for byte (the manifest's content hash).
+TEST_P(StreamedParamsGpu, PackingOnTheDeviceWritesTheHostsFile) {
+  const std::string copy = dir_ + "/device-packed";
+  fs::copy(artifact_.dir, copy, fs::copy_options::recursive);
+  PackOptions options;
+  options.materialize = [](const plan::Value &v, const ParamSource &source) {
+    return cuda::materializeOnDevice(v.name, source);
+  };
+  Status packed = packArtifact(copy, options);
+  ASSERT_TRUE(packed.isOk()) << packed.message();
+  StatusOr<Artifact> artifact = loadArtifact(copy);
+  ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
+  ASSERT_EQ(artifact->manifest.packedWeights.size(), 1u);
+  EXPECT_EQ(artifact->manifest.packedWeights[0].hash,
+            artifact_.manifest.packedWeights[0].hash);
+  EXPECT_EQ(artifact->manifest.packedWeights[0].size,
+            artifact_.manifest.packedWeights[0].size);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, StreamedParamsGpu,
