@@ -154,9 +154,10 @@ __device__ __forceinline__ float softcapScore(float score, float cap,
 /// the exponent-trick guess (12% off): one MUFU operation (ex2) where tanhf
 /// takes two (ex2 and rcp) and tanh.approx one but 2^-11 relative error.
 /// The tensor-core prefills, whose softmax exp2 already keeps the MUFU
-/// units busy, soft-cap through this. Absolute error below 2^-21 (1.8e-7
-/// with an exact exp2 over [-20, 20]), far under the bf16 rounding of the
-/// probabilities they multiply by V.
+/// units busy, and the split-KV decode soft-cap through this. Absolute error
+/// below 2^-21 (1.8e-7 with an exact exp2 over [-20, 20]): capped scores
+/// move by at most cap * 2^-21, far under the bf16 rounding of the
+/// prefills' probabilities and within the decode's fp32 test bound.
 __device__ __forceinline__ float fastTanh(float x) {
   x = x > 9.0f ? 9.0f : (x < -9.0f ? -9.0f : x);
   const float d = exp2f(2.8853900817779268f * x) + 1.0f; // [1, 6.6e7]
@@ -167,7 +168,7 @@ __device__ __forceinline__ float fastTanh(float x) {
   return fmaf(-2.0f, r, 1.0f);
 }
 
-/// softcapScore through fastTanh (the tensor-core prefill kernels).
+/// softcapScore through fastTanh (the tensor-core prefills, split-KV decode).
 __device__ __forceinline__ float fastSoftcapScore(float score, float cap,
                                                   float inverseCap) {
   return cap * fastTanh(score * inverseCap);
