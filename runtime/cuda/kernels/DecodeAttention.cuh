@@ -44,8 +44,9 @@
 // fp32 kernel's arithmetic; the partner elements are read from the pool).
 // Soft-capped plans (AttentionDims::logitSoftcap > 0, a template flag like
 // the rotation) cap each base-2 score x = log2(e) s as log2(e) cap
-// tanh(x / (log2(e) cap)) = log2(e) cap tanh(s / cap) (softcapScore)
-// before the softmax update.
+// tanh(x / (log2(e) cap)) = log2(e) cap tanh(s / cap) (fastSoftcapScore:
+// the kernel is near its bandwidth bound, and tanhf's two MUFU operations
+// a score took 11-16% of it) before the softmax update.
 //
 // The kernels and launchers are templates of the q/out element type (fp32
 // or bf16); DecodeAttention.cu instantiates the bf16 ones,
@@ -280,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
         for (int offset = kLanesPerKey / 2; offset > 0; offset /= 2)
           dot += __shfl_xor_sync(0xffffffffu, dot, offset);
         if constexpr (kSoftcap)
-          dot = softcapScore(dot, capLog2, inverseCapLog2);
+          dot = fastSoftcapScore(dot, capLog2, inverseCapLog2);
         score[h][u] = b.valid[u] ? dot : -INFINITY;
       }
     }

@@ -149,6 +149,31 @@ __device__ __forceinline__ float softcapScore(float score, float cap,
   return cap * tanhf(score * inverseCap);
 }
 
+/// tanh(x) as 1 - 2 / (2^(2 log2(e) x) + 1), x clamped to [-9, 9] (tanh(9)
+/// is 1 in fp32; NaN stays NaN), the reciprocal by three Newton steps from
+/// the exponent-trick guess (12% off): one MUFU operation (ex2) where tanhf
+/// takes two (ex2 and rcp) and tanh.approx one but 2^-11 relative error.
+/// The tensor-core prefills, whose softmax exp2 already keeps the MUFU
+/// units busy, and the split-KV decode soft-cap through this. Absolute error
+/// below 2^-21 (1.8e-7 with an exact exp2 over [-20, 20]): capped scores
+/// move by at most cap * 2^-21, far under the bf16 rounding of the
+/// prefills' probabilities and within the decode's fp32 test bound.
+__device__ __forceinline__ float fastTanh(float x) {
+  x = x > 9.0f ? 9.0f : (x < -9.0f ? -9.0f : x);
+  const float d = exp2f(2.8853900817779268f * x) + 1.0f; // [1, 6.6e7]
+  float r = __int_as_float(0x7EF311C3 - __float_as_int(d));
+#pragma unroll
+  for (int i = 0; i < 3; ++i)
+    r = fmaf(r, fmaf(-d, r, 1.0f), r);
+  return fmaf(-2.0f, r, 1.0f);
+}
+
+/// softcapScore through fastTanh (the tensor-core prefills, split-KV decode).
+__device__ __forceinline__ float fastSoftcapScore(float score, float cap,
+                                                  float inverseCap) {
+  return cap * fastTanh(score * inverseCap);
+}
+
 /// The fp8 code of `x` (E4M3: of x / scale, the caller passes the quotient).
 template <KVCacheDtype T>
 __device__ __forceinline__ uint8_t encodeFp8(float x) {

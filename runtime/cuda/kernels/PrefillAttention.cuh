@@ -10,7 +10,7 @@
 // pool: key j is decoded to fp32, rotated at j (ropeKeyElement, the fp32
 // kernel's arithmetic), then rounded to bf16; values keep their path.
 // Soft-capped plans (AttentionDims::logitSoftcap > 0) cap the scaled scores
-// in fp32 (softcapScore) before the masks; like the rotation, a template
+// in fp32 (fastSoftcapScore) before the masks; like the rotation, a template
 // flag that costs nothing where it is off.
 //
 // One thread block of 4 warps per (tile of 64 rows, kv head). The rows of a
@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) {
         float x = s[n][e] * scaleLog2;
         if constexpr (kSoftcap)
-          x = softcapScore(x, capLog2, inverseCapLog2);
+          x = fastSoftcapScore(x, capLog2, inverseCapLog2);
         if (mask) {
           const int64_t key = keyStart + n * 8 + quad * 2 + (e & 1);
           const int64_t p = pos[e / 2];

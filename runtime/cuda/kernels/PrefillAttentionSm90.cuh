@@ -43,7 +43,7 @@
 // Soft-capped plans (AttentionDims::logitSoftcap > 0, a template flag of
 // the consumers) cap S in place before the masks, in the raw units the
 // consumers keep it in: s -> (cap / scale) tanh(s scale / cap), which the
-// softmax's scale then turns into cap tanh(s scale / cap) (softcapScore).
+// softmax's scale then turns into cap tanh(s scale / cap) (fastSoftcapScore).
 //
 // Keys outside [first visible, last + 1) in a tile read as zeros (staged) or
 // are masked (-inf scores) and their value rows zeroed by the consumers
@@ -651,7 +651,7 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
     if constexpr (kSoftcap) {
 #pragma unroll
       for (int i = 0; i < 64; ++i)
-        s[i] = softcapScore(s[i], rawCap, inverseRawCap);
+        s[i] = fastSoftcapScore(s[i], rawCap, inverseRawCap);
     }
     const bool mask = tileStart + kKeys - 1 > posLo ||
                       (window > 0 && tileStart <= posHi - window);

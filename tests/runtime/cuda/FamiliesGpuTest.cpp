@@ -13,7 +13,17 @@
 //   logits against HF fp32 no larger than HF's own bf16 run's
 //   (tests/fixtures/bf16/NAME), the max error within kBf16MaxFactor of HF's;
 // - decode steps (prefill, then one token at a time, past Gemma's sliding
-//   window of 8) against the CPU backend fed the same tokens, kGpuCpuTol.
+//   window of 8) against the CPU backend fed the same tokens: kGpuCpuTol,
+//   or kDecodeShareOfBf16 of HF's own bf16 error where that is larger. Over
+//   24 steps the two caches collect different bf16 rounding flips, and how
+//   far a flip carries is the model's: the Gemma 2 fixture (std-0.2
+//   weights, sqrt(hidden)-scaled embeddings, soft-caps) turns HF's own bf16
+//   rounding into 0.33 of its largest logit (its CPU bf16 plan: 0.26 of the
+//   fp32 plan's over 57 positions), 4 to 25 times the other fixtures', and
+//   its decode steps differ by 0.025 (the prompt logits: 0.008), where the
+//   attention kernel it runs (head_dim 32: the fp32 kernel) is within 1e-6
+//   of the CPU's on its shapes
+//   (CudaKernelsTest.PagedAttentionSoftcapOnTheFp32Kernel).
 //
 //===----------------------------------------------------------------------===//
 
@@ -42,6 +52,9 @@ namespace fs = std::filesystem;
 constexpr double kGpuCpuTol = 2e-2;
 /// How far above HF's own bf16 max logit error the GPU's may be.
 constexpr double kBf16MaxFactor = 2.0;
+/// The share of HF's own bf16 max logit error that decode steps may differ
+/// from the CPU's by, where it is above kGpuCpuTol.
+constexpr double kDecodeShareOfBf16 = 0.25;
 
 /// RMS of the differences over RMS of the reference, and max |diff| over
 /// max |ref|, pooled over several arrays.
@@ -169,7 +182,17 @@ TEST_P(CudaFamiliesTest, DecodeStepsFollowTheCpu) {
   // Both backends take the GPU's greedy token at every step, so they see the
   // same sequence however close a choice is.
   constexpr int64_t kSteps = 24;
-  ErrorStats cpu;
+  ErrorStats cpu, hfBf16;
+  for (size_t k = 0; k < case_.bf16Logits.size(); ++k) {
+    const std::vector<float> hf = readReference(case_.logits[k]);
+    const std::vector<float> own = readReference(case_.bf16Logits[k]);
+    ASSERT_EQ(hf.size(), own.size());
+    hfBf16.add(own.data(), hf.data(), static_cast<int64_t>(hf.size()));
+  }
+  const double tol =
+      case_.bf16Logits.empty()
+          ? kGpuCpuTol
+          : std::max(kGpuCpuTol, kDecodeShareOfBf16 * hfBf16.max());
   for (const std::vector<int32_t> &prompt : case_.inputs) {
     const int64_t maxBlocks = blocksFor(prompt.size() + kSteps);
     StatusOr<std::unique_ptr<Backend>> g = gpuBackend(maxBlocks);
@@ -195,8 +218,8 @@ TEST_P(CudaFamiliesTest, DecodeStepsFollowTheCpu) {
     }
   }
   std::cout << "[ family   ] " << case_.name << " decode steps: vs CPU bf16 "
-            << cpu.max() << " max\n";
-  EXPECT_LT(cpu.max(), kGpuCpuTol) << case_.name;
+            << cpu.max() << " max (bound " << tol << ")\n";
+  EXPECT_LT(cpu.max(), tol) << case_.name;
 }
 
 std::vector<std::string> familyNames() {

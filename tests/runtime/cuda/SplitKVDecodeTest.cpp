@@ -16,8 +16,9 @@
 // keys shows. A captured graph replays for other context lengths of the same
 // block-table width. Soft-capped scores (Gemma 2; caps of 5 to 50 over
 // scores of 4 to 30 standard deviations) keep the bound on every pool and
-// shape kind, and the same batch run without the cap is far from the
-// capped reference (the cases test the cap).
+// shape kind (the kernel's fastTanh moves a capped score by at most
+// cap * 2^-21, well inside it), and the same batch run without the cap is
+// far from the capped reference (the cases test the cap).
 //
 //===----------------------------------------------------------------------===//
 
