@@ -13,6 +13,7 @@
 #include "runtime/support/Fp8.h"
 #include "tests/runtime/support/Generate.h"
 #include "tests/runtime/support/LlamaPlan.h"
+#include "tests/runtime/support/WeightFixtures.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -35,23 +36,6 @@ const std::string kTarget =
     std::string(INFER_FIXTURES_DIR) + "/models/tiny-pycode-target";
 const std::string kGolden =
     std::string(INFER_FIXTURES_DIR) + "/golden/tiny-pycode.json";
-
-/// Makes every param read as a linear or logits weight FP8 E4M3, as
-/// infer-quantize-fp8 and the plan lowering do.
-void quantizeWeights(Artifact &artifact, const std::string &granularity) {
-  for (plan::RankPlan &rank : artifact.plan.ranks) {
-    std::vector<bool> isWeight(rank.values.size());
-    for (const plan::Step &step : rank.steps)
-      if (step.op == "linear" || step.op == "logits")
-        isWeight[step.operands[1]] = true;
-    for (plan::Value &v : rank.values)
-      if (isWeight[v.id]) {
-        v.dtype = plan::DType::kF8E4M3;
-        v.transforms.push_back(
-            {"quantize_fp8_e4m3", {{"granularity", granularity}}});
-      }
-  }
-}
 
 /// The id of the first linear step's weight.
 int firstLinearWeight(const Artifact &artifact) {
