@@ -677,14 +677,15 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       // A row with no visible key yet keeps max -inf; exponents use 0.
       const float base = m == -INFINITY ? 0.0f : m * scaleLog2;
-      correction[i] = exp2f(rowMax[i] * scaleLog2 - base);
+      correction[i] = fastExp2(rowMax[i] * scaleLog2 - base);
       rowMax[i] = m;
       float sum = 0.0f;
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float x = exp2f(fmaf(s[4 * n + 2 * i + e], scaleLog2, -base));
+          const float x =
+              fastExp2(fmaf(s[4 * n + 2 * i + e], scaleLog2, -base));
           s[4 * n + 2 * i + e] = x;
           sum += x;
         }
