@@ -271,10 +271,13 @@ __device__ __forceinline__ int planeOf(const CacheDims &dims, int layer,
   return (block * dims.numLayers + layer) * 2 + kv;
 }
 
-/// The producer of the bf16 variant: warp 0's lanes issue one TMA box each
-/// for the K tile, then the V tile, of every tile in turn. The block table
-/// entries of tile t + 1 are loaded while the producer waits for tile t's V
-/// stage, so their latency is not on the way to the next K.
+/// The producer of the bf16 variant: warp 0's lanes issue the K tiles' TMA
+/// boxes, warp 1's the V tiles', one box a lane, each warp on its own ring
+/// of barriers. A box takes a dozen instructions to issue (the compiler
+/// loops over the lanes, moving each lane's coordinates into uniform
+/// registers), so one warp issuing both made the consumers wait for K a
+/// sixth of their time at 8192 tokens (ncu). A warp loads the next tile's
+/// block table entries before it waits for the stage to empty.
 template <int D, int kStages>
 __device__ __forceinline__ void
 produceDirect(const CUtensorMap &map, const Sm90Params &p,
@@ -284,6 +287,10 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p,
   constexpr int kHalves = D / 64;
   constexpr uint32_t kTileBytes = kKeys * D * 2;
   const int lane = threadIdx.x % 32;
+  const int kv = threadIdx.x / 32; // 0: keys, 1: values
+  uint64_t *full = kv == 0 ? fullK : fullV;
+  uint64_t *empty = kv == 0 ? emptyK : emptyV;
+  uint8_t *tiles = smem + (kv == 0 ? kOffset : vOffset);
   const int blockSize = p.dims.blockSize;
   const int rows = blockSize < kKeys ? blockSize : kKeys;
   Box b = boxOf<kHalves>(g, blockSize, rows, g.tileBegin, lane);
@@ -294,22 +301,19 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p,
         __popc(__ballot_sync(0xffffffffu, b.valid)) * uint32_t(rows) * 128;
     const uint32_t dst = uint32_t(b.half) * kHalfBytes +
                          uint32_t(b.key0 - g.tileBegin - t * kKeys) * 128;
-    Box next = b;
-    for (int kv = 0; kv < 2; ++kv) {
-      uint64_t *full = kv == 0 ? fullK : fullV;
-      mbarrierWait(&(kv == 0 ? emptyK : emptyV)[stage], phase ^ 1);
-      if (lane == 0)
-        mbarrierArriveExpectTx(&full[stage], bytes);
-      __syncwarp();
-      if (b.valid)
-        tmaLoad4d(smem + (kv == 0 ? kOffset : vOffset) + stage * kTileBytes +
-                      dst,
-                  &map, &full[stage], b.half * 64, g.kvHead, b.key0 % blockSize,
-                  planeOf(p.dims, p.a.layer, b.block, kv));
-      if (kv == 0 && t + 1 < g.numTiles)
-        next = boxOf<kHalves>(g, blockSize, rows,
-                              g.tileBegin + int64_t(t + 1) * kKeys, lane);
-    }
+    const Box next =
+        t + 1 < g.numTiles
+            ? boxOf<kHalves>(g, blockSize, rows,
+                             g.tileBegin + int64_t(t + 1) * kKeys, lane)
+            : b;
+    mbarrierWait(&empty[stage], phase ^ 1);
+    if (lane == 0)
+      mbarrierArriveExpectTx(&full[stage], bytes);
+    __syncwarp();
+    if (b.valid)
+      tmaLoad4d(tiles + stage * kTileBytes + dst, &map, &full[stage],
+                b.half * 64, g.kvHead, b.key0 % blockSize,
+                planeOf(p.dims, p.a.layer, b.block, kv));
     b = next;
   }
 }
@@ -877,7 +881,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     lowerRegisters<V::kProducerRegs>();
     // The CTA's work items in turn, the ring's stages and phases going on
     // from one to the next.
-    if (!V::kStaged && threadIdx.x >= 32)
+    if (!V::kStaged && threadIdx.x >= 64)
       return;
     int it = 0;
     do {
