@@ -271,13 +271,15 @@ __device__ __forceinline__ int planeOf(const CacheDims &dims, int layer,
   return (block * dims.numLayers + layer) * 2 + kv;
 }
 
-/// The producer of the bf16 variant: warp 0's lanes issue the K tiles' TMA
-/// boxes, warp 1's the V tiles', one box a lane, each warp on its own ring
-/// of barriers. A box takes a dozen instructions to issue (the compiler
-/// loops over the lanes, moving each lane's coordinates into uniform
-/// registers), so one warp issuing both made the consumers wait for K a
-/// sixth of their time at 8192 tokens (ncu). A warp loads the next tile's
-/// block table entries before it waits for the stage to empty.
+/// The producer of the bf16 variant: warps 0 and 1 issue the K tiles' TMA
+/// boxes, warps 2 and 3 the V tiles', one box a lane (box j of a tile to
+/// warp j % 2 of its pair), each pair arriving on its own ring of barriers.
+/// A box takes a dozen instructions to issue (the compiler loops over the
+/// lanes, moving each lane's coordinates into uniform registers): one warp
+/// issuing all of them made the consumers wait for K a sixth of their time
+/// at 8192 tokens (ncu), and two warps took 436 to 539 TFLOP/s. A warp
+/// loads the next tile's block table entries before it waits for the stage
+/// to empty.
 template <int D, int kStages>
 __device__ __forceinline__ void
 produceDirect(const CUtensorMap &map, const Sm90Params &p,
@@ -286,14 +288,15 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p,
               uint32_t kOffset, uint32_t vOffset, int it0) {
   constexpr int kHalves = D / 64;
   constexpr uint32_t kTileBytes = kKeys * D * 2;
-  const int lane = threadIdx.x % 32;
-  const int kv = threadIdx.x / 32; // 0: keys, 1: values
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int kv = warp / 2; // 0: keys, 1: values
+  const int j = 2 * lane + warp % 2;
   uint64_t *full = kv == 0 ? fullK : fullV;
   uint64_t *empty = kv == 0 ? emptyK : emptyV;
   uint8_t *tiles = smem + (kv == 0 ? kOffset : vOffset);
   const int blockSize = p.dims.blockSize;
   const int rows = blockSize < kKeys ? blockSize : kKeys;
-  Box b = boxOf<kHalves>(g, blockSize, rows, g.tileBegin, lane);
+  Box b = boxOf<kHalves>(g, blockSize, rows, g.tileBegin, j);
   for (int t = 0; t < g.numTiles; ++t) {
     const int stage = (it0 + t) % kStages;
     const uint32_t phase = ((it0 + t) / kStages) & 1;
@@ -304,9 +307,10 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p,
     const Box next =
         t + 1 < g.numTiles
             ? boxOf<kHalves>(g, blockSize, rows,
-                             g.tileBegin + int64_t(t + 1) * kKeys, lane)
+                             g.tileBegin + int64_t(t + 1) * kKeys, j)
             : b;
     mbarrierWait(&empty[stage], phase ^ 1);
+    // Each warp of the pair arrives once, with its own boxes' bytes.
     if (lane == 0)
       mbarrierArriveExpectTx(&full[stage], bytes);
     __syncwarp();
@@ -858,8 +862,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t *stagingFull = bars + 4 * kStages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrierInit(&fullK[s], V::kStagedK ? 128 : 1);
-      mbarrierInit(&fullV[s], V::kStagedV ? 128 : 1);
+      // Arrivals: the 128 converting threads (staged), the one warp
+      // issuing V of a staged variant, or the two warps of a direct pair.
+      mbarrierInit(&fullK[s], V::kStagedK ? 128 : 2);
+      mbarrierInit(&fullV[s], V::kStagedV ? 128 : (V::kStaged ? 1 : 2));
       mbarrierInit(&emptyK[s], 4 * kConsumers);
       mbarrierInit(&emptyV[s], 4 * kConsumers);
     }
@@ -881,8 +887,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     lowerRegisters<V::kProducerRegs>();
     // The CTA's work items in turn, the ring's stages and phases going on
     // from one to the next.
-    if (!V::kStaged && threadIdx.x >= 64)
-      return;
     int it = 0;
     do {
       if constexpr (V::kStaged)
