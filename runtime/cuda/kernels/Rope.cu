@@ -182,8 +182,8 @@ cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
       // A thread an item, a block of up to kThreads threads looping over
       // the items of wider rows.
       const int64_t items = heads * ((headDim - rotaryDim / 2) / kRopePack);
-      const int threads =
-          static_cast<int>(std::min<int64_t>(kThreads, (items + 31) / 32 * 32));
+      const int threads = static_cast<int>(
+          std::clamp<int64_t>((items + 31) / 32 * 32, 32, kThreads));
       const int64_t blocks = std::min<int64_t>(t, int64_t(1) << 20);
       ropePackedKernel<<<static_cast<unsigned>(blocks), threads,
                          static_cast<size_t>(rotaryDim) * sizeof(float),
