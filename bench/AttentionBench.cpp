@@ -1,6 +1,7 @@
 //===- AttentionBench.cpp - Paged attention kernels against ceilings ------===//
 //
 //   infer-attention-bench [--prefill 2048,8192] [--decode 1:32768,256:2048]
+//       [--rope 2048,8192]
 //       [--heads 32 --kv-heads 8 --head-dim 128 --block-size 16]
 //       [--pools bf16,e4m3,e5m2] [--softcap 0] [--repeats 7]
 //
@@ -14,7 +15,17 @@
 //            2 matmuls x 2 FLOPs x N(N+1)/2 x head_dim x heads;
 //   decode   B sequences of C cached tokens, one new token each
 //            (launchPagedAttention: the split-KV kernel with its workspace):
-//            us and GB/s counting the K/V bytes (and E4M3 scales) read.
+//            us and GB/s counting the K/V bytes (and E4M3 scales) read;
+//   rope     (only with --rope) N tokens' rope of q (launchRope) and
+//            rope_kv_cache_write of k and v into each pool
+//            (launchRopeKVCacheWrite, slots in shuffled blocks), q, k and v
+//            column views of one merged q/k/v row as a forward call has
+//            them, positions 0 .. N-1, full rotary dims, plain inverse
+//            frequencies of theta 500000: us and GB/s counting the bytes
+//            read and written (rows, codes and E4M3 scales), as the
+//            launchers' packed kernels take them (access=packed) and with
+//            every row one element off 16-byte alignment, which they leave
+//            to the element kernels (access=element).
 // Beside them the ceilings measured in the same run: the device-to-device
 // copy bandwidth (1 GiB cudaMemcpy, read + write) and a bf16 GEMM of
 // 8192^3 through cuBLASLt (fp32 accumulation). Each figure is the median of
@@ -26,6 +37,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/cuda/CacheWriteKernels.h"
 #include "runtime/cuda/Kernels.h"
 
 #include <cublasLt.h>
@@ -183,6 +195,7 @@ struct Options {
   std::vector<std::pair<int, int>> decode = {
       {1, 32768},  {32, 1024},  {32, 8192}, {32, 32768},
       {128, 4096}, {256, 1024}, {256, 2048}};
+  std::vector<int> rope;
   std::vector<std::string> pools = {"bf16", "e4m3", "e5m2"};
   int heads = 32, kvHeads = 8, headDim = 128, blockSize = 16, repeats = 7;
   float softcap = 0.0f;
@@ -220,6 +233,10 @@ Options parse(int argc, char **argv) {
         o.decode.push_back(
             {std::stoi(bc.substr(0, colon)), std::stoi(bc.substr(colon + 1))});
       }
+    } else if (flag == "--rope") {
+      o.rope.clear();
+      for (const std::string &n : split(value))
+        o.rope.push_back(std::stoi(n));
     } else if (flag == "--pools") {
       o.pools = split(value);
     } else if (flag == "--heads") {
@@ -353,6 +370,116 @@ AttentionDims attentionOf(const Options &o) {
   return a;
 }
 
+/// Device memory of `count` elements of T, freed with the object.
+template <typename T> struct DeviceBuffer {
+  T *data = nullptr;
+  explicit DeviceBuffer(size_t count) {
+    check(cudaMalloc(&data, std::max<size_t>(count, 1) * sizeof(T)), "buffer");
+  }
+  ~DeviceBuffer() { cudaFree(data); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  void upload(const std::vector<T> &host) {
+    check(cudaMemcpy(data, host.data(), host.size() * sizeof(T),
+                     cudaMemcpyHostToDevice),
+          "upload");
+  }
+};
+
+/// The rope mode (see the file comment): "result rope" lines.
+void benchRope(const Options &o, double copy, std::mt19937 &rng) {
+  const int d = o.headDim;
+  const int64_t qWidth = int64_t(o.heads) * d, kvWidth = int64_t(o.kvHeads) * d;
+  const int64_t ld = qWidth + 2 * kvWidth; // a merged q/k/v row
+  std::vector<float> invFreq(d / 2);
+  for (int j = 0; j < d / 2; ++j)
+    invFreq[j] =
+        static_cast<float>(1.0 / std::pow(500000.0, 2.0 * j / double(d)));
+  DeviceBuffer<float> dFreq(invFreq.size());
+  dFreq.upload(invFreq);
+  for (int n : o.rope) {
+    if (n <= 0)
+      die("--rope takes token counts > 0");
+    // Rows ld apart from the buffer's start (packed) or ld + 1 apart from
+    // its second element (element); random bf16 bits, finite, |x| < 1/2.
+    const size_t elements = size_t(n) * (ld + 8);
+    std::vector<__nv_bfloat16> chunk(std::min<size_t>(elements, 1 << 22));
+    std::uniform_int_distribution<int> bits(0, 0xFFFF);
+    for (auto &x : chunk) {
+      const auto b = static_cast<unsigned short>(bits(rng));
+      x = __ushort_as_bfloat16(
+          static_cast<unsigned short>((b & 0x80FF) | 0x3E00));
+    }
+    DeviceBuffer<__nv_bfloat16> qkv(elements), out(size_t(n) * qWidth);
+    for (size_t at = 0; at < elements; at += chunk.size())
+      check(cudaMemcpy(qkv.data + at, chunk.data(),
+                       std::min(chunk.size(), elements - at) * 2,
+                       cudaMemcpyHostToDevice),
+            "qkv upload");
+    std::vector<int32_t> positions(n);
+    std::iota(positions.begin(), positions.end(), 0);
+    const int64_t blocks = (n + o.blockSize - 1) / o.blockSize;
+    std::vector<int64_t> order(blocks), slots(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int p = 0; p < n; ++p)
+      slots[p] = order[p / o.blockSize] * o.blockSize + p % o.blockSize;
+    DeviceBuffer<int32_t> dPositions(n);
+    DeviceBuffer<int64_t> dSlots(n);
+    dPositions.upload(positions);
+    dSlots.upload(slots);
+    auto report = [&](const std::string &kernel, const char *access,
+                      double bytes, double ms) {
+      const double gbps = bytes / (ms * 1e-3) / 1e9;
+      std::printf("result rope kernel=%s access=%s tokens=%d us=%.1f "
+                  "gbps=%.0f pct_copy=%.0f\n",
+                  kernel.c_str(), access, n, ms * 1e3, gbps,
+                  100 * gbps * 1e9 / copy);
+    };
+    for (const char *access : {"packed", "element"}) {
+      const bool packed = std::strcmp(access, "packed") == 0;
+      const __nv_bfloat16 *q = qkv.data + (packed ? 0 : 1);
+      const int64_t rowLd = packed ? ld : ld + 1;
+      const double ms = timeLaunches(
+          [&](cudaStream_t s) {
+            return launchRope(q, out.data, n, o.heads, d, d, dPositions.data,
+                              dFreq.data, s, rowLd);
+          },
+          o.repeats);
+      report("rope", access, 2.0 * n * qWidth * 2, ms);
+    }
+    for (const std::string &name : o.pools) {
+      const KVCacheDtype dtype = dtypeOf(name);
+      const CacheDims dims{1, o.kvHeads, d, o.blockSize};
+      const size_t poolElements =
+          size_t(blocks) * 2 * o.blockSize * size_t(kvWidth);
+      DeviceBuffer<uint8_t> data(poolElements * kvCacheElementBytes(dtype));
+      DeviceBuffer<float> scales(poolElements / d);
+      check(cudaMemset(scales.data, 0, poolElements / d * sizeof(float)),
+            "scales");
+      const KVCachePool pool =
+          dtype == KVCacheDtype::kBf16
+              ? KVCachePool(reinterpret_cast<__nv_bfloat16 *>(data.data))
+              : KVCachePool(data.data, scales.data, dtype);
+      const double bytes =
+          2.0 * n * kvWidth * (2 + kvCacheElementBytes(dtype)) +
+          (dtype == KVCacheDtype::kF8E4M3 ? 2.0 * n * o.kvHeads * 4 : 0.0);
+      for (const char *access : {"packed", "element"}) {
+        const bool packed = std::strcmp(access, "packed") == 0;
+        const __nv_bfloat16 *k = qkv.data + (packed ? 0 : 1) + qWidth;
+        const int64_t rowLd = packed ? ld : ld + 1;
+        const double ms = timeLaunches(
+            [&](cudaStream_t s) {
+              return launchRopeKVCacheWrite(pool, dims, 0, k, k + kvWidth,
+                                            dSlots.data, dPositions.data, n, d,
+                                            dFreq.data, s, rowLd, rowLd);
+            },
+            o.repeats);
+        report("rope_kv_cache_write pool=" + name, access, bytes, ms);
+      }
+    }
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -423,5 +550,6 @@ int main(int argc, char **argv) {
     }
     cudaFree(workspace);
   }
+  benchRope(o, copy, rng);
   return 0;
 }

@@ -12,8 +12,26 @@
 // head vector as fp32 (the key rotated as ropeKernel in Rope.cu rotates it,
 // when `rotate`: the block takes the cosine and sine of each of its tokens'
 // pairs once, in double as Rope.cu does (ropeFactors), into shared memory
-// for all their heads), and stores each once in the pool's type; an E4M3 pool
-// takes the warp's amax for the scale, as cpu::KVPool::storeHead does.
+// for all their heads; pairs turned by ropeRotate, the CPU's arithmetic),
+// and stores each once in the pool's type; an E4M3 pool takes the warp's
+// amax for the scale, as cpu::KVPool::storeHead does.
+//
+// Rows in whole 16-byte packs (head_dim, rotaryDim / 2, kLd and vLd
+// multiples of 8, k, v and the pool 16-byte aligned) take
+// cacheWritePackedKernel instead, one token a block: a lane holds 8
+// consecutive elements of a row (or, below rotaryDim / 2, 8 elements and
+// their 8 partners, as ropePackedKernel in Rope.cu), loaded in 16-byte
+// accesses, and stores them as 16 bytes of bf16 or 8 of fp8 codes:
+//
+//   token's rows   k head 0 .. kvh-1, then v head 0 .. kvh-1
+//   a row          P = (head_dim - rotaryDim / 2) / 8 items on L lanes
+//                  (L: P rounded up to a power of 2; 32 / L rows a warp)
+//
+// The E4M3 amax is the maximum over the row's L lanes (shuffles within the
+// aligned group), the same value as the warp's above; each element takes
+// the arithmetic it takes there, so both paths store the same bytes. A
+// thread loads its first row before the block computes the factors, so
+// the load's latency hides theirs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -78,8 +96,9 @@ __global__ void __launch_bounds__(kThreads)
           const int f = e < half ? e : e - half;
           const float c = factors[tk * rotaryDim + f],
                       s = factors[tk * rotaryDim + half + f];
-          const float x1 = toFloat(row[f]), x2 = toFloat(row[f + half]);
-          x[r] = e < half ? x1 * c - x2 * s : x2 * c + x1 * s;
+          const float2 y =
+              ropeRotate(toFloat(row[f]), toFloat(row[f + half]), c, s);
+          x[r] = e < half ? y.x : y.y;
         }
         amax = fmaxf(amax, fabsf(x[r]));
       }
@@ -113,12 +132,158 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+static_assert(kMaxHeadDim / kRopePack <= 32, "a row's items fit a warp");
+
+/// A lane's items of cacheWritePackedKernel as raw words: elements [at,
+/// at + 8) of the row, and [at + half, ...) for a pair item.
+struct CacheItem {
+  uint4 x1, x2;
+  int at = 0;
+  bool pair = false;
+};
+
+template <typename T>
+__device__ __forceinline__ CacheItem loadCacheItem(const T *row, int item,
+                                                   int half) {
+  CacheItem it;
+  const int j = item * kRopePack;
+  it.pair = j < half;
+  it.at = it.pair ? j : j + half;
+  it.x1 = *reinterpret_cast<const uint4 *>(row + it.at);
+  it.x2 = it.pair ? *reinterpret_cast<const uint4 *>(row + it.at + half)
+                  : make_uint4(0, 0, 0, 0);
+  return it;
+}
+
+/// Stores 8 values of a head vector at element `offset` of the pool, in the
+/// pool's type (E4M3: the codes of value / scale; 0 codes for scale 0).
+template <KVCacheDtype D>
+__device__ __forceinline__ void storePack(void *data, int64_t offset,
+                                          const float (&x)[kRopePack],
+                                          float scale) {
+  if constexpr (D == KVCacheDtype::kBf16) {
+    __stwb(
+        reinterpret_cast<uint4 *>(static_cast<__nv_bfloat16 *>(data) + offset),
+        packFloats<__nv_bfloat16>(x));
+  } else {
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int e = 0; e < kRopePack; ++e) {
+      uint32_t code;
+      if constexpr (KVElement<D>::kScaled)
+        code = scale == 0.0f ? 0u : encodeFp8<D>(x[e] / scale);
+      else
+        code = encodeFp8<D>(x[e]);
+      w[e / 4] |= code << (8 * (e % 4));
+    }
+    __stwb(reinterpret_cast<uint2 *>(static_cast<uint8_t *>(data) + offset),
+           make_uint2(w[0], w[1]));
+  }
+}
+
+template <KVCacheDtype D, bool rotate, typename T>
+__global__ void __launch_bounds__(kThreads)
+    cacheWritePackedKernel(KVCachePool pool, CacheDims dims, int layer,
+                           const T *k, const T *v, const int64_t *slots,
+                           const int32_t *positions, int rotaryDim,
+                           const float *invFreq, int64_t t, int64_t kLd,
+                           int64_t vLd, int longFrom, DynamicRope dynamic,
+                           int rowLanes) {
+  __shared__ float factors[kMaxHeadDim]; // [half] cos, [half] sin
+  const int d = dims.headDim, kvh = dims.numKVHeads;
+  const int half = rotate ? rotaryDim / 2 : 0;
+  const int packs = (d - half) / kRopePack, rows = 2 * kvh;
+  const int lane = threadIdx.x % 32, item = lane % rowLanes;
+  // Each warp's rows together, so the E4M3 shuffles see whole rows.
+  const int warpRow = threadIdx.x / 32 * (32 / rowLanes),
+            rowStep = blockDim.x / rowLanes;
+  for (int64_t token = blockIdx.x; token < t; token += gridDim.x) {
+    const int64_t slot = slots[token];
+    const T *kt = k + token * kLd, *vt = v + token * vLd;
+    auto rowStart = [&](int row) {
+      return row < kvh ? kt + row * d : vt + (row - kvh) * d;
+    };
+    int row = warpRow + lane / rowLanes;
+    CacheItem it;
+    if (row < rows && item < packs)
+      it = loadCacheItem(rowStart(row), item, half);
+    if constexpr (rotate) {
+      __syncthreads(); // the last token's factors are read
+      ropeFactors(factors, token, 1, rotaryDim, invFreq, longFrom, positions,
+                  dynamic);
+      __syncthreads();
+    }
+    if (slot < 0)
+      continue; // the whole block's token
+    for (int base = warpRow; base < rows; base += rowStep) {
+      row = base + lane / rowLanes;
+      const bool active = row < rows && item < packs;
+      float x1[kRopePack], x2[kRopePack];
+      float amax = 0.0f;
+      if (active) {
+        unpackFloats<T>(it.x1, x1);
+        unpackFloats<T>(it.x2, x2);
+        if (rotate && it.pair && row < kvh) {
+#pragma unroll
+          for (int e = 0; e < kRopePack; ++e) {
+            const float2 y = ropeRotate(x1[e], x2[e], factors[it.at + e],
+                                        factors[half + it.at + e]);
+            x1[e] = y.x;
+            x2[e] = y.y;
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < kRopePack; ++e) // a copied item's x2: zeros
+          amax = fmaxf(amax, fmaxf(fabsf(x1[e]), fabsf(x2[e])));
+      }
+      float scale = 0.0f;
+      if constexpr (KVElement<D>::kScaled) {
+        for (int offset = rowLanes / 2; offset > 0; offset /= 2)
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+        // As the element path: a scale of 0 keeps codes 0.
+        scale = amax / 448.0f;
+      }
+      if (active) {
+        const int kv = row < kvh ? 0 : 1, head = row - kv * kvh;
+        const int64_t dst =
+            kvSlotOffset(dims, slot, layer, kv) + int64_t(head) * d;
+        if (KVElement<D>::kScaled && item == 0)
+          pool.scales[dst / d] = scale;
+        storePack<D>(pool.data, dst + it.at, x1, scale);
+        if (it.pair)
+          storePack<D>(pool.data, dst + it.at + half, x2, scale);
+      }
+      row += rowStep;
+      if (row < rows && item < packs)
+        it = loadCacheItem(rowStart(row), item, half);
+    }
+  }
+}
+
 template <KVCacheDtype D, bool rotate, typename T>
 cudaError_t launchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
                         const T *v, const int64_t *slots,
                         const int32_t *positions, int64_t t, int rotaryDim,
                         const float *invFreq, cudaStream_t stream, int64_t kLd,
                         int64_t vLd, int longFrom, DynamicRope dynamic) {
+  const int half = rotate ? rotaryDim / 2 : 0;
+  if (dims.headDim % kRopePack == 0 && half % kRopePack == 0 &&
+      kLd % kRopePack == 0 && vLd % kRopePack == 0 && packAligned(k) &&
+      packAligned(v) && packAligned(pool.data)) {
+    const int packs = (dims.headDim - half) / kRopePack;
+    int rowLanes = 1;
+    while (rowLanes < packs)
+      rowLanes *= 2;
+    const int rowsPerWarp = 32 / rowLanes;
+    const int warps = std::min(
+        kWarpsPerBlock, (2 * dims.numKVHeads + rowsPerWarp - 1) / rowsPerWarp);
+    const int64_t blocks = std::min<int64_t>(t, int64_t(1) << 20);
+    cacheWritePackedKernel<D, rotate>
+        <<<static_cast<unsigned>(blocks), 32 * warps, 0, stream>>>(
+            pool, dims, layer, k, v, slots, positions, rotaryDim, invFreq, t,
+            kLd, vLd, longFrom, dynamic, rowLanes);
+    return cudaGetLastError();
+  }
   const int64_t tiles = (t + kTokens - 1) / kTokens;
   const int64_t blocks =
       tiles < (int64_t(1) << 20) ? tiles : (int64_t(1) << 20);

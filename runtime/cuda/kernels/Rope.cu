@@ -9,9 +9,26 @@
 // then rounded, so both backends rotate by the same fp32 factors; the
 // double sin and cos are the kernel's costliest instructions, so each
 // (token, pair) takes them once for all heads. q and k are fp32, bf16 or
-// f16 (Elements.cuh): rotated in fp32, each result rounded once. The
-// inverse frequency comes from the table, or for a dynamic NTK rope from
-// the token's sequence length (RopeFrequency.cuh).
+// f16 (Elements.cuh): rotated in fp32, each result rounded once; bf16 and
+// f16 pairs by ropeRotate, the CPU's fp32 arithmetic. The inverse
+// frequency comes from the table, or for a dynamic NTK rope from the
+// token's sequence length (RopeFrequency.cuh).
+//
+// bf16 and f16 rows whose pairs fall in whole 16-byte packs take
+// ropePackedKernel, one token a block: a thread rotates V = 8 consecutive
+// pairs (or copies 8 elements past the rotary dims) with 16-byte loads and
+// stores, each element's arithmetic that of ropeKernel (the same bits):
+//
+//   head vector   [ x1 of the pairs | their x2        | copied        ]
+//                 0                half              rotaryDim   headDim
+//   rotated item  x1 [g*V, g*V + V) and x2 [half + g*V, ...)   (g*V < half)
+//   copied item   [half + g*V, half + g*V + V)                 (g*V >= half)
+//
+// It needs headDim, rotaryDim / 2 and xLd multiples of 8 and x and y
+// 16-byte aligned; other rows (odd column views, rotary dims such as 24,
+// fp32) take ropeKernel's element accesses. A thread loads its first item
+// before the block computes the factors, so the load's latency hides
+// theirs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -59,8 +76,83 @@ __global__ void __launch_bounds__(kThreads)
       const float c = factors[tk * rotaryDim + j],
                   s = factors[tk * rotaryDim + half + j];
       const float x1 = toFloat(xh[j]), x2 = toFloat(xh[j + half]);
-      yh[j] = fromFloat<T>(x1 * c - x2 * s);
-      yh[j + half] = fromFloat<T>(x2 * c + x1 * s);
+      if constexpr (std::is_same_v<T, float>) {
+        // fp32 rows keep the contracted arithmetic of Attention.cu's fp32
+        // rope_kv_cache_write, which equals this rope + kv_cache_write.
+        yh[j] = x1 * c - x2 * s;
+        yh[j + half] = x2 * c + x1 * s;
+      } else {
+        const float2 r = ropeRotate(x1, x2, c, s);
+        yh[j] = fromFloat<T>(r.x);
+        yh[j + half] = fromFloat<T>(r.y);
+      }
+    }
+  }
+}
+
+/// One item of ropePackedKernel (see the file comment) as raw words.
+struct RopeItem {
+  uint4 x1, x2;   // x2: the partners of x1 (unused by a copied pack)
+  int64_t at = 0; // element offset of x1 in the token's row and in y's
+  int pair = -1;  // the first pair of a rotated pack; -1: copied
+};
+
+template <typename T>
+__device__ __forceinline__ RopeItem loadRopeItem(const T *xt, int i,
+                                                 int packsPerHead, int headDim,
+                                                 int half) {
+  const int h = i / packsPerHead, j = (i - h * packsPerHead) * kRopePack;
+  RopeItem item;
+  item.pair = j < half ? j : -1;
+  item.at = int64_t(h) * headDim + (j < half ? j : j + half);
+  item.x1 = *reinterpret_cast<const uint4 *>(xt + item.at);
+  item.x2 = j < half ? *reinterpret_cast<const uint4 *>(xt + item.at + half)
+                     : make_uint4(0, 0, 0, 0);
+  return item;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    ropePackedKernel(const T *x, int64_t xLd, T *y, int64_t t, int heads,
+                     int headDim, int rotaryDim, const int32_t *positions,
+                     const float *invFreq, int longFrom, DynamicRope dynamic) {
+  extern __shared__ float factors[]; // [half] cos, [half] sin
+  const int half = rotaryDim / 2;
+  const int packsPerHead = (headDim - half) / kRopePack;
+  const int items = heads * packsPerHead;
+  for (int64_t token = blockIdx.x; token < t; token += gridDim.x) {
+    const T *xt = x + token * xLd;
+    T *yt = y + token * heads * int64_t(headDim);
+    int i = threadIdx.x;
+    RopeItem item;
+    if (i < items)
+      item = loadRopeItem(xt, i, packsPerHead, headDim, half);
+    __syncthreads(); // the last token's factors are read
+    ropeFactors(factors, token, 1, rotaryDim, invFreq, longFrom, positions,
+                dynamic);
+    __syncthreads();
+    while (i < items) {
+      if (item.pair >= 0) {
+        const int f = item.pair;
+        float x1[kRopePack], x2[kRopePack], y1[kRopePack], y2[kRopePack];
+        unpackFloats<T>(item.x1, x1);
+        unpackFloats<T>(item.x2, x2);
+#pragma unroll
+        for (int e = 0; e < kRopePack; ++e) {
+          const float2 r =
+              ropeRotate(x1[e], x2[e], factors[f + e], factors[half + f + e]);
+          y1[e] = r.x;
+          y2[e] = r.y;
+        }
+        __stwb(reinterpret_cast<uint4 *>(yt + item.at), packFloats<T>(y1));
+        __stwb(reinterpret_cast<uint4 *>(yt + item.at + half),
+               packFloats<T>(y2));
+      } else {
+        __stwb(reinterpret_cast<uint4 *>(yt + item.at), item.x1);
+      }
+      i += blockDim.x;
+      if (i < items)
+        item = loadRopeItem(xt, i, packsPerHead, headDim, half);
     }
   }
 }
@@ -83,14 +175,31 @@ cudaError_t launchRope(const T *x, T *y, int64_t t, int64_t heads, int headDim,
   if (heads * (headDim - rotaryDim / 2) > (int64_t(1) << 28) ||
       rotaryDim > 3072)
     return cudaErrorInvalidValue;
+  const int64_t ld = xLd ? xLd : heads * headDim;
+  if constexpr (sizeof(T) == 2) {
+    if (headDim % kRopePack == 0 && rotaryDim / 2 % kRopePack == 0 &&
+        ld % kRopePack == 0 && packAligned(x) && packAligned(y)) {
+      // A thread an item, a block of up to kThreads threads looping over
+      // the items of wider rows.
+      const int64_t items = heads * ((headDim - rotaryDim / 2) / kRopePack);
+      const int threads = static_cast<int>(
+          std::clamp<int64_t>((items + 31) / 32 * 32, 32, kThreads));
+      const int64_t blocks = std::min<int64_t>(t, int64_t(1) << 20);
+      ropePackedKernel<<<static_cast<unsigned>(blocks), threads,
+                         static_cast<size_t>(rotaryDim) * sizeof(float),
+                         stream>>>(x, ld, y, t, static_cast<int>(heads),
+                                   headDim, rotaryDim, positions, invFreq,
+                                   longFrom, dynamic);
+      return cudaGetLastError();
+    }
+  }
   const int64_t tiles = (t + kTokens - 1) / kTokens;
   const int64_t blocks =
       tiles < (int64_t(1) << 20) ? tiles : (int64_t(1) << 20);
   ropeKernel<<<static_cast<unsigned>(blocks), kThreads,
                static_cast<size_t>(kTokens) * rotaryDim * sizeof(float),
-               stream>>>(x, xLd ? xLd : heads * headDim, y, t,
-                         static_cast<int>(heads), headDim, rotaryDim, positions,
-                         invFreq, longFrom, dynamic);
+               stream>>>(x, ld, y, t, static_cast<int>(heads), headDim,
+                         rotaryDim, positions, invFreq, longFrom, dynamic);
   return cudaGetLastError();
 }
 

@@ -5,7 +5,8 @@
 // table from position longFrom on), or for a dynamic NTK rope the one of
 // the token's sequence, whose base follows the sequence's length after the
 // step (plan::dynamicRopeInverseFrequencies, with the same fp32 and double
-// operations).
+// operations); the factors a block takes from it (ropeFactors) and the
+// rotation of a pair by them (ropeRotate).
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,7 +15,11 @@
 
 #include "runtime/cuda/Kernels.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <type_traits>
 
 namespace infer::cuda {
 
@@ -54,6 +59,18 @@ __device__ inline float ropeInvFreq(const float *invFreq, int j, int rotaryDim,
                                        static_cast<double>(exponent)));
 }
 
+/// Pair (x1, x2) of a rotate-half rope turned by the factors (c, s): .x =
+/// x1 c - x2 s, .y = x2 c + x1 s, each product, difference and sum rounded
+/// on its own as the CPU reference computes them. Written out, not left to
+/// FMA contraction, whose choice of the product to fuse the compiler makes
+/// anew in each kernel: the element and packed paths of Rope.cu and
+/// CacheWrite.cu (bf16 and f16 rows) give the CPU's fp32 values bit for bit.
+__device__ __forceinline__ float2 ropeRotate(float x1, float x2, float c,
+                                             float s) {
+  return make_float2(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)),
+                     __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+}
+
 /// The rotation factors of tokens first .. first + count - 1 for a block:
 /// factors[tk * rotaryDim + j] = cos and [tk * rotaryDim + half + j] = sin
 /// of pair j's angle (position * inv_freq in fp32, the cosine and sine taken
@@ -76,6 +93,47 @@ __device__ inline void ropeFactors(float *factors, int64_t first, int count,
     const double a = static_cast<double>(angle);
     factors[i] = static_cast<float>(sine ? sin(a) : cos(a));
   }
+}
+
+/// Eight bf16 or f16 elements as one 16-byte access, element 0 in the low
+/// half of .x: the packed paths keep rows as raw words and convert them
+/// with these, where a Pack<T, 8> held across the factors' computation came
+/// out of the compiler as eight 2-byte stores.
+constexpr int kRopePack = 8;
+
+template <typename T>
+__device__ __forceinline__ void unpackFloats(uint4 words,
+                                             float (&out)[kRopePack]) {
+  static_assert(sizeof(T) == 2, "packs of bf16 or f16");
+  const uint32_t w[4] = {words.x, words.y, words.z, words.w};
+#pragma unroll
+  for (int e = 0; e < kRopePack; ++e) {
+    const auto bits = static_cast<unsigned short>(w[e / 2] >> (16 * (e % 2)));
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+      out[e] = __bfloat162float(__ushort_as_bfloat16(bits));
+    else
+      out[e] = __half2float(__ushort_as_half(bits));
+  }
+}
+
+/// The words of `in` each rounded once to T (fromFloat's rounding).
+template <typename T>
+__device__ __forceinline__ uint4 packFloats(const float (&in)[kRopePack]) {
+  static_assert(sizeof(T) == 2, "packs of bf16 or f16");
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t bits[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        bits[h] = __bfloat16_as_ushort(__float2bfloat16_rn(in[2 * i + h]));
+      else
+        bits[h] = __half_as_ushort(__float2half_rn(in[2 * i + h]));
+    }
+    w[i] = bits[0] | bits[1] << 16;
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 } // namespace infer::cuda

@@ -17,16 +17,19 @@
 //   2^-20 |cpu|        silu, silu_mul: expf and fp32 division against exp
 //                      in double (a few fp32 ulp); gelu_tanh adds 2^-16
 //                      absolute, where 1 + tanh cancels for x << 0
-//   2^-21 max |x|      rope and rope_kv_cache_write: the GPU fuses x1 c -
-//                      x2 s into an fma, and its cos / sin in double may
-//                      round to the neighbouring float (both ~2^-24 of the
-//                      operands); fp8 pools: one code step, since either
-//                      side of a midpoint is right, and E4M3 scales 2^-19
+//   2^-21 max |x|      rope and rope_kv_cache_write: the CPU's fp32
+//                      operations (ropeRotate, no fma), but the GPU's cos /
+//                      sin in double may round to the neighbouring float
+//                      (~2^-24 of the operands); fp8 pools: one code step,
+//                      since either side of a midpoint is right, and E4M3
+//                      scales 2^-19
 //   2^-14 |cpu| +      fused: six ops in fp32 with expf / tanhf against the
 //   2^-12              CPU's double ones, through products of up to |12|
 //
 // Shapes cover 16-byte packs (rows a multiple of 8 elements, aligned) and
-// the element-wise fallback (odd rows, misaligned pointers). A kernel of
+// the element-wise fallback (odd rows, misaligned pointers); the rope and
+// cache-write kernels of both give the same bits (column views of merged
+// q/k/v rows, aligned and one element off). A kernel of
 // each launcher family (map, binary, row norm, rows, fused, rope, cache
 // write) also replays from a CUDA graph bit for bit after an eager run, as
 // the backend's decode graphs run them.
@@ -47,9 +50,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <iostream>
 #include <limits>
 #include <random>
 #include <type_traits>
+#include <utility>
 
 namespace infer::testing {
 namespace {
@@ -513,9 +519,14 @@ TYPED_TEST(Bf16KernelsTest, RopeRotatesInFp32) {
     const char *scaling;
     int headDim, rotaryDim, heads, t;
   };
+  // Contiguous rows take the packed kernel where head_dim and rotary_dim / 2
+  // are multiples of 8 (rotary 24 never does; 64 heads of 128 loop over 512
+  // items a block; head_dim 96 with rotary 32 copies packs past them).
   for (Case c :
        {Case{"default", 64, 64, 4, 9}, Case{"linear", 128, 128, 32, 3},
-        Case{"llama3", 128, 128, 8, 17}, Case{"default", 64, 32, 2, 5}}) {
+        Case{"llama3", 128, 128, 8, 17}, Case{"default", 64, 32, 2, 5},
+        Case{"default", 64, 24, 2, 5}, Case{"llama3", 128, 128, 64, 4},
+        Case{"default", 96, 32, 3, 7}, Case{"default", 96, 96, 4, 40}}) {
     cpu::RopeConfig config;
     config.headDim = c.headDim;
     config.rotaryDim = c.rotaryDim;
@@ -551,19 +562,31 @@ TYPED_TEST(Bf16KernelsTest, RopeRotatesInFp32) {
     EXPECT_TRUE(
         withinBound(got, want, Bound{0.5, 0x1p-22, 0x1p-21 * maxAbs}, width))
         << where;
-    // The same rows as a column view of a wider matrix: the same bits.
-    const int64_t ld = width + 37, column = 5;
-    std::vector<float> wide = this->randomT(size_t(c.t) * ld);
-    for (int r = 0; r < c.t; ++r)
-      std::copy_n(x.begin() + r * width, width, wide.begin() + r * ld + column);
-    DeviceArray<T> dWide(narrowAll<T>(wide));
-    auto yView = DeviceArray<T>::poisoned(x.size());
-    ASSERT_EQ(cuda::launchRope(dWide.get() + column, yView.get(), c.t, c.heads,
-                               c.headDim, c.rotaryDim, dPos.get(), dFreq.get(),
-                               nullptr, ld),
-              cudaSuccess);
-    EXPECT_TRUE(sameBits(yView.download(), got, width))
-        << where << ", rows " << ld << " apart";
+    const std::vector<T> cpuRounded = narrowAll<T>(want);
+    int64_t differing = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      differing += std::memcmp(&got[i], &cpuRounded[i], sizeof(T)) != 0;
+    std::cout << "[ kernel   ] " << where << " (" << this->name()
+              << "): elements differing from the cpu's: " << differing << "\n";
+    // The same rows as column views of a wider matrix (q of a merged q/k/v
+    // output): rows a multiple of 8 apart from an aligned column (the
+    // packed kernel) and an odd number apart from an odd one (the element
+    // kernel). The same bits.
+    for (auto [ld, column] : {std::pair<int64_t, int64_t>{width + 24, 8},
+                              std::pair<int64_t, int64_t>{width + 37, 5}}) {
+      std::vector<float> wide = this->randomT(size_t(c.t) * ld);
+      for (int r = 0; r < c.t; ++r)
+        std::copy_n(x.begin() + r * width, width,
+                    wide.begin() + r * ld + column);
+      DeviceArray<T> dWide(narrowAll<T>(wide));
+      auto yView = DeviceArray<T>::poisoned(x.size());
+      ASSERT_EQ(cuda::launchRope(dWide.get() + column, yView.get(), c.t,
+                                 c.heads, c.headDim, c.rotaryDim, dPos.get(),
+                                 dFreq.get(), nullptr, ld),
+                cudaSuccess);
+      EXPECT_TRUE(sameBits(yView.download(), got, width))
+          << where << ", rows " << ld << " apart from column " << column;
+    }
     if (c.t == 17)
       EXPECT_TRUE(replaysInGraph(
           [&](cudaStream_t s) {
@@ -624,6 +647,18 @@ TYPED_TEST(Bf16KernelsTest, DynamicRopeFollowsEachSequencesLength) {
     maxAbs = std::max(maxAbs, double(std::fabs(v)));
   EXPECT_TRUE(withinBound(y.download(), want,
                           Bound{0.5, 0x1p-22, 0x1p-21 * maxAbs}, width));
+  // The element kernel (rows one element off alignment): the same bits.
+  const int64_t ld = width + 1;
+  std::vector<float> wide = this->randomT(size_t(t) * ld + 1);
+  for (int r = 0; r < t; ++r)
+    std::copy_n(x.begin() + r * width, width, wide.begin() + r * ld + 1);
+  DeviceArray<T> dWide(narrowAll<T>(wide));
+  auto yOdd = DeviceArray<T>::poisoned(x.size());
+  ASSERT_EQ(cuda::launchRope(dWide.get() + 1, yOdd.get(), t, heads,
+                             config.headDim, config.rotaryDim, dPos.get(),
+                             dFreq.get(), nullptr, ld, 0, dynamic),
+            cudaSuccess);
+  EXPECT_TRUE(sameBits(yOdd.download(), y.download(), width));
 }
 
 //===----------------------------------------------------------------------===//
@@ -634,11 +669,13 @@ struct CacheCase {
   int kvHeads, headDim, rotaryDim, blockSize, t;
 };
 // head_dim 96 leaves lanes of the last 32-element step idle; 256 is the
-// largest; partial rotary dims.
-const CacheCase kCacheCases[] = {{2, 64, 64, 16, 20},
-                                 {8, 128, 128, 16, 5},
-                                 {1, 96, 32, 8, 9},
-                                 {4, 256, 256, 16, 3}};
+// largest; partial rotary dims. The packed kernel takes every case but
+// rotary 24 (half 12) in contiguous rows: rows of 4, 6 (padded to 8), 10
+// (to 16) and 16 items of 8 elements, Llama-3's shape over several blocks.
+const CacheCase kCacheCases[] = {{2, 64, 64, 16, 20},  {8, 128, 128, 16, 5},
+                                 {1, 96, 32, 8, 9},    {4, 256, 256, 16, 3},
+                                 {3, 96, 96, 16, 11},  {2, 64, 24, 16, 7},
+                                 {8, 128, 128, 16, 40}};
 
 const KVCacheDtype kPoolDtypes[] = {KVCacheDtype::kBf16, KVCacheDtype::kF8E5M2,
                                     KVCacheDtype::kF8E4M3};
@@ -692,6 +729,16 @@ struct TwoPools {
       return cuda::KVCachePool(gpuValues.get());
     return cuda::KVCachePool(gpuCodes.get(), gpuScales.get(), dtype);
   }
+  /// The GPU pool's bytes equal those of `other`'s GPU pool.
+  ::testing::AssertionResult sameGpuBytes(const TwoPools &other) const {
+    if (auto same =
+            sameBits(gpuValues.download(), other.gpuValues.download(), headDim);
+        !same)
+      return same;
+    if (gpuCodes.download() != other.gpuCodes.download())
+      return ::testing::AssertionFailure() << "fp8 codes differ";
+    return sameBits(gpuScales.download(), other.gpuScales.download(), 1);
+  }
   /// The GPU pool's bytes equal the CPU's (bf16: its fp32 values rounded).
   ::testing::AssertionResult sameAsCpu() const {
     if (dtype == KVCacheDtype::kBf16)
@@ -734,6 +781,16 @@ TYPED_TEST(Bf16KernelsTest, KVCacheWriteStoresWhatTheCpuStores) {
       std::copy_n(v.begin() + r * width, width,
                   qkv.begin() + r * ld + 2 * width);
     }
+    // The same one element off 16-byte alignment: the element kernel.
+    const int64_t ldOdd = ld + 1;
+    std::vector<float> qkvOdd = this->randomT(size_t(c.t) * ldOdd);
+    for (int r = 0; r < c.t; ++r) {
+      std::copy_n(k.begin() + r * width, width,
+                  qkvOdd.begin() + r * ldOdd + width + 1);
+      std::copy_n(v.begin() + r * width, width,
+                  qkvOdd.begin() + r * ldOdd + 2 * width + 1);
+    }
+    DeviceArray<T> dOdd(narrowAll<T>(qkvOdd));
     DeviceArray<T> dk(narrowAll<T>(k)), dv(narrowAll<T>(v)),
         dQkv(narrowAll<T>(qkv));
     for (KVCacheDtype dtype : kPoolDtypes) {
@@ -759,6 +816,14 @@ TYPED_TEST(Bf16KernelsTest, KVCacheWriteStoresWhatTheCpuStores) {
                     dQkv.get() + 2 * width, dSlots.get(), c.t, nullptr, ld, ld),
                 cudaSuccess);
       EXPECT_TRUE(viewed.sameAsCpu()) << where << ", rows " << ld << " apart";
+      TwoPools odd(dtype, elements, c.headDim);
+      ASSERT_EQ(cuda::launchKVCacheWrite(
+                    odd.gpuPool(), dims, kLayer, dOdd.get() + width + 1,
+                    dOdd.get() + 2 * width + 1, dSlots.get(), c.t, nullptr,
+                    ldOdd, ldOdd),
+                cudaSuccess);
+      EXPECT_TRUE(odd.sameGpuBytes(pools))
+          << where << ", rows " << ldOdd << " apart, one element off";
       if (c.t == 20)
         EXPECT_TRUE(replaysInGraph(
             [&](cudaStream_t s) {
@@ -809,6 +874,16 @@ TYPED_TEST(Bf16KernelsTest, RopeKVCacheWriteRotatesOnTheWayIn) {
       std::copy_n(v.begin() + r * width, width,
                   qkv.begin() + r * ld + 2 * width);
     }
+    // The same one element off 16-byte alignment: the element kernel.
+    const int64_t ldOdd = ld + 1;
+    std::vector<float> qkvOdd = this->randomT(size_t(c.t) * ldOdd);
+    for (int r = 0; r < c.t; ++r) {
+      std::copy_n(k.begin() + r * width, width,
+                  qkvOdd.begin() + r * ldOdd + width + 1);
+      std::copy_n(v.begin() + r * width, width,
+                  qkvOdd.begin() + r * ldOdd + 2 * width + 1);
+    }
+    DeviceArray<T> dOdd(narrowAll<T>(qkvOdd));
     DeviceArray<T> dk(narrowAll<T>(k)), dv(narrowAll<T>(v)),
         dQkv(narrowAll<T>(qkv));
     DeviceArray<float> dFreq(invFreq);
@@ -868,6 +943,14 @@ TYPED_TEST(Bf16KernelsTest, RopeKVCacheWriteRotatesOnTheWayIn) {
       EXPECT_TRUE(sameBits(viewed.gpuScales.download(),
                            pools.gpuScales.download(), c.kvHeads))
           << where << ", rows " << ld << " apart";
+      TwoPools odd(dtype, elements, c.headDim);
+      ASSERT_EQ(cuda::launchRopeKVCacheWrite(
+                    odd.gpuPool(), dims, kLayer, dOdd.get() + width + 1,
+                    dOdd.get() + 2 * width + 1, dSlots.get(), dPos.get(), c.t,
+                    c.rotaryDim, dFreq.get(), nullptr, ldOdd, ldOdd),
+                cudaSuccess);
+      EXPECT_TRUE(odd.sameGpuBytes(pools))
+          << where << ", rows " << ldOdd << " apart, one element off";
       if (c.t == 20)
         EXPECT_TRUE(replaysInGraph(
             [&](cudaStream_t s) {
