@@ -346,7 +346,8 @@ bool splitKVDecodeSupports(const AttentionDims &attention,
 /// and value once for the heads of its tile, several keys per lane group in
 /// flight; the keys of a sequence are split over splitKVSplits(...) blocks
 /// whose partial results a second kernel merges. Keys are rotated
-/// (keyRotaryDim > 0) as they are loaded.
+/// (keyRotaryDim > 0) as they are loaded. With bf16 q, big batches of short
+/// contexts go to a tensor-core kernel instead (decodeKernelOf).
 cudaError_t
 launchSplitKVDecode(const float *q, KVCachePool pool, CacheDims dims,
                     AttentionDims attention, const int32_t *blockTables,
