@@ -99,9 +99,6 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
     return;
   const int64_t seq = unit / a.numKVHeads;
   const int kvHead = int(unit % a.numKVHeads);
-  const int64_t token = queryStartLoc[seq];
-  if (queryStartLoc[seq + 1] - token != 1)
-    return;
   const int group = a.numHeads / a.numKVHeads;
   const int firstHead = kvHead * group;
 
@@ -131,6 +128,36 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
     return int64_t(table[index]) * blockStride + headOffset +
            inBlock * slotElements;
   };
+
+  // Keys j0 + g and j0 + 8 + g of a step; keys past the end are zeros, not
+  // read.
+  auto loadStep = [&](int j0, uint4(&k)[2][kChunks], uint4(&v)[2][kChunks]) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int j = j0 + 8 * half + g;
+      if (j < keyEnd) {
+        const __nv_bfloat16 *row = pool + keyOffset(j);
+#pragma unroll
+        for (int i = 0; i < kChunks; ++i) {
+          k[half][i] = *reinterpret_cast<const uint4 *>(row + 8 * (4 * i + t));
+          v[half][i] = *reinterpret_cast<const uint4 *>(row + valueDelta +
+                                                        8 * (4 * i + t));
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kChunks; ++i)
+          k[half][i] = v[half][i] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  // The first step's loads go out before the row check and q (a short
+  // context has few steps: the prologue's latencies overlap). Every row has
+  // valid keys to read, the rows of prefill sequences too.
+  uint4 k[2][kChunks], v[2][kChunks];
+  loadStep(keyBegin, k, v);
+  const int64_t token = queryStartLoc[seq];
+  if (queryStartLoc[seq + 1] - token != 1)
+    return;
 
   // q's A fragments, kept in shared memory (registers are what hold the
   // keys and values in flight): lane (g, t)'s chunks 4 i + t of heads g and
@@ -177,26 +204,7 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
 
   // Warp-uniform steps: key j0 < keyEnd, so every step has a valid key and
   // a finite running max.
-  for (int j0 = keyBegin; j0 < keyEnd; j0 += kStepKeys) {
-    uint4 k[2][kChunks], v[2][kChunks];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int j = j0 + 8 * half + g;
-      if (j < keyEnd) {
-        const __nv_bfloat16 *row = pool + keyOffset(j);
-#pragma unroll
-        for (int i = 0; i < kChunks; ++i) {
-          k[half][i] = *reinterpret_cast<const uint4 *>(row + 8 * (4 * i + t));
-          v[half][i] = *reinterpret_cast<const uint4 *>(row + valueDelta +
-                                                        8 * (4 * i + t));
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < kChunks; ++i)
-          k[half][i] = v[half][i] = make_uint4(0, 0, 0, 0);
-      }
-    }
-
+  for (int j0 = keyBegin;;) {
     float s[2][4] = {};
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
@@ -270,6 +278,10 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
         fa2::mma(acc[r][mt], vt[mt], b0, b1);
       }
     }
+    j0 += kStepKeys;
+    if (j0 >= keyEnd)
+      break;
+    loadStep(j0, k, v);
   }
 
   // acc[r][2 i + p][2 q + e]: head 8 r + 2t + e at d(i, 2p + q, g) = 8 (4 i
