@@ -18,7 +18,11 @@
 // scores of 4 to 30 standard deviations) keep the bound on every pool and
 // shape kind (the kernel's fastTanh moves a capped score by at most
 // cap * 2^-21, well inside it), and the same batch run without the cap is
-// far from the capped reference (the cases test the cap).
+// far from the capped reference (the cases test the cap). Big batches of
+// short contexts go to the tensor-core kernel (decodeKernelOf): its routing,
+// and its results on the shapes it takes (forced by setDecodeKernel, and
+// routed there on its own) within the tensor-core prefills' 1e-2 (q and the
+// probabilities in bf16).
 //
 //===----------------------------------------------------------------------===//
 
@@ -248,7 +252,8 @@ TEST_F(SplitKVDecodeTest, RoutesBigBatchesOfShortContextsToTensorCores) {
   // 32.
   AttentionDims rotated = a;
   rotated.keyRotaryDim = 128;
-  rotated.keyRopeInvFreq = reinterpret_cast<const float *>(16);
+  const std::vector<float> invFreq(64, 1.0f);
+  rotated.keyRopeInvFreq = invFreq.data();
   EXPECT_FALSE(
       cuda::mmaDecodeSupports(rotated, llama, KVCacheDtype::kBf16, true));
   EXPECT_EQ(kernelOf(rotated, llama, KVCacheDtype::kBf16, true, 128, bigBatch),
