@@ -14,8 +14,10 @@
 //            (launchPrefillAttention): ms and TFLOP/s counting
 //            2 matmuls x 2 FLOPs x N(N+1)/2 x head_dim x heads;
 //   decode   B sequences of C cached tokens, one new token each
-//            (launchPagedAttention: the split-KV kernel with its workspace):
-//            us and GB/s counting the K/V bytes (and E4M3 scales) read;
+//            (launchPagedAttention: the split-KV kernel with its workspace,
+//            or the tensor-core one, decodeKernelOf; INFER_DECODE_KERNEL
+//            forces one): us and GB/s counting the K/V bytes (and E4M3
+//            scales) read;
 //   rope     (only with --rope) N tokens' rope of q (launchRope) and
 //            rope_kv_cache_write of k and v into each pool
 //            (launchRopeKVCacheWrite, slots in shuffled blocks), q, k and v
@@ -541,11 +543,15 @@ int main(int argc, char **argv) {
           },
           o.repeats);
       const double gbps = bytes / (ms * 1e-3) / 1e9;
+      const bool mma = decodeKernelOf(a, b.dims, dtype, /*bf16Queries=*/true,
+                                      b.maxBlocks, batch) == DecodeKernel::kMma;
       std::printf(
-          "result decode pool=%s batch=%d context=%d splits=%d "
+          "result decode pool=%s batch=%d context=%d kernel=%s splits=%d "
           "us=%.1f gbps=%.0f pct_copy=%.0f\n",
-          name.c_str(), batch, context,
-          splitKVSplits(a, o.blockSize, b.maxBlocks, batch, workspaceBytes),
+          name.c_str(), batch, context, mma ? "mma" : "split",
+          mma ? 1
+              : splitKVSplits(a, o.blockSize, b.maxBlocks, batch,
+                              workspaceBytes),
           ms * 1e3, gbps, 100 * gbps * 1e9 / copy);
     }
     cudaFree(workspace);

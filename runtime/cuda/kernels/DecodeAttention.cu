@@ -1,13 +1,19 @@
 //===- DecodeAttention.cu - Split-KV paged decode, bf16 --------*- CUDA -*-===//
 //
-// The bf16 entry of the split-KV decode attention (DecodeAttention.cuh) and
-// the split and workspace sizes every entry shares.
+// The bf16 entry of the decode attention, which sends big batches of short
+// contexts to the tensor-core kernel (DecodeAttentionMma.cuh) and the rest
+// to the split-KV one (DecodeAttention.cuh), and the split and workspace
+// sizes every entry shares.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/kernels/DecodeAttention.cuh"
+#include "runtime/cuda/kernels/DecodeAttentionMma.cuh"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 namespace infer::cuda {
 
@@ -22,7 +28,60 @@ int smCount() {
   return sms;
 }
 
+/// Most keys the block tables hold for the tensor-core decode: it reads a
+/// sequence's keys in one warp, without splits.
+constexpr int64_t kMmaMaxKeys = 1024;
+/// Fewest (sequence, kv head) units per SM for the tensor-core decode.
+constexpr int64_t kMmaMinUnitsPerSm = 4;
+
+DecodeKernel decodeKernelFromEnvironment() {
+  const char *kernel = std::getenv("INFER_DECODE_KERNEL");
+  if (kernel && std::strcmp(kernel, "split") == 0)
+    return DecodeKernel::kSplitKV;
+  if (kernel && std::strcmp(kernel, "mma") == 0)
+    return DecodeKernel::kMma;
+  return DecodeKernel::kAuto;
+}
+
+std::atomic<DecodeKernel> &decodeKernelOverride() {
+  static std::atomic<DecodeKernel> kernel{decodeKernelFromEnvironment()};
+  return kernel;
+}
+
 } // namespace
+
+bool mmaDecodeSupports(const AttentionDims &attention, const CacheDims &dims,
+                       KVCacheDtype dtype, bool bf16Queries) {
+  return bf16Queries && dtype == KVCacheDtype::kBf16 &&
+         (attention.headDim == 64 || attention.headDim == 128) &&
+         attention.headDim == dims.headDim && attention.keyRotaryDim == 0 &&
+         validSoftcap(attention) && attention.numKVHeads > 0 &&
+         attention.numKVHeads == dims.numKVHeads &&
+         attention.numHeads % attention.numKVHeads == 0 &&
+         attention.numHeads / attention.numKVHeads <= decode_mma::kMaxGroup;
+}
+
+DecodeKernel decodeKernelOf(const AttentionDims &attention,
+                            const CacheDims &dims, KVCacheDtype dtype,
+                            bool bf16Queries, int64_t maxBlocksPerSeq,
+                            int64_t numSeqs) {
+  if (!mmaDecodeSupports(attention, dims, dtype, bf16Queries))
+    return DecodeKernel::kSplitKV;
+  const DecodeKernel forced = decodeKernelOverride().load();
+  if (forced != DecodeKernel::kAuto)
+    return forced;
+  int64_t keys = maxBlocksPerSeq * dims.blockSize;
+  if (attention.slidingWindow > 0 && attention.slidingWindow < keys)
+    keys = attention.slidingWindow;
+  return keys <= kMmaMaxKeys &&
+                 numSeqs * attention.numKVHeads >= kMmaMinUnitsPerSm * smCount()
+             ? DecodeKernel::kMma
+             : DecodeKernel::kSplitKV;
+}
+
+void setDecodeKernel(DecodeKernel kernel) {
+  decodeKernelOverride().store(kernel);
+}
 
 bool splitKVDecodeSupports(const AttentionDims &attention,
                            const CacheDims &dims) {
@@ -80,6 +139,16 @@ cudaError_t launchSplitKVDecode(const __nv_bfloat16 *q, KVCachePool pool,
                                 const int32_t *queryStartLoc, int64_t numSeqs,
                                 __nv_bfloat16 *out, SplitKVWorkspace workspace,
                                 cudaStream_t stream) {
+  if (numSeqs > 0 &&
+      decodeKernelOf(attention, dims, pool.dtype, /*bf16Queries=*/true,
+                     maxBlocksPerSeq, numSeqs) == DecodeKernel::kMma)
+    return attention.headDim == 64
+               ? decode_mma::launch<64>(q, pool, dims, attention, blockTables,
+                                        maxBlocksPerSeq, contextLens,
+                                        queryStartLoc, numSeqs, out, stream)
+               : decode_mma::launch<128>(q, pool, dims, attention, blockTables,
+                                         maxBlocksPerSeq, contextLens,
+                                         queryStartLoc, numSeqs, out, stream);
   return decode::launch(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
                         contextLens, queryStartLoc, numSeqs, out, workspace,
                         stream);

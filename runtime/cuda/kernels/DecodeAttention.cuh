@@ -50,7 +50,9 @@
 //
 // The kernels and launchers are templates of the q/out element type (fp32
 // or bf16); DecodeAttention.cu instantiates the bf16 ones,
-// DecodeAttentionF32.cu the fp32 ones.
+// DecodeAttentionF32.cu the fp32 ones. Big batches of short contexts in bf16
+// pools (blocks of few iterations, bound by issue and latency) take the
+// tensor-core kernel of DecodeAttentionMma.cuh instead (decodeKernelOf).
 //
 //===----------------------------------------------------------------------===//
 

@@ -18,7 +18,11 @@
 // scores of 4 to 30 standard deviations) keep the bound on every pool and
 // shape kind (the kernel's fastTanh moves a capped score by at most
 // cap * 2^-21, well inside it), and the same batch run without the cap is
-// far from the capped reference (the cases test the cap).
+// far from the capped reference (the cases test the cap). Big batches of
+// short contexts go to the tensor-core kernel (decodeKernelOf): its routing,
+// and its results on the shapes it takes (forced by setDecodeKernel, and
+// routed there on its own) within the tensor-core prefills' 1e-2 (q and the
+// probabilities in bf16).
 //
 //===----------------------------------------------------------------------===//
 
@@ -193,6 +197,189 @@ TEST_F(SplitKVDecodeTest, SoftcappedScoresMatchCpuAttention) {
                 << " without the cap: max rel err " << uncappedErr << "\n";
       EXPECT_GT(uncappedErr, 0.1) << what;
     }
+}
+
+/// Restores decodeKernelOf's own choice when a test that forced one ends.
+struct ForcedDecodeKernel {
+  explicit ForcedDecodeKernel(cuda::DecodeKernel kernel) {
+    cuda::setDecodeKernel(kernel);
+  }
+  ~ForcedDecodeKernel() { cuda::setDecodeKernel(cuda::DecodeKernel::kAuto); }
+};
+
+/// The tensor-core decode rounds q (bf16 here already) and the
+/// probabilities to bf16, as the tensor-core prefills do.
+constexpr double kMmaTol = 1e-2;
+
+TEST_F(SplitKVDecodeTest, RoutesBigBatchesOfShortContextsToTensorCores) {
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+      cudaSuccess);
+  const int64_t bigBatch = 4 * int64_t(sms); // 32 units per SM of 8 kv heads
+  const CacheDims llama{1, 8, 128, 16};
+  const AttentionDims a = attentionDims(0, 32, 8, 128, 0);
+  auto kernelOf = [&](const AttentionDims &attention, const CacheDims &dims,
+                      KVCacheDtype dtype, bool bf16Queries, int64_t keys,
+                      int64_t numSeqs) {
+    return cuda::decodeKernelOf(attention, dims, dtype, bf16Queries,
+                                keys / dims.blockSize, numSeqs);
+  };
+  using cuda::DecodeKernel;
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 128, bigBatch),
+            DecodeKernel::kMma);
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 1024, bigBatch),
+            DecodeKernel::kMma);
+  // Long tables, few units, other pools, fp32 q: split-KV.
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 2048, bigBatch),
+            DecodeKernel::kSplitKV);
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 128, 1),
+            DecodeKernel::kSplitKV);
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kF8E4M3, true, 128, bigBatch),
+            DecodeKernel::kSplitKV);
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kF8E5M2, true, 128, bigBatch),
+            DecodeKernel::kSplitKV);
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, false, 128, bigBatch),
+            DecodeKernel::kSplitKV);
+  // A sliding window bounds the keys of long tables.
+  AttentionDims windowed = a;
+  windowed.slidingWindow = 512;
+  EXPECT_EQ(
+      kernelOf(windowed, llama, KVCacheDtype::kBf16, true, 8192, bigBatch),
+      DecodeKernel::kMma);
+  // Shapes the tensor cores do not take: key rope, head_dim 256, groups of
+  // 32.
+  AttentionDims rotated = a;
+  rotated.keyRotaryDim = 128;
+  const std::vector<float> invFreq(64, 1.0f);
+  rotated.keyRopeInvFreq = invFreq.data();
+  EXPECT_FALSE(
+      cuda::mmaDecodeSupports(rotated, llama, KVCacheDtype::kBf16, true));
+  EXPECT_EQ(kernelOf(rotated, llama, KVCacheDtype::kBf16, true, 128, bigBatch),
+            DecodeKernel::kSplitKV);
+  EXPECT_FALSE(cuda::mmaDecodeSupports(attentionDims(0, 8, 2, 256, 0),
+                                       CacheDims{1, 2, 256, 16},
+                                       KVCacheDtype::kBf16, true));
+  EXPECT_FALSE(cuda::mmaDecodeSupports(attentionDims(0, 64, 2, 128, 0),
+                                       CacheDims{1, 2, 128, 16},
+                                       KVCacheDtype::kBf16, true));
+  AttentionDims capped = a;
+  capped.logitSoftcap = 30.0f;
+  EXPECT_EQ(kernelOf(capped, llama, KVCacheDtype::kBf16, true, 128, bigBatch),
+            DecodeKernel::kMma);
+  // Forcing a kernel holds where it supports the launch only.
+  {
+    ForcedDecodeKernel forced(DecodeKernel::kSplitKV);
+    EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 128, bigBatch),
+              DecodeKernel::kSplitKV);
+  }
+  {
+    ForcedDecodeKernel forced(DecodeKernel::kMma);
+    EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 32768, 1),
+              DecodeKernel::kMma);
+    EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kF8E4M3, true, 128, bigBatch),
+              DecodeKernel::kSplitKV);
+  }
+}
+
+TEST_F(SplitKVDecodeTest, TensorCoreDecodeMatchesCpuAttention) {
+  // Forced onto the tensor-core kernel: ragged short contexts (and a few
+  // long ones, which it reads in one warp), every group size it takes,
+  // head_dim 64/128, windows, block size 24, soft-caps.
+  std::uniform_int_distribution<int> shortContext(1, 200);
+  auto ragged = [&](int n) {
+    std::vector<int> contexts;
+    for (int i = 0; i < n; ++i)
+      contexts.push_back(shortContext(rng_));
+    return contexts;
+  };
+  struct MmaCase {
+    Case shape;
+    ScoreOptions scores;
+  };
+  const MmaCase cases[] = {
+      {{32, 8, 128, 0, 16, ragged(24)}, {}},                 // GQA 4
+      {{32, 8, 128, 0, 16, {1, 2, 15, 16, 17, 31, 33}}, {}}, // step edges
+      {{8, 8, 128, 0, 16, ragged(12)}, {}},                  // MHA
+      {{16, 2, 128, 0, 32, ragged(12)}, {}},                 // GQA 8
+      {{10, 2, 128, 0, 16, ragged(12)}, {}},                 // GQA 5
+      {{24, 2, 128, 0, 16, ragged(12)}, {}},                 // GQA 12
+      {{32, 2, 64, 0, 16, ragged(12)}, {}},                  // GQA 16, d 64
+      {{4, 4, 64, 0, 16, ragged(12)}, {}},                   // MHA, d 64
+      {{32, 8, 64, 0, 16, {3000, 700, 64}}, {}},             // long, d 64
+      {{16, 4, 128, 0, 16, {5000, 1000, 3}}, {}},            // long
+      {{16, 4, 128, 50, 16, {300, 51, 50, 49, 7}}, {}},      // window
+      {{8, 2, 128, 0, 24, ragged(12)}, {}},                  // bs 24
+      {{32, 8, 128, 0, 16, ragged(12)}, {4, 10}},            // soft-cap
+      {{16, 2, 64, 8, 16, {40, 9, 3}}, {4, 5}},              // cap, window
+  };
+  ForcedDecodeKernel forced(cuda::DecodeKernel::kMma);
+  const int layer = 1, numLayers = 2;
+  for (const MmaCase &k : cases) {
+    const Case &c = k.shape;
+    const std::string what =
+        describe(c, KVCacheDtype::kBf16) + " " + describe(k.scores);
+    PagedBatch b = make(c, KVCacheDtype::kBf16, layer, numLayers, k.scores);
+    const int64_t numSeqs = c.contexts.size();
+    const AttentionDims a =
+        attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window, k.scores);
+    const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+    ASSERT_EQ(cuda::decodeKernelOf(a, dims, KVCacheDtype::kBf16, true,
+                                   b.maxBlocks, numSeqs),
+              cuda::DecodeKernel::kMma)
+        << what;
+    DevicePool pool(b, KVCacheDtype::kBf16);
+    DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
+    const std::vector<float> got =
+        runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
+          return cuda::launchPagedAttention(
+              q, pool.pool, dims, a, tables.get(), b.maxBlocks, context.get(),
+              qsl.get(), numSeqs, numSeqs, out, nullptr);
+        });
+    const double err = relError(got, b.ref);
+    std::cout << "[ kernel   ] mma_decode " << what << " max rel err " << err
+              << "\n";
+    EXPECT_LT(err, kMmaTol) << what;
+  }
+}
+
+TEST_F(SplitKVDecodeTest, BigShortBatchTakesTensorCores) {
+  // Llama-3-8B's shape, 8 kv heads: enough sequences for 4 units per SM,
+  // ragged contexts of at most 256, on decodeKernelOf's own choice.
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+      cudaSuccess);
+  std::uniform_int_distribution<int> length(1, 256);
+  Case c{32, 8, 128, 0, 16, {256}};
+  while (int(c.contexts.size()) < sms / 2 + 1)
+    c.contexts.push_back(length(rng_));
+  const int layer = 0, numLayers = 1;
+  PagedBatch b = make(c, KVCacheDtype::kBf16, layer, numLayers);
+  const int64_t numSeqs = c.contexts.size();
+  const AttentionDims a =
+      attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window);
+  const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+  ASSERT_EQ(cuda::decodeKernelOf(a, dims, KVCacheDtype::kBf16, true,
+                                 b.maxBlocks, numSeqs),
+            cuda::DecodeKernel::kMma);
+  DevicePool pool(b, KVCacheDtype::kBf16);
+  DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
+  const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(c.headDim);
+  auto workspace = DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
+  const std::vector<float> got =
+      runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
+        return cuda::launchPagedAttention(
+            q, pool.pool, dims, a, tables.get(), b.maxBlocks, context.get(),
+            qsl.get(), numSeqs, numSeqs, out, nullptr,
+            cuda::SplitKVWorkspace{workspace.get(), workspaceBytes});
+      });
+  const double err = relError(got, b.ref);
+  std::cout << "[ kernel   ] mma_decode " << numSeqs
+            << " sequences: max rel err " << err << "\n";
+  EXPECT_LT(err, kMmaTol);
 }
 
 TEST_F(SplitKVDecodeTest, LongContextBatchOneTiming) {

@@ -1,0 +1,372 @@
+//===- DecodeAttentionMma.cuh - Tensor-core paged decode -------*- CUDA -*-===//
+//
+// Decode attention of big batches of short contexts on tensor cores: one
+// warp per (sequence, kv head) unit, 4 units a block, no splits and no
+// merge across warps. mma.sync m16n8k16 (bf16 operands, fp32
+// accumulators), 16 keys a step, the kv head's query heads (up to 16; one
+// tile of 8 for groups of up to 8) in M of the scores and N of the output:
+//
+//   S^T[head, key] = Q K^T    2 n-tiles of 8 keys x D/16 k-tiles of d
+//   O^T[d, head]  += V^T P^T  D/16 m-tiles of d x 1 k-tile of the 16 keys
+//
+// Lane (g, t) = (lane / 4, lane % 4) loads keys j0 + g and j0 + 8 + g of a
+// step, 16 bytes at a time: chunks c = 4 i + t (elements 8 c .. 8 c + 7)
+// for i < D / 32. A dot product does not care about the order of its
+// terms, so chunk c's elements 0-3 fill k-tile 2 i and elements 4-7 k-tile
+// 2 i + 1 of K^T's B fragment (a lane holds k = 2t, 2t+1, 2t+8, 2t+9 of
+// key n = g), and q's A fragments hold the same elements of each head:
+//
+//   chunk 4i+t of key g:  | e0 e1 | e2 e3 | e4 e5 | e6 e7 |
+//                           b0(2i) b1(2i)  b0(2i+1) b1(2i+1)
+//
+// S^T's C fragment (head g, keys 2t, 2t+1 of both n-tiles) is P^T's B
+// fragment as it stands. V^T's A fragment wants two keys of one d in a
+// register: word m of a lane's chunk i is a row of an 8 x 8 matrix (8 keys
+// x 8 d of 4 lanes' chunks), and movmatrix.trans turns it into keys 2t,
+// 2t+1 of
+//
+//   d(i, m, g) = 8 (4 i + g/2) + 2 m + g % 2,
+//
+// m-tile 2 i + p taking m = 2p (rows g) and 2p + 1 (rows g + 8). Lanes g
+// and g ^ 1 so end with the even and odd d of chunk 4 i + g/2 of heads 2t
+// and 2t + 1; one trade makes each a whole 16-byte chunk of one head.
+//
+// Per 16 keys a warp runs 16 LDG.128 a lane, 3 D/16 mma and D/4 movmatrix,
+// against ~150 instructions per key of the CUDA-core kernel, whose short
+// blocks are bound by issue and latency. The online softmax is base 2
+// (scores times scale * log2(e)), its running sum kept per lane and
+// reduced over the quad at the end; probabilities are rounded to bf16 for
+// V^T P^T (the prefill kernels' ~1e-3).
+//
+// Takes bf16 pools without key rotation, head_dim 64 or 128, groups up to
+// 16 query heads, bf16 q and out (mmaDecodeSupports); keys past a
+// sequence's end are never read.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_RUNTIME_CUDA_KERNELS_DECODEATTENTIONMMA_CUH
+#define INFER_RUNTIME_CUDA_KERNELS_DECODEATTENTIONMMA_CUH
+
+#include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/kernels/KVCache.cuh"
+#include "runtime/cuda/kernels/PrefillAttention.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace infer::cuda::decode_mma {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+/// Blocks per SM of the launch bounds: 4 (128 registers a thread) for one
+/// head tile, 3 (168) for two, whose accumulators take 32 more.
+__host__ __device__ constexpr int blocksPerSmOf(bool highRows) {
+  return highRows ? 3 : 4;
+}
+/// Keys a warp reads per step: two n-tiles of 8.
+constexpr int kStepKeys = 16;
+/// Most query heads per kv head: the M of the mma.
+constexpr int kMaxGroup = 16;
+
+/// Transposes the 8 x 8 bf16 matrix whose row r is held by lanes 4r .. 4r
+/// + 3 (one 32-bit word each).
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t wordOf(const uint4 &x, int i) {
+  return i == 0 ? x.x : i == 1 ? x.y : i == 2 ? x.z : x.w;
+}
+
+/// kHighRows: the group has more than 8 heads, so M rows 8-15 are heads
+/// too (else they are zeros and their arithmetic is skipped).
+template <int D, bool kHighRows, bool kSoftcap>
+__global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
+    mmaDecodeKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *pool,
+                    CacheDims dims, AttentionDims a, const int32_t *blockTables,
+                    int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                    const int32_t *queryStartLoc, int64_t units,
+                    __nv_bfloat16 *out) {
+  constexpr int kChunks = D / 32; // 16-byte chunks a lane loads per key
+  constexpr int kMTiles = D / 16; // of O^T = V^T P^T
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t unit = int64_t(blockIdx.x) * kWarps + warp;
+  if (unit >= units)
+    return;
+  const int64_t seq = unit / a.numKVHeads;
+  const int kvHead = int(unit % a.numKVHeads);
+  const int group = a.numHeads / a.numKVHeads;
+  const int firstHead = kvHead * group;
+
+  const int position = contextLens[seq] - 1;
+  const int keyBegin = a.slidingWindow > 0 && position - a.slidingWindow + 1 > 0
+                           ? position - a.slidingWindow + 1
+                           : 0;
+  const int keyEnd = position + 1;
+  const int32_t *table = blockTables + seq * maxBlocksPerSeq;
+  const int blockSize = dims.blockSize;
+  const int blockShift =
+      (blockSize & (blockSize - 1)) == 0 ? __ffs(blockSize) - 1 : -1;
+  const int64_t valueDelta = int64_t(blockSize) * dims.numKVHeads * D;
+  const int64_t blockStride = 2 * int64_t(dims.numLayers) * valueDelta;
+  const int64_t headOffset =
+      2 * int64_t(a.layer) * valueDelta + int64_t(kvHead) * D;
+  const int slotElements = dims.numKVHeads * D;
+  auto keyOffset = [&](int j) {
+    int index, inBlock;
+    if (blockShift >= 0) {
+      index = j >> blockShift;
+      inBlock = j & (blockSize - 1);
+    } else {
+      index = j / blockSize;
+      inBlock = j - index * blockSize;
+    }
+    return int64_t(table[index]) * blockStride + headOffset +
+           inBlock * slotElements;
+  };
+
+  // Keys j0 + g and j0 + 8 + g of a step; keys past the end are zeros, not
+  // read.
+  auto loadStep = [&](int j0, uint4(&k)[2][kChunks], uint4(&v)[2][kChunks]) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int j = j0 + 8 * half + g;
+      if (j < keyEnd) {
+        const __nv_bfloat16 *row = pool + keyOffset(j);
+#pragma unroll
+        for (int i = 0; i < kChunks; ++i) {
+          k[half][i] = *reinterpret_cast<const uint4 *>(row + 8 * (4 * i + t));
+          v[half][i] = *reinterpret_cast<const uint4 *>(row + valueDelta +
+                                                        8 * (4 * i + t));
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kChunks; ++i)
+          k[half][i] = v[half][i] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  // The first step's loads go out before the row check and q (a short
+  // context has few steps: the prologue's latencies overlap). Every row has
+  // valid keys to read, the rows of prefill sequences too.
+  uint4 k[2][kChunks], v[2][kChunks];
+  loadStep(keyBegin, k, v);
+  const int64_t token = queryStartLoc[seq];
+  if (queryStartLoc[seq + 1] - token != 1)
+    return;
+
+  // q's A fragments, kept in shared memory (registers are what hold the
+  // keys and values in flight): lane (g, t)'s chunks 4 i + t of heads g and
+  // g + 8 are words 0, 2 (k-tile 2 i) and 1, 3 (k-tile 2 i + 1) of rows g
+  // and g + 8, as K^T's B fragments take them.
+  constexpr int kHeadTiles = kHighRows ? 2 : 1;
+  __shared__ uint4 qShared[kWarps][kHeadTiles][kChunks][32];
+  {
+    const __nv_bfloat16 *qRow = q + (token * a.numHeads + firstHead) * D;
+#pragma unroll
+    for (int r = 0; r < kHeadTiles; ++r)
+#pragma unroll
+      for (int i = 0; i < kChunks; ++i)
+        qShared[warp][r][i][lane] =
+            g + 8 * r < group ? *reinterpret_cast<const uint4 *>(
+                                    qRow + (g + 8 * r) * D + 8 * (4 * i + t))
+                              : make_uint4(0, 0, 0, 0);
+    __syncwarp();
+  }
+  // Read each step (volatile: not hoisted into registers).
+  auto loadQ = [&](int r, int i) {
+    uint4 x;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w)
+                 : "r"(fa2::sharedAddress(&qShared[warp][r][i][lane])));
+    return x;
+  };
+
+  const float qScale = a.scale * 1.4426950408889634f;
+  const float capLog2 = a.logitSoftcap * 1.4426950408889634f;
+  const float inverseCapLog2 = kSoftcap ? 1.0f / capLog2 : 0.0f;
+  // Head tiles of 8: heads 8 r + g of S^T's rows g + 8 r, heads 8 r + 2t,
+  // 8 r + 2t + 1 of O^T's columns.
+  float acc[kHeadTiles][kMTiles][4];
+  float runningMax[kHeadTiles], runningSum[kHeadTiles];
+#pragma unroll
+  for (int r = 0; r < kHeadTiles; ++r) {
+    runningMax[r] = -INFINITY;
+    runningSum[r] = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kMTiles; ++m)
+      acc[r][m][0] = acc[r][m][1] = acc[r][m][2] = acc[r][m][3] = 0.0f;
+  }
+
+  // Warp-uniform steps: key j0 < keyEnd, so every step has a valid key and
+  // a finite running max.
+  for (int j0 = keyBegin;;) {
+    float s[2][4] = {};
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      const uint4 low = loadQ(0, i);
+      const uint4 high =
+          kHighRows ? loadQ(kHeadTiles - 1, i) : make_uint4(0, 0, 0, 0);
+      const uint32_t qa[2][4] = {{low.x, high.x, low.y, high.y},
+                                 {low.z, high.z, low.w, high.w}};
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        fa2::mma(s[half], qa[0], k[half][i].x, k[half][i].y);
+        fa2::mma(s[half], qa[1], k[half][i].z, k[half][i].w);
+      }
+    }
+
+    // V^T's A fragments: m-tile 2 i + p has rows d(i, 2p, g) and d(i, 2p +
+    // 1, g) (see the header), keys 2t, 2t+1 then 8 + 2t, 8 + 2t + 1.
+    uint32_t vt[kMTiles][4];
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i)
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        vt[2 * i + p][0] = transpose8x8(wordOf(v[0][i], 2 * p));
+        vt[2 * i + p][1] = transpose8x8(wordOf(v[0][i], 2 * p + 1));
+        vt[2 * i + p][2] = transpose8x8(wordOf(v[1][i], 2 * p));
+        vt[2 * i + p][3] = transpose8x8(wordOf(v[1][i], 2 * p + 1));
+      }
+
+      // s[half][2 r + c]: head 8 r + g, key j0 + 8 half + 2 t + c, which is
+      // P^T's B fragment as it stands.
+#pragma unroll
+    for (int r = 0; r < kHeadTiles; ++r) {
+      float x[2][2];
+      float m = runningMax[r];
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float score = s[half][2 * r + c] * qScale;
+          if constexpr (kSoftcap)
+            score = fastSoftcapScore(score, capLog2, inverseCapLog2);
+          x[half][c] = j0 + 8 * half + 2 * t + c < keyEnd ? score : -INFINITY;
+          m = fmaxf(m, x[half][c]);
+        }
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float correction = exp2f(runningMax[r] - m);
+      float p[2][2], sum = 0.0f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          p[half][c] = exp2f(x[half][c] - m);
+          sum += p[half][c];
+        }
+      runningSum[r] = runningSum[r] * correction + sum;
+      runningMax[r] = m;
+      // This lane's accumulator columns are heads 2t and 2t + 1, whose
+      // corrections lanes 8t and 8t + 4 computed.
+      const float correctionEven = __shfl_sync(0xffffffffu, correction, 8 * t);
+      const float correctionOdd =
+          __shfl_sync(0xffffffffu, correction, 8 * t + 4);
+      const uint32_t b0 = fa2::packBf16(p[0][0], p[0][1]);
+      const uint32_t b1 = fa2::packBf16(p[1][0], p[1][1]);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        acc[r][mt][0] *= correctionEven;
+        acc[r][mt][1] *= correctionOdd;
+        acc[r][mt][2] *= correctionEven;
+        acc[r][mt][3] *= correctionOdd;
+        fa2::mma(acc[r][mt], vt[mt], b0, b1);
+      }
+    }
+    j0 += kStepKeys;
+    if (j0 >= keyEnd)
+      break;
+    loadStep(j0, k, v);
+  }
+
+  // acc[r][2 i + p][2 q + e]: head 8 r + 2t + e at d(i, 2p + q, g) = 8 (4 i
+  // + g/2) + 2 (2p + q) + g % 2. Lanes g and g ^ 1 (lane ^ 4) hold the even
+  // and odd d of chunk 4 i + g/2: each keeps head 2t + g % 2 and trades the
+  // other head's values for its partner's, then stores 16 bytes.
+  const int parity = g % 2;
+#pragma unroll
+  for (int r = 0; r < kHeadTiles; ++r) {
+    float sum = runningSum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    // Lane 8t + 4 parity holds head 2t + parity's sum.
+    const float total = __shfl_sync(0xffffffffu, sum, 8 * t + 4 * parity);
+    const int head = 8 * r + 2 * t + parity;
+    const float inverse = 1.0f / total;
+    __nv_bfloat16 *row = out + (token * a.numHeads + firstHead + head) * D;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+      uint32_t words[4];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float *tile = acc[r][2 * i + w / 2] + 2 * (w % 2);
+        const float kept = tile[parity] * inverse;
+        const float traded = __shfl_xor_sync(0xffffffffu, tile[1 - parity], 4);
+        // The partner's value is scaled by its own head's sum: this lane's.
+        const float partner = traded * inverse;
+        words[w] = parity == 0 ? fa2::packBf16(kept, partner)
+                               : fa2::packBf16(partner, kept);
+      }
+      if (head < group)
+        *reinterpret_cast<uint4 *>(row + 8 * (4 * i + g / 2)) =
+            make_uint4(words[0], words[1], words[2], words[3]);
+    }
+  }
+}
+
+template <int D, bool kHighRows, bool kSoftcap>
+cudaError_t launchOf(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
+                     AttentionDims attention, const int32_t *blockTables,
+                     int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                     const int32_t *queryStartLoc, int64_t numSeqs,
+                     __nv_bfloat16 *out, cudaStream_t stream) {
+  const int64_t units = numSeqs * attention.numKVHeads;
+  const int64_t blocks = (units + kWarps - 1) / kWarps;
+  mmaDecodeKernel<D, kHighRows, kSoftcap>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+          q, static_cast<const __nv_bfloat16 *>(pool.data), dims, attention,
+          blockTables, maxBlocksPerSeq, contextLens, queryStartLoc, units, out);
+  return cudaGetLastError();
+}
+
+template <int D, bool kHighRows>
+cudaError_t launchOfSoftcap(const __nv_bfloat16 *q, KVCachePool pool,
+                            CacheDims dims, AttentionDims attention,
+                            const int32_t *blockTables, int64_t maxBlocksPerSeq,
+                            const int32_t *contextLens,
+                            const int32_t *queryStartLoc, int64_t numSeqs,
+                            __nv_bfloat16 *out, cudaStream_t stream) {
+  if (attention.logitSoftcap > 0)
+    return launchOf<D, kHighRows, true>(q, pool, dims, attention, blockTables,
+                                        maxBlocksPerSeq, contextLens,
+                                        queryStartLoc, numSeqs, out, stream);
+  return launchOf<D, kHighRows, false>(q, pool, dims, attention, blockTables,
+                                       maxBlocksPerSeq, contextLens,
+                                       queryStartLoc, numSeqs, out, stream);
+}
+
+/// The tensor-core decode of every decode row of the batch (the caller
+/// checked mmaDecodeSupports).
+template <int D>
+cudaError_t launch(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
+                   AttentionDims attention, const int32_t *blockTables,
+                   int64_t maxBlocksPerSeq, const int32_t *contextLens,
+                   const int32_t *queryStartLoc, int64_t numSeqs,
+                   __nv_bfloat16 *out, cudaStream_t stream) {
+  if (attention.numHeads / attention.numKVHeads > 8)
+    return launchOfSoftcap<D, true>(q, pool, dims, attention, blockTables,
+                                    maxBlocksPerSeq, contextLens, queryStartLoc,
+                                    numSeqs, out, stream);
+  return launchOfSoftcap<D, false>(q, pool, dims, attention, blockTables,
+                                   maxBlocksPerSeq, contextLens, queryStartLoc,
+                                   numSeqs, out, stream);
+}
+
+} // namespace infer::cuda::decode_mma
+
+#endif // INFER_RUNTIME_CUDA_KERNELS_DECODEATTENTIONMMA_CUH
