@@ -2,14 +2,17 @@
 #===- fuzz/ci.sh - Fuzz smoke and sanitizer tests ---------------------------===#
 #
 # Usage: fuzz/ci.sh [BUILD_DIR [extra cmake args...]]   (default build-fuzz)
-# A second, runtime-only build with clang-19, ASan + UBSan and libFuzzer
-# coverage (INFER_ENABLE_FUZZ; no MLIR, no CUDA: the compiler's harnesses
-# run locally, see docs/Fuzzing.md). Then every runtime harness runs for
-# INFER_FUZZ_SECONDS (default 30) and the GoogleTest suites of the parsers,
-# the plan verifier, the sampler, the engine and speculation run under the
-# sanitizers, as many at a time as there are cores. A crash, leak or
-# sanitizer report fails it. On Debian it installs clang-19 and its
-# libFuzzer runtime when they are missing (INFER_SKIP_APT=1 skips that).
+# Phase 1: a runtime-only build with clang-19, ASan + UBSan and libFuzzer
+# coverage (INFER_ENABLE_FUZZ, INFER_ENABLE_COMPILER=OFF, no CUDA) in
+# BUILD_DIR. Every runtime harness runs for INFER_FUZZ_SECONDS (default 30)
+# and the GoogleTest suites of the parsers, the plan verifier, the sampler,
+# the engine and speculation run under the sanitizers, as many at a time as
+# there are cores. Phase 2: a compiler-enabled build of the same kind in
+# BUILD_DIR-cc, only the HF config and infer-opt harnesses and what they
+# link, each run for INFER_FUZZ_SECONDS. A crash, leak or sanitizer report
+# fails it; every run replays fuzz/regressions/ first. On Debian it installs
+# clang-19 and its libFuzzer runtime when they are missing (INFER_SKIP_APT=1
+# skips that); phase 2 uses the MLIR 19 that scripts/bootstrap.sh installs.
 #
 #===------------------------------------------------------------------------===#
 set -euo pipefail
@@ -79,3 +82,30 @@ export -f run_suite
 printf '%s\n' "${suites[@]}" |
   xargs -d '\n' -P "$(nproc)" -I{} bash -c 'run_suite "$1"' _ {}
 echo "fuzz: sanitizer suites finished at $(( $(date +%s) - start ))s"
+
+# Phase 2, the compiler's harnesses: a compiler-enabled clang-19 build in
+# BUILD_DIR-cc with the same instrumentation, building only those two
+# harnesses (the infer dialect, its passes, the HF importer; Debian's MLIR and
+# LLVM 19, the version of clang-19, linked uninstrumented), then each runs
+# for INFER_FUZZ_SECONDS on its seeds and replays its regressions. Where
+# MLIR 19 is missing it is skipped, except in CI, where bootstrap installs it.
+cc_build=${build}-cc
+cc_fuzzers=(infer-fuzz-hf-config infer-fuzz-infer-opt)
+mlir_dir=/usr/lib/llvm-19/lib/cmake/mlir
+if [ ! -d "$mlir_dir" ]; then
+  if [ -n "${CI:-}" ]; then
+    echo "fuzz: MLIR 19 not found ($mlir_dir); the compiler's harnesses need it"
+    exit 1
+  fi
+  echo "fuzz: MLIR 19 not found; skipping the compiler's harnesses"
+  exit 0
+fi
+CC=clang-19 CXX=clang++-19 cmake -G Ninja -S . -B "$cc_build" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMLIR_DIR="$mlir_dir" \
+  -DINFER_ENABLE_CUDA=OFF -DINFER_ENABLE_FUZZ=ON \
+  -DINFER_FUZZ_SECONDS="${INFER_FUZZ_SECONDS:-30}" "${@:2}"
+cmake --build "$cc_build" -j "$(nproc)" --target "${cc_fuzzers[@]}"
+echo "fuzz: compiler harnesses built at $(( $(date +%s) - start ))s"
+ctest --test-dir "$cc_build" --no-tests=error --output-on-failure \
+  -R "^fuzz\.($(IFS='|'; echo "${cc_fuzzers[*]}"))\$" -j "$(nproc)"
+echo "fuzz: compiler harnesses finished at $(( $(date +%s) - start ))s"
