@@ -404,6 +404,14 @@ DecodeKernel decodeKernelOf(const AttentionDims &attention,
                             bool bf16Queries, int64_t maxBlocksPerSeq,
                             int64_t numSeqs);
 
+/// The splits the tensor-core decode gives each sequence's keys: as many
+/// warps as the SMs hold at once, at least 128 keys per split of the
+/// longest context the block tables hold (or the sliding window), at most
+/// 256, and no more than `workspaceBytes` holds (splitKVSplits' rules).
+int mmaDecodeSplits(const AttentionDims &attention, int blockSize,
+                    int64_t maxBlocksPerSeq, int64_t numSeqs,
+                    size_t workspaceBytes);
+
 /// Makes decodeKernelOf choose `kernel` (kAuto: its own choice) for tests
 /// and benchmarks. The environment variable INFER_DECODE_KERNEL ("split" or
 /// "mma") sets it at start.

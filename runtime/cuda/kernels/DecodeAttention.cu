@@ -33,6 +33,8 @@ int smCount() {
 constexpr int64_t kMmaMaxKeys = 1024;
 /// Fewest (sequence, kv head) units per SM for the tensor-core decode.
 constexpr int64_t kMmaMinUnitsPerSm = 4;
+/// Fewest keys worth a split of the tensor-core decode (8 steps).
+constexpr int64_t kMmaMinKeysPerSplit = 128;
 
 DecodeKernel decodeKernelFromEnvironment() {
   const char *kernel = std::getenv("INFER_DECODE_KERNEL");
@@ -131,6 +133,29 @@ int splitKVSplits(const AttentionDims &attention, int blockSize,
   return static_cast<int>(std::max<int64_t>(splits, 1));
 }
 
+int mmaDecodeSplits(const AttentionDims &attention, int blockSize,
+                    int64_t maxBlocksPerSeq, int64_t numSeqs,
+                    size_t workspaceBytes) {
+  if (numSeqs <= 0 || attention.numKVHeads <= 0)
+    return 1;
+  const bool highRows = attention.numHeads / attention.numKVHeads > 8;
+  const int64_t units = numSeqs * attention.numKVHeads;
+  // One wave of warps, as splitKVSplits fills one of blocks.
+  const int64_t target = int64_t(decode_mma::blocksPerSmOf(highRows)) *
+                         decode_mma::kWarps * smCount();
+  int64_t keys = maxBlocksPerSeq * blockSize;
+  if (attention.slidingWindow > 0 && attention.slidingWindow < keys)
+    keys = attention.slidingWindow;
+  int64_t splits = std::max<int64_t>(target / units, 1);
+  splits = std::min<int64_t>(splits, (keys + kMmaMinKeysPerSplit - 1) /
+                                         kMmaMinKeysPerSplit);
+  splits = std::min<int64_t>(splits, decode::kMaxSplits);
+  const int64_t perSplit =
+      numSeqs * attention.numHeads * (attention.headDim + 2) * sizeof(float);
+  splits = std::min<int64_t>(splits, int64_t(workspaceBytes) / perSplit);
+  return static_cast<int>(std::max<int64_t>(splits, 1));
+}
+
 cudaError_t launchSplitKVDecode(const __nv_bfloat16 *q, KVCachePool pool,
                                 CacheDims dims, AttentionDims attention,
                                 const int32_t *blockTables,
@@ -141,14 +166,25 @@ cudaError_t launchSplitKVDecode(const __nv_bfloat16 *q, KVCachePool pool,
                                 cudaStream_t stream) {
   if (numSeqs > 0 &&
       decodeKernelOf(attention, dims, pool.dtype, /*bf16Queries=*/true,
-                     maxBlocksPerSeq, numSeqs) == DecodeKernel::kMma)
-    return attention.headDim == 64
-               ? decode_mma::launch<64>(q, pool, dims, attention, blockTables,
-                                        maxBlocksPerSeq, contextLens,
-                                        queryStartLoc, numSeqs, out, stream)
-               : decode_mma::launch<128>(q, pool, dims, attention, blockTables,
-                                         maxBlocksPerSeq, contextLens,
-                                         queryStartLoc, numSeqs, out, stream);
+                     maxBlocksPerSeq, numSeqs) == DecodeKernel::kMma) {
+    const decode::Launch<__nv_bfloat16> l{
+        q,
+        pool,
+        dims,
+        attention,
+        blockTables,
+        maxBlocksPerSeq,
+        contextLens,
+        queryStartLoc,
+        numSeqs,
+        mmaDecodeSplits(attention, dims.blockSize, maxBlocksPerSeq, numSeqs,
+                        workspace.bytes),
+        out,
+        workspace,
+        stream};
+    return attention.headDim == 64 ? decode_mma::launch<64>(l)
+                                   : decode_mma::launch<128>(l);
+  }
   return decode::launch(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
                         contextLens, queryStartLoc, numSeqs, out, workspace,
                         stream);

@@ -48,6 +48,7 @@
 #define INFER_RUNTIME_CUDA_KERNELS_DECODEATTENTIONMMA_CUH
 
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/kernels/DecodeAttention.cuh"
 #include "runtime/cuda/kernels/KVCache.cuh"
 #include "runtime/cuda/kernels/PrefillAttention.cuh"
 
@@ -88,25 +89,33 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
     mmaDecodeKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *pool,
                     CacheDims dims, AttentionDims a, const int32_t *blockTables,
                     int64_t maxBlocksPerSeq, const int32_t *contextLens,
-                    const int32_t *queryStartLoc, int64_t units,
-                    __nv_bfloat16 *out) {
+                    const int32_t *queryStartLoc, int64_t units, int splits,
+                    __nv_bfloat16 *out, float *partialOut, float *partialMax,
+                    float *partialSum) {
   constexpr int kChunks = D / 32; // 16-byte chunks a lane loads per key
   constexpr int kMTiles = D / 16; // of O^T = V^T P^T
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t unit = int64_t(blockIdx.x) * kWarps + warp;
-  if (unit >= units)
+  // Warps of one unit's splits side by side.
+  const int64_t task = int64_t(blockIdx.x) * kWarps + warp;
+  if (task >= units * splits)
     return;
+  const int64_t unit = task / splits;
+  const int split = int(task % splits);
   const int64_t seq = unit / a.numKVHeads;
   const int kvHead = int(unit % a.numKVHeads);
   const int group = a.numHeads / a.numKVHeads;
   const int firstHead = kvHead * group;
 
+  // The visible keys (first .. position) cut into `splits` equal ranges,
+  // as the split-KV kernel cuts them.
   const int position = contextLens[seq] - 1;
-  const int keyBegin = a.slidingWindow > 0 && position - a.slidingWindow + 1 > 0
-                           ? position - a.slidingWindow + 1
-                           : 0;
-  const int keyEnd = position + 1;
+  const int first = a.slidingWindow > 0 && position - a.slidingWindow + 1 > 0
+                        ? position - a.slidingWindow + 1
+                        : 0;
+  const int perSplit = (position - first + splits) / splits;
+  const int keyBegin = first + split * perSplit;
+  const int keyEnd = min(keyBegin + perSplit, position + 1);
   const int32_t *table = blockTables + seq * maxBlocksPerSeq;
   const int blockSize = dims.blockSize;
   const int blockShift =
@@ -151,13 +160,19 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
     }
   };
   // The first step's loads go out before the row check and q (a short
-  // context has few steps: the prologue's latencies overlap). Every row has
-  // valid keys to read, the rows of prefill sequences too.
+  // context has few steps: the prologue's latencies overlap); the rows of
+  // prefill sequences have keys to read too.
   uint4 k[2][kChunks], v[2][kChunks];
   loadStep(keyBegin, k, v);
   const int64_t token = queryStartLoc[seq];
   if (queryStartLoc[seq + 1] - token != 1)
     return;
+  if (keyBegin >= keyEnd) {
+    // An empty split weighs nothing in the combine.
+    if (lane < group)
+      partialSum[(seq * a.numHeads + firstHead + lane) * splits + split] = 0.0f;
+    return;
+  }
 
   // q's A fragments, kept in shared memory (registers are what hold the
   // keys and values in flight): lane (g, t)'s chunks 4 i + t of heads g and
@@ -288,83 +303,92 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
   // + g/2) + 2 (2p + q) + g % 2. Lanes g and g ^ 1 (lane ^ 4) hold the even
   // and odd d of chunk 4 i + g/2: each keeps head 2t + g % 2 and trades the
   // other head's values for its partner's, then stores 16 bytes.
+  // With splits, the normalized fp32 partial output, max and sum of each
+  // head go to the workspace for splitKVCombineKernel.
   const int parity = g % 2;
 #pragma unroll
   for (int r = 0; r < kHeadTiles; ++r) {
     float sum = runningSum[r];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    // Lane 8t + 4 parity holds head 2t + parity's sum.
-    const float total = __shfl_sync(0xffffffffu, sum, 8 * t + 4 * parity);
+    // Lane 8t + 4 parity holds head 2t + parity's sum and max.
+    const int source = 8 * t + 4 * parity;
+    const float total = __shfl_sync(0xffffffffu, sum, source);
+    const float headMax = __shfl_sync(0xffffffffu, runningMax[r], source);
     const int head = 8 * r + 2 * t + parity;
     const float inverse = 1.0f / total;
-    __nv_bfloat16 *row = out + (token * a.numHeads + firstHead + head) * D;
+    const int64_t entry =
+        (seq * a.numHeads + firstHead + head) * splits + split;
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
-      uint32_t words[4];
+      float values[8];
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         const float *tile = acc[r][2 * i + w / 2] + 2 * (w % 2);
+        // The partner's value is of this lane's head: its sum scales it.
         const float kept = tile[parity] * inverse;
-        const float traded = __shfl_xor_sync(0xffffffffu, tile[1 - parity], 4);
-        // The partner's value is scaled by its own head's sum: this lane's.
-        const float partner = traded * inverse;
-        words[w] = parity == 0 ? fa2::packBf16(kept, partner)
-                               : fa2::packBf16(partner, kept);
+        const float partner =
+            __shfl_xor_sync(0xffffffffu, tile[1 - parity], 4) * inverse;
+        values[2 * w] = parity == 0 ? kept : partner;
+        values[2 * w + 1] = parity == 0 ? partner : kept;
       }
-      if (head < group)
-        *reinterpret_cast<uint4 *>(row + 8 * (4 * i + g / 2)) =
-            make_uint4(words[0], words[1], words[2], words[3]);
+      if (head >= group)
+        continue;
+      const int d = 8 * (4 * i + g / 2);
+      if (splits == 1) {
+        *reinterpret_cast<uint4 *>(
+            out + (token * a.numHeads + firstHead + head) * D + d) =
+            make_uint4(fa2::packBf16(values[0], values[1]),
+                       fa2::packBf16(values[2], values[3]),
+                       fa2::packBf16(values[4], values[5]),
+                       fa2::packBf16(values[6], values[7]));
+      } else {
+        float4 *dst = reinterpret_cast<float4 *>(partialOut + entry * D + d);
+        dst[0] = make_float4(values[0], values[1], values[2], values[3]);
+        dst[1] = make_float4(values[4], values[5], values[6], values[7]);
+      }
+    }
+    if (splits > 1 && head < group && g < 2) {
+      partialMax[entry] = headMax;
+      partialSum[entry] = total;
     }
   }
 }
 
 template <int D, bool kHighRows, bool kSoftcap>
-cudaError_t launchOf(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
-                     AttentionDims attention, const int32_t *blockTables,
-                     int64_t maxBlocksPerSeq, const int32_t *contextLens,
-                     const int32_t *queryStartLoc, int64_t numSeqs,
-                     __nv_bfloat16 *out, cudaStream_t stream) {
-  const int64_t units = numSeqs * attention.numKVHeads;
-  const int64_t blocks = (units + kWarps - 1) / kWarps;
+cudaError_t launchOf(const decode::Launch<__nv_bfloat16> &l) {
+  const AttentionDims &a = l.attention;
+  const int64_t units = l.numSeqs * a.numKVHeads;
+  const int64_t entries = l.numSeqs * a.numHeads * l.splits;
+  float *partialOut = l.workspace.data;
+  float *partialMax = partialOut + entries * D;
+  float *partialSum = partialMax + entries;
+  const int64_t blocks = (units * l.splits + kWarps - 1) / kWarps;
   mmaDecodeKernel<D, kHighRows, kSoftcap>
-      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          q, static_cast<const __nv_bfloat16 *>(pool.data), dims, attention,
-          blockTables, maxBlocksPerSeq, contextLens, queryStartLoc, units, out);
+      <<<static_cast<unsigned>(blocks), kThreads, 0, l.stream>>>(
+          l.q, static_cast<const __nv_bfloat16 *>(l.pool.data), l.dims, a,
+          l.blockTables, l.maxBlocksPerSeq, l.contextLens, l.queryStartLoc,
+          units, l.splits, l.out, partialOut, partialMax, partialSum);
+  if (l.splits == 1)
+    return cudaGetLastError();
+  dim3 combineGrid(static_cast<unsigned>(l.numSeqs),
+                   static_cast<unsigned>(a.numHeads));
+  decode::splitKVCombineKernel<D, __nv_bfloat16>
+      <<<combineGrid, D, 0, l.stream>>>(l.queryStartLoc, a.numHeads, l.splits,
+                                        partialOut, partialMax, partialSum,
+                                        l.out);
   return cudaGetLastError();
 }
 
-template <int D, bool kHighRows>
-cudaError_t launchOfSoftcap(const __nv_bfloat16 *q, KVCachePool pool,
-                            CacheDims dims, AttentionDims attention,
-                            const int32_t *blockTables, int64_t maxBlocksPerSeq,
-                            const int32_t *contextLens,
-                            const int32_t *queryStartLoc, int64_t numSeqs,
-                            __nv_bfloat16 *out, cudaStream_t stream) {
-  if (attention.logitSoftcap > 0)
-    return launchOf<D, kHighRows, true>(q, pool, dims, attention, blockTables,
-                                        maxBlocksPerSeq, contextLens,
-                                        queryStartLoc, numSeqs, out, stream);
-  return launchOf<D, kHighRows, false>(q, pool, dims, attention, blockTables,
-                                       maxBlocksPerSeq, contextLens,
-                                       queryStartLoc, numSeqs, out, stream);
-}
-
-/// The tensor-core decode of every decode row of the batch (the caller
-/// checked mmaDecodeSupports).
-template <int D>
-cudaError_t launch(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
-                   AttentionDims attention, const int32_t *blockTables,
-                   int64_t maxBlocksPerSeq, const int32_t *contextLens,
-                   const int32_t *queryStartLoc, int64_t numSeqs,
-                   __nv_bfloat16 *out, cudaStream_t stream) {
-  if (attention.numHeads / attention.numKVHeads > 8)
-    return launchOfSoftcap<D, true>(q, pool, dims, attention, blockTables,
-                                    maxBlocksPerSeq, contextLens, queryStartLoc,
-                                    numSeqs, out, stream);
-  return launchOfSoftcap<D, false>(q, pool, dims, attention, blockTables,
-                                   maxBlocksPerSeq, contextLens, queryStartLoc,
-                                   numSeqs, out, stream);
+/// The tensor-core decode of every decode row of the batch, its keys split
+/// l.splits ways (the caller checked mmaDecodeSupports and sized the splits
+/// by mmaDecodeSplits).
+template <int D> cudaError_t launch(const decode::Launch<__nv_bfloat16> &l) {
+  const bool highRows = l.attention.numHeads / l.attention.numKVHeads > 8;
+  const bool softcap = l.attention.logitSoftcap > 0;
+  if (highRows)
+    return softcap ? launchOf<D, true, true>(l) : launchOf<D, true, false>(l);
+  return softcap ? launchOf<D, false, true>(l) : launchOf<D, false, false>(l);
 }
 
 } // namespace infer::cuda::decode_mma

@@ -268,6 +268,14 @@ TEST_F(SplitKVDecodeTest, RoutesBigBatchesOfShortContextsToTensorCores) {
   capped.logitSoftcap = 30.0f;
   EXPECT_EQ(kernelOf(capped, llama, KVCacheDtype::kBf16, true, 128, bigBatch),
             DecodeKernel::kMma);
+  // Big batches fill the GPU unsplit; one long sequence is split.
+  EXPECT_EQ(cuda::mmaDecodeSplits(a, 16, 128 / 16, bigBatch,
+                                  cuda::splitKVWorkspaceBytes(128)),
+            1);
+  EXPECT_GT(cuda::mmaDecodeSplits(a, 16, 32768 / 16, 1,
+                                  cuda::splitKVWorkspaceBytes(128)),
+            64);
+  EXPECT_EQ(cuda::mmaDecodeSplits(a, 16, 32768 / 16, 1, 0), 1);
   // Forcing a kernel holds where it supports the launch only.
   {
     ForcedDecodeKernel forced(DecodeKernel::kSplitKV);
@@ -284,9 +292,9 @@ TEST_F(SplitKVDecodeTest, RoutesBigBatchesOfShortContextsToTensorCores) {
 }
 
 TEST_F(SplitKVDecodeTest, TensorCoreDecodeMatchesCpuAttention) {
-  // Forced onto the tensor-core kernel: ragged short contexts (and a few
-  // long ones, which it reads in one warp), every group size it takes,
-  // head_dim 64/128, windows, block size 24, soft-caps.
+  // Forced onto the tensor-core kernel, with the workspace (long contexts
+  // split) and without: ragged short contexts and a few long ones, every
+  // group size it takes, head_dim 64/128, windows, block size 24, soft-caps.
   std::uniform_int_distribution<int> shortContext(1, 200);
   auto ragged = [&](int n) {
     std::vector<int> contexts;
@@ -316,6 +324,8 @@ TEST_F(SplitKVDecodeTest, TensorCoreDecodeMatchesCpuAttention) {
   };
   ForcedDecodeKernel forced(cuda::DecodeKernel::kMma);
   const int layer = 1, numLayers = 2;
+  const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(128);
+  auto workspace = DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
   for (const MmaCase &k : cases) {
     const Case &c = k.shape;
     const std::string what =
@@ -331,16 +341,27 @@ TEST_F(SplitKVDecodeTest, TensorCoreDecodeMatchesCpuAttention) {
         << what;
     DevicePool pool(b, KVCacheDtype::kBf16);
     DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
-    const std::vector<float> got =
-        runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
-          return cuda::launchPagedAttention(
-              q, pool.pool, dims, a, tables.get(), b.maxBlocks, context.get(),
-              qsl.get(), numSeqs, numSeqs, out, nullptr);
-        });
-    const double err = relError(got, b.ref);
-    std::cout << "[ kernel   ] mma_decode " << what << " max rel err " << err
-              << "\n";
-    EXPECT_LT(err, kMmaTol) << what;
+    const int splits = cuda::mmaDecodeSplits(a, c.blockSize, b.maxBlocks,
+                                             numSeqs, workspaceBytes);
+    for (bool split : {true, false}) {
+      const cuda::SplitKVWorkspace ws =
+          split ? cuda::SplitKVWorkspace{workspace.get(), workspaceBytes}
+                : cuda::SplitKVWorkspace{};
+      const std::vector<float> got =
+          runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
+            return cuda::launchPagedAttention(
+                q, pool.pool, dims, a, tables.get(), b.maxBlocks, context.get(),
+                qsl.get(), numSeqs, numSeqs, out, nullptr, ws);
+          });
+      const double err = relError(got, b.ref);
+      std::cout << "[ kernel   ] mma_decode " << what << " splits "
+                << (split ? splits : 1) << " max rel err " << err << "\n";
+      EXPECT_LT(err, kMmaTol) << what << " split " << split;
+    }
+    // Long contexts of few sequences are split, short ragged ones among
+    // them too (splits with no keys).
+    if (c.contexts[0] >= 3000)
+      EXPECT_GT(splits, 8) << what;
   }
 }
 
