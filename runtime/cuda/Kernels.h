@@ -382,7 +382,7 @@ size_t splitKVWorkspaceBytes(int headDim);
 enum class DecodeKernel {
   kAuto,    ///< decodeKernelOf's choice (setDecodeKernel only)
   kSplitKV, ///< CUDA cores, split-KV: every shape splitKVDecodeSupports takes
-  kMma,     ///< tensor cores, one warp per (sequence, kv head), no splits
+  kMma,     ///< tensor cores, one warp per (sequence, kv head, split)
 };
 
 /// Whether the tensor-core decode (DecodeAttentionMma.cuh) takes this

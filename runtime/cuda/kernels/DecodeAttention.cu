@@ -28,8 +28,8 @@ int smCount() {
   return sms;
 }
 
-/// Most keys the block tables hold for the tensor-core decode: it reads a
-/// sequence's keys in one warp, without splits.
+/// Most keys the block tables hold for the tensor-core decode on its own
+/// choice (big batches: their sequences' keys are not split).
 constexpr int64_t kMmaMaxKeys = 1024;
 /// Fewest (sequence, kv head) units per SM for the tensor-core decode.
 constexpr int64_t kMmaMinUnitsPerSm = 4;

@@ -1,10 +1,12 @@
 //===- DecodeAttentionMma.cuh - Tensor-core paged decode -------*- CUDA -*-===//
 //
 // Decode attention of big batches of short contexts on tensor cores: one
-// warp per (sequence, kv head) unit, 4 units a block, no splits and no
-// merge across warps. mma.sync m16n8k16 (bf16 operands, fp32
-// accumulators), 16 keys a step, the kv head's query heads (up to 16; one
-// tile of 8 for groups of up to 8) in M of the scores and N of the output:
+// warp per (sequence, kv head, split), 4 a block, no merge across warps
+// (the keys of few long sequences are split as the split-KV kernel splits
+// them, mmaDecodeSplits, and splitKVCombineKernel merges the splits).
+// mma.sync m16n8k16 (bf16 operands, fp32 accumulators), 16 keys a step,
+// the kv head's query heads (up to 16; one tile of 8 for groups of up to
+// 8) in M of the scores and N of the output:
 //
 //   S^T[head, key] = Q K^T    2 n-tiles of 8 keys x D/16 k-tiles of d
 //   O^T[d, head]  += V^T P^T  D/16 m-tiles of d x 1 k-tile of the 16 keys
