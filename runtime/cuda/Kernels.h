@@ -346,8 +346,8 @@ bool splitKVDecodeSupports(const AttentionDims &attention,
 /// and value once for the heads of its tile, several keys per lane group in
 /// flight; the keys of a sequence are split over splitKVSplits(...) blocks
 /// whose partial results a second kernel merges. Keys are rotated
-/// (keyRotaryDim > 0) as they are loaded. With bf16 q, big batches of short
-/// contexts go to a tensor-core kernel instead (decodeKernelOf).
+/// (keyRotaryDim > 0) as they are loaded. With bf16 q and pool, launches
+/// that fill the GPU go to a tensor-core kernel instead (decodeKernelOf).
 cudaError_t
 launchSplitKVDecode(const float *q, KVCachePool pool, CacheDims dims,
                     AttentionDims attention, const int32_t *blockTables,
@@ -392,13 +392,12 @@ bool mmaDecodeSupports(const AttentionDims &attention, const CacheDims &dims,
                        KVCacheDtype dtype, bool bf16Queries);
 
 /// The kernel launchSplitKVDecode runs for a launch of this shape: the
-/// tensor-core one where it supports the launch, the block tables hold at
-/// most 1024 keys (maxBlocksPerSeq * blockSize, or the sliding window) and
-/// the batch has at least 4 (sequence, kv head) units per SM (big batches
-/// of short contexts, where the split-KV blocks are bound by issue and
-/// latency); else split-KV. setDecodeKernel overrides the choice where the
-/// kernel supports the launch. It depends on the launch's shape only, so a
-/// captured graph replays it.
+/// tensor-core one where it supports the launch and its warps, (sequence,
+/// kv head) units times the splits mmaDecodeSplits gives them with room
+/// enough, are at least 2 per SM (fewer: its serial steps are bare
+/// latency); else split-KV. setDecodeKernel overrides the choice
+/// where the kernel supports the launch. It depends on the launch's shape
+/// only, so a captured graph replays it.
 DecodeKernel decodeKernelOf(const AttentionDims &attention,
                             const CacheDims &dims, KVCacheDtype dtype,
                             bool bf16Queries, int64_t maxBlocksPerSeq,

@@ -28,13 +28,28 @@ int smCount() {
   return sms;
 }
 
-/// Most keys the block tables hold for the tensor-core decode on its own
-/// choice (big batches: their sequences' keys are not split).
-constexpr int64_t kMmaMaxKeys = 1024;
-/// Fewest (sequence, kv head) units per SM for the tensor-core decode.
-constexpr int64_t kMmaMinUnitsPerSm = 4;
+/// Fewest warps (units times splits) per SM for the tensor-core decode on
+/// its own choice: with fewer, its serial steps are bare latency.
+constexpr int64_t kMmaMinWarpsPerSm = 2;
 /// Fewest keys worth a split of the tensor-core decode (8 steps).
 constexpr int64_t kMmaMinKeysPerSplit = 128;
+
+/// mmaDecodeSplits before the workspace's bound.
+int64_t mmaSplitsOfWave(const AttentionDims &attention, int blockSize,
+                        int64_t maxBlocksPerSeq, int64_t numSeqs) {
+  const bool highRows = attention.numHeads / attention.numKVHeads > 8;
+  const int64_t units = numSeqs * attention.numKVHeads;
+  // One wave of warps, as splitKVSplits fills one of blocks.
+  const int64_t target = int64_t(decode_mma::blocksPerSmOf(highRows)) *
+                         decode_mma::kWarps * smCount();
+  int64_t keys = maxBlocksPerSeq * blockSize;
+  if (attention.slidingWindow > 0 && attention.slidingWindow < keys)
+    keys = attention.slidingWindow;
+  int64_t splits = std::max<int64_t>(target / units, 1);
+  splits = std::min<int64_t>(splits, (keys + kMmaMinKeysPerSplit - 1) /
+                                         kMmaMinKeysPerSplit);
+  return std::min<int64_t>(splits, decode::kMaxSplits);
+}
 
 DecodeKernel decodeKernelFromEnvironment() {
   const char *kernel = std::getenv("INFER_DECODE_KERNEL");
@@ -67,18 +82,16 @@ DecodeKernel decodeKernelOf(const AttentionDims &attention,
                             const CacheDims &dims, KVCacheDtype dtype,
                             bool bf16Queries, int64_t maxBlocksPerSeq,
                             int64_t numSeqs) {
-  if (!mmaDecodeSupports(attention, dims, dtype, bf16Queries))
+  if (numSeqs <= 0 || !mmaDecodeSupports(attention, dims, dtype, bf16Queries))
     return DecodeKernel::kSplitKV;
   const DecodeKernel forced = decodeKernelOverride().load();
   if (forced != DecodeKernel::kAuto)
     return forced;
-  int64_t keys = maxBlocksPerSeq * dims.blockSize;
-  if (attention.slidingWindow > 0 && attention.slidingWindow < keys)
-    keys = attention.slidingWindow;
-  return keys <= kMmaMaxKeys &&
-                 numSeqs * attention.numKVHeads >= kMmaMinUnitsPerSm * smCount()
-             ? DecodeKernel::kMma
-             : DecodeKernel::kSplitKV;
+  const int64_t warps =
+      numSeqs * attention.numKVHeads *
+      mmaSplitsOfWave(attention, dims.blockSize, maxBlocksPerSeq, numSeqs);
+  return warps >= kMmaMinWarpsPerSm * smCount() ? DecodeKernel::kMma
+                                                : DecodeKernel::kSplitKV;
 }
 
 void setDecodeKernel(DecodeKernel kernel) {
@@ -138,18 +151,8 @@ int mmaDecodeSplits(const AttentionDims &attention, int blockSize,
                     size_t workspaceBytes) {
   if (numSeqs <= 0 || attention.numKVHeads <= 0)
     return 1;
-  const bool highRows = attention.numHeads / attention.numKVHeads > 8;
-  const int64_t units = numSeqs * attention.numKVHeads;
-  // One wave of warps, as splitKVSplits fills one of blocks.
-  const int64_t target = int64_t(decode_mma::blocksPerSmOf(highRows)) *
-                         decode_mma::kWarps * smCount();
-  int64_t keys = maxBlocksPerSeq * blockSize;
-  if (attention.slidingWindow > 0 && attention.slidingWindow < keys)
-    keys = attention.slidingWindow;
-  int64_t splits = std::max<int64_t>(target / units, 1);
-  splits = std::min<int64_t>(splits, (keys + kMmaMinKeysPerSplit - 1) /
-                                         kMmaMinKeysPerSplit);
-  splits = std::min<int64_t>(splits, decode::kMaxSplits);
+  int64_t splits =
+      mmaSplitsOfWave(attention, blockSize, maxBlocksPerSeq, numSeqs);
   const int64_t perSplit =
       numSeqs * attention.numHeads * (attention.headDim + 2) * sizeof(float);
   splits = std::min<int64_t>(splits, int64_t(workspaceBytes) / perSplit);

@@ -18,8 +18,9 @@
 // scores of 4 to 30 standard deviations) keep the bound on every pool and
 // shape kind (the kernel's fastTanh moves a capped score by at most
 // cap * 2^-21, well inside it), and the same batch run without the cap is
-// far from the capped reference (the cases test the cap). Big batches of
-// short contexts go to the tensor-core kernel (decodeKernelOf): its routing,
+// far from the capped reference (the cases test the cap). Launches of bf16
+// q and pools that fill the GPU go to the tensor-core kernel
+// (decodeKernelOf): its routing,
 // and its results on the shapes it takes (forced by setDecodeKernel, and
 // routed there on its own) within the tensor-core prefills' 1e-2 (q and the
 // probabilities in bf16).
@@ -211,7 +212,7 @@ struct ForcedDecodeKernel {
 /// probabilities to bf16, as the tensor-core prefills do.
 constexpr double kMmaTol = 1e-2;
 
-TEST_F(SplitKVDecodeTest, RoutesBigBatchesOfShortContextsToTensorCores) {
+TEST_F(SplitKVDecodeTest, RoutesLaunchesThatFillTheGpuToTensorCores) {
   int device = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(
@@ -229,22 +230,27 @@ TEST_F(SplitKVDecodeTest, RoutesBigBatchesOfShortContextsToTensorCores) {
   using cuda::DecodeKernel;
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 128, bigBatch),
             DecodeKernel::kMma);
-  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 1024, bigBatch),
-            DecodeKernel::kMma);
-  // Long tables, few units, other pools, fp32 q: split-KV.
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 2048, bigBatch),
-            DecodeKernel::kSplitKV);
+            DecodeKernel::kMma);
+  // One long sequence is split into enough warps; one short one is not.
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 32768, 1),
+            DecodeKernel::kMma);
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 128, 1),
             DecodeKernel::kSplitKV);
+  // Other pools, fp32 q: split-KV.
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kF8E4M3, true, 128, bigBatch),
             DecodeKernel::kSplitKV);
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kF8E5M2, true, 128, bigBatch),
             DecodeKernel::kSplitKV);
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, false, 128, bigBatch),
             DecodeKernel::kSplitKV);
-  // A sliding window bounds the keys of long tables.
+  // A sliding window bounds the keys of long tables, so their splits.
   AttentionDims windowed = a;
   windowed.slidingWindow = 512;
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 8192, 1),
+            DecodeKernel::kMma);
+  EXPECT_EQ(kernelOf(windowed, llama, KVCacheDtype::kBf16, true, 8192, 1),
+            DecodeKernel::kSplitKV);
   EXPECT_EQ(
       kernelOf(windowed, llama, KVCacheDtype::kBf16, true, 8192, bigBatch),
       DecodeKernel::kMma);
@@ -284,7 +290,7 @@ TEST_F(SplitKVDecodeTest, RoutesBigBatchesOfShortContextsToTensorCores) {
   }
   {
     ForcedDecodeKernel forced(DecodeKernel::kMma);
-    EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 32768, 1),
+    EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 128, 1),
               DecodeKernel::kMma);
     EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kF8E4M3, true, 128, bigBatch),
               DecodeKernel::kSplitKV);
