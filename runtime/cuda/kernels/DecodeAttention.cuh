@@ -297,11 +297,12 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         m = fmaxf(m, score[h][u]);
-      const float correction = m == -INFINITY ? 1.0f : exp2f(runningMax[h] - m);
+      const float correction =
+          m == -INFINITY ? 1.0f : fastExp2(runningMax[h] - m);
       float sum = 0.0f;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        p[h][u] = m == -INFINITY ? 0.0f : exp2f(score[h][u] - m);
+        p[h][u] = m == -INFINITY ? 0.0f : fastExp2(score[h][u] - m);
         sum += p[h][u];
       }
       runningSum[h] = runningSum[h] * correction + sum;
@@ -361,7 +362,7 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
     for (int g = 0; g < kGroups; ++g) {
       if (groupSum[g][h] == 0.0f)
         continue;
-      const float w = exp2f(groupMax[g][h] - m);
+      const float w = fastExp2(groupMax[g][h] - m);
       sum += groupSum[g][h] * w;
       value += groupAcc[g][h][e] * w;
     }
@@ -402,7 +403,7 @@ __global__ void __launch_bounds__(D)
     const float sum = partialSum[base + s];
     if (sum == 0.0f)
       continue;
-    const float w = sum * exp2f(partialMax[base + s] - m);
+    const float w = sum * fastExp2(partialMax[base + s] - m);
     total += w;
     value += w * partialOut[(base + s) * D + threadIdx.x];
   }

@@ -381,13 +381,13 @@ __global__ void __launch_bounds__(kThreads)
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       // A row with no visible key yet keeps max -inf; exponents use 0.
       const float base = m == -INFINITY ? 0.0f : m;
-      const float correction = exp2f(rowMax[i] - base);
+      const float correction = fastExp2(rowMax[i] - base);
       rowMax[i] = m;
       float sum = 0.0f;
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n) {
-        s[n][2 * i] = exp2f(s[n][2 * i] - base);
-        s[n][2 * i + 1] = exp2f(s[n][2 * i + 1] - base);
+        s[n][2 * i] = fastExp2(s[n][2 * i] - base);
+        s[n][2 * i + 1] = fastExp2(s[n][2 * i + 1] - base);
         sum += s[n][2 * i] + s[n][2 * i + 1];
       }
       rowSum[i] = rowSum[i] * correction + sum;

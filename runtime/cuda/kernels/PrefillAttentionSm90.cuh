@@ -11,7 +11,7 @@
 // last one, whose epilogue also copies the next item's Q rows in):
 //
 //   warpgroup 0 (producer)   loads K/V tiles of 128 keys into a ring of
-//                            kStages shared-memory stages
+//                            Variant::kStages shared-memory stages
 //   warpgroups 1, 2          64 rows each: S = Q K^T (wgmma, Q and K in
 //   (consumers)              shared memory), online softmax in fp32 (base
 //                            2), O += P V (wgmma, P from registers as bf16)
@@ -81,7 +81,6 @@ namespace infer::cuda::sm90 {
 constexpr int kRows = 128;    ///< Rows of Q per CTA (two consumers x 64).
 constexpr int kKeys = 128;    ///< Keys per K/V tile.
 constexpr int kConsumers = 2; ///< Consumer warpgroups.
-constexpr int kStages = 2;    ///< K/V stages in flight.
 constexpr int kThreads = 128 * (1 + kConsumers);
 /// Bytes of one 64-column half of a Q or K/V tile (128 rows of 128 bytes).
 constexpr uint32_t kHalfBytes = 128 * 128;
@@ -100,6 +99,10 @@ template <KVCacheDtype T, bool kRope> struct Variant {
   static constexpr bool kStagedV = T != KVCacheDtype::kBf16;
   static constexpr bool kStaged = kStagedK;
   static constexpr int kElementBytes = T == KVCacheDtype::kBf16 ? 2 : 1;
+  /// K/V stages in flight: three where TMA fills them straight from the
+  /// pool (two left the consumers waiting for K a fifth of their time at
+  /// 8192 tokens, ncu), two where the staging buffers take the room.
+  static constexpr int kStages = kStaged ? 2 : 3;
   static constexpr int kProducerRegs = kStaged ? 56 : 40;
   static constexpr int kConsumerRegs = kStaged ? 224 : 232;
   /// Whether a CTA works through several items (persistentCtas): not with
@@ -114,6 +117,7 @@ template <KVCacheDtype T, bool kRope> struct Variant {
 ///   barriers fullK, fullV, emptyK, emptyV [kStages], stagingFull [2]
 template <int D, KVCacheDtype T, bool kRope> struct SharedLayout {
   using V = Variant<T, kRope>;
+  static constexpr int kStages = V::kStages;
   static constexpr uint32_t kTileBytes = kKeys * D * 2;
   static constexpr uint32_t kQ = 0;
   static constexpr uint32_t kK = kQ + kRows * D * 2;
@@ -267,9 +271,16 @@ __device__ __forceinline__ int planeOf(const CacheDims &dims, int layer,
   return (block * dims.numLayers + layer) * 2 + kv;
 }
 
-/// The producer of the bf16 variant: warp 0's lanes issue one TMA box each
-/// for the K tile, then the V tile, of every tile in turn.
-template <int D>
+/// The producer of the bf16 variant: warps 0 and 1 issue the K tiles' TMA
+/// boxes, warps 2 and 3 the V tiles', one box a lane (box j of a tile to
+/// warp j % 2 of its pair), each pair arriving on its own ring of barriers.
+/// A box takes a dozen instructions to issue (the compiler loops over the
+/// lanes, moving each lane's coordinates into uniform registers): one warp
+/// issuing all of them made the consumers wait for K a sixth of their time
+/// at 8192 tokens (ncu), and two warps took 436 to 539 TFLOP/s. A warp
+/// loads the next tile's block table entries before it waits for the stage
+/// to empty.
+template <int D, int kStages>
 __device__ __forceinline__ void
 produceDirect(const CUtensorMap &map, const Sm90Params &p,
               const TileGeometry &g, uint8_t *smem, uint64_t *fullK,
@@ -277,30 +288,37 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p,
               uint32_t kOffset, uint32_t vOffset, int it0) {
   constexpr int kHalves = D / 64;
   constexpr uint32_t kTileBytes = kKeys * D * 2;
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int kv = warp / 2; // 0: keys, 1: values
+  const int j = 2 * lane + warp % 2;
+  uint64_t *full = kv == 0 ? fullK : fullV;
+  uint64_t *empty = kv == 0 ? emptyK : emptyV;
+  uint8_t *tiles = smem + (kv == 0 ? kOffset : vOffset);
   const int blockSize = p.dims.blockSize;
   const int rows = blockSize < kKeys ? blockSize : kKeys;
+  Box b = boxOf<kHalves>(g, blockSize, rows, g.tileBegin, j);
   for (int t = 0; t < g.numTiles; ++t) {
     const int stage = (it0 + t) % kStages;
     const uint32_t phase = ((it0 + t) / kStages) & 1;
-    const Box b = boxOf<kHalves>(g, blockSize, rows,
-                                 g.tileBegin + int64_t(t) * kKeys, lane);
     const uint32_t bytes =
         __popc(__ballot_sync(0xffffffffu, b.valid)) * uint32_t(rows) * 128;
     const uint32_t dst = uint32_t(b.half) * kHalfBytes +
                          uint32_t(b.key0 - g.tileBegin - t * kKeys) * 128;
-    for (int kv = 0; kv < 2; ++kv) {
-      uint64_t *full = kv == 0 ? fullK : fullV;
-      mbarrierWait(&(kv == 0 ? emptyK : emptyV)[stage], phase ^ 1);
-      if (lane == 0)
-        mbarrierArriveExpectTx(&full[stage], bytes);
-      __syncwarp();
-      if (b.valid)
-        tmaLoad4d(smem + (kv == 0 ? kOffset : vOffset) + stage * kTileBytes +
-                      dst,
-                  &map, &full[stage], b.half * 64, g.kvHead, b.key0 % blockSize,
-                  planeOf(p.dims, p.a.layer, b.block, kv));
-    }
+    const Box next =
+        t + 1 < g.numTiles
+            ? boxOf<kHalves>(g, blockSize, rows,
+                             g.tileBegin + int64_t(t + 1) * kKeys, j)
+            : b;
+    mbarrierWait(&empty[stage], phase ^ 1);
+    // Each warp of the pair arrives once, with its own boxes' bytes.
+    if (lane == 0)
+      mbarrierArriveExpectTx(&full[stage], bytes);
+    __syncwarp();
+    if (b.valid)
+      tmaLoad4d(tiles + stage * kTileBytes + dst, &map, &full[stage],
+                b.half * 64, g.kvHead, b.key0 % blockSize,
+                planeOf(p.dims, p.a.layer, b.block, kv));
+    b = next;
   }
 }
 
@@ -342,6 +360,7 @@ produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
               uint64_t *emptyV, uint64_t *stagingFull, int it0) {
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
+  constexpr int kStages = V::kStages;
   constexpr int kHalves = D / 64;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int blockSize = p.dims.blockSize;
@@ -539,6 +558,7 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
         uint64_t *fullV, uint64_t *emptyK, uint64_t *emptyV, int wg) {
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
+  constexpr int kStages = V::kStages;
   constexpr int kChunks = D / 8;       // 16-byte chunks of a bf16 row
   constexpr int kKSteps = D / 16;      // k16 steps of Q K^T
   constexpr int kPVSteps = kKeys / 16; // k16 steps of P V
@@ -677,14 +697,15 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       // A row with no visible key yet keeps max -inf; exponents use 0.
       const float base = m == -INFINITY ? 0.0f : m * scaleLog2;
-      correction[i] = exp2f(rowMax[i] * scaleLog2 - base);
+      correction[i] = fastExp2(rowMax[i] * scaleLog2 - base);
       rowMax[i] = m;
       float sum = 0.0f;
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float x = exp2f(fmaf(s[4 * n + 2 * i + e], scaleLog2, -base));
+          const float x =
+              fastExp2(fmaf(s[4 * n + 2 * i + e], scaleLog2, -base));
           s[4 * n + 2 * i + e] = x;
           sum += x;
         }
@@ -827,6 +848,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
+  constexpr int kStages = V::kStages;
   int k = 0;
   TileGeometry g;
   if (!nextWork(p, k, g))
@@ -840,8 +862,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t *stagingFull = bars + 4 * kStages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrierInit(&fullK[s], V::kStagedK ? 128 : 1);
-      mbarrierInit(&fullV[s], V::kStagedV ? 128 : 1);
+      // Arrivals: the 128 converting threads (staged), the one warp
+      // issuing V of a staged variant, or the two warps of a direct pair.
+      mbarrierInit(&fullK[s], V::kStagedK ? 128 : 2);
+      mbarrierInit(&fullV[s], V::kStagedV ? 128 : (V::kStaged ? 1 : 2));
       mbarrierInit(&emptyK[s], 4 * kConsumers);
       mbarrierInit(&emptyV[s], 4 * kConsumers);
     }
@@ -855,21 +879,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  const int warpgroup = threadIdx.x / 128;
+  // Broadcast from lane 0, so the compiler knows it is warp-uniform (and
+  // the consumers' shared-memory descriptors, which depend on it, can live
+  // in uniform registers), as CUTLASS's canonical_warp_group_idx does.
+  const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (warpgroup == 0) {
     lowerRegisters<V::kProducerRegs>();
     // The CTA's work items in turn, the ring's stages and phases going on
     // from one to the next.
-    if (!V::kStaged && threadIdx.x >= 32)
-      return;
     int it = 0;
     do {
       if constexpr (V::kStaged)
         produceStaged<D, T, kRope>(direct, raw, p, g, smem, fullK, fullV,
                                    emptyK, emptyV, stagingFull, it);
       else
-        produceDirect<D>(direct, p, g, smem, fullK, fullV, emptyK, emptyV,
-                         L::kK, L::kV, it);
+        produceDirect<D, V::kStages>(direct, p, g, smem, fullK, fullV, emptyK,
+                                     emptyV, L::kK, L::kV, it);
       it += g.numTiles;
       ++k;
     } while (V::kPersistent && nextWork(p, k, g));
@@ -917,6 +942,8 @@ cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool,
                           cudaStream_t stream) {
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
+  // An sm_90 block takes at most 227 KiB of dynamic shared memory.
+  static_assert(L::kBytes <= 227 * 1024, "the stages do not fit");
   CUtensorMap direct, raw;
   std::memset(&direct, 0, sizeof(direct));
   std::memset(&raw, 0, sizeof(raw));
