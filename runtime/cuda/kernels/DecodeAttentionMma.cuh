@@ -268,13 +268,13 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
         }
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const float correction = exp2f(runningMax[r] - m);
+      const float correction = fastExp2(runningMax[r] - m);
       float p[2][2], sum = 0.0f;
 #pragma unroll
       for (int half = 0; half < 2; ++half)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          p[half][c] = exp2f(x[half][c] - m);
+          p[half][c] = fastExp2(x[half][c] - m);
           sum += p[half][c];
         }
       runningSum[r] = runningSum[r] * correction + sum;
