@@ -346,8 +346,8 @@ bool splitKVDecodeSupports(const AttentionDims &attention,
 /// and value once for the heads of its tile, several keys per lane group in
 /// flight; the keys of a sequence are split over splitKVSplits(...) blocks
 /// whose partial results a second kernel merges. Keys are rotated
-/// (keyRotaryDim > 0) as they are loaded. With bf16 q and pool, launches
-/// that fill the GPU go to a tensor-core kernel instead (decodeKernelOf).
+/// (keyRotaryDim > 0) as they are loaded. With bf16 q, launches that fill
+/// the GPU go to a tensor-core kernel instead (decodeKernelOf).
 cudaError_t
 launchSplitKVDecode(const float *q, KVCachePool pool, CacheDims dims,
                     AttentionDims attention, const int32_t *blockTables,
@@ -386,8 +386,9 @@ enum class DecodeKernel {
 };
 
 /// Whether the tensor-core decode (DecodeAttentionMma.cuh) takes this
-/// launch: bf16 q and pool, no key rope, head_dim 64 or 128 (the cache's),
-/// whole groups of at most 16 query heads per kv head.
+/// launch: bf16 q, any pool (fp8 keys and values rounded to bf16 as they
+/// are used), no key rope, head_dim 64 or 128 (the cache's), whole groups
+/// of at most 16 query heads per kv head.
 bool mmaDecodeSupports(const AttentionDims &attention, const CacheDims &dims,
                        KVCacheDtype dtype, bool bf16Queries);
 

@@ -69,8 +69,7 @@ std::atomic<DecodeKernel> &decodeKernelOverride() {
 
 bool mmaDecodeSupports(const AttentionDims &attention, const CacheDims &dims,
                        KVCacheDtype dtype, bool bf16Queries) {
-  return bf16Queries && dtype == KVCacheDtype::kBf16 &&
-         (attention.headDim == 64 || attention.headDim == 128) &&
+  return bf16Queries && (attention.headDim == 64 || attention.headDim == 128) &&
          attention.headDim == dims.headDim && attention.keyRotaryDim == 0 &&
          validSoftcap(attention) && attention.numKVHeads > 0 &&
          attention.numKVHeads == dims.numKVHeads &&
@@ -170,6 +169,8 @@ cudaError_t launchSplitKVDecode(const __nv_bfloat16 *q, KVCachePool pool,
   if (numSeqs > 0 &&
       decodeKernelOf(attention, dims, pool.dtype, /*bf16Queries=*/true,
                      maxBlocksPerSeq, numSeqs) == DecodeKernel::kMma) {
+    if (pool.dtype == KVCacheDtype::kF8E4M3 && !pool.scales)
+      return cudaErrorInvalidValue;
     const decode::Launch<__nv_bfloat16> l{
         q,
         pool,

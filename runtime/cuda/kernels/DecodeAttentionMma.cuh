@@ -40,9 +40,10 @@
 // reduced over the quad at the end; probabilities are rounded to bf16 for
 // V^T P^T (the prefill kernels' ~1e-3).
 //
-// Takes bf16 pools without key rotation, head_dim 64 or 128, groups up to
-// 16 query heads, bf16 q and out (mmaDecodeSupports); keys past a
-// sequence's end are never read.
+// Takes every pool (fp8 codes decoded, E4M3 times its scale, and rounded
+// to bf16 as they are used, as the tensor-core prefills stage them) without
+// key rotation, head_dim 64 or 128, groups up to 16 query heads, bf16 q and
+// out (mmaDecodeSupports); keys past a sequence's end are never read.
 //
 //===----------------------------------------------------------------------===//
 
@@ -84,12 +85,31 @@ __device__ __forceinline__ uint32_t wordOf(const uint4 &x, int i) {
   return i == 0 ? x.x : i == 1 ? x.y : i == 2 ? x.z : x.w;
 }
 
+/// 8 elements of a pool as 8 bf16 in 16 bytes: bf16 as loaded, fp8 codes
+/// decoded (E4M3 times its head vector's scale) and rounded to bf16, as the
+/// tensor-core prefills stage them.
+template <KVCacheDtype T>
+__device__ __forceinline__ uint4 toBf16x8(const decode::Raw8<T> &raw,
+                                          float scale) {
+  if constexpr (T == KVCacheDtype::kBf16)
+    return raw;
+  else
+    return fa2::decodeToBf16x8<T>(raw, scale);
+}
+
+/// The raw keys and values of a step: keys j0 + g (half 0) and j0 + 8 + g
+/// (half 1), chunks 4 i + t, and their E4M3 scales.
+template <KVCacheDtype T, int kChunks> struct Step {
+  decode::Raw8<T> k[2][kChunks], v[2][kChunks];
+  float kScale[2], vScale[2];
+};
+
 /// kHighRows: the group has more than 8 heads, so M rows 8-15 are heads
 /// too (else they are zeros and their arithmetic is skipped).
-template <int D, bool kHighRows, bool kSoftcap>
+template <int D, KVCacheDtype T, bool kHighRows, bool kSoftcap>
 __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
-    mmaDecodeKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *pool,
-                    CacheDims dims, AttentionDims a, const int32_t *blockTables,
+    mmaDecodeKernel(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
+                    AttentionDims a, const int32_t *blockTables,
                     int64_t maxBlocksPerSeq, const int32_t *contextLens,
                     const int32_t *queryStartLoc, int64_t units, int splits,
                     __nv_bfloat16 *out, float *partialOut, float *partialMax,
@@ -142,30 +162,36 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
 
   // Keys j0 + g and j0 + 8 + g of a step; keys past the end are zeros, not
   // read.
-  auto loadStep = [&](int j0, uint4(&k)[2][kChunks], uint4(&v)[2][kChunks]) {
+  auto loadStep = [&](int j0, Step<T, kChunks> &kv) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int j = j0 + 8 * half + g;
+      kv.kScale[half] = kv.vScale[half] = 1.0f;
       if (j < keyEnd) {
-        const __nv_bfloat16 *row = pool + keyOffset(j);
+        const int64_t offset = keyOffset(j);
 #pragma unroll
         for (int i = 0; i < kChunks; ++i) {
-          k[half][i] = *reinterpret_cast<const uint4 *>(row + 8 * (4 * i + t));
-          v[half][i] = *reinterpret_cast<const uint4 *>(row + valueDelta +
-                                                        8 * (4 * i + t));
+          kv.k[half][i] =
+              decode::loadRaw8<T>(pool.data, offset + 8 * (4 * i + t));
+          kv.v[half][i] = decode::loadRaw8<T>(pool.data, offset + valueDelta +
+                                                             8 * (4 * i + t));
+        }
+        if constexpr (KVElement<T>::kScaled) {
+          kv.kScale[half] = pool.scales[offset / D];
+          kv.vScale[half] = pool.scales[(offset + valueDelta) / D];
         }
       } else {
 #pragma unroll
         for (int i = 0; i < kChunks; ++i)
-          k[half][i] = v[half][i] = make_uint4(0, 0, 0, 0);
+          kv.k[half][i] = kv.v[half][i] = {};
       }
     }
   };
   // The first step's loads go out before the row check and q (a short
   // context has few steps: the prologue's latencies overlap); the rows of
   // prefill sequences have keys to read too.
-  uint4 k[2][kChunks], v[2][kChunks];
-  loadStep(keyBegin, k, v);
+  Step<T, kChunks> kv;
+  loadStep(keyBegin, kv);
   const int64_t token = queryStartLoc[seq];
   if (queryStartLoc[seq + 1] - token != 1)
     return;
@@ -232,8 +258,9 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
                                  {low.z, high.z, low.w, high.w}};
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        fa2::mma(s[half], qa[0], k[half][i].x, k[half][i].y);
-        fa2::mma(s[half], qa[1], k[half][i].z, k[half][i].w);
+        const uint4 key = toBf16x8<T>(kv.k[half][i], kv.kScale[half]);
+        fa2::mma(s[half], qa[0], key.x, key.y);
+        fa2::mma(s[half], qa[1], key.z, key.w);
       }
     }
 
@@ -241,17 +268,20 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
     // 1, g) (see the header), keys 2t, 2t+1 then 8 + 2t, 8 + 2t + 1.
     uint32_t vt[kMTiles][4];
 #pragma unroll
-    for (int i = 0; i < kChunks; ++i)
+    for (int i = 0; i < kChunks; ++i) {
+      const uint4 low = toBf16x8<T>(kv.v[0][i], kv.vScale[0]);
+      const uint4 high = toBf16x8<T>(kv.v[1][i], kv.vScale[1]);
 #pragma unroll
       for (int p = 0; p < 2; ++p) {
-        vt[2 * i + p][0] = transpose8x8(wordOf(v[0][i], 2 * p));
-        vt[2 * i + p][1] = transpose8x8(wordOf(v[0][i], 2 * p + 1));
-        vt[2 * i + p][2] = transpose8x8(wordOf(v[1][i], 2 * p));
-        vt[2 * i + p][3] = transpose8x8(wordOf(v[1][i], 2 * p + 1));
+        vt[2 * i + p][0] = transpose8x8(wordOf(low, 2 * p));
+        vt[2 * i + p][1] = transpose8x8(wordOf(low, 2 * p + 1));
+        vt[2 * i + p][2] = transpose8x8(wordOf(high, 2 * p));
+        vt[2 * i + p][3] = transpose8x8(wordOf(high, 2 * p + 1));
       }
+    }
 
-      // s[half][2 r + c]: head 8 r + g, key j0 + 8 half + 2 t + c, which is
-      // P^T's B fragment as it stands.
+    // s[half][2 r + c]: head 8 r + g, key j0 + 8 half + 2 t + c, which is
+    // P^T's B fragment as it stands.
 #pragma unroll
     for (int r = 0; r < kHeadTiles; ++r) {
       float x[2][2];
@@ -298,7 +328,7 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
     j0 += kStepKeys;
     if (j0 >= keyEnd)
       break;
-    loadStep(j0, k, v);
+    loadStep(j0, kv);
   }
 
   // acc[r][2 i + p][2 q + e]: head 8 r + 2t + e at d(i, 2p + q, g) = 8 (4 i
@@ -357,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
   }
 }
 
-template <int D, bool kHighRows, bool kSoftcap>
+template <int D, KVCacheDtype T, bool kHighRows, bool kSoftcap>
 cudaError_t launchOf(const decode::Launch<__nv_bfloat16> &l) {
   const AttentionDims &a = l.attention;
   const int64_t units = l.numSeqs * a.numKVHeads;
@@ -366,11 +396,11 @@ cudaError_t launchOf(const decode::Launch<__nv_bfloat16> &l) {
   float *partialMax = partialOut + entries * D;
   float *partialSum = partialMax + entries;
   const int64_t blocks = (units * l.splits + kWarps - 1) / kWarps;
-  mmaDecodeKernel<D, kHighRows, kSoftcap>
+  mmaDecodeKernel<D, T, kHighRows, kSoftcap>
       <<<static_cast<unsigned>(blocks), kThreads, 0, l.stream>>>(
-          l.q, static_cast<const __nv_bfloat16 *>(l.pool.data), l.dims, a,
-          l.blockTables, l.maxBlocksPerSeq, l.contextLens, l.queryStartLoc,
-          units, l.splits, l.out, partialOut, partialMax, partialSum);
+          l.q, l.pool, l.dims, a, l.blockTables, l.maxBlocksPerSeq,
+          l.contextLens, l.queryStartLoc, units, l.splits, l.out, partialOut,
+          partialMax, partialSum);
   if (l.splits == 1)
     return cudaGetLastError();
   dim3 combineGrid(static_cast<unsigned>(l.numSeqs),
@@ -382,15 +412,30 @@ cudaError_t launchOf(const decode::Launch<__nv_bfloat16> &l) {
   return cudaGetLastError();
 }
 
+template <int D, KVCacheDtype T>
+cudaError_t launchOfPool(const decode::Launch<__nv_bfloat16> &l) {
+  const bool highRows = l.attention.numHeads / l.attention.numKVHeads > 8;
+  const bool softcap = l.attention.logitSoftcap > 0;
+  if (highRows)
+    return softcap ? launchOf<D, T, true, true>(l)
+                   : launchOf<D, T, true, false>(l);
+  return softcap ? launchOf<D, T, false, true>(l)
+                 : launchOf<D, T, false, false>(l);
+}
+
 /// The tensor-core decode of every decode row of the batch, its keys split
 /// l.splits ways (the caller checked mmaDecodeSupports and sized the splits
 /// by mmaDecodeSplits).
 template <int D> cudaError_t launch(const decode::Launch<__nv_bfloat16> &l) {
-  const bool highRows = l.attention.numHeads / l.attention.numKVHeads > 8;
-  const bool softcap = l.attention.logitSoftcap > 0;
-  if (highRows)
-    return softcap ? launchOf<D, true, true>(l) : launchOf<D, true, false>(l);
-  return softcap ? launchOf<D, false, true>(l) : launchOf<D, false, false>(l);
+  switch (l.pool.dtype) {
+  case KVCacheDtype::kBf16:
+    return launchOfPool<D, KVCacheDtype::kBf16>(l);
+  case KVCacheDtype::kF8E5M2:
+    return launchOfPool<D, KVCacheDtype::kF8E5M2>(l);
+  case KVCacheDtype::kF8E4M3:
+    return launchOfPool<D, KVCacheDtype::kF8E4M3>(l);
+  }
+  return cudaErrorInvalidValue;
 }
 
 } // namespace infer::cuda::decode_mma
