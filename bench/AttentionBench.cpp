@@ -549,9 +549,8 @@ int main(int argc, char **argv) {
           "result decode pool=%s batch=%d context=%d kernel=%s splits=%d "
           "us=%.1f gbps=%.0f pct_copy=%.0f\n",
           name.c_str(), batch, context, mma ? "mma" : "split",
-          mma ? 1
-              : splitKVSplits(a, o.blockSize, b.maxBlocks, batch,
-                              workspaceBytes),
+          (mma ? mmaDecodeSplits : splitKVSplits)(a, o.blockSize, b.maxBlocks,
+                                                  batch, workspaceBytes),
           ms * 1e3, gbps, 100 * gbps * 1e9 / copy);
     }
     cudaFree(workspace);

@@ -346,8 +346,8 @@ bool splitKVDecodeSupports(const AttentionDims &attention,
 /// and value once for the heads of its tile, several keys per lane group in
 /// flight; the keys of a sequence are split over splitKVSplits(...) blocks
 /// whose partial results a second kernel merges. Keys are rotated
-/// (keyRotaryDim > 0) as they are loaded. With bf16 q, big batches of short
-/// contexts go to a tensor-core kernel instead (decodeKernelOf).
+/// (keyRotaryDim > 0) as they are loaded. With bf16 q, launches that fill
+/// the GPU go to a tensor-core kernel instead (decodeKernelOf).
 cudaError_t
 launchSplitKVDecode(const float *q, KVCachePool pool, CacheDims dims,
                     AttentionDims attention, const int32_t *blockTables,
@@ -382,27 +382,35 @@ size_t splitKVWorkspaceBytes(int headDim);
 enum class DecodeKernel {
   kAuto,    ///< decodeKernelOf's choice (setDecodeKernel only)
   kSplitKV, ///< CUDA cores, split-KV: every shape splitKVDecodeSupports takes
-  kMma,     ///< tensor cores, one warp per (sequence, kv head), no splits
+  kMma,     ///< tensor cores, one warp per (sequence, kv head, split)
 };
 
 /// Whether the tensor-core decode (DecodeAttentionMma.cuh) takes this
-/// launch: bf16 q and pool, no key rope, head_dim 64 or 128 (the cache's),
-/// whole groups of at most 16 query heads per kv head.
+/// launch: bf16 q, any pool (fp8 keys and values rounded to bf16 as they
+/// are used), no key rope, head_dim 64 or 128 (the cache's), whole groups
+/// of at most 16 query heads per kv head.
 bool mmaDecodeSupports(const AttentionDims &attention, const CacheDims &dims,
                        KVCacheDtype dtype, bool bf16Queries);
 
 /// The kernel launchSplitKVDecode runs for a launch of this shape: the
-/// tensor-core one where it supports the launch, the block tables hold at
-/// most 1024 keys (maxBlocksPerSeq * blockSize, or the sliding window) and
-/// the batch has at least 4 (sequence, kv head) units per SM (big batches
-/// of short contexts, where the split-KV blocks are bound by issue and
-/// latency); else split-KV. setDecodeKernel overrides the choice where the
-/// kernel supports the launch. It depends on the launch's shape only, so a
-/// captured graph replays it.
+/// tensor-core one where it supports the launch and its warps, (sequence,
+/// kv head) units times the splits mmaDecodeSplits gives them with room
+/// enough, are at least 2 per SM (fewer: its serial steps are bare
+/// latency); else split-KV. setDecodeKernel overrides the choice
+/// where the kernel supports the launch. It depends on the launch's shape
+/// only, so a captured graph replays it.
 DecodeKernel decodeKernelOf(const AttentionDims &attention,
                             const CacheDims &dims, KVCacheDtype dtype,
                             bool bf16Queries, int64_t maxBlocksPerSeq,
                             int64_t numSeqs);
+
+/// The splits the tensor-core decode gives each sequence's keys: as many
+/// warps as the SMs hold at once, at least 128 keys per split of the
+/// longest context the block tables hold (or the sliding window), at most
+/// 256, and no more than `workspaceBytes` holds (splitKVSplits' rules).
+int mmaDecodeSplits(const AttentionDims &attention, int blockSize,
+                    int64_t maxBlocksPerSeq, int64_t numSeqs,
+                    size_t workspaceBytes);
 
 /// Makes decodeKernelOf choose `kernel` (kAuto: its own choice) for tests
 /// and benchmarks. The environment variable INFER_DECODE_KERNEL ("split" or

@@ -28,11 +28,28 @@ int smCount() {
   return sms;
 }
 
-/// Most keys the block tables hold for the tensor-core decode: it reads a
-/// sequence's keys in one warp, without splits.
-constexpr int64_t kMmaMaxKeys = 1024;
-/// Fewest (sequence, kv head) units per SM for the tensor-core decode.
-constexpr int64_t kMmaMinUnitsPerSm = 4;
+/// Fewest warps (units times splits) per SM for the tensor-core decode on
+/// its own choice: with fewer, its serial steps are bare latency.
+constexpr int64_t kMmaMinWarpsPerSm = 2;
+/// Fewest keys worth a split of the tensor-core decode (8 steps).
+constexpr int64_t kMmaMinKeysPerSplit = 128;
+
+/// mmaDecodeSplits before the workspace's bound.
+int64_t mmaSplitsOfWave(const AttentionDims &attention, int blockSize,
+                        int64_t maxBlocksPerSeq, int64_t numSeqs) {
+  const bool highRows = attention.numHeads / attention.numKVHeads > 8;
+  const int64_t units = numSeqs * attention.numKVHeads;
+  // One wave of warps, as splitKVSplits fills one of blocks.
+  const int64_t target = int64_t(decode_mma::blocksPerSmOf(highRows)) *
+                         decode_mma::kWarps * smCount();
+  int64_t keys = maxBlocksPerSeq * blockSize;
+  if (attention.slidingWindow > 0 && attention.slidingWindow < keys)
+    keys = attention.slidingWindow;
+  int64_t splits = std::max<int64_t>(target / units, 1);
+  splits = std::min<int64_t>(splits, (keys + kMmaMinKeysPerSplit - 1) /
+                                         kMmaMinKeysPerSplit);
+  return std::min<int64_t>(splits, decode::kMaxSplits);
+}
 
 DecodeKernel decodeKernelFromEnvironment() {
   const char *kernel = std::getenv("INFER_DECODE_KERNEL");
@@ -52,8 +69,7 @@ std::atomic<DecodeKernel> &decodeKernelOverride() {
 
 bool mmaDecodeSupports(const AttentionDims &attention, const CacheDims &dims,
                        KVCacheDtype dtype, bool bf16Queries) {
-  return bf16Queries && dtype == KVCacheDtype::kBf16 &&
-         (attention.headDim == 64 || attention.headDim == 128) &&
+  return bf16Queries && (attention.headDim == 64 || attention.headDim == 128) &&
          attention.headDim == dims.headDim && attention.keyRotaryDim == 0 &&
          validSoftcap(attention) && attention.numKVHeads > 0 &&
          attention.numKVHeads == dims.numKVHeads &&
@@ -65,18 +81,16 @@ DecodeKernel decodeKernelOf(const AttentionDims &attention,
                             const CacheDims &dims, KVCacheDtype dtype,
                             bool bf16Queries, int64_t maxBlocksPerSeq,
                             int64_t numSeqs) {
-  if (!mmaDecodeSupports(attention, dims, dtype, bf16Queries))
+  if (numSeqs <= 0 || !mmaDecodeSupports(attention, dims, dtype, bf16Queries))
     return DecodeKernel::kSplitKV;
   const DecodeKernel forced = decodeKernelOverride().load();
   if (forced != DecodeKernel::kAuto)
     return forced;
-  int64_t keys = maxBlocksPerSeq * dims.blockSize;
-  if (attention.slidingWindow > 0 && attention.slidingWindow < keys)
-    keys = attention.slidingWindow;
-  return keys <= kMmaMaxKeys &&
-                 numSeqs * attention.numKVHeads >= kMmaMinUnitsPerSm * smCount()
-             ? DecodeKernel::kMma
-             : DecodeKernel::kSplitKV;
+  const int64_t warps =
+      numSeqs * attention.numKVHeads *
+      mmaSplitsOfWave(attention, dims.blockSize, maxBlocksPerSeq, numSeqs);
+  return warps >= kMmaMinWarpsPerSm * smCount() ? DecodeKernel::kMma
+                                                : DecodeKernel::kSplitKV;
 }
 
 void setDecodeKernel(DecodeKernel kernel) {
@@ -131,6 +145,19 @@ int splitKVSplits(const AttentionDims &attention, int blockSize,
   return static_cast<int>(std::max<int64_t>(splits, 1));
 }
 
+int mmaDecodeSplits(const AttentionDims &attention, int blockSize,
+                    int64_t maxBlocksPerSeq, int64_t numSeqs,
+                    size_t workspaceBytes) {
+  if (numSeqs <= 0 || attention.numKVHeads <= 0)
+    return 1;
+  int64_t splits =
+      mmaSplitsOfWave(attention, blockSize, maxBlocksPerSeq, numSeqs);
+  const int64_t perSplit =
+      numSeqs * attention.numHeads * (attention.headDim + 2) * sizeof(float);
+  splits = std::min<int64_t>(splits, int64_t(workspaceBytes) / perSplit);
+  return static_cast<int>(std::max<int64_t>(splits, 1));
+}
+
 cudaError_t launchSplitKVDecode(const __nv_bfloat16 *q, KVCachePool pool,
                                 CacheDims dims, AttentionDims attention,
                                 const int32_t *blockTables,
@@ -141,14 +168,27 @@ cudaError_t launchSplitKVDecode(const __nv_bfloat16 *q, KVCachePool pool,
                                 cudaStream_t stream) {
   if (numSeqs > 0 &&
       decodeKernelOf(attention, dims, pool.dtype, /*bf16Queries=*/true,
-                     maxBlocksPerSeq, numSeqs) == DecodeKernel::kMma)
-    return attention.headDim == 64
-               ? decode_mma::launch<64>(q, pool, dims, attention, blockTables,
-                                        maxBlocksPerSeq, contextLens,
-                                        queryStartLoc, numSeqs, out, stream)
-               : decode_mma::launch<128>(q, pool, dims, attention, blockTables,
-                                         maxBlocksPerSeq, contextLens,
-                                         queryStartLoc, numSeqs, out, stream);
+                     maxBlocksPerSeq, numSeqs) == DecodeKernel::kMma) {
+    if (pool.dtype == KVCacheDtype::kF8E4M3 && !pool.scales)
+      return cudaErrorInvalidValue;
+    const decode::Launch<__nv_bfloat16> l{
+        q,
+        pool,
+        dims,
+        attention,
+        blockTables,
+        maxBlocksPerSeq,
+        contextLens,
+        queryStartLoc,
+        numSeqs,
+        mmaDecodeSplits(attention, dims.blockSize, maxBlocksPerSeq, numSeqs,
+                        workspace.bytes),
+        out,
+        workspace,
+        stream};
+    return attention.headDim == 64 ? decode_mma::launch<64>(l)
+                                   : decode_mma::launch<128>(l);
+  }
   return decode::launch(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
                         contextLens, queryStartLoc, numSeqs, out, workspace,
                         stream);

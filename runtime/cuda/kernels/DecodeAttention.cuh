@@ -50,9 +50,10 @@
 //
 // The kernels and launchers are templates of the q/out element type (fp32
 // or bf16); DecodeAttention.cu instantiates the bf16 ones,
-// DecodeAttentionF32.cu the fp32 ones. Big batches of short contexts in bf16
-// pools (blocks of few iterations, bound by issue and latency) take the
-// tensor-core kernel of DecodeAttentionMma.cuh instead (decodeKernelOf).
+// DecodeAttentionF32.cu the fp32 ones. bf16 launches that fill the GPU
+// (short contexts: blocks of few iterations, bound by issue and latency)
+// take the tensor-core kernel of DecodeAttentionMma.cuh instead
+// (decodeKernelOf).
 //
 //===----------------------------------------------------------------------===//
 

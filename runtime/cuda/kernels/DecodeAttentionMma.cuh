@@ -1,10 +1,12 @@
 //===- DecodeAttentionMma.cuh - Tensor-core paged decode -------*- CUDA -*-===//
 //
 // Decode attention of big batches of short contexts on tensor cores: one
-// warp per (sequence, kv head) unit, 4 units a block, no splits and no
-// merge across warps. mma.sync m16n8k16 (bf16 operands, fp32
-// accumulators), 16 keys a step, the kv head's query heads (up to 16; one
-// tile of 8 for groups of up to 8) in M of the scores and N of the output:
+// warp per (sequence, kv head, split), 4 a block, no merge across warps
+// (the keys of few long sequences are split as the split-KV kernel splits
+// them, mmaDecodeSplits, and splitKVCombineKernel merges the splits).
+// mma.sync m16n8k16 (bf16 operands, fp32 accumulators), 16 keys a step,
+// the kv head's query heads (up to 16; one tile of 8 for groups of up to
+// 8) in M of the scores and N of the output:
 //
 //   S^T[head, key] = Q K^T    2 n-tiles of 8 keys x D/16 k-tiles of d
 //   O^T[d, head]  += V^T P^T  D/16 m-tiles of d x 1 k-tile of the 16 keys
@@ -38,9 +40,10 @@
 // reduced over the quad at the end; probabilities are rounded to bf16 for
 // V^T P^T (the prefill kernels' ~1e-3).
 //
-// Takes bf16 pools without key rotation, head_dim 64 or 128, groups up to
-// 16 query heads, bf16 q and out (mmaDecodeSupports); keys past a
-// sequence's end are never read.
+// Takes every pool (fp8 codes decoded, E4M3 times its scale, and rounded
+// to bf16 as they are used, as the tensor-core prefills stage them) without
+// key rotation, head_dim 64 or 128, groups up to 16 query heads, bf16 q and
+// out (mmaDecodeSupports); keys past a sequence's end are never read.
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,6 +51,7 @@
 #define INFER_RUNTIME_CUDA_KERNELS_DECODEATTENTIONMMA_CUH
 
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/kernels/DecodeAttention.cuh"
 #include "runtime/cuda/kernels/KVCache.cuh"
 #include "runtime/cuda/kernels/PrefillAttention.cuh"
 
@@ -81,32 +85,59 @@ __device__ __forceinline__ uint32_t wordOf(const uint4 &x, int i) {
   return i == 0 ? x.x : i == 1 ? x.y : i == 2 ? x.z : x.w;
 }
 
+/// 8 elements of a pool as 8 bf16 in 16 bytes: bf16 as loaded, fp8 codes
+/// decoded (E4M3 times its head vector's scale) and rounded to bf16, as the
+/// tensor-core prefills stage them.
+template <KVCacheDtype T>
+__device__ __forceinline__ uint4 toBf16x8(const decode::Raw8<T> &raw,
+                                          float scale) {
+  if constexpr (T == KVCacheDtype::kBf16)
+    return raw;
+  else
+    return fa2::decodeToBf16x8<T>(raw, scale);
+}
+
+/// The raw keys and values of a step: keys j0 + g (half 0) and j0 + 8 + g
+/// (half 1), chunks 4 i + t, and their E4M3 scales.
+template <KVCacheDtype T, int kChunks> struct Step {
+  decode::Raw8<T> k[2][kChunks], v[2][kChunks];
+  float kScale[2], vScale[2];
+};
+
 /// kHighRows: the group has more than 8 heads, so M rows 8-15 are heads
 /// too (else they are zeros and their arithmetic is skipped).
-template <int D, bool kHighRows, bool kSoftcap>
+template <int D, KVCacheDtype T, bool kHighRows, bool kSoftcap>
 __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
-    mmaDecodeKernel(const __nv_bfloat16 *q, const __nv_bfloat16 *pool,
-                    CacheDims dims, AttentionDims a, const int32_t *blockTables,
+    mmaDecodeKernel(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
+                    AttentionDims a, const int32_t *blockTables,
                     int64_t maxBlocksPerSeq, const int32_t *contextLens,
-                    const int32_t *queryStartLoc, int64_t units,
-                    __nv_bfloat16 *out) {
+                    const int32_t *queryStartLoc, int64_t units, int splits,
+                    __nv_bfloat16 *out, float *partialOut, float *partialMax,
+                    float *partialSum) {
   constexpr int kChunks = D / 32; // 16-byte chunks a lane loads per key
   constexpr int kMTiles = D / 16; // of O^T = V^T P^T
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t unit = int64_t(blockIdx.x) * kWarps + warp;
-  if (unit >= units)
+  // Warps of one unit's splits side by side.
+  const int64_t task = int64_t(blockIdx.x) * kWarps + warp;
+  if (task >= units * splits)
     return;
+  const int64_t unit = task / splits;
+  const int split = int(task % splits);
   const int64_t seq = unit / a.numKVHeads;
   const int kvHead = int(unit % a.numKVHeads);
   const int group = a.numHeads / a.numKVHeads;
   const int firstHead = kvHead * group;
 
+  // The visible keys (first .. position) cut into `splits` equal ranges,
+  // as the split-KV kernel cuts them.
   const int position = contextLens[seq] - 1;
-  const int keyBegin = a.slidingWindow > 0 && position - a.slidingWindow + 1 > 0
-                           ? position - a.slidingWindow + 1
-                           : 0;
-  const int keyEnd = position + 1;
+  const int first = a.slidingWindow > 0 && position - a.slidingWindow + 1 > 0
+                        ? position - a.slidingWindow + 1
+                        : 0;
+  const int perSplit = (position - first + splits) / splits;
+  const int keyBegin = first + split * perSplit;
+  const int keyEnd = min(keyBegin + perSplit, position + 1);
   const int32_t *table = blockTables + seq * maxBlocksPerSeq;
   const int blockSize = dims.blockSize;
   const int blockShift =
@@ -131,33 +162,45 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
 
   // Keys j0 + g and j0 + 8 + g of a step; keys past the end are zeros, not
   // read.
-  auto loadStep = [&](int j0, uint4(&k)[2][kChunks], uint4(&v)[2][kChunks]) {
+  auto loadStep = [&](int j0, Step<T, kChunks> &kv) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int j = j0 + 8 * half + g;
+      kv.kScale[half] = kv.vScale[half] = 1.0f;
       if (j < keyEnd) {
-        const __nv_bfloat16 *row = pool + keyOffset(j);
+        const int64_t offset = keyOffset(j);
 #pragma unroll
         for (int i = 0; i < kChunks; ++i) {
-          k[half][i] = *reinterpret_cast<const uint4 *>(row + 8 * (4 * i + t));
-          v[half][i] = *reinterpret_cast<const uint4 *>(row + valueDelta +
-                                                        8 * (4 * i + t));
+          kv.k[half][i] =
+              decode::loadRaw8<T>(pool.data, offset + 8 * (4 * i + t));
+          kv.v[half][i] = decode::loadRaw8<T>(pool.data, offset + valueDelta +
+                                                             8 * (4 * i + t));
+        }
+        if constexpr (KVElement<T>::kScaled) {
+          kv.kScale[half] = pool.scales[offset / D];
+          kv.vScale[half] = pool.scales[(offset + valueDelta) / D];
         }
       } else {
 #pragma unroll
         for (int i = 0; i < kChunks; ++i)
-          k[half][i] = v[half][i] = make_uint4(0, 0, 0, 0);
+          kv.k[half][i] = kv.v[half][i] = {};
       }
     }
   };
   // The first step's loads go out before the row check and q (a short
-  // context has few steps: the prologue's latencies overlap). Every row has
-  // valid keys to read, the rows of prefill sequences too.
-  uint4 k[2][kChunks], v[2][kChunks];
-  loadStep(keyBegin, k, v);
+  // context has few steps: the prologue's latencies overlap); the rows of
+  // prefill sequences have keys to read too.
+  Step<T, kChunks> kv;
+  loadStep(keyBegin, kv);
   const int64_t token = queryStartLoc[seq];
   if (queryStartLoc[seq + 1] - token != 1)
     return;
+  if (keyBegin >= keyEnd) {
+    // An empty split weighs nothing in the combine.
+    if (lane < group)
+      partialSum[(seq * a.numHeads + firstHead + lane) * splits + split] = 0.0f;
+    return;
+  }
 
   // q's A fragments, kept in shared memory (registers are what hold the
   // keys and values in flight): lane (g, t)'s chunks 4 i + t of heads g and
@@ -215,8 +258,9 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
                                  {low.z, high.z, low.w, high.w}};
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        fa2::mma(s[half], qa[0], k[half][i].x, k[half][i].y);
-        fa2::mma(s[half], qa[1], k[half][i].z, k[half][i].w);
+        const uint4 key = toBf16x8<T>(kv.k[half][i], kv.kScale[half]);
+        fa2::mma(s[half], qa[0], key.x, key.y);
+        fa2::mma(s[half], qa[1], key.z, key.w);
       }
     }
 
@@ -224,17 +268,20 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
     // 1, g) (see the header), keys 2t, 2t+1 then 8 + 2t, 8 + 2t + 1.
     uint32_t vt[kMTiles][4];
 #pragma unroll
-    for (int i = 0; i < kChunks; ++i)
+    for (int i = 0; i < kChunks; ++i) {
+      const uint4 low = toBf16x8<T>(kv.v[0][i], kv.vScale[0]);
+      const uint4 high = toBf16x8<T>(kv.v[1][i], kv.vScale[1]);
 #pragma unroll
       for (int p = 0; p < 2; ++p) {
-        vt[2 * i + p][0] = transpose8x8(wordOf(v[0][i], 2 * p));
-        vt[2 * i + p][1] = transpose8x8(wordOf(v[0][i], 2 * p + 1));
-        vt[2 * i + p][2] = transpose8x8(wordOf(v[1][i], 2 * p));
-        vt[2 * i + p][3] = transpose8x8(wordOf(v[1][i], 2 * p + 1));
+        vt[2 * i + p][0] = transpose8x8(wordOf(low, 2 * p));
+        vt[2 * i + p][1] = transpose8x8(wordOf(low, 2 * p + 1));
+        vt[2 * i + p][2] = transpose8x8(wordOf(high, 2 * p));
+        vt[2 * i + p][3] = transpose8x8(wordOf(high, 2 * p + 1));
       }
+    }
 
-      // s[half][2 r + c]: head 8 r + g, key j0 + 8 half + 2 t + c, which is
-      // P^T's B fragment as it stands.
+    // s[half][2 r + c]: head 8 r + g, key j0 + 8 half + 2 t + c, which is
+    // P^T's B fragment as it stands.
 #pragma unroll
     for (int r = 0; r < kHeadTiles; ++r) {
       float x[2][2];
@@ -251,13 +298,13 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
         }
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const float correction = exp2f(runningMax[r] - m);
+      const float correction = fastExp2(runningMax[r] - m);
       float p[2][2], sum = 0.0f;
 #pragma unroll
       for (int half = 0; half < 2; ++half)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          p[half][c] = exp2f(x[half][c] - m);
+          p[half][c] = fastExp2(x[half][c] - m);
           sum += p[half][c];
         }
       runningSum[r] = runningSum[r] * correction + sum;
@@ -281,90 +328,114 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
     j0 += kStepKeys;
     if (j0 >= keyEnd)
       break;
-    loadStep(j0, k, v);
+    loadStep(j0, kv);
   }
 
   // acc[r][2 i + p][2 q + e]: head 8 r + 2t + e at d(i, 2p + q, g) = 8 (4 i
   // + g/2) + 2 (2p + q) + g % 2. Lanes g and g ^ 1 (lane ^ 4) hold the even
   // and odd d of chunk 4 i + g/2: each keeps head 2t + g % 2 and trades the
   // other head's values for its partner's, then stores 16 bytes.
+  // With splits, the normalized fp32 partial output, max and sum of each
+  // head go to the workspace for splitKVCombineKernel.
   const int parity = g % 2;
 #pragma unroll
   for (int r = 0; r < kHeadTiles; ++r) {
     float sum = runningSum[r];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    // Lane 8t + 4 parity holds head 2t + parity's sum.
-    const float total = __shfl_sync(0xffffffffu, sum, 8 * t + 4 * parity);
+    // Lane 8t + 4 parity holds head 2t + parity's sum and max.
+    const int source = 8 * t + 4 * parity;
+    const float total = __shfl_sync(0xffffffffu, sum, source);
+    const float headMax = __shfl_sync(0xffffffffu, runningMax[r], source);
     const int head = 8 * r + 2 * t + parity;
     const float inverse = 1.0f / total;
-    __nv_bfloat16 *row = out + (token * a.numHeads + firstHead + head) * D;
+    const int64_t entry =
+        (seq * a.numHeads + firstHead + head) * splits + split;
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
-      uint32_t words[4];
+      float values[8];
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         const float *tile = acc[r][2 * i + w / 2] + 2 * (w % 2);
+        // The partner's value is of this lane's head: its sum scales it.
         const float kept = tile[parity] * inverse;
-        const float traded = __shfl_xor_sync(0xffffffffu, tile[1 - parity], 4);
-        // The partner's value is scaled by its own head's sum: this lane's.
-        const float partner = traded * inverse;
-        words[w] = parity == 0 ? fa2::packBf16(kept, partner)
-                               : fa2::packBf16(partner, kept);
+        const float partner =
+            __shfl_xor_sync(0xffffffffu, tile[1 - parity], 4) * inverse;
+        values[2 * w] = parity == 0 ? kept : partner;
+        values[2 * w + 1] = parity == 0 ? partner : kept;
       }
-      if (head < group)
-        *reinterpret_cast<uint4 *>(row + 8 * (4 * i + g / 2)) =
-            make_uint4(words[0], words[1], words[2], words[3]);
+      if (head >= group)
+        continue;
+      const int d = 8 * (4 * i + g / 2);
+      if (splits == 1) {
+        *reinterpret_cast<uint4 *>(
+            out + (token * a.numHeads + firstHead + head) * D + d) =
+            make_uint4(fa2::packBf16(values[0], values[1]),
+                       fa2::packBf16(values[2], values[3]),
+                       fa2::packBf16(values[4], values[5]),
+                       fa2::packBf16(values[6], values[7]));
+      } else {
+        float4 *dst = reinterpret_cast<float4 *>(partialOut + entry * D + d);
+        dst[0] = make_float4(values[0], values[1], values[2], values[3]);
+        dst[1] = make_float4(values[4], values[5], values[6], values[7]);
+      }
+    }
+    if (splits > 1 && head < group && g < 2) {
+      partialMax[entry] = headMax;
+      partialSum[entry] = total;
     }
   }
 }
 
-template <int D, bool kHighRows, bool kSoftcap>
-cudaError_t launchOf(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
-                     AttentionDims attention, const int32_t *blockTables,
-                     int64_t maxBlocksPerSeq, const int32_t *contextLens,
-                     const int32_t *queryStartLoc, int64_t numSeqs,
-                     __nv_bfloat16 *out, cudaStream_t stream) {
-  const int64_t units = numSeqs * attention.numKVHeads;
-  const int64_t blocks = (units + kWarps - 1) / kWarps;
-  mmaDecodeKernel<D, kHighRows, kSoftcap>
-      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          q, static_cast<const __nv_bfloat16 *>(pool.data), dims, attention,
-          blockTables, maxBlocksPerSeq, contextLens, queryStartLoc, units, out);
+template <int D, KVCacheDtype T, bool kHighRows, bool kSoftcap>
+cudaError_t launchOf(const decode::Launch<__nv_bfloat16> &l) {
+  const AttentionDims &a = l.attention;
+  const int64_t units = l.numSeqs * a.numKVHeads;
+  const int64_t entries = l.numSeqs * a.numHeads * l.splits;
+  float *partialOut = l.workspace.data;
+  float *partialMax = partialOut + entries * D;
+  float *partialSum = partialMax + entries;
+  const int64_t blocks = (units * l.splits + kWarps - 1) / kWarps;
+  mmaDecodeKernel<D, T, kHighRows, kSoftcap>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, l.stream>>>(
+          l.q, l.pool, l.dims, a, l.blockTables, l.maxBlocksPerSeq,
+          l.contextLens, l.queryStartLoc, units, l.splits, l.out, partialOut,
+          partialMax, partialSum);
+  if (l.splits == 1)
+    return cudaGetLastError();
+  dim3 combineGrid(static_cast<unsigned>(l.numSeqs),
+                   static_cast<unsigned>(a.numHeads));
+  decode::splitKVCombineKernel<D, __nv_bfloat16>
+      <<<combineGrid, D, 0, l.stream>>>(l.queryStartLoc, a.numHeads, l.splits,
+                                        partialOut, partialMax, partialSum,
+                                        l.out);
   return cudaGetLastError();
 }
 
-template <int D, bool kHighRows>
-cudaError_t launchOfSoftcap(const __nv_bfloat16 *q, KVCachePool pool,
-                            CacheDims dims, AttentionDims attention,
-                            const int32_t *blockTables, int64_t maxBlocksPerSeq,
-                            const int32_t *contextLens,
-                            const int32_t *queryStartLoc, int64_t numSeqs,
-                            __nv_bfloat16 *out, cudaStream_t stream) {
-  if (attention.logitSoftcap > 0)
-    return launchOf<D, kHighRows, true>(q, pool, dims, attention, blockTables,
-                                        maxBlocksPerSeq, contextLens,
-                                        queryStartLoc, numSeqs, out, stream);
-  return launchOf<D, kHighRows, false>(q, pool, dims, attention, blockTables,
-                                       maxBlocksPerSeq, contextLens,
-                                       queryStartLoc, numSeqs, out, stream);
+template <int D, KVCacheDtype T>
+cudaError_t launchOfPool(const decode::Launch<__nv_bfloat16> &l) {
+  const bool highRows = l.attention.numHeads / l.attention.numKVHeads > 8;
+  const bool softcap = l.attention.logitSoftcap > 0;
+  if (highRows)
+    return softcap ? launchOf<D, T, true, true>(l)
+                   : launchOf<D, T, true, false>(l);
+  return softcap ? launchOf<D, T, false, true>(l)
+                 : launchOf<D, T, false, false>(l);
 }
 
-/// The tensor-core decode of every decode row of the batch (the caller
-/// checked mmaDecodeSupports).
-template <int D>
-cudaError_t launch(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
-                   AttentionDims attention, const int32_t *blockTables,
-                   int64_t maxBlocksPerSeq, const int32_t *contextLens,
-                   const int32_t *queryStartLoc, int64_t numSeqs,
-                   __nv_bfloat16 *out, cudaStream_t stream) {
-  if (attention.numHeads / attention.numKVHeads > 8)
-    return launchOfSoftcap<D, true>(q, pool, dims, attention, blockTables,
-                                    maxBlocksPerSeq, contextLens, queryStartLoc,
-                                    numSeqs, out, stream);
-  return launchOfSoftcap<D, false>(q, pool, dims, attention, blockTables,
-                                   maxBlocksPerSeq, contextLens, queryStartLoc,
-                                   numSeqs, out, stream);
+/// The tensor-core decode of every decode row of the batch, its keys split
+/// l.splits ways (the caller checked mmaDecodeSupports and sized the splits
+/// by mmaDecodeSplits).
+template <int D> cudaError_t launch(const decode::Launch<__nv_bfloat16> &l) {
+  switch (l.pool.dtype) {
+  case KVCacheDtype::kBf16:
+    return launchOfPool<D, KVCacheDtype::kBf16>(l);
+  case KVCacheDtype::kF8E5M2:
+    return launchOfPool<D, KVCacheDtype::kF8E5M2>(l);
+  case KVCacheDtype::kF8E4M3:
+    return launchOfPool<D, KVCacheDtype::kF8E4M3>(l);
+  }
+  return cudaErrorInvalidValue;
 }
 
 } // namespace infer::cuda::decode_mma

@@ -18,8 +18,9 @@
 // scores of 4 to 30 standard deviations) keep the bound on every pool and
 // shape kind (the kernel's fastTanh moves a capped score by at most
 // cap * 2^-21, well inside it), and the same batch run without the cap is
-// far from the capped reference (the cases test the cap). Big batches of
-// short contexts go to the tensor-core kernel (decodeKernelOf): its routing,
+// far from the capped reference (the cases test the cap). Launches of bf16
+// q and pools that fill the GPU go to the tensor-core kernel
+// (decodeKernelOf): its routing,
 // and its results on the shapes it takes (forced by setDecodeKernel, and
 // routed there on its own) within the tensor-core prefills' 1e-2 (q and the
 // probabilities in bf16).
@@ -90,7 +91,22 @@ double tolerance(const Case &c) {
   return 1e-5 + 2e-6 * std::sqrt(double(longest));
 }
 
+/// Restores decodeKernelOf's own choice when a test that forced one ends.
+struct ForcedDecodeKernel {
+  explicit ForcedDecodeKernel(cuda::DecodeKernel kernel) {
+    cuda::setDecodeKernel(kernel);
+  }
+  ~ForcedDecodeKernel() { cuda::setDecodeKernel(cuda::DecodeKernel::kAuto); }
+};
+
+/// The tensor-core decode rounds q (bf16 here already), fp8 keys and values
+/// and the probabilities to bf16, as the tensor-core prefills do.
+constexpr double kMmaTol = 1e-2;
+
 TEST_F(SplitKVDecodeTest, MatchesCpuAttention) {
+  // The split-KV kernel on every shape (bf16 q would take the tensor-core
+  // one where it fills the GPU: TensorCoreDecodeMatchesCpuAttention).
+  ForcedDecodeKernel splitKV(cuda::DecodeKernel::kSplitKV);
   const Case cases[] = {
       {8, 8, 128, 0, 16, {1, 17, 1000, 5000}},  // MHA
       {32, 8, 128, 0, 16, {1, 17, 1000, 5000}}, // GQA 4
@@ -146,6 +162,7 @@ TEST_F(SplitKVDecodeTest, MatchesCpuAttention) {
 }
 
 TEST_F(SplitKVDecodeTest, SoftcappedScoresMatchCpuAttention) {
+  ForcedDecodeKernel splitKV(cuda::DecodeKernel::kSplitKV);
   struct SoftcapCase {
     Case shape;
     ScoreOptions scores;
@@ -199,19 +216,7 @@ TEST_F(SplitKVDecodeTest, SoftcappedScoresMatchCpuAttention) {
     }
 }
 
-/// Restores decodeKernelOf's own choice when a test that forced one ends.
-struct ForcedDecodeKernel {
-  explicit ForcedDecodeKernel(cuda::DecodeKernel kernel) {
-    cuda::setDecodeKernel(kernel);
-  }
-  ~ForcedDecodeKernel() { cuda::setDecodeKernel(cuda::DecodeKernel::kAuto); }
-};
-
-/// The tensor-core decode rounds q (bf16 here already) and the
-/// probabilities to bf16, as the tensor-core prefills do.
-constexpr double kMmaTol = 1e-2;
-
-TEST_F(SplitKVDecodeTest, RoutesBigBatchesOfShortContextsToTensorCores) {
+TEST_F(SplitKVDecodeTest, RoutesLaunchesThatFillTheGpuToTensorCores) {
   int device = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(
@@ -229,22 +234,27 @@ TEST_F(SplitKVDecodeTest, RoutesBigBatchesOfShortContextsToTensorCores) {
   using cuda::DecodeKernel;
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 128, bigBatch),
             DecodeKernel::kMma);
-  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 1024, bigBatch),
-            DecodeKernel::kMma);
-  // Long tables, few units, other pools, fp32 q: split-KV.
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 2048, bigBatch),
-            DecodeKernel::kSplitKV);
+            DecodeKernel::kMma);
+  // One long sequence is split into enough warps; one short one is not.
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 32768, 1),
+            DecodeKernel::kMma);
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 128, 1),
             DecodeKernel::kSplitKV);
+  // fp8 pools too; fp32 q: split-KV.
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kF8E4M3, true, 128, bigBatch),
-            DecodeKernel::kSplitKV);
+            DecodeKernel::kMma);
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kF8E5M2, true, 128, bigBatch),
-            DecodeKernel::kSplitKV);
+            DecodeKernel::kMma);
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, false, 128, bigBatch),
             DecodeKernel::kSplitKV);
-  // A sliding window bounds the keys of long tables.
+  // A sliding window bounds the keys of long tables, so their splits.
   AttentionDims windowed = a;
   windowed.slidingWindow = 512;
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 8192, 1),
+            DecodeKernel::kMma);
+  EXPECT_EQ(kernelOf(windowed, llama, KVCacheDtype::kBf16, true, 8192, 1),
+            DecodeKernel::kSplitKV);
   EXPECT_EQ(
       kernelOf(windowed, llama, KVCacheDtype::kBf16, true, 8192, bigBatch),
       DecodeKernel::kMma);
@@ -268,6 +278,14 @@ TEST_F(SplitKVDecodeTest, RoutesBigBatchesOfShortContextsToTensorCores) {
   capped.logitSoftcap = 30.0f;
   EXPECT_EQ(kernelOf(capped, llama, KVCacheDtype::kBf16, true, 128, bigBatch),
             DecodeKernel::kMma);
+  // Big batches fill the GPU unsplit; one long sequence is split.
+  EXPECT_EQ(cuda::mmaDecodeSplits(a, 16, 128 / 16, bigBatch,
+                                  cuda::splitKVWorkspaceBytes(128)),
+            1);
+  EXPECT_GT(cuda::mmaDecodeSplits(a, 16, 32768 / 16, 1,
+                                  cuda::splitKVWorkspaceBytes(128)),
+            64);
+  EXPECT_EQ(cuda::mmaDecodeSplits(a, 16, 32768 / 16, 1, 0), 1);
   // Forcing a kernel holds where it supports the launch only.
   {
     ForcedDecodeKernel forced(DecodeKernel::kSplitKV);
@@ -276,17 +294,18 @@ TEST_F(SplitKVDecodeTest, RoutesBigBatchesOfShortContextsToTensorCores) {
   }
   {
     ForcedDecodeKernel forced(DecodeKernel::kMma);
-    EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 32768, 1),
+    EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 128, 1),
               DecodeKernel::kMma);
-    EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kF8E4M3, true, 128, bigBatch),
+    EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, false, 128, bigBatch),
               DecodeKernel::kSplitKV);
   }
 }
 
 TEST_F(SplitKVDecodeTest, TensorCoreDecodeMatchesCpuAttention) {
-  // Forced onto the tensor-core kernel: ragged short contexts (and a few
-  // long ones, which it reads in one warp), every group size it takes,
-  // head_dim 64/128, windows, block size 24, soft-caps.
+  // Forced onto the tensor-core kernel, every pool, with the workspace
+  // (long contexts split) and without: ragged short contexts and a few long
+  // ones, every group size it takes, head_dim 64/128, windows, block size
+  // 24, soft-caps.
   std::uniform_int_distribution<int> shortContext(1, 200);
   auto ragged = [&](int n) {
     std::vector<int> contexts;
@@ -316,32 +335,46 @@ TEST_F(SplitKVDecodeTest, TensorCoreDecodeMatchesCpuAttention) {
   };
   ForcedDecodeKernel forced(cuda::DecodeKernel::kMma);
   const int layer = 1, numLayers = 2;
-  for (const MmaCase &k : cases) {
-    const Case &c = k.shape;
-    const std::string what =
-        describe(c, KVCacheDtype::kBf16) + " " + describe(k.scores);
-    PagedBatch b = make(c, KVCacheDtype::kBf16, layer, numLayers, k.scores);
-    const int64_t numSeqs = c.contexts.size();
-    const AttentionDims a =
-        attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window, k.scores);
-    const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
-    ASSERT_EQ(cuda::decodeKernelOf(a, dims, KVCacheDtype::kBf16, true,
-                                   b.maxBlocks, numSeqs),
-              cuda::DecodeKernel::kMma)
-        << what;
-    DevicePool pool(b, KVCacheDtype::kBf16);
-    DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
-    const std::vector<float> got =
-        runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
-          return cuda::launchPagedAttention(
-              q, pool.pool, dims, a, tables.get(), b.maxBlocks, context.get(),
-              qsl.get(), numSeqs, numSeqs, out, nullptr);
-        });
-    const double err = relError(got, b.ref);
-    std::cout << "[ kernel   ] mma_decode " << what << " max rel err " << err
-              << "\n";
-    EXPECT_LT(err, kMmaTol) << what;
-  }
+  const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(128);
+  auto workspace = DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
+  for (KVCacheDtype dtype :
+       {KVCacheDtype::kBf16, KVCacheDtype::kF8E5M2, KVCacheDtype::kF8E4M3})
+    for (const MmaCase &k : cases) {
+      const Case &c = k.shape;
+      const std::string what = describe(c, dtype) + " " + describe(k.scores);
+      PagedBatch b = make(c, dtype, layer, numLayers, k.scores);
+      const int64_t numSeqs = c.contexts.size();
+      const AttentionDims a = attentionDims(layer, c.heads, c.kvHeads,
+                                            c.headDim, c.window, k.scores);
+      const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+      ASSERT_EQ(
+          cuda::decodeKernelOf(a, dims, dtype, true, b.maxBlocks, numSeqs),
+          cuda::DecodeKernel::kMma)
+          << what;
+      DevicePool pool(b, dtype);
+      DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
+      const int splits = cuda::mmaDecodeSplits(a, c.blockSize, b.maxBlocks,
+                                               numSeqs, workspaceBytes);
+      for (bool split : {true, false}) {
+        const cuda::SplitKVWorkspace ws =
+            split ? cuda::SplitKVWorkspace{workspace.get(), workspaceBytes}
+                  : cuda::SplitKVWorkspace{};
+        const std::vector<float> got =
+            runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
+              return cuda::launchPagedAttention(
+                  q, pool.pool, dims, a, tables.get(), b.maxBlocks,
+                  context.get(), qsl.get(), numSeqs, numSeqs, out, nullptr, ws);
+            });
+        const double err = relError(got, b.ref);
+        std::cout << "[ kernel   ] mma_decode " << what << " splits "
+                  << (split ? splits : 1) << " max rel err " << err << "\n";
+        EXPECT_LT(err, kMmaTol) << what << " split " << split;
+      }
+      // Long contexts of few sequences are split, short ragged ones among
+      // them too (splits with no keys).
+      if (c.contexts[0] >= 3000)
+        EXPECT_GT(splits, 8) << what;
+    }
 }
 
 TEST_F(SplitKVDecodeTest, BigShortBatchTakesTensorCores) {
