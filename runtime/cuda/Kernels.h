@@ -393,12 +393,13 @@ bool mmaDecodeSupports(const AttentionDims &attention, const CacheDims &dims,
                        KVCacheDtype dtype, bool bf16Queries);
 
 /// The kernel launchSplitKVDecode runs for a launch of this shape: the
-/// tensor-core one where it supports the launch and its warps, (sequence,
+/// tensor-core one where it supports the launch, its warps, (sequence,
 /// kv head) units times the splits mmaDecodeSplits gives them with room
-/// enough, are at least 2 per SM (fewer: its serial steps are bare
-/// latency); else split-KV. setDecodeKernel overrides the choice
-/// where the kernel supports the launch. It depends on the launch's shape
-/// only, so a captured graph replays it.
+/// enough, are at least 2 per SM (fewer: its serial steps are bare latency)
+/// and those splits at most 64 (more: one long sequence, which the split-KV
+/// kernel's fewer, longer splits read faster); else split-KV. setDecodeKernel
+/// overrides the choice where the kernel supports the launch. It depends on the
+/// launch's shape only, so a captured graph replays it.
 DecodeKernel decodeKernelOf(const AttentionDims &attention,
                             const CacheDims &dims, KVCacheDtype dtype,
                             bool bf16Queries, int64_t maxBlocksPerSeq,

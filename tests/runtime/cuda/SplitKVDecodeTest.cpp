@@ -236,10 +236,15 @@ TEST_F(SplitKVDecodeTest, RoutesLaunchesThatFillTheGpuToTensorCores) {
             DecodeKernel::kMma);
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 2048, bigBatch),
             DecodeKernel::kMma);
-  // One long sequence is split into enough warps; one short one is not.
-  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 32768, 1),
+  // One sequence of 8192 keys is split into enough warps (64 splits); one
+  // short one is not, and one of 32768 keys would take 256 splits.
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 8192, 1),
             DecodeKernel::kMma);
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 128, 1),
+            DecodeKernel::kSplitKV);
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 32768, 1),
+            DecodeKernel::kSplitKV);
+  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kF8E4M3, true, 32768, 1),
             DecodeKernel::kSplitKV);
   // fp8 pools too; fp32 q: split-KV.
   EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kF8E4M3, true, 128, bigBatch),
@@ -251,8 +256,6 @@ TEST_F(SplitKVDecodeTest, RoutesLaunchesThatFillTheGpuToTensorCores) {
   // A sliding window bounds the keys of long tables, so their splits.
   AttentionDims windowed = a;
   windowed.slidingWindow = 512;
-  EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, true, 8192, 1),
-            DecodeKernel::kMma);
   EXPECT_EQ(kernelOf(windowed, llama, KVCacheDtype::kBf16, true, 8192, 1),
             DecodeKernel::kSplitKV);
   EXPECT_EQ(
