@@ -383,7 +383,12 @@ cudaError_t pagedAttention(const TQ *q, KVCachePool pool, CacheDims dims,
     if (status != cudaSuccess)
       return status;
   }
-  if (splitKV) {
+  // A lone sequence with two or more new tokens has no decode rows, so the
+  // decode kernel (and its split combine) is not launched for it: a
+  // prompt's prefill launched two kernels a layer whose blocks found
+  // nothing to do. Known from (t, numSeqs) alone, as a CUDA graph's key is.
+  const bool decodeRows = !(numSeqs == 1 && t > 1);
+  if (splitKV && decodeRows) {
     const cudaError_t status = launchSplitKVDecode(
         q, pool, dims, attention, blockTables, maxBlocksPerSeq, contextLens,
         queryStartLoc, numSeqs, out, workspace, stream);
