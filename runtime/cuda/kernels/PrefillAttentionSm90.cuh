@@ -81,6 +81,9 @@ namespace infer::cuda::sm90 {
 constexpr int kRows = 128;    ///< Rows of Q per CTA (two consumers x 64).
 constexpr int kKeys = 128;    ///< Keys per K/V tile.
 constexpr int kConsumers = 2; ///< Consumer warpgroups.
+/// How far (base 2) a tile may raise a row's running max before the
+/// consumers move the softmax base and rescale O (lazy rescaling).
+constexpr float kLazyRescaleLog2 = 8.0f;
 constexpr int kThreads = 128 * (1 + kConsumers);
 /// Bytes of one 64-column half of a Q or K/V tile (128 rows of 128 bytes).
 constexpr uint32_t kHalfBytes = 128 * 128;
@@ -609,6 +612,7 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
     o[i] = 0.0f;
   float rowMax[2] = {-INFINITY, -INFINITY}, rowSum[2] = {0.0f, 0.0f};
   float correction[2];
+  bool rescale = true;
 
   auto issueS = [&](int stage) {
     const uint64_t kDesc =
@@ -695,9 +699,19 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
         m = fmaxf(m, fmaxf(s[4 * n + 2 * i], s[4 * n + 2 * i + 1]));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      // Lazy rescaling (FlashAttention-4's): the exponent base moves only
+      // when the tile raises the row's max by more than kLazyRescaleLog2 in
+      // base-2 units; below that the old max stays the base (terms up to
+      // 2^kLazyRescaleLog2: exact in fp32, the same relative rounding in
+      // bf16), the correction is 1, and a warp none of whose rows moved
+      // skips rescaling O (64 multiplies a thread a tile).
+      if (rowMax[i] != -INFINITY &&
+          (m - rowMax[i]) * scaleLog2 <= kLazyRescaleLog2)
+        m = rowMax[i];
       // A row with no visible key yet keeps max -inf; exponents use 0.
       const float base = m == -INFINITY ? 0.0f : m * scaleLog2;
-      correction[i] = fastExp2(rowMax[i] * scaleLog2 - base);
+      correction[i] =
+          m == rowMax[i] ? 1.0f : fastExp2(rowMax[i] * scaleLog2 - base);
       rowMax[i] = m;
       float sum = 0.0f;
 #pragma unroll
@@ -711,13 +725,17 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
         }
       rowSum[i] = rowSum[i] * correction[i] + sum;
     }
+    rescale =
+        __any_sync(0xffffffffu, correction[0] != 1.0f || correction[1] != 1.0f);
   };
   auto rescaleAndPack = [&] {
+    if (rescale) {
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
+      for (int n = 0; n < D / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        o[4 * n + e] *= correction[e / 2];
+        for (int e = 0; e < 4; ++e)
+          o[4 * n + e] *= correction[e / 2];
+    }
 #pragma unroll
     for (int k = 0; k < kPVSteps; ++k)
 #pragma unroll
