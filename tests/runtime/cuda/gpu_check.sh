@@ -109,11 +109,11 @@ W=$ROOT/.gpu/fixtures/rand/llama-gqa
 for b in cpu cuda; do
   "$BUILD/bin/infer" generate "$ART" --weights "$W" --backend $b --json \
     --token-ids 348,185,398,23,72 --token-ids 175 --max-new-tokens 24 \
-    >"$OUT/cli-$b.json" 2>&1
+    >"$OUT/cli-$b.json" 2>"$OUT/cli-$b.log"
   echo "cli generate --backend $b: rc=$?"
 done
 cmp -s "$OUT/cli-cpu.json" "$OUT/cli-cuda.json" && echo "cli: cuda tokens == cpu tokens" ||
-  { echo "cli: outputs differ"; cat "$OUT/cli-cpu.json" "$OUT/cli-cuda.json"; }
+  { echo "cli: outputs differ"; cat "$OUT"/cli-cpu.* "$OUT"/cli-cuda.*; }
 "$BUILD/bin/infer" logits "$ART" --weights "$W" --backend cuda \
   --token-ids 348,185,398 -o "$OUT/logits.safetensors" && echo "cli logits: ok"
 
