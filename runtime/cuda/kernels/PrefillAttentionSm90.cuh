@@ -11,10 +11,14 @@
 // last one, whose epilogue also copies the next item's Q rows in):
 //
 //   warpgroup 0 (producer)   loads K/V tiles of 128 keys into a ring of
-//                            Variant::kStages shared-memory stages
+//                            Variant::kStages shared-memory stages (bf16
+//                            pools: warps 0-1 issue the K boxes, 2-3 the V
+//                            boxes)
 //   warpgroups 1, 2          64 rows each: S = Q K^T (wgmma, Q and K in
 //   (consumers)              shared memory), online softmax in fp32 (base
-//                            2), O += P V (wgmma, P from registers as bf16)
+//                            2, rescaled lazily: the base moves only when a
+//                            tile raises a row's max past 2^8), O += P V
+//                            (wgmma, P from registers as bf16)
 //
 // Handshakes are mbarriers: full[stage] (the producer's TMA bytes or 128
 // producer arrivals) and empty[stage] (one arrival per consumer warp), for K
