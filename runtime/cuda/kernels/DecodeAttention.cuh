@@ -101,6 +101,46 @@ __host__ __device__ constexpr int blocksPerSmOf(int headTile) {
   return headTile >= 8 ? 2 : 3;
 }
 
+/// Element offsets in the pool of the keys of one (sequence, kv head),
+/// as both decode kernels address them, division-free: int64 products of
+/// the table entry, the slot by shift and mask where the block size is a
+/// power of two (one int32 division otherwise). A key's value is
+/// valueDelta elements past it.
+template <int D> struct KeyAddress {
+  const int32_t *table;
+  int blockSize, blockShift;
+  int64_t valueDelta, blockStride, headOffset;
+  int slotElements;
+
+  __device__ __forceinline__ KeyAddress(const CacheDims &dims, int layer,
+                                        int kvHead, const int32_t *table)
+      : table(table), blockSize(dims.blockSize),
+        blockShift(shiftOf(dims.blockSize)),
+        valueDelta(int64_t(dims.blockSize) * dims.numKVHeads * D),
+        blockStride(2 * int64_t(dims.numLayers) * valueDelta),
+        headOffset(2 * int64_t(layer) * valueDelta + int64_t(kvHead) * D),
+        slotElements(dims.numKVHeads * D) {}
+
+  /// log2 of a power-of-two block size, else -1.
+  static __device__ __forceinline__ int shiftOf(int blockSize) {
+    return (blockSize & (blockSize - 1)) == 0 ? __ffs(blockSize) - 1 : -1;
+  }
+
+  /// The offset of key j (j-th slot of the sequence's cache).
+  __device__ __forceinline__ int64_t operator()(int j) const {
+    int index, inBlock;
+    if (blockShift >= 0) {
+      index = j >> blockShift;
+      inBlock = j & (blockSize - 1);
+    } else {
+      index = j / blockSize;
+      inBlock = j - index * blockSize;
+    }
+    return int64_t(table[index]) * blockStride + headOffset +
+           inBlock * slotElements;
+  }
+};
+
 /// The raw 8 elements of a K or V row a lane loads: 16 bytes of bf16 or 8
 /// of fp8.
 template <KVCacheDtype T>
@@ -185,29 +225,9 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % kLanesPerKey;
   const int laneGroup = warp * kKeysPerWarp + lane / kLanesPerKey;
-  // Division-free addressing: element offsets of a key's block in int64
-  // products of the table entry, its slot by shift and mask where the
-  // block size is a power of two (one int32 division otherwise).
-  const int blockSize = dims.blockSize;
-  const int blockShift =
-      (blockSize & (blockSize - 1)) == 0 ? __ffs(blockSize) - 1 : -1;
-  const int64_t valueDelta = int64_t(blockSize) * dims.numKVHeads * D;
-  const int64_t blockStride = 2 * int64_t(dims.numLayers) * valueDelta;
-  const int64_t headOffset =
-      2 * int64_t(a.layer) * valueDelta + int64_t(kvHead) * D;
-  const int slotElements = dims.numKVHeads * D;
-  auto keyOffset = [&](int j) {
-    int index, inBlock;
-    if (blockShift >= 0) {
-      index = j >> blockShift;
-      inBlock = j & (blockSize - 1);
-    } else {
-      index = j / blockSize;
-      inBlock = j - index * blockSize;
-    }
-    return int64_t(table[index]) * blockStride + headOffset +
-           inBlock * slotElements;
-  };
+  const KeyAddress<D> address(dims, a.layer, kvHead, table);
+  const int64_t valueDelta = address.valueDelta;
+  auto keyOffset = [&](int j) { return address(j); };
 
   // q in base-2 units: scores come out as scale * log2(e) * q.k.
   const float qScale = a.scale * 1.4426950408889634f;

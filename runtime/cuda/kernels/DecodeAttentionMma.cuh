@@ -139,26 +139,9 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
   const int keyBegin = first + split * perSplit;
   const int keyEnd = min(keyBegin + perSplit, position + 1);
   const int32_t *table = blockTables + seq * maxBlocksPerSeq;
-  const int blockSize = dims.blockSize;
-  const int blockShift =
-      (blockSize & (blockSize - 1)) == 0 ? __ffs(blockSize) - 1 : -1;
-  const int64_t valueDelta = int64_t(blockSize) * dims.numKVHeads * D;
-  const int64_t blockStride = 2 * int64_t(dims.numLayers) * valueDelta;
-  const int64_t headOffset =
-      2 * int64_t(a.layer) * valueDelta + int64_t(kvHead) * D;
-  const int slotElements = dims.numKVHeads * D;
-  auto keyOffset = [&](int j) {
-    int index, inBlock;
-    if (blockShift >= 0) {
-      index = j >> blockShift;
-      inBlock = j & (blockSize - 1);
-    } else {
-      index = j / blockSize;
-      inBlock = j - index * blockSize;
-    }
-    return int64_t(table[index]) * blockStride + headOffset +
-           inBlock * slotElements;
-  };
+  const decode::KeyAddress<D> address(dims, a.layer, kvHead, table);
+  const int64_t valueDelta = address.valueDelta;
+  auto keyOffset = [&](int j) { return address(j); };
 
   // Keys j0 + g and j0 + 8 + g of a step; keys past the end are zeros, not
   // read.
