@@ -2,12 +2,14 @@
 //
 //   infer-attention-bench [--prefill 2048,8192] [--decode 1:32768,256:2048]
 //       [--rope 2048,8192]
-//       [--heads 32 --kv-heads 8 --head-dim 128 --block-size 16]
+//       [--heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --layers 1]
 //       [--pools bf16,e4m3,e5m2] [--softcap 0] [--repeats 7]
 //
 // Times the attention kernels of runtime/cuda/Kernels.h alone on one layer
 // of a paged pool (blocks handed out shuffled, random bf16 values or finite
-// fp8 codes of magnitude < 1 with unit E4M3 scales), bf16 q and out:
+// fp8 codes of magnitude < 1 with unit E4M3 scales), bf16 q and out; the
+// pool has --layers layers (the kernels read the last), as a model's pool
+// keeps every layer of a block together:
 //   prefill  one sequence of N new tokens, causal, on the Hopper kernel
 //            (launchPrefillAttentionSm90, where the device takes it and
 //            INFER_ATTENTION_KERNEL is not "fallback") and the mma.sync one
@@ -200,6 +202,9 @@ struct Options {
   std::vector<int> rope;
   std::vector<std::string> pools = {"bf16", "e4m3", "e5m2"};
   int heads = 32, kvHeads = 8, headDim = 128, blockSize = 16, repeats = 7;
+  /// Layers of the pool (the kernels run on the last): a model's pool holds
+  /// every layer of a block together, so one layer's rows lie further apart.
+  int layers = 1;
   float softcap = 0.0f;
 };
 
@@ -249,6 +254,10 @@ Options parse(int argc, char **argv) {
       o.headDim = std::stoi(value);
     } else if (flag == "--block-size") {
       o.blockSize = std::stoi(value);
+    } else if (flag == "--layers") {
+      o.layers = std::stoi(value);
+      if (o.layers < 1)
+        die("--layers takes a count >= 1");
     } else if (flag == "--softcap") {
       o.softcap = std::stof(value);
       if (!(o.softcap >= 0.0f))
@@ -287,11 +296,11 @@ struct Batch {
   Batch(const Options &o, KVCacheDtype dtype, int64_t seqs, int context,
         int newTokens, std::mt19937 &rng) {
     numSeqs = seqs;
-    dims = CacheDims{1, o.kvHeads, o.headDim, o.blockSize};
+    dims = CacheDims{o.layers, o.kvHeads, o.headDim, o.blockSize};
     maxBlocks = (context + o.blockSize - 1) / o.blockSize;
     const int64_t blocks = seqs * maxBlocks;
     const int64_t elements =
-        blocks * 2 * int64_t(o.blockSize) * o.kvHeads * o.headDim;
+        blocks * o.layers * 2 * int64_t(o.blockSize) * o.kvHeads * o.headDim;
     const size_t bytes = elements * kvCacheElementBytes(dtype);
     check(cudaMalloc(&data, bytes), "pool");
     // Random bytes, 64 MiB of them repeated over larger pools: bf16 values
@@ -369,6 +378,7 @@ AttentionDims attentionOf(const Options &o) {
   a.headDim = o.headDim;
   a.scale = 1.0f / std::sqrt(float(o.headDim));
   a.logitSoftcap = o.softcap;
+  a.layer = o.layers - 1;
   return a;
 }
 
@@ -491,9 +501,9 @@ int main(int argc, char **argv) {
   const double copy = copyBandwidth(o.repeats);
   const double gemm = gemmCeiling(o.repeats);
   std::printf("device %s, %d SMs; heads %d, kv heads %d, head_dim %d, block "
-              "size %d, softcap %g\n",
+              "size %d, pool layers %d, softcap %g\n",
               prop.name, prop.multiProcessorCount, o.heads, o.kvHeads,
-              o.headDim, o.blockSize, o.softcap);
+              o.headDim, o.blockSize, o.layers, o.softcap);
   std::printf("result ceiling copy_gbps=%.0f gemm_tflops=%.1f\n", copy / 1e9,
               gemm);
   std::mt19937 rng(1);
