@@ -6,9 +6,11 @@
 // are packed as in PrefillAttention.cuh, (query, head of the kv head's
 // group) query-major, so the heads sharing a kv head read each K/V tile
 // once. A work item is a (tile of 128 rows, kv head); CTAs of three
-// warpgroups, one per SM, work through the items (persistent: the producer
-// fills the ring with the next item's K/V while the consumers finish the
-// last one, whose epilogue also copies the next item's Q rows in):
+// warpgroups, one per SM, work through the items as one stream of tiles
+// (persistent: the producer fills the ring with the next item's K/V while
+// the consumers finish the last one; a consumer copies the next item's Q
+// rows in once the last S product of an item is done, and issues the next
+// item's first S with the last P V, so the epilogue runs under them):
 //
 //   warpgroup 0 (producer)   loads K/V tiles of 128 keys into a ring of
 //                            Variant::kStages shared-memory stages (bf16
@@ -550,19 +552,21 @@ __device__ __forceinline__ void storeQRows(uint8_t *q, int wg,
 }
 
 /// The consumers: warpgroup `wg` (0 or 1) owns rows 64 wg .. 64 wg + 63 of
-/// the CTA's tile of work item `k` (geometry `g`), whose Q rows are in
-/// shared memory (storeQRows). `it0` is the K/V ring's position (tiles the
-/// CTA consumed before this item). Once its last S product is done it
-/// locates the CTA's next item and loads its Q rows, which it stores after
-/// the epilogue (the producer already fills the ring with the next item's
-/// K/V meanwhile); then `k` and `g` are the next item's and it returns
-/// true, or false when the CTA has no more. Thread l of its warp w holds rows
+/// the tile of each of the CTA's work items in turn, from item `k` (geometry
+/// `g`, its Q rows already in shared memory: storeQRows) on. The items run as
+/// one stream of tiles: once the last S product of an item is done (its Q is
+/// dead) the warpgroup copies the next item's Q rows in, and the next item's
+/// first S product is issued with the last P V product of the one before, so
+/// the tensor cores stay busy over the item boundary while the softmax of
+/// the new tile and then the epilogue of the old item run (the epilogue
+/// stores O straight from registers). Thread l of its warp w holds rows
 /// r0 = 64 wg + 16 w + l/4 and r0 + 8 of S and O, columns 8c + 2 (l % 4) + {0,
 /// 1} (Sm90.cuh).
 template <int D, KVCacheDtype T, bool kRope, bool kSoftcap, typename TQ>
-__device__ __forceinline__ bool
-consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
-        uint64_t *fullV, uint64_t *emptyK, uint64_t *emptyV, int wg) {
+__device__ __forceinline__ void
+consume(const Sm90Params &p, int k, const TileGeometry &first, uint8_t *smem,
+        uint64_t *fullK, uint64_t *fullV, uint64_t *emptyK, uint64_t *emptyV,
+        int wg) {
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
   constexpr int kStages = V::kStages;
@@ -578,9 +582,9 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
   // epilogue rather than kept in registers through the loop.
   int numTiles, tileBegin, keyBegin, keyEnd, posLo, posHi;
   int pos[2];
-  {
-    TileGeometry g;
-    locateTile(p, workItem(p, k), g);
+  // The K/V ring's position: the tiles of the CTA's items before this one.
+  int it0 = 0;
+  auto setItem = [&](const TileGeometry &g) {
     numTiles = g.numTiles;
     tileBegin = static_cast<int>(g.tileBegin);
     keyBegin = static_cast<int>(g.keyBegin);
@@ -596,7 +600,8 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
           flat <= g.flatLast ? g.firstPos + static_cast<int>(flat) / g.group
                              : g.posHi);
     }
-  }
+  };
+  setItem(first);
   const int window = a.slidingWindow;
   const float scaleLog2 = a.scale * 1.4426950408889634f;
   // The cap in the raw units of S (q.k before the scale).
@@ -747,22 +752,56 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
         pFrag[k][r] = packBf16(s[8 * k + 2 * r], s[8 * k + 2 * r + 1]);
   };
 
-  // Ping-pong: consumer wg issues its products of tile t after the other
-  // one issued its products of tile t (wg 1) or t - 1 (wg 0), and lets the
-  // other go on once its own are issued. Each side waits numTiles times and
-  // is let go numTiles times (consumer 1's first signal is the one here; it
-  // gives none after its last tile), so no arrival is left pending.
+  // Ping-pong: consumer wg issues its products of a step (a tile's S and
+  // the previous tile's P V) after the other one issued its products of the
+  // same step (wg 1) or of the step before (wg 0), and lets the other go on
+  // once its own are issued. Both take the same steps (every tile of the
+  // CTA's items, and the last P V), so each waits as often as it is let go:
+  // consumer 1's first signal is the one here, and it gives none after its
+  // last step.
   const bool pingPong = p.pingPong;
   auto takeTurn = [&] {
     if (pingPong)
       namedBarrier(kSchedulerBarrier + wg, 128 * kConsumers);
   };
-  auto passTurn = [&](int t) {
-    if (pingPong && (wg == 0 || t + 1 < numTiles))
+  auto passTurn = [&](bool lastStep) {
+    if (pingPong && (wg == 0 || !lastStep))
       namedBarrierArrive(kSchedulerBarrier + (wg ^ 1), 128 * kConsumers);
   };
   if (pingPong && wg == 1)
     namedBarrierArrive(kSchedulerBarrier, 128 * kConsumers);
+
+  // O of item `item` divided by its row sums, stored from registers.
+  auto storeOutput = [&](int item, const float(&sums)[2]) {
+    TileGeometry g;
+    locateTile(p, workItem(p, item), g);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float sum = sums[i];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int64_t flat = g.flatBegin + 64 * wg + 16 * warp + lane / 4 + 8 * i;
+      if (flat > g.flatLast)
+        continue;
+      const int64_t query = static_cast<int>(flat) / g.group;
+      const int64_t head =
+          int64_t(g.kvHead) * g.group + static_cast<int>(flat) % g.group;
+      const int64_t offset = ((g.seqStart + query) * a.numHeads + head) * D;
+      const float inv = 1.0f / sum;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        const float x0 = o[4 * n + 2 * i] * inv,
+                    x1 = o[4 * n + 2 * i + 1] * inv;
+        const int64_t e = offset + n * 8 + quad * 2;
+        if constexpr (std::is_same_v<TQ, __nv_bfloat16>)
+          *reinterpret_cast<uint32_t *>(static_cast<__nv_bfloat16 *>(p.out) +
+                                        e) = packBf16(x0, x1);
+        else
+          *reinterpret_cast<float2 *>(static_cast<float *>(p.out) + e) =
+              make_float2(x0, x1);
+      }
+    }
+  };
 
   // Ring stage and phase parity of the CTA's tile it0 + t.
   auto stageOf = [&](int t) { return (it0 + t) % kStages; };
@@ -770,96 +809,106 @@ consume(const Sm90Params &p, int &k, int &it0, uint8_t *smem, uint64_t *fullK,
   mbarrierWait(&fullK[stageOf(0)], parityOf(0));
   takeTurn();
   issueS(stageOf(0));
-  passTurn(0);
+  passTurn(false);
   wgmmaWait<0>();
   fenceRegisters(s);
   release(emptyK, stageOf(0));
   softmax(0);
   rescaleAndPack();
-  for (int t = 1; t < numTiles; ++t) {
-    const int stage = stageOf(t), previous = stageOf(t - 1);
-    mbarrierWait(&fullK[stage], parityOf(t));
-    // Values of the previous tile are ready (and their invisible rows
-    // zeroed, a barrier of both consumers) before this consumer's turn.
-    mbarrierWait(&fullV[previous], parityOf(t - 1));
-    prepareValues(t - 1);
+  // bf16 q: the next item's Q rows by cp.async (no registers); fp32 q, which
+  // needs rounding, through registers.
+  constexpr bool kCopyQ = std::is_same_v<TQ, __nv_bfloat16>;
+  for (;;) {
+    for (int t = 1; t < numTiles; ++t) {
+      const int stage = stageOf(t), previous = stageOf(t - 1);
+      mbarrierWait(&fullK[stage], parityOf(t));
+      // Values of the previous tile are ready (and their invisible rows
+      // zeroed, a barrier of both consumers) before this consumer's turn.
+      mbarrierWait(&fullV[previous], parityOf(t - 1));
+      prepareValues(t - 1);
+      takeTurn();
+      issueS(stage);
+      issuePV(previous);
+      passTurn(false);
+      wgmmaWait<1>();
+      fenceRegisters(s);
+      release(emptyK, stage);
+      softmax(t);
+      wgmmaWait<0>();
+      fenceRegisters(o);
+      release(emptyV, previous);
+      rescaleAndPack();
+    }
+    // Every S product of the item is done: its Q rows are dead, and the
+    // next item's are copied in under the last tile's values.
+    const int done = k;
+    const int last = stageOf(numTiles - 1);
+    int next = k + 1;
+    bool more;
+    {
+      TileGeometry g;
+      more = V::kPersistent && nextWork(p, next, g);
+      if (kCopyQ && more)
+        copyQRows<D>(p, g, wg, smem + L::kQ);
+    }
+    mbarrierWait(&fullV[last], parityOf(numTiles - 1));
+    prepareValues(numTiles - 1);
+    if (!more) {
+      takeTurn();
+      issuePV(last);
+      passTurn(true);
+      wgmmaWait<0>();
+      fenceRegisters(o);
+      release(emptyV, last);
+      storeOutput(done, rowSum);
+      return;
+    }
+    it0 += numTiles;
+    k = next;
+    {
+      TileGeometry g;
+      locateTile(p, workItem(p, k), g);
+      setItem(g);
+      if constexpr (!kCopyQ) {
+        QRows<D> q;
+        loadQRows<D, TQ>(p, g, wg, q);
+        storeQRows<D>(smem + L::kQ, wg, q);
+      }
+    }
+    if constexpr (kCopyQ) {
+      cpAsyncWaitAll();
+      fenceProxyAsync();
+      namedBarrier(kQBarrier + wg, 128);
+    }
+    // The next item's first S with the last P V of this one.
+    mbarrierWait(&fullK[stageOf(0)], parityOf(0));
     takeTurn();
-    issueS(stage);
-    issuePV(previous);
-    passTurn(t);
+    issueS(stageOf(0));
+    issuePV(last);
+    passTurn(false);
     wgmmaWait<1>();
     fenceRegisters(s);
-    release(emptyK, stage);
-    softmax(t);
+    release(emptyK, stageOf(0));
+    const float sums[2] = {rowSum[0], rowSum[1]};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      rowMax[i] = -INFINITY;
+      rowSum[i] = 0.0f;
+    }
+    softmax(0);
     wgmmaWait<0>();
     fenceRegisters(o);
-    release(emptyV, previous);
+    release(emptyV, last);
+    // P of the new tile packed first (its fp32 S no longer live under the
+    // epilogue); O is not rescaled but restarts from zeros after the store
+    // (a row with no visible key in the new tile keeps correction 1).
+    rescale = false;
     rescaleAndPack();
-  }
-  const int last = stageOf(numTiles - 1);
-  mbarrierWait(&fullV[last], parityOf(numTiles - 1));
-  prepareValues(numTiles - 1);
-  issuePV(last);
-  wgmmaWait<0>();
-  fenceRegisters(o);
-  release(emptyV, last);
-  it0 += numTiles;
-
-  // Q is no longer read: the next item's rows are copied in under the
-  // epilogue (bf16 q: by cp.async, no registers, located once P is dead so
-  // that the lookup takes no registers from the loop; fp32 q, which needs
-  // rounding, after the epilogue).
-  constexpr bool kCopyQ = std::is_same_v<TQ, __nv_bfloat16>;
-  int nextK = k + 1;
-  bool more;
-  {
-    TileGeometry nextG;
-    more = V::kPersistent && nextWork(p, nextK, nextG);
-    if (kCopyQ && more)
-      copyQRows<D>(p, nextG, wg, smem + L::kQ);
-  }
-
-  TileGeometry g;
-  locateTile(p, workItem(p, k), g);
+    storeOutput(done, sums);
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float sum = rowSum[i];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int64_t flat = g.flatBegin + 64 * wg + 16 * warp + lane / 4 + 8 * i;
-    if (flat > g.flatLast)
-      continue;
-    const int64_t query = static_cast<int>(flat) / g.group;
-    const int64_t head =
-        int64_t(g.kvHead) * g.group + static_cast<int>(flat) % g.group;
-    const int64_t offset = ((g.seqStart + query) * a.numHeads + head) * D;
-    const float inv = 1.0f / sum;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      const float x0 = o[4 * n + 2 * i] * inv, x1 = o[4 * n + 2 * i + 1] * inv;
-      const int64_t e = offset + n * 8 + quad * 2;
-      if constexpr (std::is_same_v<TQ, __nv_bfloat16>)
-        *reinterpret_cast<uint32_t *>(static_cast<__nv_bfloat16 *>(p.out) + e) =
-            packBf16(x0, x1);
-      else
-        *reinterpret_cast<float2 *>(static_cast<float *>(p.out) + e) =
-            make_float2(x0, x1);
-    }
+    for (int i = 0; i < D / 2; ++i)
+      o[i] = 0.0f;
   }
-  if (!more)
-    return false;
-  k = nextK;
-  if constexpr (kCopyQ) {
-    cpAsyncWaitAll();
-    fenceProxyAsync();
-    namedBarrier(kQBarrier + wg, 128);
-  } else {
-    locateTile(p, workItem(p, k), g);
-    QRows<D> q;
-    loadQRows<D, TQ>(p, g, wg, q);
-    storeQRows<D>(smem + L::kQ, wg, q);
-  }
-  return true;
 }
 
 template <int D, KVCacheDtype T, bool kRope, bool kSoftcap, typename TQ>
@@ -928,10 +977,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       loadQRows<D, TQ>(p, g, wg, q);
       storeQRows<D>(smem + L::kQ, wg, q);
     }
-    int it = 0;
-    while (consume<D, T, kRope, kSoftcap, TQ>(p, k, it, smem, fullK, fullV,
-                                              emptyK, emptyV, wg)) {
-    }
+    consume<D, T, kRope, kSoftcap, TQ>(p, k, g, smem, fullK, fullV, emptyK,
+                                       emptyV, wg);
   }
 #else
   __trap();
