@@ -68,8 +68,8 @@ void addResidual(PatternRewriter &rewriter, LinearOp linear, Value residual,
       linear->isBeforeInBlock(def))
     rewriter.moveOpBefore(linear, add);
   // Fusion runs after sharding, which consumes the parallel styles of a
-  // split program: one left is a tp=1 program's and has nothing to keep (a
-  // later sharding replicates the linear, correct with its residual).
+  // split program: one left is a tp=1 program's, with nothing to split
+  // (as the sibling merge, which drops it too).
   rewriter.modifyOpInPlace(linear, [&] {
     linear.getResidualMutable().assign(residual);
     linear.removeParallelAttr();

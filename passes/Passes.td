@@ -411,12 +411,16 @@ def FuseResidualPass : Pass<"infer-fuse-residual", "::mlir::func::FuncOp"> {
     row-parallel product is then summed by `infer.all_reduce` before it
     meets the residual, so nothing matches there (the residual must be
     added once, after the sum). The `parallel` style a tp=1 program keeps is
-    dropped, as `infer-fuse`'s sibling merge drops it; a linear with a
-    residual is never split (sharding it later replicates it).
+    dropped, as `infer-fuse`'s sibling merge drops it. Like the rest of
+    `infer-fuse`, the pass expects a sharded (or tp=1) program: on the
+    importer's output it would drop the style of a row-parallel
+    projection, which `infer-shard-tensor-parallel` needs.
 
     Numerics: the sum is computed in fp32 and rounded once, as
     `infer.add` computes it, but from the unrounded product: a bf16
-    program rounds once where it rounded twice.
+    program rounds once where it rounded twice. An fp32 program (the CPU
+    reference) computes the same bits as before, so it runs the plan shape
+    the GPU runs.
 
     `infer-fuse` applies the same patterns together with its others, before
     it forms elementwise regions, so the fused linear is what a Llama,
