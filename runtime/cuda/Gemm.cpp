@@ -170,6 +170,22 @@ bool aligned16(const void *p) {
 
 constexpr size_t kScratchAlign = 256;
 
+/// Whether `residual` may be read as C while y[t, n] is written: 16-byte
+/// aligned (cuBLASLt reads C in vectors) and apart from y.
+template <typename Y>
+Status checkResidual(const Y *residual, const Y *y, int64_t t, int64_t n) {
+  if (!residual)
+    return Status::ok();
+  if (!aligned16(residual))
+    return invalidArgument("gemm: the residual must be 16-byte aligned");
+  const Y *end = y + t * n, *residualEnd = residual + t * n;
+  if (residual < end && y < residualEnd)
+    return invalidArgument("gemm: the residual overlaps y (cuBLASLt's C must "
+                           "be apart from D: tuning runs the product several "
+                           "times)");
+  return Status::ok();
+}
+
 } // namespace
 
 StatusOr<Gemm::Shape *> Gemm::shape(const ShapeKey &key, const void *bias,
@@ -544,7 +560,7 @@ Gemm::Path Gemm::path(int64_t t, int64_t n, int64_t k, const GemmWeight &w,
     // on the H100: 1.5 ulp from the fp32 sum + bias the CPU rounds once).
     // The skinny kernels add the bias to the fp32 sum at any T; such shapes
     // (N % 8 != 0 with a bias) are not in the models' hot paths. A residual
-    // (C) is kept off those kernels too, untested there.
+    // goes the same way (cuBLASLt's C on such rows is unmeasured).
     if (yBytes == 2 && (bias || residual) && (n * yBytes) % 16 != 0)
       return gemvMmaSupports(kGemvMaxRows, k, false) ? Path::kGemvMma
                                                      : Path::kGemv;
@@ -578,22 +594,6 @@ const char *Gemm::pathName(Path path) {
     return "dequant+cuBLASLt";
   }
   return "?";
-}
-
-/// Whether `residual` may be read as C while y[t, n] is written: 16-byte
-/// aligned (cuBLASLt reads C in vectors) and apart from y.
-template <typename Y>
-Status checkResidual(const Y *residual, const Y *y, int64_t t, int64_t n) {
-  if (!residual)
-    return Status::ok();
-  if (!aligned16(residual))
-    return invalidArgument("gemm: the residual must be 16-byte aligned");
-  const Y *end = y + t * n, *residualEnd = residual + t * n;
-  if (residual < end && y < residualEnd)
-    return invalidArgument("gemm: the residual overlaps y (cuBLASLt's C must "
-                           "be apart from D: tuning runs the product several "
-                           "times)");
-  return Status::ok();
 }
 
 template <typename Y>
