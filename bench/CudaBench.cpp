@@ -327,14 +327,16 @@ std::string joined(const std::vector<double> &values) {
   return text;
 }
 
-/// (N, K, fp8) of every weight a linear or logits step multiplies, with how
-/// many steps of one forward call use that shape.
+/// (N, K, fp8) of every weight a linear, linear_residual or logits step
+/// multiplies, with how many steps of one forward call use that shape (timed
+/// without the residual).
 std::map<std::tuple<int64_t, int64_t, bool>, int>
 gemmShapes(const Artifact &artifact) {
   const plan::RankPlan &rank = artifact.plan.ranks.at(0);
   std::map<std::tuple<int64_t, int64_t, bool>, int> shapes;
   for (const plan::Step &step : rank.steps) {
-    if ((step.op != "linear" && step.op != "logits") ||
+    if ((step.op != "linear" && step.op != "linear_residual" &&
+         step.op != "logits") ||
         step.operands.size() < 2)
       continue;
     const plan::Value &w = rank.values[step.operands[1]];

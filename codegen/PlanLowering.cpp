@@ -74,6 +74,7 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <algorithm>
 #include <array>
 
 using llvm::StringRef;
@@ -150,6 +151,8 @@ private:
   mlir::LogicalResult lowerCacheUpdate(mlir::Operation *op, mlir::Value cache,
                                        StringRef stepName);
   mlir::LogicalResult lowerFused(mlir::infer::FusedOp op);
+  /// linear, or linear_residual for a linear with a residual.
+  mlir::LogicalResult lowerLinear(mlir::infer::LinearOp op);
   FailureOr<std::vector<plan::Dim>> resultShape(mlir::Operation *op,
                                                 mlir::RankedTensorType type);
   mlir::LogicalResult lowerAttributes(mlir::Operation *op, plan::Step &step);
@@ -424,6 +427,10 @@ mlir::LogicalResult PlanLowering::lowerAttributes(mlir::Operation *op,
     // The memory plan becomes workspace offsets of the result values.
     if (name == mlir::infer::kWorkspaceOffsetsAttrName)
       continue;
+    // Which operands an optional one is: the step's operand roles say it.
+    if (name == mlir::OpTrait::AttrSizedOperandSegments<
+                    void>::getOperandSegmentSizeAttr())
+      continue;
     // Rank-dependent: specializeRank writes vocab_offset and vocab_size.
     if (mlir::isa<mlir::infer::EmbeddingOp>(op) && name == "vocab_shards")
       continue;
@@ -535,6 +542,18 @@ mlir::LogicalResult PlanLowering::lowerFused(mlir::infer::FusedOp op) {
   return mlir::success();
 }
 
+mlir::LogicalResult PlanLowering::lowerLinear(mlir::infer::LinearOp op) {
+  if (!op.getResidual())
+    return lowerStep(op, "linear");
+  if (mlir::failed(lowerStep(op, "linear_residual")))
+    return mlir::failure();
+  // (x, w, bias?, residual) -> (x, w, residual, bias?): the registry keeps
+  // the optional operand last.
+  std::vector<int> &operands = rank.steps.back().operands;
+  std::rotate(operands.begin() + 2, operands.end() - 1, operands.end());
+  return mlir::success();
+}
+
 FailureOr<plan::Plan> PlanLowering::lower() {
   if (!func.getBody().hasOneBlock())
     return func.emitError() << "@forward must have a single block";
@@ -575,6 +594,8 @@ FailureOr<plan::Plan> PlanLowering::lower() {
             })
             .Case<mlir::infer::FusedOp>(
                 [&](auto fused) { return lowerFused(fused); })
+            .Case<mlir::infer::LinearOp>(
+                [&](auto linear) { return lowerLinear(linear); })
             .Case<mlir::infer::AttentionOp>([&](auto attention) {
               return attention.emitError()
                      << "logical attention has no plan step: run "

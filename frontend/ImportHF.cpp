@@ -293,20 +293,20 @@ FailureOr<Value> ModelImporter::linearOp(Value x, const std::string &module,
                                          int64_t outFeatures,
                                          int64_t inFeatures, bool bias,
                                          mlir::infer::ParallelAttr parallel) {
-  llvm::SmallVector<Value, 3> operands = {x};
   FailureOr<Value> w = weight(module + ".weight", {outFeatures, inFeatures});
   if (mlir::failed(w))
     return mlir::failure();
-  operands.push_back(*w);
+  Value b;
   if (bias) {
-    FailureOr<Value> b = weight(module + ".bias", {outFeatures});
-    if (mlir::failed(b))
+    FailureOr<Value> loaded = weight(module + ".bias", {outFeatures});
+    if (mlir::failed(loaded))
       return mlir::failure();
-    operands.push_back(*b);
+    b = *loaded;
   }
-  return create<mlir::infer::LinearOp>(
-      locFor(module), activationType(outFeatures), operands,
-      {builder.getNamedAttr("parallel", parallel)});
+  return builder
+      .create<mlir::infer::LinearOp>(
+          locFor(module), activationType(outFeatures), x, *w, b, parallel)
+      .getResult();
 }
 
 FailureOr<llvm::SmallVector<Value>>

@@ -248,6 +248,10 @@ LogicalResult LinearOp::verify() {
     return emitOpError() << "expects bias of shape [" << outFeatures
                          << "] to match the weight rows, got "
                          << bias.getType();
+  if (getResidual() && getParallel())
+    return emitOpError()
+           << "expects no parallel attribute with a residual (a row-parallel "
+              "rank would add it to its partial sum): fuse after sharding";
   return verifyResultShape(*this,
                            {getInput().getType().getDimSize(0), outFeatures},
                            "input rows, weight rows");

@@ -165,8 +165,10 @@ def Infer_GatherRowsOp : Infer_Op<"gather_rows", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Infer_LinearOp : Infer_Op<"linear", [Pure]> {
-  let summary = "Fully connected layer: y = x * w^T + b";
+def Infer_LinearOp : Infer_Op<"linear", [Pure, AttrSizedOperandSegments,
+    OptionalTypesMatchWith<"residual has the result's type", "result",
+                           "residual", "$_self">]> {
+  let summary = "Fully connected layer: y = x * w^T + b (+ residual)";
   let description = [{
     Multiplies `[T, K]` activations by the transpose of a `[N, K]` weight (the
     PyTorch `nn.Linear` layout) and adds an optional `[N]` bias. The weight
@@ -174,14 +176,24 @@ def Infer_LinearOp : Infer_Op<"linear", [Pure]> {
     or their `infer.concat_weights`): the product uses `decode(code) * scale`.
     The bias is never fp8.
 
-    Precision: the input and the result share one element type; the weight
-    and the bias may be of another float type. The products accumulate in
-    fp32, the bias is added in fp32, and the sum is rounded once to the
-    result's type (cuBLAS's `CUBLAS_COMPUTE_32F` with a bf16 output).
+    With `residual(%r)` (`[T, N]`, the result's type) the op returns
+    `x * w^T + b + r`: the residual-stream update of a decoder layer's o_proj
+    or down_proj, added in the GEMM's epilogue (cuBLASLt's `beta * C`) by
+    `infer-fuse-residual` instead of by a separate pass over the rows.
+
+    Precision: the input, the residual and the result share one element
+    type; the weight and the bias may be of another float type. The products
+    accumulate in fp32, the bias and then the residual are added in fp32, and
+    the sum is rounded once to the result's type (cuBLAS's
+    `CUBLAS_COMPUTE_32F` with a bf16 output). A bf16 linear with a residual
+    thus rounds once where `infer.linear` followed by `infer.add` rounds
+    twice.
 
     `parallel` (`#infer.parallel`, set by the importer) says how
     `infer-shard-tensor-parallel` splits the layer; a linear without one is
-    replicated on every rank. Its `parts` add up to the weight's rows.
+    replicated on every rank. Its `parts` add up to the weight's rows. A
+    linear with a residual has no `parallel`: fusion runs after sharding, and
+    a row-parallel rank's partial sum must not add the residual.
 
     ```mlir
     %y = infer.linear %x, %w
@@ -191,6 +203,9 @@ def Infer_LinearOp : Infer_Op<"linear", [Pure]> {
     %z = infer.linear %x, %w, %b
         : tensor<?x384xf32>, tensor<128x384xbf16>, tensor<128xbf16>
         -> tensor<?x128xf32>
+    %s = infer.linear %x, %w, %b residual(%r)
+        : tensor<?x384xf32>, tensor<128x384xbf16>, tensor<128xbf16>
+        -> tensor<?x128xf32>
     ```
   }];
 
@@ -198,13 +213,23 @@ def Infer_LinearOp : Infer_Op<"linear", [Pure]> {
     Infer_Activation:$input,
     2DTensorOf<[AnyFloat]>:$weight,
     Optional<1DTensorOf<[AnyFloat]>>:$bias,
+    Optional<Infer_Activation>:$residual,
     OptionalAttr<Infer_ParallelAttr>:$parallel
   );
   let results = (outs Infer_Activation:$result);
   let assemblyFormat = [{
-    $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,`
-    type($weight) (`,` type($bias)^)? `->` type($result)
+    $input `,` $weight (`,` $bias^)? (`residual` `(` $residual^ `)`)?
+    attr-dict `:` type($input) `,` type($weight) (`,` type($bias)^)? `->`
+    type($result)
   }];
+  let builders = [
+    OpBuilder<(ins "Type":$result, "Value":$input, "Value":$weight,
+                   CArg<"Value", "{}">:$bias,
+                   CArg<"::mlir::infer::ParallelAttr", "{}">:$parallel), [{
+      build($_builder, $_state, result, input, weight, bias, Value(),
+            parallel);
+    }]>
+  ];
   let hasVerifier = 1;
 }
 

@@ -99,7 +99,11 @@ std::optional<Precision> precisionOf(Operation *op) {
         return Precision{Rule::kActivation, {}};
       })
       .Case<LinearOp>([](LinearOp linear) {
-        return Precision{Rule::kActivation, {&linear.getInputMutable()}};
+        Precision precision{Rule::kActivation, {&linear.getInputMutable()}};
+        if (MutableOperandRange residual = linear.getResidualMutable();
+            !residual.empty())
+          precision.activations.push_back(&residual[0]);
+        return precision;
       })
       .Case<RMSNormOp>([](RMSNormOp norm) {
         return Precision{Rule::kActivation, {&norm.getInputMutable()}};

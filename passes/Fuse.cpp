@@ -37,6 +37,9 @@ void FusePass::runOnOperation() {
   RewritePatternSet patterns(&getContext());
   populateFuseProjectionPatterns(patterns);
   populateFuseNormalizationPatterns(patterns);
+  // With add+rmsnorm: whichever fires first, a residual add of a linear ends
+  // in its epilogue and the norm alone (add_rms_norm is rewritten again).
+  populateFuseResidualPatterns(patterns);
   populateFuseActivationPatterns(patterns);
   populateFuseCacheWritePatterns(patterns);
   GreedyRewriteConfig config;

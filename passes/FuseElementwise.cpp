@@ -26,7 +26,7 @@
 using namespace mlir;
 using namespace mlir::infer;
 
-static bool isFusibleElementwise(Operation *op) {
+bool mlir::infer::isFusibleElementwise(Operation *op) {
   return isa<AddOp, GeluOp, MulOp, SiluOp, SiluMulOp>(op);
 }
 

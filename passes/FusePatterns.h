@@ -19,12 +19,21 @@ void populateFuseProjectionPatterns(RewritePatternSet &patterns);
 /// `infer.rms_norm(infer.add(a, b))` -> `infer.add_rms_norm(a, b)`.
 void populateFuseNormalizationPatterns(RewritePatternSet &patterns);
 
+/// `infer.add_rms_norm(r, infer.linear(x, w))` ->
+/// `infer.rms_norm(infer.linear(x, w) residual(r))`, and `infer.add` of a
+/// single-use linear likewise where the add would join no elementwise region.
+void populateFuseResidualPatterns(RewritePatternSet &patterns);
+
 /// `infer.mul(infer.silu(g), u)` -> `infer.silu_mul(g, u)`.
 void populateFuseActivationPatterns(RewritePatternSet &patterns);
 
 /// `infer.kv_cache_write(c, infer.rope(k), v)` ->
 /// `infer.rope_kv_cache_write(c, k, v)`.
 void populateFuseCacheWritePatterns(RewritePatternSet &patterns);
+
+/// Whether formElementwiseRegions groups `op` with its elementwise
+/// neighbours.
+bool isFusibleElementwise(Operation *op);
 
 /// Moves every connected group of two or more elementwise operations of
 /// `block` into one `infer.fused` region. A producer joins a group only when

@@ -67,8 +67,10 @@ std::optional<int64_t> getConcatenableRanks(Value value) {
 }
 
 /// The merge key of `op`, or nothing if its weight or bias is not a
-/// concatenable checkpoint tensor.
+/// concatenable checkpoint tensor or it adds a residual (one per linear).
 std::optional<MergeKey> getMergeKey(LinearOp op) {
+  if (op.getResidual())
+    return std::nullopt;
   std::optional<int64_t> weightRanks = getConcatenableRanks(op.getWeight());
   if (!weightRanks)
     return std::nullopt;
@@ -117,7 +119,7 @@ struct MergeSiblingLinears : OpRewritePattern<LinearOp> {
     if (!key)
       return rewriter.notifyMatchFailure(
           op, "weight or bias is not a checkpoint tensor whole or split "
-              "along dim 0");
+              "along dim 0, or it adds a residual");
 
     llvm::SetVector<Operation *> siblings;
     for (Operation *user : op.getInput().getUsers()) {

@@ -340,6 +340,10 @@ def FusePass : Pass<"infer-fuse", "::mlir::func::FuncOp"> {
     - `infer.rms_norm` of an `infer.add` becomes `infer.add_rms_norm`, which
       returns the sum as well, provided no user of the sum comes before the
       normalization;
+    - an `infer.linear` used only by an `infer.add_rms_norm` (or an
+      `infer.add`) adds the other operand as its residual, and the
+      add_rms_norm becomes an `infer.rms_norm` (`infer-fuse-residual`,
+      which wins over the add+rmsnorm and elementwise fusions);
     - `infer.mul` of an `infer.silu` used only there becomes
       `infer.silu_mul`;
     - `infer.kv_cache_write` of keys from an `infer.rope` used only there
@@ -374,6 +378,68 @@ def FusePass : Pass<"infer-fuse", "::mlir::func::FuncOp"> {
     %gu = infer.linear %x, %w : tensor<?x128xf32>, tensor<512x128xbf16> -> tensor<?x512xf32>
     %g, %u = infer.split %gu : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
     %y = infer.silu_mul %g, %u : tensor<?x256xf32>
+    ```
+  }];
+
+  let dependentDialects = ["::mlir::infer::InferDialect"];
+}
+
+def FuseResidualPass : Pass<"infer-fuse-residual", "::mlir::func::FuncOp"> {
+  let summary = "Adds residuals in the epilogue of the GEMM that feeds them";
+  let description = [{
+    A decoder layer adds the output of o_proj and of down_proj to the
+    residual stream. Computed apart, the GEMM writes its result, and the add
+    (or `infer.add_rms_norm`) reads it back with the residual: two passes
+    over `[T, hidden]` that the GEMM's epilogue saves by adding the residual
+    before it rounds (cuBLASLt's `beta = 1` with `C` the residual). The pass
+    rewrites
+
+    - `infer.add_rms_norm(a, b)` where `a` or `b` is an `infer.linear` used
+      only there and without a residual: the linear takes the other operand
+      as its residual, its result becomes the sum, and an `infer.rms_norm`
+      of it (same `epsilon` and `weight_offset`) the normalized result;
+    - `infer.add(a, b)` of such a linear likewise (the last residual add of
+      a model without a final norm, parallel attention and MLP blocks),
+      unless the add would join an `infer.fused` region of
+      `infer-fuse` (its users all elementwise, or its other operand an
+      elementwise op used only there): there the region reads the product
+      as cheaply as the epilogue would.
+
+    When both operands qualify the right one (the block's output in the
+    importer's `residual + out`) takes the residual. Run it after
+    `infer-shard-tensor-parallel`, as `infer-deploy-pipeline` does: a
+    row-parallel product is then summed by `infer.all_reduce` before it
+    meets the residual, so nothing matches there (the residual must be
+    added once, after the sum). The `parallel` style a tp=1 program keeps is
+    dropped, as `infer-fuse`'s sibling merge drops it. Like the rest of
+    `infer-fuse`, the pass expects a sharded (or tp=1) program: on the
+    importer's output it would drop the style of a row-parallel
+    projection, which `infer-shard-tensor-parallel` needs.
+
+    Numerics: the sum is computed in fp32 and rounded once, as
+    `infer.add` computes it, but from the unrounded product: a bf16
+    program rounds once where it rounded twice. An fp32 program (the CPU
+    reference) computes the same bits as before, so it runs the plan shape
+    the GPU runs.
+
+    `infer-fuse` applies the same patterns together with its others, before
+    it forms elementwise regions, so the fused linear is what a Llama,
+    Mistral or Qwen layer ends with, on every target.
+
+    Before:
+
+    ```mlir
+    %o = infer.linear %a, %wo : tensor<?x128xbf16>, tensor<128x128xbf16> -> tensor<?x128xbf16>
+    %h, %n = infer.add_rms_norm %res, %o, %w {epsilon = 1.0e-05 : f64}
+        : tensor<?x128xbf16>, tensor<?x128xbf16>, tensor<128xbf16>
+        -> tensor<?x128xbf16>, tensor<?x128xbf16>
+    ```
+
+    After `--infer-fuse-residual`:
+
+    ```mlir
+    %h = infer.linear %a, %wo residual(%res) : tensor<?x128xbf16>, tensor<128x128xbf16> -> tensor<?x128xbf16>
+    %n = infer.rms_norm %h, %w {epsilon = 1.0e-05 : f64} : tensor<?x128xbf16>, tensor<128xbf16> -> tensor<?x128xbf16>
     ```
   }];
 

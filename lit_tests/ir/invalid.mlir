@@ -281,6 +281,30 @@ func.func @linear_result(%x: tensor<?x384xf32>, %w: tensor<128x384xbf16>) {
 
 // -----
 
+func.func @linear_residual_type(%x: tensor<?x384xbf16>, %w: tensor<128x384xbf16>, %r: tensor<?x128xf32>) {
+  // expected-error @+1 {{'infer.linear' op failed to verify that residual has the result's type}}
+  %y = "infer.linear"(%x, %w, %r) <{operandSegmentSizes = array<i32: 1, 1, 0, 1>}> : (tensor<?x384xbf16>, tensor<128x384xbf16>, tensor<?x128xf32>) -> tensor<?x128xbf16>
+  return
+}
+
+// -----
+
+func.func @linear_residual_shape(%x: tensor<?x384xbf16>, %w: tensor<128x384xbf16>, %r: tensor<?x384xbf16>) {
+  // expected-error @+1 {{'infer.linear' op failed to verify that residual has the result's type}}
+  %y = "infer.linear"(%x, %w, %r) <{operandSegmentSizes = array<i32: 1, 1, 0, 1>}> : (tensor<?x384xbf16>, tensor<128x384xbf16>, tensor<?x384xbf16>) -> tensor<?x128xbf16>
+  return
+}
+
+// -----
+
+func.func @linear_residual_parallel(%x: tensor<?x384xbf16>, %w: tensor<128x384xbf16>, %r: tensor<?x128xbf16>) {
+  // expected-error @+1 {{'infer.linear' op expects no parallel attribute with a residual (a row-parallel rank would add it to its partial sum): fuse after sharding}}
+  %y = infer.linear %x, %w residual(%r) {parallel = #infer.parallel<row>} : tensor<?x384xbf16>, tensor<128x384xbf16> -> tensor<?x128xbf16>
+  return
+}
+
+// -----
+
 func.func @logits_weight(%x: tensor<?x384xf32>, %w: tensor<4096x256xbf16>) {
   // expected-error @+1 {{'infer.logits' op expects weight of shape [N, 384] to match the input features, got 'tensor<4096x256xbf16>'}}
   %l = infer.logits %x, %w : tensor<?x384xf32>, tensor<4096x256xbf16> -> tensor<?x4096xf32>

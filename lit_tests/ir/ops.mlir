@@ -87,6 +87,16 @@ func.func @linear(%x: tensor<?x384xf32>, %w: tensor<128x384xbf16>, %b: tensor<12
   return %y, %z : tensor<?x128xf32>, tensor<?x128xf32>
 }
 
+// CHECK-LABEL: func.func @linear_residual
+// CHECK-SAME: (%[[X:.+]]: tensor<?x384xbf16>, %[[W:.+]]: tensor<128x384xbf16>, %[[B:.+]]: tensor<128xbf16>, %[[R:.+]]: tensor<?x128xbf16>)
+func.func @linear_residual(%x: tensor<?x384xbf16>, %w: tensor<128x384xbf16>, %b: tensor<128xbf16>, %r: tensor<?x128xbf16>) -> (tensor<?x128xbf16>, tensor<?x128xbf16>) {
+  // CHECK: %[[Y:.+]] = infer.linear %[[X]], %[[W]] residual(%[[R]]) : tensor<?x384xbf16>, tensor<128x384xbf16> -> tensor<?x128xbf16>
+  %y = infer.linear %x, %w residual(%r) : tensor<?x384xbf16>, tensor<128x384xbf16> -> tensor<?x128xbf16>
+  // CHECK: infer.linear %[[X]], %[[W]], %[[B]] residual(%[[Y]]) : tensor<?x384xbf16>, tensor<128x384xbf16>, tensor<128xbf16> -> tensor<?x128xbf16>
+  %z = infer.linear %x, %w, %b residual(%y) : tensor<?x384xbf16>, tensor<128x384xbf16>, tensor<128xbf16> -> tensor<?x128xbf16>
+  return %y, %z : tensor<?x128xbf16>, tensor<?x128xbf16>
+}
+
 // CHECK-LABEL: func.func @logits
 // CHECK-SAME: (%[[X:.+]]: tensor<?x384xf32>, %[[W:.+]]: tensor<4096x384xbf16>)
 func.func @logits(%x: tensor<?x384xf32>, %w: tensor<4096x384xbf16>) -> tensor<?x4096xf32> {

@@ -91,3 +91,25 @@ func.func @mixed_precision(%x: tensor<?x128xbf16>) -> tensor<?x128xf32> {
 // CHECK-LABEL: func.func private @callee
 // CHECK-NOT: infer.workspace_bytes_per_row
 func.func private @callee(tensor<?x8xf32>) -> tensor<?x8xf32>
+
+// -----
+
+// A linear reads its residual while it writes its result: the residual,
+// whose last use it is, stays alive at that step and the sum goes elsewhere
+// (the GEMM's C and D never alias).
+
+// PLAN-LABEL: memory plan @linear_residual: peak 1024 bytes per token row
+// PLAN-NEXT:    %{{.+}}: 512 bytes/row at 0, steps [1, 2]
+// PLAN-NEXT:    %{{.+}}: 512 bytes/row at 512, steps [2, 3]
+
+// CHECK-LABEL: func.func @linear_residual
+// CHECK-SAME: attributes {infer.workspace_bytes_per_row = 1024 : i64}
+// CHECK: %[[R:.+]] = infer.silu %{{.+}} {infer.workspace_offsets = array<i64: 0>}
+// CHECK: infer.linear %{{.+}}, %{{.+}} residual(%[[R]]) {infer.workspace_offsets = array<i64: 512>}
+func.func @linear_residual(%x: tensor<?x128xf32>, %a: tensor<?x128xf32>) -> tensor<?x128xf32> {
+  %w = infer.weight "o_proj.weight" : tensor<128x128xf32>
+  %r = infer.silu %x : tensor<?x128xf32>
+  %s = infer.linear %a, %w residual(%r) : tensor<?x128xf32>, tensor<128x128xf32> -> tensor<?x128xf32>
+  %y = infer.silu %s : tensor<?x128xf32>
+  return %y : tensor<?x128xf32>
+}

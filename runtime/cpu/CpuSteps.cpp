@@ -136,6 +136,26 @@ Status CpuBackend::runLinear(const PreparedStep &s, const Batch &,
   return Status::ok();
 }
 
+Status CpuBackend::runLinearResidual(const PreparedStep &s, const Batch &,
+                                     std::vector<Matrix> &values) {
+  const Matrix &x = in(s, values, 0), &w = in(s, values, 1),
+               &r = in(s, values, 2);
+  if (r.rows != x.rows || r.cols != w.rows)
+    return mismatch("linear_residual: the residual is not [T, N]");
+  const float *bias =
+      s.step.operands.size() == 4 ? in(s, values, 3).data : nullptr;
+  float *y = result(s, values).allocate(x.rows, w.rows);
+  if (w.fp8Codes)
+    linearFp8(x.data, x.rows, x.cols, w.fp8Codes, w.rowScales, w.rows, bias, y,
+              pool_);
+  else
+    linear(x.data, x.rows, x.cols, w.data, w.rows, bias, y, pool_);
+  // In fp32, before the step runner's one rounding to the result's dtype.
+  for (int64_t i = 0; i < x.rows * w.rows; ++i)
+    y[i] += r.data[i];
+  return Status::ok();
+}
+
 Status CpuBackend::runLogits(const PreparedStep &s, const Batch &batch,
                              std::vector<Matrix> &values) {
   INFER_RETURN_IF_ERROR(runLinear(s, batch, values));

@@ -68,11 +68,24 @@ namespace {
 /// Heuristic candidates Gemm::tune times.
 constexpr int kTuneCandidates = 8;
 
+/// Whether `algo` writes D apart from C (the heuristic sees layouts, not
+/// pointers; a residual is a C other than D).
+bool supportsOutOfPlace(const cublasLtMatmulAlgo_t &algo) {
+  int32_t support = 0;
+  size_t written = 0;
+  return cublasLtMatmulAlgoCapGetAttribute(
+             &algo, CUBLASLT_ALGO_CAP_OUT_OF_PLACE_RESULT_SUPPORT, &support,
+             sizeof(support), &written) == CUBLAS_STATUS_SUCCESS &&
+         support != 0;
+}
+
 /// cuBLASLt's heuristic choices for the descriptors, best first (empty
-/// where it has none: an empty answer or CUBLAS_STATUS_NOT_SUPPORTED).
+/// where it has none: an empty answer or CUBLAS_STATUS_NOT_SUPPORTED); with
+/// `outOfPlace` (C != D) only those that support it.
 Status chooseAlgorithms(cublasLtHandle_t handle, size_t workspaceBytes,
                         cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t w,
                         cublasLtMatrixLayout_t x, cublasLtMatrixLayout_t y,
+                        bool outOfPlace,
                         std::vector<cublasLtMatmulAlgo_t> &candidates) {
   candidates.clear();
   cublasLtMatmulPreference_t preference = nullptr;
@@ -105,7 +118,8 @@ Status chooseAlgorithms(cublasLtHandle_t handle, size_t workspaceBytes,
     return Status::ok();
   INFER_CUDA_RETURN_IF_ERROR(status);
   for (int i = 0; i < count; ++i)
-    if (results[i].state == CUBLAS_STATUS_SUCCESS)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS &&
+        (!outOfPlace || supportsOutOfPlace(results[i].algo)))
       candidates.push_back(results[i].algo);
   return Status::ok();
 }
@@ -156,6 +170,22 @@ bool aligned16(const void *p) {
 
 constexpr size_t kScratchAlign = 256;
 
+/// Whether `residual` may be read as C while y[t, n] is written: 16-byte
+/// aligned (cuBLASLt reads C in vectors) and apart from y.
+template <typename Y>
+Status checkResidual(const Y *residual, const Y *y, int64_t t, int64_t n) {
+  if (!residual)
+    return Status::ok();
+  if (!aligned16(residual))
+    return invalidArgument("gemm: the residual must be 16-byte aligned");
+  const Y *end = y + t * n, *residualEnd = residual + t * n;
+  if (residual < end && y < residualEnd)
+    return invalidArgument("gemm: the residual overlaps y (cuBLASLt's C must "
+                           "be apart from D: tuning runs the product several "
+                           "times)");
+  return Status::ok();
+}
+
 } // namespace
 
 StatusOr<Gemm::Shape *> Gemm::shape(const ShapeKey &key, const void *bias,
@@ -195,7 +225,8 @@ StatusOr<Gemm::Shape *> Gemm::shape(const ShapeKey &key, const void *bias,
                          setOuterVectorScales(s->op, wScales, xScales).isOk();
   if (described)
     INFER_RETURN_IF_ERROR(chooseAlgorithms(handle_, workspaceBytes_, s->op,
-                                           s->w, s->x, s->y, s->candidates));
+                                           s->w, s->x, s->y, key.residual,
+                                           s->candidates));
   if (!s->candidates.empty())
     s->algo = s->candidates[0];
   Shape *raw = s.get();
@@ -209,11 +240,13 @@ const Gemm::Shape *Gemm::findShape(const ShapeKey &key) const {
 }
 
 const char *Gemm::fp8Scaling(int64_t t, int64_t n, int64_t k,
-                             cudaDataType_t yType, bool epilogueBias) const {
+                             cudaDataType_t yType, bool epilogueBias,
+                             bool residual) const {
   ShapeKey key;
   key.fp8 = true;
   key.y = yType;
   key.bias = epilogueBias;
+  key.residual = residual;
   key.scaling = Scaling::kOuterVectors;
   key.n = n;
   key.t = t;
@@ -228,11 +261,13 @@ const char *Gemm::fp8Scaling(int64_t t, int64_t n, int64_t k,
 }
 
 int Gemm::tunedRank(bool fp8, int64_t t, int64_t n, int64_t k,
-                    cudaDataType_t yType, bool epilogueBias) const {
+                    cudaDataType_t yType, bool epilogueBias,
+                    bool residual) const {
   ShapeKey key;
   key.fp8 = fp8;
   key.y = yType;
   key.bias = epilogueBias;
+  key.residual = residual;
   key.scaling = fp8 ? Scaling::kOuterVectors : Scaling::kNone;
   key.n = n;
   key.t = t;
@@ -330,12 +365,13 @@ Status Gemm::tune(
 template <typename Y>
 Status Gemm::runBf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                      const Y *bias, Y *y, int64_t t, int64_t n, int64_t k,
-                     int64_t ldy, cudaStream_t stream) {
+                     int64_t ldy, cudaStream_t stream, const Y *residual) {
   if (t == 0 || n == 0)
     return Status::ok();
   ShapeKey key;
   key.y = cudaTypeOf<Y>();
   key.bias = bias != nullptr;
+  key.residual = residual != nullptr;
   key.n = n;
   key.t = t;
   key.k = k;
@@ -347,9 +383,11 @@ Status Gemm::runBf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
   // Shapes are shared by weights of one size: this call's bias.
   if (bias)
     INFER_RETURN_IF_ERROR(setBias(s->op, bias));
-  const float alpha = 1.0f, beta = 0.0f;
+  // The residual is C (y's layout), added in fp32 before D's one rounding.
+  const float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
+  const Y *c = residual ? residual : y;
   auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
-    return cublasLtMatmul(handle_, s->op, &alpha, w, s->w, x, s->x, &beta, y,
+    return cublasLtMatmul(handle_, s->op, &alpha, w, s->w, x, s->x, &beta, c,
                           s->y, y, s->y, &algo, workspace_, workspaceBytes_,
                           stream);
   };
@@ -372,7 +410,7 @@ bool Gemm::fp8CublasLtSupports(int64_t n, int64_t k, const uint8_t *codes,
 template <typename X, typename Y>
 Status Gemm::runSkinny(const X *x, const GemmWeight &w, const Y *bias, Y *y,
                        int64_t t, int64_t n, int64_t k, bool mma,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, const Y *residual) {
   // The tensor-core kernel needs 16-byte aligned operands (the backend's
   // arena gives 256); the CUDA-core one takes any. Both take at most
   // kGemvMaxRows rows: more run as blocks of rows, each streaming the
@@ -384,16 +422,18 @@ Status Gemm::runSkinny(const X *x, const GemmWeight &w, const Y *bias, Y *y,
     const int64_t rows = std::min(kGemvMaxRows, t - r);
     const X *xr = x + r * k;
     Y *yr = y + r * n;
+    const Y *rr = residual ? residual + r * n : nullptr;
     if (w.fp8)
       INFER_CUDA_RETURN_IF_ERROR(
           tensorCores ? launchGemvMmaFp8(xr, w.fp8, w.rowScales, bias, yr, rows,
-                                         n, k, stream)
+                                         n, k, stream, rr)
                       : launchGemvFp8(xr, w.fp8, w.rowScales, bias, yr, rows, n,
-                                      k, stream));
+                                      k, stream, rr));
     else
       INFER_CUDA_RETURN_IF_ERROR(
-          tensorCores ? launchGemvMma(xr, w.bf16, bias, yr, rows, n, k, stream)
-                      : launchGemv(xr, w.bf16, bias, yr, rows, n, k, stream));
+          tensorCores
+              ? launchGemvMma(xr, w.bf16, bias, yr, rows, n, k, stream, rr)
+              : launchGemv(xr, w.bf16, bias, yr, rows, n, k, stream, rr));
   }
   return Status::ok();
 }
@@ -406,8 +446,8 @@ Status Gemm::runFp8(const float *x, const GemmWeight &w, const float *bias,
 
 template <typename X, typename Y>
 Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
-                          int64_t t, int64_t n, int64_t k,
-                          cudaStream_t stream) {
+                          int64_t t, int64_t n, int64_t k, cudaStream_t stream,
+                          const Y *residual) {
   constexpr bool kBf16Y = std::is_same_v<Y, __nv_bfloat16>;
   if (t == 0 || n == 0)
     return Status::ok();
@@ -441,16 +481,21 @@ Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
                              kScratchAlign * kScratchAlign;
   uint8_t *xCodes = scratch_ + scalesBytes;
   // fp8 cuBLASLt adds a bias of a bf16 y in its epilogue; with an fp32 y it
-  // takes only a bf16 bias, so an fp32 one is added after it.
+  // takes only a bf16 bias, so an fp32 one is added after it. A bf16 y's
+  // residual is C (beta = 1, unscaled: the outer-vector scales multiply the
+  // product); an fp32 y's is added after it too, in fp32.
   const bool epilogueBias = kBf16Y && bias;
-  const float alpha = 1.0f, beta = 0.0f;
+  const bool epilogueResidual = kBf16Y && residual;
+  const float alpha = 1.0f, beta = epilogueResidual ? 1.0f : 0.0f;
   for (int64_t r = 0; r < t; r += chunk) {
     const int64_t rows = std::min(chunk, t - r);
     Y *yr = y + r * n;
+    const Y *rr = residual ? residual + r * n : nullptr;
     ShapeKey key;
     key.fp8 = true;
     key.y = cudaTypeOf<Y>();
     key.bias = epilogueBias;
+    key.residual = epilogueResidual;
     key.scaling = Scaling::kOuterVectors;
     key.n = n;
     key.t = rows;
@@ -464,7 +509,7 @@ Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
         // these rows take the skinny kernels instead.
         INFER_RETURN_IF_ERROR(runSkinny(x + r * k, w, bias, yr, rows, n, k,
                                         gemvMmaSupports(kGemvMaxRows, k, true),
-                                        stream));
+                                        stream, rr));
         continue;
       } else {
         // The same arithmetic in another place: unit scales in cuBLASLt,
@@ -483,9 +528,10 @@ Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
       INFER_RETURN_IF_ERROR(setFp8Scales(s->op, w.rowScales, xScales));
     if (epilogueBias)
       INFER_RETURN_IF_ERROR(setBias(s->op, bias));
+    const Y *c = epilogueResidual ? rr : yr;
     auto launch = [&](const cublasLtMatmulAlgo_t &algo) {
       return cublasLtMatmul(handle_, s->op, &alpha, w.fp8, s->w, xCodes, s->x,
-                            &beta, yr, s->y, yr, s->y, &algo, workspace_,
+                            &beta, c, s->y, yr, s->y, &algo, workspace_,
                             workspaceBytes_, stream);
     };
     if (!s->tuned && rows <= kTuneMaxRows)
@@ -497,13 +543,15 @@ Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
             yr, xScales, w.rowScales, bias, rows, n, stream));
       else if (bias)
         INFER_CUDA_RETURN_IF_ERROR(launchAddBias(yr, bias, rows, n, stream));
+      if (rr)
+        INFER_CUDA_RETURN_IF_ERROR(launchAdd(yr, rr, yr, rows * n, stream));
     }
   }
   return Status::ok();
 }
 
 Gemm::Path Gemm::path(int64_t t, int64_t n, int64_t k, const GemmWeight &w,
-                      int64_t yBytes, bool bias) {
+                      int64_t yBytes, bool bias, bool residual) {
   if (!w.fp8) {
     if (t <= kCudaCoreBf16MaxRows)
       return Path::kGemv;
@@ -511,8 +559,9 @@ Gemm::Path Gemm::path(int64_t t, int64_t n, int64_t k, const GemmWeight &w,
     // round the product to bf16 before the bias epilogue adds it (measured
     // on the H100: 1.5 ulp from the fp32 sum + bias the CPU rounds once).
     // The skinny kernels add the bias to the fp32 sum at any T; such shapes
-    // (N % 8 != 0 with a bias) are not in the models' hot paths.
-    if (yBytes == 2 && bias && (n * yBytes) % 16 != 0)
+    // (N % 8 != 0 with a bias) are not in the models' hot paths. A residual
+    // goes the same way (cuBLASLt's C on such rows is unmeasured).
+    if (yBytes == 2 && (bias || residual) && (n * yBytes) % 16 != 0)
       return gemvMmaSupports(kGemvMaxRows, k, false) ? Path::kGemvMma
                                                      : Path::kGemv;
     return Path::kCublasLt;
@@ -550,7 +599,8 @@ const char *Gemm::pathName(Path path) {
 template <typename Y>
 Status Gemm::linear(const __nv_bfloat16 *x, const GemmWeight &w,
                     const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
-                    int64_t k, cudaStream_t stream) {
+                    int64_t k, cudaStream_t stream,
+                    const NonDeduced<Y> *residual) {
   if (t == 0 || n == 0)
     return Status::ok();
   if (!w.bf16 && !(w.fp8 && w.rowScales))
@@ -559,40 +609,50 @@ Status Gemm::linear(const __nv_bfloat16 *x, const GemmWeight &w,
   if (bias && !aligned16(bias))
     return invalidArgument("gemm: the bias must be 16-byte aligned "
                            "(cuBLASLt's epilogue reads it)");
-  const Path p = path(t, n, k, w, sizeof(Y), bias != nullptr);
+  INFER_RETURN_IF_ERROR(checkResidual(residual, y, t, n));
+  const Path p =
+      path(t, n, k, w, sizeof(Y), bias != nullptr, residual != nullptr);
   switch (p) {
   case Path::kGemv:
   case Path::kGemvMma:
-    return runSkinny(x, w, bias, y, t, n, k, p == Path::kGemvMma, stream);
+    return runSkinny(x, w, bias, y, t, n, k, p == Path::kGemvMma, stream,
+                     residual);
   case Path::kCublasLt:
-    return runBf16(x, w.bf16, bias, y, t, n, k, n, stream);
+    return runBf16(x, w.bf16, bias, y, t, n, k, n, stream, residual);
   case Path::kFp8CublasLt:
-    return runFp8Chunks(x, w, bias, y, t, n, k, stream);
+    return runFp8Chunks(x, w, bias, y, t, n, k, stream, residual);
   case Path::kDequantCublasLt:
     break;
   }
   // path() takes only an fp32 y here.
-  if constexpr (std::is_same_v<Y, float>)
-    return runDequantized(x, w, bias, y, t, n, k, stream);
-  else
+  if constexpr (std::is_same_v<Y, float>) {
+    INFER_RETURN_IF_ERROR(runDequantized(x, w, bias, y, t, n, k, stream));
+    if (residual)
+      INFER_CUDA_RETURN_IF_ERROR(launchAdd(y, residual, y, t * n, stream));
+    return Status::ok();
+  } else {
     return internalError("gemm: dequantized fp8 weights with a bf16 y");
+  }
 }
 
 Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
                     const GemmWeight &w, const float *bias, float *y, int64_t t,
-                    int64_t n, int64_t k, cudaStream_t stream) {
+                    int64_t n, int64_t k, cudaStream_t stream,
+                    const float *residual) {
   if (t == 0 || n == 0)
     return Status::ok();
   if (!w.bf16 && !(w.fp8 && w.rowScales))
     return invalidArgument("gemm: the weight has neither bf16 values nor fp8 "
                            "codes with row scales");
+  INFER_RETURN_IF_ERROR(checkResidual(residual, y, t, n));
   const Path p = path(t, n, k, w);
   switch (p) {
   case Path::kGemvMma:
   case Path::kGemv:
-    return runSkinny(x, w, bias, y, t, n, k, p == Path::kGemvMma, stream);
+    return runSkinny(x, w, bias, y, t, n, k, p == Path::kGemvMma, stream,
+                     residual);
   case Path::kFp8CublasLt:
-    return runFp8Chunks(x, w, bias, y, t, n, k, stream);
+    return runFp8Chunks(x, w, bias, y, t, n, k, stream, residual);
   case Path::kCublasLt:
   case Path::kDequantCublasLt:
     break;
@@ -600,14 +660,18 @@ Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
   if (!xBf16)
     return invalidArgument("gemm: " + std::to_string(t) +
                            " rows need the bf16 copy of x");
+  // fp32 y: the bias and the residual are added after the product, in fp32.
   if (w.bf16) {
     INFER_RETURN_IF_ERROR(
         runBf16<float>(xBf16, w.bf16, nullptr, y, t, n, k, n, stream));
     if (bias)
       INFER_CUDA_RETURN_IF_ERROR(launchAddBias(y, bias, t, n, stream));
-    return Status::ok();
+  } else {
+    INFER_RETURN_IF_ERROR(runDequantized(xBf16, w, bias, y, t, n, k, stream));
   }
-  return runDequantized(xBf16, w, bias, y, t, n, k, stream);
+  if (residual)
+    INFER_CUDA_RETURN_IF_ERROR(launchAdd(y, residual, y, t * n, stream));
+  return Status::ok();
 }
 
 Status Gemm::runDequantized(const __nv_bfloat16 *xBf16, const GemmWeight &w,
@@ -641,9 +705,10 @@ template Status Gemm::linear<__nv_bfloat16>(const __nv_bfloat16 *,
                                             const GemmWeight &,
                                             const __nv_bfloat16 *,
                                             __nv_bfloat16 *, int64_t, int64_t,
-                                            int64_t, cudaStream_t);
+                                            int64_t, cudaStream_t,
+                                            const __nv_bfloat16 *);
 template Status Gemm::linear<float>(const __nv_bfloat16 *, const GemmWeight &,
                                     const float *, float *, int64_t, int64_t,
-                                    int64_t, cudaStream_t);
+                                    int64_t, cudaStream_t, const float *);
 
 } // namespace infer::cuda

@@ -1,7 +1,7 @@
 //===- Gemm.h - Matrix products of the CUDA backend -------------*- C++ -*-===//
 //
-// y[T,N] = x[T,K] * w[N,K]^T (+ bias), fp32 accumulation, w bf16 or FP8
-// E4M3 codes with an fp32 scale per row. Two entry points:
+// y[T,N] = x[T,K] * w[N,K]^T (+ bias) (+ residual), fp32 accumulation, w
+// bf16 or FP8 E4M3 codes with an fp32 scale per row. Two entry points:
 //
 //   linear(bf16 x)          y bf16 (activations) or fp32 (logits), rounded
 //                           once from the fp32 result, the bias in y's type
@@ -49,6 +49,17 @@
 //                       that fill the scratch, bf16 cuBLASLt per chunk,
 //                       then y[:, j] = y[:, j] * rowScales[j] (+ bias)
 //
+// A residual r[T,N] (y's layout and type; infer.linear's residual, the
+// decoder layer's residual stream) joins every path before the one
+// rounding of a bf16 y: the skinny kernels add it where they add the bias;
+// bf16 cuBLASLt and fp8 cuBLASLt with a bf16 y read it as C with beta = 1
+// (D = alpha * scales * (w x) + beta * C + bias: cuBLASLt's outer-vector
+// scales multiply the product only, C is added unscaled), on algorithms
+// that support C != D (it never aliases y: tune runs the product several
+// times, and each run in place would add r again). It takes the skinny
+// kernels where a bias would (bf16 y, N % 8 != 0). An fp32 y of the other
+// paths (scale kernel, dequantization, fp32 x) adds it after, in fp32.
+//
 // The thresholds were measured with fp32 x, whose cuBLASLt and fp8 paths
 // paid an fp32 -> bf16 conversion or quantized fp32 rows; with bf16 x they
 // need measuring again (kCudaCoreBf16MaxRows, kFp8SkinnyMaxRows,
@@ -56,8 +67,8 @@
 //
 // In cuBLAS's column-major terms y^T[N,T] = op_T(w as [K,N]) * x^T[K,T]. The
 // heuristic's algorithm is chosen once per ShapeKey (operand and output
-// types, epilogue, scaling, N, T, K, ldy) and cached; fp8 cuBLASLt needs
-// that TN layout (A = w transposed).
+// types, epilogue, residual or not, scaling, N, T, K, ldy) and cached; fp8
+// cuBLASLt needs that TN layout (A = w transposed).
 //
 //===----------------------------------------------------------------------===//
 
@@ -104,10 +115,12 @@ public:
     kDequantCublasLt
   };
   /// What linear() runs for T rows, N outputs, width K, `w`, y elements
-  /// of `yBytes` (4: fp32, 2: bf16) and a bias or not, with 16-byte aligned
-  /// operands (a misaligned x takes kGemv instead of kGemvMma).
+  /// of `yBytes` (4: fp32, 2: bf16), a bias or not and a residual or not,
+  /// with 16-byte aligned operands (a misaligned x takes kGemv instead of
+  /// kGemvMma).
   static Path path(int64_t t, int64_t n, int64_t k, const GemmWeight &w,
-                   int64_t yBytes = 4, bool bias = false);
+                   int64_t yBytes = 4, bool bias = false,
+                   bool residual = false);
   static const char *pathName(Path path);
   /// Whether that path reads the bf16 copy of x (fp32 x).
   static bool needsBf16Input(int64_t t, int64_t n, int64_t k,
@@ -121,24 +134,27 @@ public:
   static bool fp8CublasLtSupports(int64_t n, int64_t k, const uint8_t *codes,
                                   int64_t yBytes = 4);
 
-  /// y[T,N] = x[T,K] * w^T (+ bias, may be null), routed as above: x bf16,
-  /// y and bias bf16 or fp32 (Y), each element of y rounded once from the
-  /// fp32 sum (times the fp8 scales) plus the bias. Operands 16-byte
-  /// aligned, the bias too (cuBLASLt's epilogue reads it). Graph-capturable
-  /// once the shape has run outside a capture (cuBLASLt's heuristic query
-  /// and tuning).
+  /// y[T,N] = x[T,K] * w^T (+ bias, may be null) (+ residual [T,N], may be
+  /// null), routed as above: x bf16, y, bias and residual bf16 or fp32 (Y),
+  /// each element of y rounded once from the fp32 sum (times the fp8
+  /// scales) plus the bias plus the residual. Operands 16-byte aligned, the
+  /// bias and residual too (cuBLASLt's epilogue reads them); the residual
+  /// must not overlap y. Graph-capturable once the shape has run outside a
+  /// capture (cuBLASLt's heuristic query and tuning).
   template <typename Y>
   Status linear(const __nv_bfloat16 *x, const GemmWeight &w,
                 const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
-                int64_t k, cudaStream_t stream);
+                int64_t k, cudaStream_t stream,
+                const NonDeduced<Y> *residual = nullptr);
 
-  /// y[T,N] = x[T,K] * w^T (+ bias, may be null), routed as above. `x` is
-  /// the fp32 activation; `xBf16` the same rounded to bf16 where
-  /// needsBf16Input (else it may be null). Graph-capturable once the shape has
-  /// run outside a capture (cuBLASLt's heuristic query).
+  /// y[T,N] = x[T,K] * w^T (+ bias, may be null) (+ residual, may be null,
+  /// not overlapping y), routed as above. `x` is the fp32 activation;
+  /// `xBf16` the same rounded to bf16 where needsBf16Input (else it may be
+  /// null). Graph-capturable once the shape has run outside a capture
+  /// (cuBLASLt's heuristic query).
   Status linear(const float *x, const __nv_bfloat16 *xBf16, const GemmWeight &w,
                 const float *bias, float *y, int64_t t, int64_t n, int64_t k,
-                cudaStream_t stream);
+                cudaStream_t stream, const float *residual = nullptr);
 
   /// cuBLASLt alone: y = x * w^T, both bf16 (no routing).
   Status run(const __nv_bfloat16 *x, const __nv_bfloat16 *w, float *y,
@@ -156,18 +172,19 @@ public:
   /// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F); where the heuristic had no
   /// outer-vector algorithm, "scale kernel" (fp32 y: unscaled cuBLASLt, then
   /// launchScaleRowsColumns) or "skinny kernels" (bf16 y); null for a shape
-  /// that has not run.
+  /// that has not run. `residual`: a bf16 y's residual read as C.
   const char *fp8Scaling(int64_t t, int64_t n, int64_t k,
                          cudaDataType_t yType = CUDA_R_32F,
-                         bool epilogueBias = false) const;
+                         bool epilogueBias = false,
+                         bool residual = false) const;
   /// Which of the heuristic's candidates (0: its first choice) the bf16 or
   /// fp8 (`fp8`) cuBLASLt product T x N x K with y of `yType` and a bias in
   /// its epilogue or not (bf16 x with a bias: bf16 weights, or fp8 weights
-  /// and a bf16 y) runs after tuning; -1 for a shape that has not run or
-  /// was not tuned (T > kTuneMaxRows, a capture).
+  /// and a bf16 y) and a residual as C or not runs after tuning; -1 for a
+  /// shape that has not run or was not tuned (T > kTuneMaxRows, a capture).
   int tunedRank(bool fp8, int64_t t, int64_t n, int64_t k,
-                cudaDataType_t yType = CUDA_R_32F,
-                bool epilogueBias = false) const;
+                cudaDataType_t yType = CUDA_R_32F, bool epilogueBias = false,
+                bool residual = false) const;
 
 private:
   /// bf16 rows the CUDA-core kernel takes (T = 2: 5.65 ms of GEMMs per
@@ -205,12 +222,16 @@ private:
     bool fp8 = false;              ///< E4M3 operands, else bf16
     cudaDataType_t y = CUDA_R_32F; ///< CUDA_R_32F or CUDA_R_16BF
     bool bias = false;             ///< CUBLASLT_EPILOGUE_BIAS, bias of y's type
+    /// beta = 1 with C = the residual (C != D): candidates that support
+    /// out-of-place results, timed with the C read.
+    bool residual = false;
     Scaling scaling = Scaling::kNone;
     int64_t n = 0, t = 0, k = 0, ldy = 0;
 
     bool operator<(const ShapeKey &o) const {
-      return std::tie(fp8, y, bias, scaling, n, t, k, ldy) <
-             std::tie(o.fp8, o.y, o.bias, o.scaling, o.n, o.t, o.k, o.ldy);
+      return std::tie(fp8, y, bias, residual, scaling, n, t, k, ldy) <
+             std::tie(o.fp8, o.y, o.bias, o.residual, o.scaling, o.n, o.t, o.k,
+                      o.ldy);
     }
   };
 
@@ -236,17 +257,19 @@ private:
   template <typename X, typename Y>
   Status runSkinny(const X *x, const GemmWeight &w, const Y *bias, Y *y,
                    int64_t t, int64_t n, int64_t k, bool mma,
-                   cudaStream_t stream);
+                   cudaStream_t stream, const Y *residual = nullptr);
   /// bf16 cuBLASLt: y (leading dimension ldy: a column block of a wider
-  /// output) = x * w^T (+ bias in the epilogue).
+  /// output) = x * w^T (+ bias in the epilogue) (+ residual, y's layout, as
+  /// C with beta = 1).
   template <typename Y>
   Status runBf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w, const Y *bias,
                  Y *y, int64_t t, int64_t n, int64_t k, int64_t ldy,
-                 cudaStream_t stream);
+                 cudaStream_t stream, const Y *residual = nullptr);
   /// fp8 cuBLASLt over chunks of rows, as the file comment says.
   template <typename X, typename Y>
   Status runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
-                      int64_t t, int64_t n, int64_t k, cudaStream_t stream);
+                      int64_t t, int64_t n, int64_t k, cudaStream_t stream,
+                      const Y *residual = nullptr);
   Status runDequantized(const __nv_bfloat16 *xBf16, const GemmWeight &w,
                         const float *bias, float *y, int64_t t, int64_t n,
                         int64_t k, cudaStream_t stream);

@@ -22,39 +22,44 @@ namespace infer::cuda {
 /// The most rows of x the skinny kernels take.
 inline constexpr int64_t kGemvMaxRows = 8;
 
-/// y[t, j] = sum_i x[t, i] * w[j, i] (+ bias[j]) for t in [1, kGemvMaxRows]:
-/// x [t, k] fp32 (read as is, not rounded to bf16) or bf16, w bf16 [n, k],
-/// fp32 accumulation, y [t, n] fp32 or bf16 (rounded once) with the bias
-/// (may be null) in y's type. Instantiated for (X, Y) = (float, float),
-/// (bf16, bf16) and (bf16, float).
+/// y[t, j] = sum_i x[t, i] * w[j, i] (+ bias[j]) (+ residual[t, j]) for t
+/// in [1, kGemvMaxRows]: x [t, k] fp32 (read as is, not rounded to bf16) or
+/// bf16, w bf16 [n, k], fp32 accumulation, y [t, n] fp32 or bf16 (rounded
+/// once, after the bias and the residual) with the bias [n] and the
+/// residual [t, n] (each may be null; the residual must not overlap y) in
+/// y's type. Instantiated for (X, Y) = (float, float), (bf16, bf16) and
+/// (bf16, float).
 template <typename X, typename Y>
 cudaError_t launchGemv(const X *x, const __nv_bfloat16 *w,
                        const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
-                       int64_t k, cudaStream_t stream);
+                       int64_t k, cudaStream_t stream,
+                       const NonDeduced<Y> *residual = nullptr);
 /// The same with FP8 E4M3 weights: w[j, i] = decode(codes[j * k + i]) *
 /// rowScales[j] (runtime/support/Fp8.h), the scale applied to the row's sum.
 template <typename X, typename Y>
-cudaError_t launchGemvFp8(const X *x, const uint8_t *codes,
-                          const float *rowScales, const NonDeduced<Y> *bias,
-                          Y *y, int64_t t, int64_t n, int64_t k,
-                          cudaStream_t stream);
+cudaError_t
+launchGemvFp8(const X *x, const uint8_t *codes, const float *rowScales,
+              const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n, int64_t k,
+              cudaStream_t stream, const NonDeduced<Y> *residual = nullptr);
 /// Whether the tensor-core skinny kernels take T rows and this K: T <= 8,
 /// K a multiple of 32 (bf16) or 64 (fp8); x and w must be 16-byte aligned.
 bool gemvMmaSupports(int64_t t, int64_t k, bool fp8);
 /// launchGemv on the tensor cores (mma.sync): an fp32 x rounded to bf16 as
-/// cuBLASLt reads it (a bf16 x as it is), fp32 accumulation; bias may be
-/// null.
+/// cuBLASLt reads it (a bf16 x as it is), fp32 accumulation; bias and
+/// residual may be null.
 template <typename X, typename Y>
 cudaError_t launchGemvMma(const X *x, const __nv_bfloat16 *w,
                           const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
-                          int64_t k, cudaStream_t stream);
+                          int64_t k, cudaStream_t stream,
+                          const NonDeduced<Y> *residual = nullptr);
 /// launchGemvFp8 on the tensor cores: codes decoded to bf16 (exact), the
 /// row scale applied to the sum.
 template <typename X, typename Y>
 cudaError_t launchGemvMmaFp8(const X *x, const uint8_t *codes,
                              const float *rowScales, const NonDeduced<Y> *bias,
                              Y *y, int64_t t, int64_t n, int64_t k,
-                             cudaStream_t stream);
+                             cudaStream_t stream,
+                             const NonDeduced<Y> *residual = nullptr);
 /// out[i] = decode(codes[i]) as bf16 (exact: E4M3 values are bf16 values).
 cudaError_t launchDequantizeFp8(const uint8_t *codes, __nv_bfloat16 *out,
                                 int64_t n, cudaStream_t stream);

@@ -945,6 +945,7 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
       return mismatch("the operands' or results' widths differ");
     return Status::ok();
   case StepOp::kLinear:
+  case StepOp::kLinearResidual:
   case StepOp::kLogits: {
     const Value &w = *byId_[in(1)];
     // Backends size the result by the weight's rows: a dynamic N (an
@@ -958,8 +959,21 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
                       std::to_string(width(in(0))));
     if (differ(width(out(0)), rows(in(1))))
       return mismatch("the result width differs from the weight's rows");
-    if (d.operands.size() == 3 && differ(width(in(2)), rows(in(1))))
+    // The bias: linear's third operand, linear_residual's fourth.
+    const size_t bias = d.op == StepOp::kLinearResidual ? 3 : 2;
+    if (d.operands.size() > bias && differ(width(in(bias)), rows(in(1))))
       return mismatch("the bias size differs from the weight's rows");
+    if (d.op == StepOp::kLinearResidual) {
+      const Value &residual = *byId_[in(2)];
+      if (residual.shape.size() != 2 || differ(width(in(2)), width(out(0))))
+        return mismatch("the residual must be 2-D [T, N] with the result's "
+                        "width");
+      if (residual.dtype != byId_[out(0)]->dtype)
+        return mismatch("the residual's dtype (" +
+                        std::string(dtypeName(residual.dtype)) +
+                        ") differs from the result's (" +
+                        std::string(dtypeName(byId_[out(0)]->dtype)) + ")");
+    }
     if (d.op == StepOp::kLogits && byId_[out(0)]->dtype != DType::kF32)
       return mismatch("logits are f32");
     return Status::ok();

@@ -58,6 +58,9 @@
 //   all_gather       (x) -> x with dimension dim times num_ranks; dim. The
 //                    ranks' tensors concatenated along dim in rank order.
 // and the fused ops `infer-fuse` produces:
+//   linear_residual  (x[T,K], w[N,K], r[T,N], bias[N]?) -> [T,N]: x * w^T
+//                    (+ bias) + r in fp32, rounded once to the result's
+//                    dtype (r has it); infer.linear with a residual
 //   split            (x[T,N0+N1+...]) -> [T,N0], [T,N1], ...; sizes (ints):
 //                    consecutive column blocks (the parts of a merged GEMM)
 //   add_rms_norm     (a[T,H], b[T,H], w[H]) -> sum[T,H], y[T,H]; epsilon:

@@ -434,6 +434,7 @@ StatusOr<DecodedStep> decodeStep(const Step &step) {
       return invalidArgument("attribute 'softcap' must be > 0");
     break;
   case StepOp::kLinear:
+  case StepOp::kLinearResidual:
   case StepOp::kSilu:
   case StepOp::kGeluTanh:
   case StepOp::kGelu:

@@ -211,8 +211,9 @@ Status CudaBackend::prepareStep(const plan::Step &step,
   // The GEMMs and attention read bf16 activations (what infer compile
   // --target cuda makes); other ops take f32, bf16 and f16.
   auto dtypeOf = [&](int id) { return rank_.values[id].dtype; };
-  const bool bf16Input = d.op == StepOp::kLinear || d.op == StepOp::kLogits ||
-                         d.op == StepOp::kPagedAttention;
+  const bool gemm = d.op == StepOp::kLinear || d.op == StepOp::kLinearResidual;
+  const bool bf16Input =
+      gemm || d.op == StepOp::kLogits || d.op == StepOp::kPagedAttention;
   if (bf16Input && dtypeOf(d.operands[0]) != DType::kBF16)
     return unimplemented(
         "cuda backend: " + where + ": a " +
@@ -220,7 +221,7 @@ Status CudaBackend::prepareStep(const plan::Step &step,
         std::string(plan::dtypeName(dtypeOf(d.operands[0]))) +
         " activations (the CUDA backend's GEMMs and attention read bf16: "
         "compile with --dtype bfloat16)");
-  if ((d.op == StepOp::kLinear || d.op == StepOp::kPagedAttention) &&
+  if ((gemm || d.op == StepOp::kPagedAttention) &&
       dtypeOf(d.results[0]) != DType::kBF16)
     return unimplemented("cuda backend: " + where + ": a result of dtype " +
                          std::string(plan::dtypeName(dtypeOf(d.results[0]))) +
@@ -245,6 +246,9 @@ Status CudaBackend::prepareStep(const plan::Step &step,
     if (sameTypeOperands && dtypeOf(d.operands[1]) != in)
       return unimplemented("cuda backend: " + where +
                            ": operands of different dtypes");
+    if (d.op == StepOp::kLinearResidual && dtypeOf(d.operands[2]) != in)
+      return unimplemented("cuda backend: " + where +
+                           ": a residual of another dtype than the input");
   }
   switch (d.op) {
   case StepOp::kRope:

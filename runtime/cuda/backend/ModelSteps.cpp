@@ -73,11 +73,13 @@ Status CudaBackend::runAddRmsNorm(const PreparedStep &s, const Batch &) {
   });
 }
 
-/// linear and logits: bf16 x (prepareStep checked), bf16 or fp8 weights, a
-/// bf16 result (linear) or fp32 logits, the bias in the result's dtype.
+/// linear, linear_residual and logits: bf16 x (prepareStep checked), bf16
+/// or fp8 weights, a bf16 result (linear) or fp32 logits, the bias and the
+/// residual in the result's dtype.
 template <typename Y>
 static Status runGemm(Gemm &gemm, const Tensor &x, const Tensor &w,
-                      const Tensor *bias, Tensor &y, cudaStream_t stream) {
+                      const Tensor *bias, Tensor &y, cudaStream_t stream,
+                      const Tensor *residual = nullptr) {
   if (!(w.dtype == DType::kBF16 || w.fp8))
     return unimplemented("a GEMM weight of dtype " +
                          std::string(plan::dtypeName(w.dtype)) +
@@ -86,10 +88,18 @@ static Status runGemm(Gemm &gemm, const Tensor &x, const Tensor &w,
     return unimplemented(
         "a " + std::string(plan::dtypeName(bias->dtype)) + " bias of a " +
         std::string(plan::dtypeName(dtypeOf<Y>())) + " result");
+  // The residual is read in y's layout: contiguous [T, N] rows.
+  if (residual &&
+      (residual->dtype != dtypeOf<Y>() || residual->rows != x.rows ||
+       residual->cols != w.rows || residual->stride() != residual->cols))
+    return invalidArgument(
+        "the residual is not contiguous [" + std::to_string(x.rows) + ", " +
+        std::to_string(w.rows) + "] rows of the result's dtype");
   const GemmWeight weight{w.as<const __nv_bfloat16>(), w.fp8, w.rowScales};
   return gemm.linear<Y>(x.as<const __nv_bfloat16>(), weight,
                         bias ? bias->as<const Y>() : nullptr, y.as<Y>(), x.rows,
-                        w.rows, w.cols, stream);
+                        w.rows, w.cols, stream,
+                        residual ? residual->as<const Y>() : nullptr);
 }
 
 Status CudaBackend::runLinear(const PreparedStep &s, const Batch &) {
@@ -98,6 +108,14 @@ Status CudaBackend::runLinear(const PreparedStep &s, const Batch &) {
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, x.rows, w.rows, DType::kBF16));
   return runGemm<__nv_bfloat16>(*gemm_, x, w, bias, y, stream_);
+}
+
+Status CudaBackend::runLinearResidual(const PreparedStep &s, const Batch &) {
+  const Tensor &x = operand(s, 0), &w = operand(s, 1), &r = operand(s, 2);
+  const Tensor *bias = s.step.operands.size() == 4 ? &operand(s, 3) : nullptr;
+  Tensor &y = result(s);
+  INFER_RETURN_IF_ERROR(allocate(y, x.rows, w.rows, DType::kBF16));
+  return runGemm<__nv_bfloat16>(*gemm_, x, w, bias, y, stream_, &r);
 }
 
 Status CudaBackend::runLogits(const PreparedStep &s, const Batch &) {

@@ -25,6 +25,7 @@ Status CudaBackend::recordStepStart(size_t index) {
   const PreparedStep &s = steps_[index];
   std::string label = rank_.steps[index].op;
   if (s.step.op == plan::StepOp::kLinear ||
+      s.step.op == plan::StepOp::kLinearResidual ||
       s.step.op == plan::StepOp::kLogits) {
     const Tensor &w = params_[s.step.operands[1]];
     label += " " + std::to_string(w.rows) + "x" + std::to_string(w.cols) +

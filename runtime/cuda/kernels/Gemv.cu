@@ -18,8 +18,8 @@
 // A K that is not a multiple of the vector width (or a misaligned pointer)
 // takes the same kernel with element-wise loads. The tensor-core kernel
 // (T = 1..8 on mma.sync; fp8 at T >= 2) has its own section below. Both
-// store y = sum * rowScale + bias[row] as fp32 or rounded once to bf16
-// (GemvOutput; the bias in y's type).
+// store y = sum * rowScale + bias[row] (+ residual[t, row]) as fp32 or
+// rounded once to bf16 (GemvOutput; the bias and residual in y's type).
 //
 //===----------------------------------------------------------------------===//
 
@@ -89,11 +89,13 @@ __device__ __forceinline__ uint4 loadStreaming(const void *p) {
   return v;
 }
 
-/// y and its bias, fp32 or bf16: the type is a launch parameter rather than
-/// a template one, since each output element is stored once.
+/// y, its bias and its residual (y's layout), fp32 or bf16: the type is a
+/// launch parameter rather than a template one, since each output element
+/// is stored once.
 struct GemvOutput {
   void *y = nullptr;
   const void *bias = nullptr;
+  const void *residual = nullptr;
   bool bf16 = false;
 
   __device__ float biasAt(int row) const {
@@ -103,18 +105,27 @@ struct GemvOutput {
                ? __bfloat162float(static_cast<const __nv_bfloat16 *>(bias)[row])
                : static_cast<const float *>(bias)[row];
   }
+  /// Stores `value` (the row's sum, scaled, plus its bias) plus the
+  /// residual at `index`, rounded once.
   __device__ void store(int64_t index, float value) const {
-    if (bf16)
+    if (bf16) {
+      if (residual)
+        value += __bfloat162float(
+            static_cast<const __nv_bfloat16 *>(residual)[index]);
       static_cast<__nv_bfloat16 *>(y)[index] = __float2bfloat16_rn(value);
-    else
+    } else {
+      if (residual)
+        value += static_cast<const float *>(residual)[index];
       static_cast<float *>(y)[index] = value;
+    }
   }
 };
 
-template <typename Y> GemvOutput gemvOutput(Y *y, const Y *bias) {
+template <typename Y>
+GemvOutput gemvOutput(Y *y, const Y *bias, const Y *residual) {
   static_assert(std::is_same_v<Y, float> || std::is_same_v<Y, __nv_bfloat16>,
                 "the skinny kernels write fp32 or bf16");
-  return GemvOutput{y, bias, std::is_same_v<Y, __nv_bfloat16>};
+  return GemvOutput{y, bias, residual, std::is_same_v<Y, __nv_bfloat16>};
 }
 
 /// Four consecutive x values as fp32 (16-byte fp32 or 8-byte bf16 loads).
@@ -511,17 +522,19 @@ __global__ void scaleColumnsKernel(float *__restrict__ y,
 template <typename X, typename Y>
 cudaError_t launchGemv(const X *x, const __nv_bfloat16 *w,
                        const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
-                       int64_t k, cudaStream_t stream) {
-  return launchGemvTyped(x, w, nullptr, gemvOutput(y, bias), t, n, k, stream);
+                       int64_t k, cudaStream_t stream,
+                       const NonDeduced<Y> *residual) {
+  return launchGemvTyped(x, w, nullptr, gemvOutput(y, bias, residual), t, n, k,
+                         stream);
 }
 
 template <typename X, typename Y>
 cudaError_t launchGemvFp8(const X *x, const uint8_t *codes,
                           const float *rowScales, const NonDeduced<Y> *bias,
                           Y *y, int64_t t, int64_t n, int64_t k,
-                          cudaStream_t stream) {
-  return launchGemvTyped(x, codes, rowScales, gemvOutput(y, bias), t, n, k,
-                         stream);
+                          cudaStream_t stream, const NonDeduced<Y> *residual) {
+  return launchGemvTyped(x, codes, rowScales, gemvOutput(y, bias, residual), t,
+                         n, k, stream);
 }
 
 bool gemvMmaSupports(int64_t t, int64_t k, bool fp8) {
@@ -531,16 +544,20 @@ bool gemvMmaSupports(int64_t t, int64_t k, bool fp8) {
 template <typename X, typename Y>
 cudaError_t launchGemvMma(const X *x, const __nv_bfloat16 *w,
                           const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
-                          int64_t k, cudaStream_t stream) {
-  return launchMma(x, w, nullptr, gemvOutput(y, bias), t, n, k, stream);
+                          int64_t k, cudaStream_t stream,
+                          const NonDeduced<Y> *residual) {
+  return launchMma(x, w, nullptr, gemvOutput(y, bias, residual), t, n, k,
+                   stream);
 }
 
 template <typename X, typename Y>
 cudaError_t launchGemvMmaFp8(const X *x, const uint8_t *codes,
                              const float *rowScales, const NonDeduced<Y> *bias,
                              Y *y, int64_t t, int64_t n, int64_t k,
-                             cudaStream_t stream) {
-  return launchMma(x, codes, rowScales, gemvOutput(y, bias), t, n, k, stream);
+                             cudaStream_t stream,
+                             const NonDeduced<Y> *residual) {
+  return launchMma(x, codes, rowScales, gemvOutput(y, bias, residual), t, n, k,
+                   stream);
 }
 
 cudaError_t launchDequantizeFp8(const uint8_t *codes, __nv_bfloat16 *out,
@@ -568,16 +585,16 @@ cudaError_t launchScaleColumns(float *y, const float *scales, const float *bias,
 #define INFER_GEMV_KERNELS(X, Y)                                               \
   template cudaError_t launchGemv<X, Y>(const X *, const __nv_bfloat16 *,      \
                                         const Y *, Y *, int64_t, int64_t,      \
-                                        int64_t, cudaStream_t);                \
+                                        int64_t, cudaStream_t, const Y *);     \
   template cudaError_t launchGemvFp8<X, Y>(                                    \
       const X *, const uint8_t *, const float *, const Y *, Y *, int64_t,      \
-      int64_t, int64_t, cudaStream_t);                                         \
+      int64_t, int64_t, cudaStream_t, const Y *);                              \
   template cudaError_t launchGemvMma<X, Y>(const X *, const __nv_bfloat16 *,   \
                                            const Y *, Y *, int64_t, int64_t,   \
-                                           int64_t, cudaStream_t);             \
+                                           int64_t, cudaStream_t, const Y *);  \
   template cudaError_t launchGemvMmaFp8<X, Y>(                                 \
       const X *, const uint8_t *, const float *, const Y *, Y *, int64_t,      \
-      int64_t, int64_t, cudaStream_t);
+      int64_t, int64_t, cudaStream_t, const Y *);
 INFER_GEMV_KERNELS(float, float)
 INFER_GEMV_KERNELS(__nv_bfloat16, __nv_bfloat16)
 INFER_GEMV_KERNELS(__nv_bfloat16, float)

@@ -70,6 +70,27 @@ protected:
   ParamTable params_;
 };
 
+/// The residual adds moved into the GEMMs (linear_residual) compute the same
+/// fp32 logits, bit for bit: in fp32 the one rounding of x w^T + r is the
+/// add's.
+TEST_F(LlamaGqa, LinearResidualStepsEqualSeparateAdds) {
+  StatusOr<std::unique_ptr<Backend>> separate = create(artifact_.plan);
+  ASSERT_TRUE(separate.isOk()) << separate.status().message();
+  plan::Plan fusedPlan = artifact_.plan;
+  const int fused = fuseResidualSteps(fusedPlan.ranks[0]);
+  // o_proj and down_proj of each of the three layers.
+  EXPECT_EQ(fused, 6);
+  ASSERT_TRUE(plan::verifyPlan(fusedPlan).isOk())
+      << plan::verifyPlan(fusedPlan).message();
+  StatusOr<std::unique_ptr<Backend>> withResidual = create(fusedPlan);
+  ASSERT_TRUE(withResidual.isOk()) << withResidual.status().message();
+  const Batch batch = prefill({1, 5, 9, 200, 33, 7, 81, 2, 45, 11});
+  StatusOr<Logits> want = (*separate)->forward(batch);
+  StatusOr<Logits> got = (*withResidual)->forward(batch);
+  ASSERT_TRUE(want.isOk() && got.isOk());
+  EXPECT_EQ(got->data, want->data);
+}
+
 TEST_F(LlamaGqa, RejectsPlansItCannotRun) {
   plan::Plan plan = artifact_.plan;
   plan.ranks[0].values[0].name = "tokens";

@@ -1,16 +1,19 @@
 //===- FusedStepsTest.cpp - the fused steps of infer-fuse vs references ---===//
 //
 // Hand-built plans run the steps infer-fuse produces (split, add_rms_norm,
-// silu_mul, fused) on the CPU backend; naive loops compute the same thing.
+// silu_mul, fused, linear_residual) on the CPU backend; naive loops compute
+// the same thing.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cpu/CpuBackend.h"
 #include "runtime/plan/FusedBody.h"
+#include "runtime/support/Half.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 namespace infer::testing {
 namespace {
@@ -164,6 +167,184 @@ TEST(FusedSteps, MatchNaiveReference) {
   for (size_t i = 0; i < expected.size(); ++i)
     EXPECT_NEAR(logits->data[i], expected[i], 1e-6 * std::abs(expected[i]))
         << "element " << i;
+}
+
+/// One linear_residual step: y = x w^T (+ b) + r for activations of `dtype`,
+/// x and r looked up from tables by the token ids, y cast to f32.
+struct LinearResidualCase {
+  plan::DType dtype;
+  bool bias;
+};
+
+class LinearResidualTest : public ::testing::TestWithParam<LinearResidualCase> {
+};
+
+constexpr int64_t kRows = 6, kIn = 40, kOut = 24;
+
+float roundTo(plan::DType dtype, float x) {
+  switch (dtype) {
+  case plan::DType::kBF16:
+    return roundToBf16(x);
+  case plan::DType::kF16:
+    return roundToF16(x);
+  default:
+    return x;
+  }
+}
+
+/// Half a unit in the last place of `x` in `dtype` (f32: a few ulps of
+/// summation order).
+float halfUlp(plan::DType dtype, float x) {
+  const int bits = dtype == plan::DType::kBF16  ? 8
+                   : dtype == plan::DType::kF16 ? 11
+                                                : 21;
+  const float magnitude = std::max(std::abs(x), 1e-3f);
+  return std::ldexp(1.0f, std::ilogb(magnitude) - bits);
+}
+
+/// token ids -> x = embedding(x_table), r = embedding(r_table) ->
+/// y = linear_residual(x, w, r, b?) -> cast to f32. The residual's width
+/// and dtype may be made wrong.
+plan::Plan linearResidualPlan(plan::DType dtype, bool bias,
+                              int64_t residualWidth = kOut,
+                              std::optional<plan::DType> residualDtype = {}) {
+  using plan::Dim;
+  using plan::ValueKind;
+  const Dim t = Dim::dynamic("T");
+  const plan::DType rDtype = residualDtype.value_or(dtype);
+  plan::RankPlan rank;
+  rank.values = {
+      makeValue(0, ValueKind::kInput, "token_ids", {t}, plan::DType::kI32),
+      makeValue(1, ValueKind::kParam, "x_table",
+                {Dim::fixed(kVocab), Dim::fixed(kIn)}),
+      makeValue(2, ValueKind::kParam, "r_table",
+                {Dim::fixed(kVocab), Dim::fixed(residualWidth)}),
+      makeValue(3, ValueKind::kParam, "w", {Dim::fixed(kOut), Dim::fixed(kIn)}),
+      makeValue(4, ValueKind::kParam, "b", {Dim::fixed(kOut)}),
+      makeValue(5, ValueKind::kActivation, "%x", {t, Dim::fixed(kIn)}, dtype),
+      makeValue(6, ValueKind::kActivation, "%r", {t, Dim::fixed(residualWidth)},
+                rDtype),
+      makeValue(7, ValueKind::kActivation, "%y", {t, Dim::fixed(kOut)}, dtype),
+      makeValue(8, ValueKind::kActivation, "%out", {t, Dim::fixed(kOut)}),
+  };
+  plan::Step linear{"linear_residual", {5, 3, 6}, {7}, {}};
+  if (bias)
+    linear.operands.push_back(4);
+  rank.steps = {{"embedding", {1, 0}, {5}, {}},
+                {"embedding", {2, 0}, {6}, {}},
+                linear,
+                {"cast", {7}, {8}, {}}};
+  rank.outputs = {8};
+  plan::Plan p;
+  p.kvCache.numLayers = 1;
+  p.kvCache.numKVHeads = 1;
+  p.kvCache.headDim = 4;
+  p.kvCache.blockSize = 16;
+  p.ranks.push_back(std::move(rank));
+  return p;
+}
+
+TEST_P(LinearResidualTest, RoundsOnceAfterTheResidual) {
+  const LinearResidualCase c = GetParam();
+  plan::Plan p = linearResidualPlan(c.dtype, c.bias);
+  StatusOr<plan::Plan> parsed = plan::parsePlanJson(plan::planToJson(p));
+  ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+
+  // f32 params (the weight and bias of a bf16 linear may be of another
+  // type), the tables' values representable in the activation dtype, so
+  // the reference reads what the backend reads; residuals as large as the
+  // products, where a rounding of the product before the addition shows.
+  ParamTable params;
+  params[1] = makeParam({kVocab, kIn}, 0.1f);
+  params[2] = makeParam({kVocab, kOut}, 0.7f);
+  params[3] = makeParam({kOut, kIn}, 1.9f);
+  params[4] = makeParam({kOut}, 2.3f);
+  for (int id = 1; id <= 2; ++id) {
+    auto rounded = std::make_shared<HostTensor>(*params[id]);
+    for (float &v : rounded->data)
+      v = roundTo(c.dtype, id == 2 ? 4.0f * v : v);
+    params[id] = rounded;
+  }
+  cpu::CpuBackendOptions options;
+  options.numBlocks = 1;
+  options.numThreads = 2;
+  StatusOr<std::unique_ptr<Backend>> backend =
+      cpu::createCpuBackend(*parsed, 0, params, options);
+  ASSERT_TRUE(backend.isOk()) << backend.status().message();
+
+  Batch batch;
+  batch.tokenIds = {3, 0, 5, 1, 4, 2};
+  for (int32_t i = 0; i < kRows; ++i) {
+    batch.positions.push_back(i);
+    batch.slotMapping.push_back(i);
+    batch.logitsIndices.push_back(i);
+  }
+  batch.queryStartLoc = {0, static_cast<int32_t>(kRows)};
+  batch.contextLens = {static_cast<int32_t>(kRows)};
+  batch.blockTables = {0};
+  batch.maxBlocksPerSeq = 1;
+  StatusOr<Logits> out = (*backend)->forward(batch);
+  ASSERT_TRUE(out.isOk()) << out.status().message();
+  ASSERT_EQ(out->rows, kRows);
+  ASSERT_EQ(out->vocab, kOut);
+
+  // linear + add in fp32, rounded once; and the same rounded twice (the
+  // product, then the sum), which the fused step must not be.
+  int roundedTwiceDiffers = 0;
+  for (int64_t i = 0; i < kRows; ++i) {
+    const int32_t id = batch.tokenIds[i];
+    for (int64_t j = 0; j < kOut; ++j) {
+      float product = 0.0f;
+      for (int64_t k = 0; k < kIn; ++k)
+        product += params[1]->data[id * kIn + k] * params[3]->data[j * kIn + k];
+      if (c.bias)
+        product += params[4]->data[j];
+      const float residual = params[2]->data[id * kOut + j];
+      const float once = roundTo(c.dtype, product + residual);
+      const float twice =
+          roundTo(c.dtype, roundTo(c.dtype, product) + residual);
+      const float got = out->data[i * kOut + j];
+      EXPECT_LE(std::abs(got - once), halfUlp(c.dtype, once))
+          << "row " << i << ", column " << j << ": " << got << " vs " << once;
+      if (std::abs(twice - once) > halfUlp(c.dtype, once))
+        ++roundedTwiceDiffers;
+    }
+  }
+  if (c.dtype != plan::DType::kF32)
+    EXPECT_GT(roundedTwiceDiffers, 0)
+        << "no element tells one rounding from two";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DTypes, LinearResidualTest,
+    ::testing::Values(LinearResidualCase{plan::DType::kF32, false},
+                      LinearResidualCase{plan::DType::kF32, true},
+                      LinearResidualCase{plan::DType::kBF16, false},
+                      LinearResidualCase{plan::DType::kBF16, true},
+                      LinearResidualCase{plan::DType::kF16, false},
+                      LinearResidualCase{plan::DType::kF16, true}),
+    [](const ::testing::TestParamInfo<LinearResidualCase> &info) {
+      return std::string(plan::dtypeName(info.param.dtype)) +
+             (info.param.bias ? "Bias" : "");
+    });
+
+TEST(FusedSteps, LinearResidualRejectsAMismatchedResidual) {
+  Status status = plan::verifyPlan(
+      linearResidualPlan(plan::DType::kF32, false, /*residualWidth=*/kIn));
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("the residual must be 2-D [T, N] with the "
+                                  "result's width"),
+            std::string::npos)
+      << status.message();
+  status = plan::verifyPlan(
+      linearResidualPlan(plan::DType::kF32, true, kOut, plan::DType::kBF16));
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("the residual's dtype (bf16) differs from "
+                                  "the result's (f32)"),
+            std::string::npos)
+      << status.message();
+  EXPECT_TRUE(
+      plan::verifyPlan(linearResidualPlan(plan::DType::kF32, true)).isOk());
 }
 
 TEST(FusedSteps, RejectsMalformedBodies) {

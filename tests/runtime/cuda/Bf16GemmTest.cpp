@@ -2,7 +2,8 @@
 //
 // Gemm::linear with a bf16 x and a bf16 (activations) or fp32 (logits) y on
 // every path (Gemm::Path at T = 1 .. 300, bf16 and fp8 weights, with and
-// without a bias), each skinny kernel alone, and the per-token E4M3
+// without a bias, with and without a residual), each skinny kernel alone,
+// and the per-token E4M3
 // quantizer of bf16 rows, against the CPU backend's linear / linearFp8 on
 // the same bf16 x widened to fp32 (the same weight values). Per element
 // (ElementCheck.h):
@@ -15,7 +16,9 @@
 // Rounding every addition bounds that by K 2^-24 sum |x w|, and random
 // signs keep it near sqrt(K) 2^-24 of it; 2^-14 leaves room for the tensor
 // cores' accumulation at K = 9000 and still fails on a dropped, repeated or
-// misplaced term, a missing bias (drawn as large as y) or a wrong scale.
+// misplaced term, a missing bias or residual (drawn as large as y) or a wrong
+// scale. A residual joins the CPU's fp32 sum before its one rounding (the
+// step linear_residual), so the same bound holds with it.
 // fp8 cuBLASLt (x quantized per token to E4M3) is compared with linearFp8
 // on x rounded through the same quantization, within ulp_y + 1e-3 of the
 // largest |y| (Fp8GemmTest's kQuantizedTol: the FP8 tensor cores'
@@ -116,10 +119,11 @@ struct Shape {
 };
 
 /// One product's operands (x bf16 values; w bf16 values, or E4M3 codes and
-/// row scales), a bias drawn as large as y, and their device copies.
+/// row scales), a bias and a residual [T, N] drawn as large as y, and their
+/// device copies.
 struct Operands {
   Shape s;
-  std::vector<float> x, w, bias, scales;
+  std::vector<float> x, w, bias, residual, scales;
   std::vector<uint8_t> codes;
   DeviceArray<__nv_bfloat16> dx, dw;
   DeviceArray<uint8_t> dCodes;
@@ -132,6 +136,8 @@ struct Operands {
               : roundedTo<__nv_bfloat16>(
                     uniform(size_t(s.n * s.k), 0.1f, rng))),
         bias(uniform(size_t(s.n), 0.05f * std::sqrt(float(s.k)), rng)),
+        residual(
+            uniform(size_t(s.t * s.n), 0.05f * std::sqrt(float(s.k)), rng)),
         codes(fp8 ? randomCodes(s, rng, scales) : std::vector<uint8_t>()),
         dx(narrowAll<__nv_bfloat16>(x)), dw(narrowAll<__nv_bfloat16>(w)),
         dCodes(codes), dScales(scales) {}
@@ -197,45 +203,57 @@ protected:
 
   /// Gemm::linear into a poisoned y.
   template <typename Y>
-  std::vector<Y> linear(const Operands &o, const Y *bias) {
+  std::vector<Y> linear(const Operands &o, const Y *bias,
+                        const Y *residual = nullptr) {
     auto y = DeviceArray<Y>::poisoned(size_t(o.s.t * o.s.n));
     Status status = gemm_->linear(o.dx.get(), o.weight(), bias, y.get(), o.s.t,
-                                  o.s.n, o.s.k, nullptr);
+                                  o.s.n, o.s.k, nullptr, residual);
     EXPECT_TRUE(status.isOk())
         << shapeName(o.s.t, o.s.n, o.s.k) << ": " << status.message();
     return y.download();
   }
 
   /// The routed product and, at T <= 8, each skinny kernel that takes the
-  /// shape, with y of type Y and a bias or not, against the CPU.
-  template <typename Y> void check(const Operands &o, bool withBias) {
+  /// shape, with y of type Y, a bias or not and a residual or not, against
+  /// the CPU.
+  template <typename Y>
+  void check(const Operands &o, bool withBias, bool withResidual = false) {
     const Shape &s = o.s;
     const cuda::GemmWeight weight = o.weight();
     const bool fp8 = weight.fp8 != nullptr;
-    const Path path = Gemm::path(s.t, s.n, s.k, weight, sizeof(Y), withBias);
+    constexpr bool kBf16Y = !std::is_same_v<Y, float>;
+    const Path path =
+        Gemm::path(s.t, s.n, s.k, weight, sizeof(Y), withBias, withResidual);
     const std::string where =
         shapeName(s.t, s.n, s.k) + (fp8 ? " fp8" : " bf16") + " weights, y " +
-        ElementTraits<Y>::kName + (withBias ? " + bias" : "") + ", " +
-        Gemm::pathName(path);
-    // The CPU adds the bias (in y's type) to its fp32 sums.
+        ElementTraits<Y>::kName + (withBias ? " + bias" : "") +
+        (withResidual ? " + residual" : "") + ", " + Gemm::pathName(path);
+    // The CPU adds the bias and the residual (in y's type) to its fp32
+    // sums.
     const std::vector<float> bias = roundedTo<Y>(o.bias);
+    const std::vector<float> residual = roundedTo<Y>(o.residual);
     DeviceArray<Y> dBias(narrowAll<Y>(o.bias));
+    DeviceArray<Y> dResidual(narrowAll<Y>(o.residual));
     const Y *b = withBias ? dBias.get() : nullptr;
+    const Y *r = withResidual ? dResidual.get() : nullptr;
     auto withBiasAdded = [&](std::vector<float> y) {
-      if (withBias)
-        for (size_t i = 0; i < y.size(); ++i)
+      for (size_t i = 0; i < y.size(); ++i) {
+        if (withBias)
           y[i] += bias[i % s.n];
+        if (withResidual)
+          y[i] += residual[i];
+      }
       return y;
     };
     const std::vector<float> sumAbs =
         o.cpuProduct(absolute(o.x), /*absWeights=*/true, pool_);
-    const std::vector<Y> got = linear(o, b);
+    const std::vector<Y> got = linear(o, b, r);
     // fp8 cuBLASLt quantizes x, except where a bf16 y's chunk found no
     // outer-vector algorithm and took the skinny kernels (fp8Scaling says).
     const char *scaling =
         path == Path::kFp8CublasLt
             ? gemm_->fp8Scaling(s.t, s.n, s.k, cudaTypeOf<Y>(),
-                                withBias && !std::is_same_v<Y, float>)
+                                withBias && kBf16Y, withResidual && kBf16Y)
             : nullptr;
     if (path == Path::kFp8CublasLt) {
       ASSERT_NE(scaling, nullptr) << where;
@@ -256,10 +274,10 @@ protected:
         withBiasAdded(o.cpuProduct(o.x, false, pool_));
     EXPECT_TRUE(matches(got, want, sumAbs, s.n)) << where;
     if (path == Path::kCublasLt)
-      std::printf(
-          "[ bf16 gemm ] %s: heuristic candidate %d after tuning\n",
-          where.c_str(),
-          gemm_->tunedRank(false, s.t, s.n, s.k, cudaTypeOf<Y>(), withBias));
+      std::printf("[ bf16 gemm ] %s: heuristic candidate %d after tuning\n",
+                  where.c_str(),
+                  gemm_->tunedRank(false, s.t, s.n, s.k, cudaTypeOf<Y>(),
+                                   withBias, withResidual));
     if (s.t > cuda::kGemvMaxRows)
       return;
     for (bool mma : {false, true}) {
@@ -270,14 +288,14 @@ protected:
       cudaError_t error;
       if (fp8)
         error = mma ? cuda::launchGemvMmaFp8(x, weight.fp8, weight.rowScales, b,
-                                             y.get(), s.t, s.n, s.k, nullptr)
+                                             y.get(), s.t, s.n, s.k, nullptr, r)
                     : cuda::launchGemvFp8(x, weight.fp8, weight.rowScales, b,
-                                          y.get(), s.t, s.n, s.k, nullptr);
+                                          y.get(), s.t, s.n, s.k, nullptr, r);
       else
         error = mma ? cuda::launchGemvMma(x, weight.bf16, b, y.get(), s.t, s.n,
-                                          s.k, nullptr)
+                                          s.k, nullptr, r)
                     : cuda::launchGemv(x, weight.bf16, b, y.get(), s.t, s.n,
-                                       s.k, nullptr);
+                                       s.k, nullptr, r);
       ASSERT_EQ(error, cudaSuccess) << where;
       EXPECT_TRUE(matches(y.download(), want, sumAbs, s.n))
           << where << (mma ? ": gemv-mma kernel" : ": gemv kernel");
@@ -335,6 +353,104 @@ TEST_F(Bf16GemmTest, Fp8WeightsOnEveryPath) {
   }
 }
 
+// The residual (linear_residual: o_proj and down_proj adding the residual
+// stream) on every path: T = 1 and 2 the CUDA-core kernel (bf16 weights) or
+// skinny kernels (fp8), 8 the tensor-core skinny kernel (fp8) or cuBLASLt
+// (bf16, C = the residual), 24 and 256 cuBLASLt or fp8 cuBLASLt (C with the
+// outer-vector scales); N = 130 takes the skinny kernels with a bf16 y
+// (bf16: rows not 16-byte multiples; fp8: no fp8 cuBLASLt), and with an
+// fp32 y the dequantized weights (fp8, T = 256) or cuBLASLt (bf16); with and
+// without a bias.
+const Shape kResidualShapes[] = {
+    {1, 256, 1024},   {2, 256, 4096},  {8, 256, 4096},  {24, 512, 1024},
+    {256, 256, 4096}, {24, 130, 1024}, {256, 130, 1024}};
+
+TEST_F(Bf16GemmTest, ResidualOnEveryPath) {
+  for (bool fp8 : {false, true})
+    for (const Shape &s : kResidualShapes) {
+      const Operands o(s, fp8, rng_);
+      for (bool withBias : {false, true}) {
+        check<__nv_bfloat16>(o, withBias, /*withResidual=*/true);
+        check<float>(o, withBias, /*withResidual=*/true);
+      }
+    }
+}
+
+/// The residual and plain products of one shape are apart in the cache of
+/// cuBLASLt shapes (ShapeKey::residual: C != D candidates), and alternating
+/// them keeps each right.
+TEST_F(Bf16GemmTest, ResidualAndPlainShapesAlternate) {
+  for (bool fp8 : {false, true}) {
+    const Operands o({16, 256, 1024}, fp8, rng_);
+    for (int round = 0; round < 2; ++round) {
+      check<__nv_bfloat16>(o, /*withBias=*/true, /*withResidual=*/false);
+      check<__nv_bfloat16>(o, /*withBias=*/true, /*withResidual=*/true);
+    }
+    if (fp8) {
+      EXPECT_NE(gemm_->fp8Scaling(16, 256, 1024, CUDA_R_16BF, true, true),
+                nullptr);
+      EXPECT_NE(gemm_->fp8Scaling(16, 256, 1024, CUDA_R_16BF, true, false),
+                nullptr);
+    } else {
+      EXPECT_GE(gemm_->tunedRank(false, 16, 256, 1024, CUDA_R_16BF, true, true),
+                0);
+      EXPECT_GE(
+          gemm_->tunedRank(false, 16, 256, 1024, CUDA_R_16BF, true, false), 0);
+    }
+  }
+}
+
+/// The fp32-activation entry (x fp32 and its bf16 copy, y fp32) with a
+/// residual: the skinny kernels add it in their epilogue, cuBLASLt and the
+/// fp8 paths after the product, in fp32.
+TEST_F(Bf16GemmTest, ResidualOfFp32Activations) {
+  for (bool fp8 : {false, true})
+    for (const Shape &s : kResidualShapes) {
+      const Operands o(s, fp8, rng_);
+      DeviceArray<float> dx(o.x);
+      DeviceArray<float> bias(o.bias), residual(o.residual);
+      auto y = DeviceArray<float>::poisoned(size_t(s.t * s.n));
+      Status status =
+          gemm_->linear(dx.get(), o.dx.get(), o.weight(), bias.get(), y.get(),
+                        s.t, s.n, s.k, nullptr, residual.get());
+      const std::string where =
+          shapeName(s.t, s.n, s.k) + (fp8 ? " fp8" : " bf16") + " (" +
+          Gemm::pathName(Gemm::path(s.t, s.n, s.k, o.weight())) + ")";
+      ASSERT_TRUE(status.isOk()) << where << ": " << status.message();
+      std::vector<float> want = o.cpuProduct(o.x, false, pool_);
+      for (size_t i = 0; i < want.size(); ++i)
+        want[i] += o.bias[i % s.n] + o.residual[i];
+      const Path path = Gemm::path(s.t, s.n, s.k, o.weight());
+      if (path == Path::kFp8CublasLt) {
+        const char *scaling = gemm_->fp8Scaling(s.t, s.n, s.k);
+        ASSERT_NE(scaling, nullptr) << where;
+        const QuantizedRows q = quantizeRows(o.x, s.t, s.k);
+        std::vector<float> quantized = o.cpuProduct(q.values, false, pool_);
+        for (size_t i = 0; i < quantized.size(); ++i)
+          quantized[i] += o.bias[i % s.n] + o.residual[i];
+        const std::vector<double> absEach(quantized.size(),
+                                          kQuantizedTol * maxAbs(quantized));
+        EXPECT_TRUE(withinBound(y.download(), quantized, Bound{1.0, 0.0, 0.0},
+                                s.n, absEach))
+            << where;
+        continue;
+      }
+      EXPECT_TRUE(matches(y.download(), want,
+                          o.cpuProduct(absolute(o.x), true, pool_), s.n))
+          << where;
+    }
+}
+
+TEST_F(Bf16GemmTest, AResidualOverlappingYIsAClearError) {
+  const Operands o({4, 64, 256}, /*fp8=*/false, rng_);
+  auto y = DeviceArray<__nv_bfloat16>::poisoned(2 * 4 * 64);
+  Status status = gemm_->linear(o.dx.get(), o.weight(), nullptr, y.get(), 4, 64,
+                                256, nullptr, y.get() + 64);
+  EXPECT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("the residual overlaps y"), std::string::npos)
+      << status.message();
+}
+
 /// The routing of fp8 weights with bf16 y: fp8 cuBLASLt needs N % 8 == 0
 /// (16-byte rows of y), and without it the skinny kernels take any T.
 TEST(Bf16GemmRoutingTest, Fp8WithBf16YNeedsWholeRows) {
@@ -350,8 +466,9 @@ TEST(Bf16GemmRoutingTest, Fp8WithBf16YNeedsWholeRows) {
   EXPECT_EQ(Gemm::path(9, 4096, 4096, weight, 2), Path::kFp8CublasLt);
 }
 
-/// bf16 weights: cuBLASLt from 3 rows, except a bf16 y + bias whose rows
-/// are not 16-byte multiples (the skinny kernels round sum + bias once).
+/// bf16 weights: cuBLASLt from 3 rows, except a bf16 y + bias or residual
+/// whose rows are not 16-byte multiples (the skinny kernels round sum + bias
+/// + residual once).
 TEST(Bf16GemmRoutingTest, Bf16BiasOnUnalignedRowsTakesTheSkinnyKernels) {
   alignas(16) static const __nv_bfloat16 kValues[8] = {};
   cuda::GemmWeight weight;
@@ -362,6 +479,8 @@ TEST(Bf16GemmRoutingTest, Bf16BiasOnUnalignedRowsTakesTheSkinnyKernels) {
   EXPECT_EQ(Gemm::path(33, 300, 4096, weight, 2, false), Path::kCublasLt);
   EXPECT_EQ(Gemm::path(33, 300, 4096, weight, 4, true), Path::kCublasLt);
   EXPECT_EQ(Gemm::path(33, 304, 4096, weight, 2, true), Path::kCublasLt);
+  EXPECT_EQ(Gemm::path(33, 300, 4096, weight, 2, false, true), Path::kGemvMma);
+  EXPECT_EQ(Gemm::path(33, 304, 4096, weight, 2, false, true), Path::kCublasLt);
 }
 
 /// Row n of the weight holds code n in column 5 and zeros elsewhere; x rows
@@ -435,8 +554,9 @@ TEST_F(Bf16GemmTest, QuantizeBf16RowsEqualsTheHostQuantizer) {
   }
 }
 
-/// Every path of the sizes the backend captures, with a bias: the eager
-/// call (which tunes cuBLASLt) and a graph replay give the same bits.
+/// Every path of the sizes the backend captures, with a bias and with a
+/// residual or not: the eager call (which tunes cuBLASLt) and a graph replay
+/// give the same bits.
 TEST_F(Bf16GemmTest, GraphReplayEqualsTheEagerCall) {
   const std::pair<Shape, bool> cases[] = {
       {{1, 300, 4104}, false}, // gemv
@@ -445,19 +565,25 @@ TEST_F(Bf16GemmTest, GraphReplayEqualsTheEagerCall) {
       {{16, 256, 1024}, true}, // fp8 cuBLASLt, bias epilogue
       {{40, 130, 1024}, true}, // fp8, skinny row blocks (N % 8 != 0)
   };
-  for (const auto &[s, fp8] : cases) {
-    const Operands o(s, fp8, rng_);
-    DeviceArray<__nv_bfloat16> bias(narrowAll<__nv_bfloat16>(o.bias));
-    auto y = DeviceArray<__nv_bfloat16>::poisoned(size_t(s.t * s.n));
-    EXPECT_TRUE(replaysInGraph(
-        [&](cudaStream_t stream) {
-          return gemm_->linear(o.dx.get(), o.weight(), bias.get(), y.get(), s.t,
-                               s.n, s.k, stream);
-        },
-        {DeviceBytes{y.get(), size_t(s.t * s.n) * sizeof(__nv_bfloat16)}}))
-        << shapeName(s.t, s.n, s.k) << (fp8 ? " fp8" : " bf16") << " ("
-        << Gemm::pathName(Gemm::path(s.t, s.n, s.k, o.weight(), 2)) << ")";
-  }
+  for (bool withResidual : {false, true})
+    for (const auto &[s, fp8] : cases) {
+      const Operands o(s, fp8, rng_);
+      DeviceArray<__nv_bfloat16> bias(narrowAll<__nv_bfloat16>(o.bias));
+      DeviceArray<__nv_bfloat16> residual(narrowAll<__nv_bfloat16>(o.residual));
+      auto y = DeviceArray<__nv_bfloat16>::poisoned(size_t(s.t * s.n));
+      EXPECT_TRUE(replaysInGraph(
+          [&](cudaStream_t stream) {
+            return gemm_->linear(o.dx.get(), o.weight(), bias.get(), y.get(),
+                                 s.t, s.n, s.k, stream,
+                                 withResidual ? residual.get() : nullptr);
+          },
+          {DeviceBytes{y.get(), size_t(s.t * s.n) * sizeof(__nv_bfloat16)}}))
+          << shapeName(s.t, s.n, s.k) << (fp8 ? " fp8" : " bf16")
+          << (withResidual ? " + residual" : "") << " ("
+          << Gemm::pathName(
+                 Gemm::path(s.t, s.n, s.k, o.weight(), 2, true, withResidual))
+          << ")";
+    }
 }
 
 TEST_F(Bf16GemmTest, AMisalignedBiasIsAClearError) {

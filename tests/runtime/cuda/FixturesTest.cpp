@@ -121,7 +121,7 @@ protected:
     fusedSteps_ = 0;
     for (const plan::Step &step : artifact_.plan.ranks[0].steps)
       fusedSteps_ += step.op == "split" || step.op == "add_rms_norm" ||
-                     step.op == "silu_mul" ||
+                     step.op == "silu_mul" || step.op == "linear_residual" ||
                      step.op == "rope_kv_cache_write" || step.op == "fused";
     compiled_ = !dir.empty() && fs::is_directory(dir);
     StatusOr<ParamTable> params = loadParams(artifact_, 0, case_.modelDir);
@@ -245,6 +245,43 @@ TEST_P(CudaFixturesTest, FusedRegionStepsEqualSiluMul) {
             << ", vs CPU backend " << errCpu << "\n";
   EXPECT_LT(errSame, 1e-5);
   EXPECT_LT(errCpu, kGpuCpuTol);
+}
+
+TEST_P(CudaFixturesTest, LinearResidualStepsFollowTheCpu) {
+  // The hand-built plan's residual adds moved into the GEMMs before them
+  // (a compiled artifact has them already): one token (the skinny kernels)
+  // and the whole prompt (cuBLASLt) against the CPU backend on the same
+  // plan, and against the plan with separate adds.
+  const std::vector<int32_t> &input = case_.inputs.back();
+  std::unique_ptr<Backend> before = gpuBackend(blocksFor(input.size()));
+  ASSERT_TRUE(before);
+  const std::vector<int32_t> first(input.begin(), input.begin() + 1);
+  Logits refPrompt = promptLogits(*before, input);
+  Logits refToken = promptLogits(*before, first);
+  const int fused = fuseResidualSteps(artifact_.plan.ranks[0]);
+  if (fused == 0)
+    GTEST_SKIP() << "no add of a linear in this plan (compiled: fused already)";
+  ASSERT_TRUE(plan::verifyPlan(artifact_.plan).isOk())
+      << plan::verifyPlan(artifact_.plan).message();
+  for (const std::vector<int32_t> *tokens : {&input, &first}) {
+    std::unique_ptr<Backend> g = gpuBackend(blocksFor(tokens->size()));
+    std::unique_ptr<Backend> c = cpuBackend(blocksFor(tokens->size()));
+    ASSERT_TRUE(g && c);
+    Logits got = promptLogits(*g, *tokens), cpu = promptLogits(*c, *tokens);
+    const Logits &ref = tokens == &input ? refPrompt : refToken;
+    ASSERT_EQ(got.data.size(), cpu.data.size());
+    ASSERT_EQ(got.data.size(), ref.data.size());
+    const double errCpu =
+        maxRelativeError(got.data.data(), cpu.data.data(), got.data.size());
+    const double errAdds =
+        maxRelativeError(got.data.data(), ref.data.data(), got.data.size());
+    std::cout << "[ fixture  ] " << case_.name << " " << fused
+              << " linear_residual steps, T=" << tokens->size()
+              << ": max rel err vs CPU backend " << errCpu
+              << ", vs separate adds " << errAdds << "\n";
+    EXPECT_LT(errCpu, kGpuCpuTol);
+    EXPECT_LT(errAdds, kGpuCpuTol);
+  }
 }
 
 TEST_P(CudaFixturesTest, LogitsFollowTheCpuAndTransformersInBf16) {

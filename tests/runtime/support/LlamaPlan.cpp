@@ -333,6 +333,48 @@ plan::Plan withActivationType(plan::Plan plan, plan::DType dtype) {
   return plan;
 }
 
+int fuseResidualSteps(plan::RankPlan &rank) {
+  std::vector<int> uses(rank.values.size(), 0),
+      producer(rank.values.size(), -1);
+  for (size_t i = 0; i < rank.steps.size(); ++i) {
+    for (int id : rank.steps[i].operands)
+      ++uses[id];
+    for (int id : rank.steps[i].results)
+      producer[id] = static_cast<int>(i);
+  }
+  for (int id : rank.outputs)
+    ++uses[id];
+  std::vector<bool> erased(rank.steps.size(), false);
+  int fused = 0;
+  for (plan::Step &add : rank.steps) {
+    if (add.op != "add")
+      continue;
+    for (int side : {1, 0}) {
+      const int id = add.operands[side], p = producer[id];
+      if (p < 0 || rank.steps[p].op != "linear" || uses[id] != 1)
+        continue;
+      const plan::Step &linear = rank.steps[p];
+      plan::Step fusedStep{
+          "linear_residual",
+          {linear.operands[0], linear.operands[1], add.operands[1 - side]},
+          add.results,
+          {}};
+      if (linear.operands.size() == 3)
+        fusedStep.operands.push_back(linear.operands[2]);
+      erased[p] = true;
+      add = std::move(fusedStep);
+      ++fused;
+      break;
+    }
+  }
+  std::vector<plan::Step> kept;
+  for (size_t i = 0; i < rank.steps.size(); ++i)
+    if (!erased[i])
+      kept.push_back(std::move(rank.steps[i]));
+  rank.steps = std::move(kept);
+  return fused;
+}
+
 double maxRelativeError(const float *actual, const float *expected, int64_t n) {
   double maxDiff = 0.0, maxRef = 0.0;
   for (int64_t i = 0; i < n; ++i) {

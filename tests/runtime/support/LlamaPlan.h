@@ -40,6 +40,12 @@ StatusOr<std::unique_ptr<Backend>> createTestBackend(const Artifact &artifact,
 /// dtype, format version 2.
 plan::Plan withActivationType(plan::Plan plan, plan::DType dtype);
 
+/// Rewrites each `add` of a `linear` result used only there as
+/// infer-fuse-residual does: a linear_residual(x, w, other addend, bias?)
+/// step in the add's place (the linear's result value stays, unused).
+/// Returns how many it rewrote.
+int fuseResidualSteps(plan::RankPlan &rank);
+
 /// max |a - b| / max |b| over equal-sized arrays.
 double maxRelativeError(const float *actual, const float *expected, int64_t n);
 
