@@ -23,7 +23,8 @@ void populateFuseNormalizationPatterns(RewritePatternSet &patterns);
 void populateFuseActivationPatterns(RewritePatternSet &patterns);
 
 /// `infer.kv_cache_write(c, infer.rope(k), v)` ->
-/// `infer.rope_kv_cache_write(c, k, v)`.
+/// `infer.rope_kv_cache_write(c, k, v)`, and that with the `infer.rope(q)`
+/// of the layer's attention -> `infer.rope_qkv_cache_write(c, q, k, v)`.
 void populateFuseCacheWritePatterns(RewritePatternSet &patterns);
 
 /// Moves every connected group of two or more elementwise operations of
