@@ -390,6 +390,8 @@ PlanLowering::resultShape(mlir::Operation *op, mlir::RankedTensorType type) {
             return std::vector<plan::Dim>{dim(operandShape(0), 0),
                                           dim(operandShape(1), 0)};
           })
+          .Case<mlir::infer::RopeQKVCacheWriteOp>(
+              [&](auto) { return operandShape(1); }) // the query's
           .Default([&](mlir::Operation *) { return operandShape(0); });
 
   if (derived.size() != static_cast<size_t>(type.getRank()))

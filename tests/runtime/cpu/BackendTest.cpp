@@ -118,9 +118,13 @@ TEST_F(LlamaGqa, RopeQKVCacheWriteIsBitIdenticalToTheUnfusedSteps) {
   // the same logits, bit for bit, in fp32 and bf16, over a prefill and a
   // decode step that reads the cached keys back.
   for (plan::DType dtype : {plan::DType::kF32, plan::DType::kBF16}) {
-    const plan::Plan base = withActivationType(artifact_.plan, dtype);
-    const plan::Plan unfused = withFusedRopes(base, /*queries=*/false);
-    const plan::Plan fused = withFusedRopes(base, /*queries=*/true);
+    StatusOr<Artifact> artifact = buildLlamaArtifact(kModel, 16, dtype);
+    ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
+    StatusOr<ParamTable> params = loadParams(*artifact, 0, kModel);
+    ASSERT_TRUE(params.isOk()) << params.status().message();
+    params_ = std::move(params).value();
+    const plan::Plan unfused = withFusedRopes(artifact->plan, false);
+    const plan::Plan fused = withFusedRopes(artifact->plan, true);
     int64_t fusedSteps = 0;
     for (const plan::Step &s : fused.ranks[0].steps)
       fusedSteps += s.op == "rope_qkv_cache_write";
