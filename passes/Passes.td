@@ -92,11 +92,12 @@ def StreamingKVPass : Pass<"infer-streaming-kv", "::mlir::ModuleOp"> {
     `infer.streaming = #infer.streaming<sink_tokens = .., window = ..>`,
     which codegen records in the plan's and manifest's KV-cache layout.
     With the rope gone from the cache write, `infer-fuse` has no
-    `infer.rope_kv_cache_write` to form for the keys.
+    `infer.rope_kv_cache_write` (nor `infer.rope_qkv_cache_write`) to form
+    for the keys.
 
     Errors: `sink-tokens < 0`, `window <= 0`; logical `infer.attention`
-    left (page the cache first) or `infer.rope_kv_cache_write` present
-    (fused already); an attention with a `sliding_window` (sliding-window
+    left (page the cache first) or `infer.rope_kv_cache_write` or
+    `infer.rope_qkv_cache_write` present (fused already); an attention with a `sliding_window` (sliding-window
     models are not combined with attention sinks); keys not rotated by an
     `infer.rope` (no position to shift).
 
