@@ -46,6 +46,24 @@ func.func @unfused_keys(%qkv: tensor<?x128xf32>, %pos: tensor<?xi32>, %pos2: ten
 
 // -----
 
+// The cache write before the query rope: the fused op takes the rope's
+// place, where all its operands are defined.
+
+// CHECK-LABEL: func.func @write_before_query_rope
+// CHECK-NOT: infer.rope_kv_cache_write
+// CHECK: %[[QR:.+]], %[[C1:.+]] = infer.rope_qkv_cache_write
+// CHECK-NEXT: infer.paged_attention %[[QR]], %[[C1]]
+
+func.func @write_before_query_rope(%qkv: tensor<?x128xf32>, %pos: tensor<?xi32>, %pos2: tensor<?xi32>, %qsl: tensor<?xi32>, %lens: tensor<?xi32>, %tables: tensor<?x?xi32>, %slots: tensor<?xi64>, %c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) -> (tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) {
+  %q, %k, %v = infer.split %qkv : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
+  %c1 = infer.rope_kv_cache_write %c0, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  %qr = infer.rope %q, %pos {head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  %o = infer.paged_attention %qr, %c1, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, scale = 2.500000e-01 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x64xf32>
+  return %o, %c1 : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+}
+
+// -----
+
 // A dynamic NTK rope: one query_start_loc for both.
 
 // CHECK-LABEL: func.func @dynamic_rope
