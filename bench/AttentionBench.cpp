@@ -29,7 +29,10 @@
 //            read and written (rows, codes and E4M3 scales), as the
 //            launchers' packed kernels take them (access=packed) and with
 //            every row one element off 16-byte alignment, which they leave
-//            to the element kernels (access=element).
+//            to the element kernels (access=element); then both in one
+//            launch (launchRopeQKVCacheWrite, kernel=rope_qkv_cache_write)
+//            and as the two launches it replaces, back to back
+//            (kernel=rope+rope_kv_cache_write).
 // Beside them the ceilings measured in the same run: the device-to-device
 // copy bandwidth (1 GiB cudaMemcpy, read + write) and a bf16 GEMM of
 // 8192^3 through cuBLASLt (fp32 accumulation). Each figure is the median of
@@ -487,6 +490,36 @@ void benchRope(const Options &o, double copy, std::mt19937 &rng) {
             },
             o.repeats);
         report("rope_kv_cache_write pool=" + name, access, bytes, ms);
+      }
+      // q, k and v in one launch, against the two launches it replaces.
+      const double qkvBytes = bytes + 2.0 * n * qWidth * 2;
+      for (const char *access : {"packed", "element"}) {
+        const bool packed = std::strcmp(access, "packed") == 0;
+        const __nv_bfloat16 *q = qkv.data + (packed ? 0 : 1), *k = q + qWidth;
+        const int64_t rowLd = packed ? ld : ld + 1;
+        const double fused = timeLaunches(
+            [&](cudaStream_t s) {
+              return launchRopeQKVCacheWrite(q, out.data, o.heads, pool, dims,
+                                             0, k, k + kvWidth, dSlots.data,
+                                             dPositions.data, n, d, dFreq.data,
+                                             s, rowLd, rowLd, rowLd);
+            },
+            o.repeats);
+        report("rope_qkv_cache_write pool=" + name, access, qkvBytes, fused);
+        const double twoLaunches = timeLaunches(
+            [&](cudaStream_t s) {
+              const cudaError_t rope =
+                  launchRope(q, out.data, n, o.heads, d, d, dPositions.data,
+                             dFreq.data, s, rowLd);
+              if (rope != cudaSuccess)
+                return rope;
+              return launchRopeKVCacheWrite(pool, dims, 0, k, k + kvWidth,
+                                            dSlots.data, dPositions.data, n, d,
+                                            dFreq.data, s, rowLd, rowLd);
+            },
+            o.repeats);
+        report("rope+rope_kv_cache_write pool=" + name, access, qkvBytes,
+               twoLaunches);
       }
     }
   }

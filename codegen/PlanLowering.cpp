@@ -393,6 +393,8 @@ PlanLowering::resultShape(mlir::Operation *op, mlir::RankedTensorType type) {
             return std::vector<plan::Dim>{dim(operandShape(0), 0),
                                           dim(operandShape(1), 0)};
           })
+          .Case<mlir::infer::RopeQKVCacheWriteOp>(
+              [&](auto) { return operandShape(1); }) // the query's
           .Default([&](mlir::Operation *) { return operandShape(0); });
 
   if (derived.size() != static_cast<size_t>(type.getRank()))
@@ -494,6 +496,9 @@ mlir::LogicalResult PlanLowering::lowerStep(mlir::Operation *op,
                            << " workspace offsets for " << op->getNumResults()
                            << " results";
   for (mlir::Value res : op->getResults()) {
+    // A cache result is the cache operand, which the caller maps.
+    if (mlir::isa<mlir::infer::KVCacheType>(res.getType()))
+      continue;
     auto type = mlir::dyn_cast<mlir::RankedTensorType>(res.getType());
     if (!type)
       return op->emitError()
@@ -581,6 +586,12 @@ FailureOr<plan::Plan> PlanLowering::lower() {
             .Case<mlir::infer::RopeKVCacheWriteOp>([&](auto write) {
               return lowerCacheUpdate(write, write.getCache(),
                                       "rope_kv_cache_write");
+            })
+            .Case<mlir::infer::RopeQKVCacheWriteOp>([&](auto write) {
+              // One result, the rotated queries; the cache is written in
+              // place, as by rope_kv_cache_write.
+              ids[write.getResult()] = ids.lookup(write.getCache());
+              return lowerStep(write, "rope_qkv_cache_write");
             })
             .Case<mlir::infer::SplitOp>([&](auto split) -> mlir::LogicalResult {
               if (mlir::failed(lowerStep(split, "split")))

@@ -558,6 +558,38 @@ LogicalResult RopeKVCacheWriteOp::verify() {
   return verifySameType(*this, getResult().getType(), cacheType, "cache");
 }
 
+LogicalResult RopeQKVCacheWriteOp::verify() {
+  KVCacheType cacheType = getCache().getType();
+  int64_t layer = getLayerAttr().getInt();
+  if (layer < 0 || layer >= cacheType.getNumLayers())
+    return emitOpError() << "expects layer in [0, num_layers = "
+                         << cacheType.getNumLayers() << "), got " << layer;
+  int64_t headDim = getHeadDimAttr().getInt();
+  if (headDim != cacheType.getHeadDim())
+    return emitOpError() << "expects head_dim (" << headDim
+                         << ") to match the cache's (" << cacheType.getHeadDim()
+                         << ")";
+  if (failed(verifyRope(*this, getKey(), headDim, getRotaryDimAttr().getInt(),
+                        getRope(), getQueryStartLoc())) ||
+      failed(
+          verifyKVFeatures(*this, "key", getKey(), cacheType.getKVWidth())) ||
+      failed(
+          verifyKVFeatures(*this, "value", getValue(), cacheType.getKVWidth())))
+    return failure();
+  int64_t queryFeatures = featureDim(getQuery());
+  if (!ShapedType::isDynamic(queryFeatures) && queryFeatures % headDim != 0)
+    return emitOpError() << "expects query features (" << queryFeatures
+                         << ") to be a multiple of head_dim (" << headDim
+                         << ")";
+  if (failed(verifyElementType(*this, getQuery(), "the query",
+                               elementTypeOf(getKey()), "the keys'")) ||
+      failed(verifyCacheWriteTypes(*this, getKey(), getValue(), cacheType)) ||
+      failed(verifySameType(*this, getRotatedQuery().getType(),
+                            getQuery().getType(), "query")))
+    return failure();
+  return verifySameType(*this, getResult().getType(), cacheType, "cache");
+}
+
 LogicalResult PagedAttentionOp::verify() {
   if (failed(verifyPositive(*this, getLogitSoftcap(), "logit_softcap")))
     return failure();

@@ -774,6 +774,68 @@ def Infer_RopeKVCacheWriteOp : Infer_Op<"rope_kv_cache_write", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Infer_RopeQKVCacheWriteOp : Infer_Op<"rope_qkv_cache_write", [Pure]> {
+  let summary = "Rotates new queries and keys, stores keys and values in the "
+                "cache";
+  let description = [{
+    `infer.rope(query, positions)` and `infer.rope_kv_cache_write(cache, key,
+    value, slot_mapping, positions)` of one layer with one rope: the queries
+    and the keys are rotated by the same frequencies at the same positions,
+    so one pass over a token's q/k/v row takes the rotation factors once,
+    rotates the queries into `rotated_query` and writes the rotated keys and
+    the values into the cache. `infer-fuse` forms it for the queries that
+    the layer's `infer.paged_attention` reads from the cache written.
+
+    The attributes are those of `infer.rope_kv_cache_write` (`layer`,
+    `head_dim`, `rotary_dim`, `rope`), which apply to the queries too, and
+    so is the `query_start_loc` of a `dynamic` rope. The query holds a whole
+    number of `head_dim`-wide heads and has the keys' element type;
+    `rotated_query` has the query's type. Precision is that of the two ops
+    it replaces: the rotations are fp32, each rotated query element is
+    rounded once to the query's type, and each rotated key once to the
+    cache's element type.
+
+    ```mlir
+    %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slot_mapping,
+                                          %positions
+        {layer = 0 : i64, head_dim = 64 : i64, rotary_dim = 64 : i64,
+         rope = #infer.rope<theta = 1.0e+04, kind = default>}
+        : !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16,
+                          head_dim = 64, element_type = f32>,
+          tensor<?x384xf32>, tensor<?x128xf32>, tensor<?x128xf32>,
+          tensor<?xi64>, tensor<?xi32>
+        -> tensor<?x384xf32>,
+           !infer.kv_cache<num_layers = 2, num_kv_heads = 2, block_size = 16,
+                           head_dim = 64, element_type = f32>
+    ```
+  }];
+
+  let arguments = (ins
+    Infer_KVCacheType:$cache,
+    Infer_Activation:$query,
+    Infer_Activation:$key,
+    Infer_Activation:$value,
+    Infer_IndexVector:$slot_mapping,
+    Infer_IndexVector:$positions,
+    Optional<Infer_IndexVector>:$query_start_loc,
+    I64Attr:$layer,
+    I64Attr:$head_dim,
+    I64Attr:$rotary_dim,
+    Infer_RopeAttr:$rope
+  );
+  let results = (outs Infer_Activation:$rotated_query,
+                      Infer_KVCacheType:$result);
+  let assemblyFormat = [{
+    $cache `,` $query `,` $key `,` $value `,` $slot_mapping `,` $positions
+    (`,` $query_start_loc^)? attr-dict `:`
+    qualified(type($cache)) `,` type($query) `,` type($key) `,`
+    type($value) `,` type($slot_mapping) `,` type($positions)
+    (`,` type($query_start_loc)^)? `->` type($rotated_query) `,`
+    qualified(type($result))
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Fusion
 //===----------------------------------------------------------------------===//

@@ -28,7 +28,8 @@ void populateFuseResidualPatterns(RewritePatternSet &patterns);
 void populateFuseActivationPatterns(RewritePatternSet &patterns);
 
 /// `infer.kv_cache_write(c, infer.rope(k), v)` ->
-/// `infer.rope_kv_cache_write(c, k, v)`.
+/// `infer.rope_kv_cache_write(c, k, v)`, and that with the `infer.rope(q)`
+/// of the layer's attention -> `infer.rope_qkv_cache_write(c, q, k, v)`.
 void populateFuseCacheWritePatterns(RewritePatternSet &patterns);
 
 /// Whether formElementwiseRegions groups `op` with its elementwise

@@ -92,11 +92,12 @@ def StreamingKVPass : Pass<"infer-streaming-kv", "::mlir::ModuleOp"> {
     `infer.streaming = #infer.streaming<sink_tokens = .., window = ..>`,
     which codegen records in the plan's and manifest's KV-cache layout.
     With the rope gone from the cache write, `infer-fuse` has no
-    `infer.rope_kv_cache_write` to form for the keys.
+    `infer.rope_kv_cache_write` (nor `infer.rope_qkv_cache_write`) to form
+    for the keys.
 
     Errors: `sink-tokens < 0`, `window <= 0`; logical `infer.attention`
-    left (page the cache first) or `infer.rope_kv_cache_write` present
-    (fused already); an attention with a `sliding_window` (sliding-window
+    left (page the cache first) or `infer.rope_kv_cache_write` or
+    `infer.rope_qkv_cache_write` present (fused already); an attention with a `sliding_window` (sliding-window
     models are not combined with attention sinks); keys not rotated by an
     `infer.rope` (no position to shift).
 
@@ -348,7 +349,10 @@ def FusePass : Pass<"infer-fuse", "::mlir::func::FuncOp"> {
       `infer.silu_mul`;
     - `infer.kv_cache_write` of keys from an `infer.rope` used only there
       becomes `infer.rope_kv_cache_write` (run it after
-      `infer-page-kv-cache`);
+      `infer-page-kv-cache`), and that with the `infer.rope` of the queries
+      the layer's `infer.paged_attention` reads becomes
+      `infer.rope_qkv_cache_write` when both rotate at the same positions by
+      the same rope (`infer-fuse-rope` alone);
     - connected elementwise operations (`infer.add`, `infer.gelu`,
       `infer.mul`, `infer.silu`, `infer.silu_mul`), at least two, become one
       `infer.fused` region. A producer joins its consumer's region only if
@@ -440,6 +444,53 @@ def FuseResidualPass : Pass<"infer-fuse-residual", "::mlir::func::FuncOp"> {
     ```mlir
     %h = infer.linear %a, %wo residual(%res) : tensor<?x128xbf16>, tensor<128x128xbf16> -> tensor<?x128xbf16>
     %n = infer.rms_norm %h, %w {epsilon = 1.0e-05 : f64} : tensor<?x128xbf16>, tensor<128xbf16> -> tensor<?x128xbf16>
+    ```
+  }];
+
+  let dependentDialects = ["::mlir::infer::InferDialect"];
+}
+
+def FuseRopePass : Pass<"infer-fuse-rope", "::mlir::func::FuncOp"> {
+  let summary = "Fuses rotary embeddings into the KV-cache writes";
+  let description = [{
+    The rope patterns of `infer-fuse`, on their own: run it after
+    `infer-page-kv-cache`.
+
+    - `infer.kv_cache_write` of keys from an `infer.rope` used only there
+      becomes `infer.rope_kv_cache_write`;
+    - an `infer.rope_kv_cache_write` and the `infer.rope` of the queries that
+      an `infer.paged_attention` reads together with the cache it writes
+      (the layer's queries) become one `infer.rope_qkv_cache_write`, provided
+      both take the same `positions` (and `query_start_loc`), `head_dim`,
+      `rotary_dim` and `rope`, the queries have the keys' element type, and
+      no user of the earlier of the two comes before the later one. A rope
+      that differs (a partial rotary of other width, other positions) is
+      left alone, and so is a streaming plan (`infer-streaming-kv`), whose
+      cache write rotates no keys. Per-head q/k norms (Qwen3, Gemma 3)
+      before the ropes change nothing: the fused op reads the normalized
+      queries and keys.
+
+    Before:
+
+    ```mlir
+    %q, %k, %v = infer.split %qkv : tensor<?x192xbf16>
+        -> tensor<?x128xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16>
+    %qr = infer.rope %q, %pos {head_dim = 16 : i64, rotary_dim = 16 : i64,
+                               rope = #infer.rope<theta = 1.0e+04, kind = default>}
+        : tensor<?x128xbf16>, tensor<?xi32> -> tensor<?x128xbf16>
+    %c1 = infer.rope_kv_cache_write %c0, %k, %v, %slots, %pos
+        {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64,
+         rope = #infer.rope<theta = 1.0e+04, kind = default>} : ...
+    %o = infer.paged_attention %qr, %c1, %tables, %lens, %qsl {...} : ...
+    ```
+
+    After `--infer-fuse-rope`:
+
+    ```mlir
+    %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slots, %pos
+        {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64,
+         rope = #infer.rope<theta = 1.0e+04, kind = default>} : ...
+    %o = infer.paged_attention %qr, %c1, %tables, %lens, %qsl {...} : ...
     ```
   }];
 

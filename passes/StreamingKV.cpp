@@ -90,7 +90,7 @@ void StreamingKVPass::runOnOperation() {
       op->emitOpError() << "is not paged: run infer-page-kv-cache before "
                            "infer-streaming-kv";
       failed = true;
-    } else if (isa<RopeKVCacheWriteOp>(op)) {
+    } else if (isa<RopeKVCacheWriteOp, RopeQKVCacheWriteOp>(op)) {
       op->emitOpError() << "has rotated keys on their way into the cache: "
                            "run infer-streaming-kv before infer-fuse";
       failed = true;

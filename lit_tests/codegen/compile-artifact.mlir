@@ -51,13 +51,14 @@
 // LLAMA3:      "factor": 8.0,
 // LLAMA3-NEXT: "head_dim": 16,
 // LLAMA3-NEXT: "high_freq_factor": 4.0,
+// LLAMA3-NEXT: "layer": 0,
 // LLAMA3-NEXT: "low_freq_factor": 1.0,
 // LLAMA3-NEXT: "original_max_position_embeddings": 8192,
 // LLAMA3-NEXT: "rotary_dim": 16,
 // LLAMA3-NEXT: "scaling": "llama3",
 // LLAMA3-NEXT: "theta": 500000.0
 // LLAMA3-NEXT: },
-// LLAMA3-NEXT: "op": "rope",
+// LLAMA3-NEXT: "op": "rope_qkv_cache_write",
 
 // Qwen2 q/k/v biases are the third operand of linear.
 // RUN: infer compile %S/../../tests/fixtures/qwen2-bias-tied -o %t/qwen2

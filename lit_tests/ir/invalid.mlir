@@ -770,6 +770,78 @@ func.func @rope_cache_write_head_dim(%c0: !infer.kv_cache<num_layers = 1, num_kv
 
 // -----
 
+func.func @rope_qkv_cache_write_layer(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, %q: tensor<?x64xbf16>, %k: tensor<?x32xbf16>, %v: tensor<?x32xbf16>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope_qkv_cache_write' op expects layer in [0, num_layers = 1), got 1}}
+  %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slots, %pos {layer = 1 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16>, tensor<?xi64>, tensor<?xi32> -> tensor<?x64xbf16>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>
+  return
+}
+
+// -----
+
+func.func @rope_qkv_cache_write_head_dim(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, %q: tensor<?x64xbf16>, %k: tensor<?x32xbf16>, %v: tensor<?x32xbf16>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope_qkv_cache_write' op expects head_dim (8) to match the cache's (16)}}
+  %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 8 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16>, tensor<?xi64>, tensor<?xi32> -> tensor<?x64xbf16>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>
+  return
+}
+
+// -----
+
+func.func @rope_qkv_cache_write_rotary_dim(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, %q: tensor<?x64xbf16>, %k: tensor<?x32xbf16>, %v: tensor<?x32xbf16>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope_qkv_cache_write' op expects an even rotary_dim in (0, head_dim = 16], got 18}}
+  %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 18 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16>, tensor<?xi64>, tensor<?xi32> -> tensor<?x64xbf16>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>
+  return
+}
+
+// -----
+
+func.func @rope_qkv_cache_write_dynamic_lengths(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, %q: tensor<?x64xbf16>, %k: tensor<?x32xbf16>, %v: tensor<?x32xbf16>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope_qkv_cache_write' op expects a query_start_loc operand with a 'dynamic' rope}}
+  %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0, original_max_position_embeddings = 16>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16>, tensor<?xi64>, tensor<?xi32> -> tensor<?x64xbf16>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>
+  return
+}
+
+// -----
+
+func.func @rope_qkv_cache_write_key_features(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, %q: tensor<?x64xbf16>, %k: tensor<?x48xbf16>, %v: tensor<?x48xbf16>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope_qkv_cache_write' op expects key features (48) to equal num_kv_heads * head_dim (32)}}
+  %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, tensor<?x64xbf16>, tensor<?x48xbf16>, tensor<?x48xbf16>, tensor<?xi64>, tensor<?xi32> -> tensor<?x64xbf16>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>
+  return
+}
+
+// -----
+
+func.func @rope_qkv_cache_write_query_features(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, %q: tensor<?x40xbf16>, %k: tensor<?x32xbf16>, %v: tensor<?x32xbf16>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope_qkv_cache_write' op expects query features (40) to be a multiple of head_dim (16)}}
+  %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, tensor<?x40xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16>, tensor<?xi64>, tensor<?xi32> -> tensor<?x40xbf16>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>
+  return
+}
+
+// -----
+
+func.func @rope_qkv_cache_write_query_type(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, %q: tensor<?x64xf32>, %k: tensor<?x32xbf16>, %v: tensor<?x32xbf16>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope_qkv_cache_write' op expects the query to have the keys' element type 'bf16' (convert with infer.cast), got 'f32'}}
+  %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, tensor<?x64xf32>, tensor<?x32xbf16>, tensor<?x32xbf16>, tensor<?xi64>, tensor<?xi32> -> tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>
+  return
+}
+
+// -----
+
+func.func @rope_qkv_cache_write_key_type(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, %q: tensor<?x64xf32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope_qkv_cache_write' op expects the keys to have the cache's element type 'bf16' (convert with infer.cast), got 'f32'}}
+  %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32> -> tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>
+  return
+}
+
+// -----
+
+func.func @rope_qkv_cache_write_result_type(%c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, %q: tensor<?x64xbf16>, %k: tensor<?x32xbf16>, %v: tensor<?x32xbf16>, %slots: tensor<?xi64>, %pos: tensor<?xi32>) {
+  // expected-error @+1 {{'infer.rope_qkv_cache_write' op expects result type to match query type 'tensor<?x64xbf16>', got 'tensor<?x32xbf16>'}}
+  %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>, tensor<?x64xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16>, tensor<?xi64>, tensor<?xi32> -> tensor<?x32xbf16>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = bf16>
+  return
+}
+
+// -----
+
 func.func @fused_non_elementwise(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
   %y = infer.fused ins(%x : tensor<?x8xf32>) -> tensor<?x8xf32> {
   ^bb0(%a: tensor<?x8xf32>):

@@ -235,6 +235,21 @@ func.func @fused_ops(%x: tensor<?x128xf32>, %r: tensor<?x128xf32>, %pos: tensor<
   return %g, %f, %c1 : tensor<?x128xf32>, tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
 }
 
+// Queries and keys rotated by one rope, keys and values into the cache;
+// a dynamic rope's query_start_loc.
+// CHECK-LABEL: func.func @rope_qkv_cache_write
+// CHECK-SAME: (%[[Q:[^:]+]]: tensor<?x64xf32>, %[[K:[^:]+]]: tensor<?x32xf32>, %[[V:[^:]+]]: tensor<?x32xf32>, %[[POS:[^:]+]]: tensor<?xi32>, %[[QSL:[^:]+]]: tensor<?xi32>, %[[SLOTS:[^:]+]]: tensor<?xi64>, %[[C0:[^:]+]]: !infer.kv_cache
+func.func @rope_qkv_cache_write(%q: tensor<?x64xf32>, %k: tensor<?x32xf32>, %v: tensor<?x32xf32>, %pos: tensor<?xi32>, %qsl: tensor<?xi32>, %slots: tensor<?xi64>,
+                                %c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>)
+    -> (tensor<?x64xf32>, tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) {
+  // CHECK: %[[QR:.+]], %[[C1:.+]] = infer.rope_qkv_cache_write %[[C0]], %[[Q]], %[[K]], %[[V]], %[[SLOTS]], %[[POS]] {head_dim = 16 : i64, layer = 0 : i64, rope = #infer.rope<theta = 1.000000e+04, kind = default>, rotary_dim = 8 : i64} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32> -> tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  %qr, %c1 = infer.rope_qkv_cache_write %c0, %q, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 8 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32> -> tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  // CHECK: %[[QD:.+]], %[[C2:.+]] = infer.rope_qkv_cache_write %[[C1]], %[[Q]], %[[K]], %[[V]], %[[SLOTS]], %[[POS]], %[[QSL]] {{.*}}kind = dynamic{{.*}} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32>, tensor<?xi32> -> tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  %qd, %c2 = infer.rope_qkv_cache_write %c1, %q, %k, %v, %slots, %pos, %qsl {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0, original_max_position_embeddings = 16>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32>, tensor<?xi32> -> tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  // CHECK: return %[[QR]], %[[QD]], %[[C2]]
+  return %qr, %qd, %c2 : tensor<?x64xf32>, tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+}
+
 // FP8 projection weights (infer-quantize-fp8) and fp8 KV caches.
 // CHECK-LABEL: func.func @fp8
 func.func @fp8(%x: tensor<?x64xf32>,

@@ -55,6 +55,17 @@ func.func @fused_already(%pos: tensor<?xi32>, %slots: tensor<?xi64>,
 
 // -----
 
+// Queries and keys already rotated by one op of infer-fuse.
+func.func @fused_with_queries(%pos: tensor<?xi32>, %slots: tensor<?xi64>, %q: tensor<?x384xf32>,
+                              %k: tensor<?x128xf32>, %v: tensor<?x128xf32>,
+                              %cache: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>) -> (tensor<?x384xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>) {
+  // expected-error @+1 {{has rotated keys on their way into the cache: run infer-streaming-kv before infer-fuse}}
+  %qr, %c = infer.rope_qkv_cache_write %cache, %q, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 64 : i64, rotary_dim = 64 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>, tensor<?x384xf32>, tensor<?x128xf32>, tensor<?x128xf32>, tensor<?xi64>, tensor<?xi32> -> tensor<?x384xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>
+  return %qr, %c : tensor<?x384xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 64, element_type = f32>
+}
+
+// -----
+
 // A dynamic NTK rope's frequencies follow the sequence's length.
 func.func @dynamic_rope(%pos: tensor<?xi32>, %qsl: tensor<?xi32>,
                         %lens: tensor<?xi32>, %tables: tensor<?x?xi32>,

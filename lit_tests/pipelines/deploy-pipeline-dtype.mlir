@@ -17,7 +17,7 @@
 // BF16:         infer.embedding {{.*}} : tensor<128x64xbf16>, tensor<?xi32> -> tensor<?x64xbf16>
 // BF16:         infer.concat_weights {{.*}} -> tensor<96x64xbf16>
 // BF16:         infer.linear {{.*}} : tensor<?x64xbf16>, tensor<96x64xbf16> -> tensor<?x96xbf16>
-// BF16:         infer.rope_kv_cache_write {{.*}} -> !infer.kv_cache<{{.*}}element_type = bf16>
+// BF16:         infer.rope_qkv_cache_write {{.*}} -> tensor<?x64x{{.+}}>, !infer.kv_cache<{{.*}}element_type = bf16>
 // BF16:         infer.paged_attention {{.*}} -> tensor<?x64xbf16>
 // BF16:         infer.fused ins({{.*}} : tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<?x64xbf16>) {infer.workspace_offsets = array<i64: {{[0-9]+}}>} -> tensor<?x64xbf16> {
 // BF16-NEXT:    ^bb0(%{{.+}}: tensor<?x64xf32>, %{{.+}}: tensor<?x64xf32>, %{{.+}}: tensor<?x64xf32>):
@@ -33,7 +33,7 @@
 // FP8-SAME:    element_type = f8E5M2> {infer.input = "kv_cache"}
 // FP8:         infer.embedding {{.*}} : tensor<128x64xbf16>, tensor<?xi32> -> tensor<?x64xbf16>
 // FP8:         infer.linear {{.*}} : tensor<?x64xbf16>, tensor<96x64xf8E4M3FN> -> tensor<?x96xbf16>
-// FP8:         infer.rope_kv_cache_write {{.*}}, tensor<?x16xbf16>, tensor<?x16xbf16>, {{.*}} -> !infer.kv_cache<{{.*}}element_type = f8E5M2>
+// FP8:         infer.rope_qkv_cache_write {{.*}}, tensor<?x64xbf16>, tensor<?x16xbf16>, tensor<?x16xbf16>, {{.*}} -> tensor<?x64xbf16>, !infer.kv_cache<{{.*}}element_type = f8E5M2>
 // FP8:         infer.logits {{.*}} : tensor<?x64xbf16>, tensor<128x64xf8E4M3FN> -> tensor<?x128xf32>
 
 // F16-LABEL: module attributes {{.*}}infer.streaming = #infer.streaming<sink_tokens = 4, window = 32>

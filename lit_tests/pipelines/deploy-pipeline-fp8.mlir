@@ -13,7 +13,7 @@
 // FP8-SAME:    !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 8, element_type = f8E4M3FN> {infer.input = "kv_cache"}
 // FP8:         %[[W:.+]] = infer.concat_weights {{.*}} : tensor<64x64xf8E4M3FN>, tensor<16x64xf8E4M3FN>, tensor<16x64xf8E4M3FN> -> tensor<96x64xf8E4M3FN>
 // FP8:         infer.linear %{{.+}}, %[[W]] {{.*}}: tensor<?x64xf32>, tensor<96x64xf8E4M3FN> -> tensor<?x96xf32>
-// FP8:         infer.rope_kv_cache_write {{.*}} -> !infer.kv_cache<{{.*}}element_type = f8E4M3FN>
+// FP8:         infer.rope_qkv_cache_write {{.*}} -> tensor<?x64x{{.+}}>, !infer.kv_cache<{{.*}}element_type = f8E4M3FN>
 // FP8:         infer.paged_attention
 // FP8:         infer.weight "model.layers.0.self_attn.o_proj.weight" {quant = #infer.fp8<granularity = per_tensor>} : tensor<64x64xf8E4M3FN>
 

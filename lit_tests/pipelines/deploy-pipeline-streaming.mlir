@@ -7,6 +7,7 @@
 // CHECK: module attributes {infer.streaming = #infer.streaming<sink_tokens = 2, window = 24>}
 // CHECK-LABEL: func.func @forward
 // CHECK-NOT: infer.rope_kv_cache_write
+// CHECK-NOT: infer.rope_qkv_cache_write
 // CHECK: infer.rope
 // CHECK: infer.kv_cache_write
 // CHECK: infer.paged_attention {{.*}}key_rope = #infer.rope<theta = 1.000000e+04, kind = default>, key_rotary_dim = 16 : i64
@@ -14,7 +15,7 @@
 // window = 0 (the default) leaves the program as without streaming.
 // OFF-NOT: infer.streaming
 // OFF-LABEL: func.func @forward
-// OFF: infer.rope_kv_cache_write
+// OFF: infer.rope_qkv_cache_write
 // OFF-NOT: key_rope
 func.func @forward(%pos: tensor<?xi32> {infer.input = "positions"},
                    %qsl: tensor<?xi32> {infer.input = "query_start_loc"},

@@ -172,7 +172,8 @@ Status CpuBackend::prepare(const plan::RankPlan &plan,
       return invalidArgument("cpu backend: " + prepared.where +
                              ": a collective in a plan run without a "
                              "communicator");
-    if (d.op == StepOp::kRope || d.op == StepOp::kRopeKVCacheWrite)
+    if (d.op == StepOp::kRope || d.op == StepOp::kRopeKVCacheWrite ||
+        d.op == StepOp::kRopeQKVCacheWrite)
       prepared.ropeInvFreq = plan::ropeInverseFrequencies(d.rope);
     if (d.op == StepOp::kEmbedding) {
       const float scale = static_cast<float>(d.embeddingScale);

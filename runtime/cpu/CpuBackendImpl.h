@@ -31,7 +31,8 @@ namespace infer::cpu {
 struct PreparedStep {
   plan::DecodedStep step;
   std::string where;
-  /// rope, rope_kv_cache_write: the inverse frequencies.
+  /// rope, rope_kv_cache_write, rope_qkv_cache_write: the inverse
+  /// frequencies.
   std::vector<float> ropeInvFreq;
   /// embedding: the scale rounded to the result's dtype (Gemma's normalizer
   /// is a tensor of the activation dtype).

@@ -212,6 +212,29 @@ Status CpuBackend::runRopeKVCacheWrite(const PreparedStep &s,
       });
 }
 
+Status CpuBackend::runRopeQKVCacheWrite(const PreparedStep &s,
+                                        const Batch &batch,
+                                        std::vector<Matrix> &values) {
+  const Matrix &q = in(s, values, 1), &k = in(s, values, 2),
+               &v = in(s, values, 3);
+  if (q.rows != batch.numTokens() || k.rows != q.rows || v.rows != q.rows)
+    return mismatch("queries/keys/values do not have a row per token");
+  float *y = result(s, values).allocate(q.rows, q.cols);
+  std::memcpy(y, q.data, q.size() * sizeof(float));
+  const int64_t heads = q.cols / s.step.rope.headDim;
+  // runRope of the queries and runRopeKVCacheWrite, the same arithmetic.
+  return forEachRopeSpan(
+      s, batch,
+      [&](int64_t first, int64_t count, const std::vector<float> &invFreq) {
+        applyRope(y + first * q.cols, count, heads,
+                  batch.positions.data() + first, s.step.rope, invFreq);
+        ropeKVCacheWrite(
+            kv_, geometry_, s.step.layer, k.data + first * k.cols,
+            v.data + first * v.cols, batch.slotMapping.data() + first,
+            batch.positions.data() + first, count, s.step.rope, invFreq);
+      });
+}
+
 Status CpuBackend::runPagedAttention(const PreparedStep &s, const Batch &batch,
                                      std::vector<Matrix> &values) {
   const Matrix &q = in(s, values, 0);

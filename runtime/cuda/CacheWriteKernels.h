@@ -1,13 +1,13 @@
 //===- CacheWriteKernels.h - KV-cache writes of bf16 / f16 rows -*- C++ -*-===//
 //
-// Launchers of kernels/CacheWrite.cu: kv_cache_write and rope_kv_cache_write
-// of key and value rows in the activation type T (__nv_bfloat16 or __half)
-// into the paged pool (KVCachePool in runtime/cuda/Kernels.h: bf16 values,
-// E5M2 codes, or E4M3 codes with one fp32 scale per head vector), byte for
-// byte what cpu::kvCacheWrite / cpu::ropeKVCacheWrite store for the same
-// values (rotated keys: up to the fp32 rounding of the rotation). Each
-// returns the launch's cudaError_t, allocates nothing and synchronises
-// nothing, so it can be captured in a CUDA graph.
+// Launchers of kernels/CacheWrite.cu: kv_cache_write, rope_kv_cache_write and
+// rope_qkv_cache_write (with the rotated queries) of key and value rows in the
+// activation type T (__nv_bfloat16 or __half) into the paged pool (KVCachePool
+// in runtime/cuda/Kernels.h: bf16 values, E5M2 codes, or E4M3 codes with one
+// fp32 scale per head vector), byte for byte what cpu::kvCacheWrite /
+// cpu::ropeKVCacheWrite store for the same values (rotated keys: up to the fp32
+// rounding of the rotation). Each returns the launch's cudaError_t, allocates
+// nothing and synchronises nothing, so it can be captured in a CUDA graph.
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,6 +48,20 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                    cudaStream_t stream, int64_t kLd = 0,
                                    int64_t vLd = 0, int longFrom = 0,
                                    DynamicRope dynamic = {});
+
+/// rope_qkv_cache_write in one launch: q [t, qHeads * head_dim] rotated into
+/// qOut (contiguous) as launchRope rotates it, and k and v written as
+/// launchRopeKVCacheWrite writes them, with one rope (rotaryDim, invFreq,
+/// longFrom, dynamic) whose factors each token takes once; the same bytes as
+/// those two launches. Row r of q starts at q + r * qLd (0: contiguous). A
+/// token whose slot is -1 has its queries rotated and nothing cached.
+template <typename T>
+cudaError_t launchRopeQKVCacheWrite(
+    const T *q, T *qOut, int64_t qHeads, KVCachePool pool, CacheDims dims,
+    int layer, const T *k, const T *v, const int64_t *slots,
+    const int32_t *positions, int64_t t, int rotaryDim, const float *invFreq,
+    cudaStream_t stream, int64_t qLd = 0, int64_t kLd = 0, int64_t vLd = 0,
+    int longFrom = 0, DynamicRope dynamic = {});
 
 } // namespace infer::cuda
 

@@ -994,6 +994,23 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
     if (d.op == StepOp::kRopeKVCacheWrite && d.rope.headDim != kv.headDim)
       return mismatch("head_dim differs from the KV cache's");
     return Status::ok();
+  case StepOp::kRopeQKVCacheWrite:
+    INFER_RETURN_IF_ERROR(checkCache(d.layer));
+    if (differ(width(in(2)), kv.numKVHeads * kv.headDim) ||
+        differ(width(in(3)), kv.numKVHeads * kv.headDim))
+      return mismatch("keys and values must be num_kv_heads * head_dim = " +
+                      std::to_string(kv.numKVHeads * kv.headDim) + " wide");
+    if (d.rope.headDim != kv.headDim)
+      return mismatch("head_dim differs from the KV cache's");
+    if ((width(in(1)) >= 0 && width(in(1)) % d.rope.headDim != 0) ||
+        differ(width(out(0)), width(in(1))))
+      return mismatch("the query width is not a multiple of head_dim or "
+                      "differs from the result's");
+    if (byId_[in(1)]->dtype != byId_[in(2)]->dtype ||
+        byId_[out(0)]->dtype != byId_[in(1)]->dtype)
+      return mismatch("the query, the keys and the rotated query must have "
+                      "one dtype");
+    return Status::ok();
   case StepOp::kPagedAttention: {
     const AttentionAttrs &a = d.attention;
     INFER_RETURN_IF_ERROR(checkCache(a.layer));

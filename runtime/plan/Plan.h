@@ -70,6 +70,11 @@
 //                    query_start_loc?) -> ();
 //                    the attributes of rope and kv_cache_write: writes
 //                    rope(k) and v into the cache
+//   rope_qkv_cache_write (cache, q, k, v, slot_mapping[T], positions[T],
+//                    query_start_loc?) -> q'[T, h*d]; the attributes of
+//                    rope_kv_cache_write: q' = rope(q) and the cache write
+//                    of rope_kv_cache_write(cache, k, v, ...), one rope for
+//                    both (q, k and q' of one dtype)
 //   fused            (x0, x1, ...) -> y0, ...; body (string), yields (ints):
 //                    an elementwise register program over same-shaped
 //                    operands and results (runtime/plan/FusedBody.h);

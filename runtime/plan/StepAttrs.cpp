@@ -406,6 +406,13 @@ StatusOr<DecodedStep> decodeStep(const Step &step) {
     INFER_RETURN_IF_ERROR(checkNonNegative("layer", d.layer));
     break;
   }
+  case StepOp::kRopeQKVCacheWrite: {
+    INFER_ASSIGN_OR_RETURN(d.rope, decodeRope(step));
+    INFER_RETURN_IF_ERROR(checkRopeLengths(d.rope, step, 7));
+    INFER_ASSIGN_OR_RETURN(d.layer, step.getInt("layer"));
+    INFER_RETURN_IF_ERROR(checkNonNegative("layer", d.layer));
+    break;
+  }
   case StepOp::kPagedAttention: {
     INFER_ASSIGN_OR_RETURN(d.attention, decodeAttention(step));
     d.layer = d.attention.layer;

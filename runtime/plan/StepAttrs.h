@@ -23,8 +23,9 @@
 
 namespace infer::plan {
 
-/// Rotary embedding of `rope` and `rope_kv_cache_write` steps and of the
-/// key rope of a streaming `paged_attention`.
+/// Rotary embedding of `rope`, `rope_kv_cache_write` and
+/// `rope_qkv_cache_write` steps and of the key rope of a streaming
+/// `paged_attention`.
 struct RopeConfig {
   int64_t headDim = 0;
   int64_t rotaryDim = 0;
@@ -103,7 +104,8 @@ struct DecodedStep {
   StepOp op = StepOp::kEmbedding;
   std::vector<int> operands;
   std::vector<int> results;
-  /// kv_cache_write, rope_kv_cache_write, paged_attention.
+  /// kv_cache_write, rope_kv_cache_write, rope_qkv_cache_write,
+  /// paged_attention.
   int64_t layer = 0;
   /// rms_norm, add_rms_norm: epsilon and the offset added to the weight
   /// (Gemma: 1); rms_norm: 0, or the width of the groups normalized on
@@ -123,7 +125,7 @@ struct DecodedStep {
   std::vector<int64_t> splitSizes;
   /// all_gather: the dimension concatenated (0 rows, 1 columns).
   int64_t gatherDim = 0;
-  /// rope, rope_kv_cache_write.
+  /// rope, rope_kv_cache_write, rope_qkv_cache_write.
   RopeConfig rope;
   /// paged_attention.
   AttentionAttrs attention;

@@ -22,7 +22,8 @@ std::vector<OptionSpec> speculationOptions() {
 static bool hasDynamicRope(const Artifact &target) {
   for (const plan::RankPlan &rank : target.plan.ranks)
     for (const plan::Step &step : rank.steps)
-      if ((step.op == "rope" || step.op == "rope_kv_cache_write") &&
+      if ((step.op == "rope" || step.op == "rope_kv_cache_write" ||
+           step.op == "rope_qkv_cache_write") &&
           step.getString("scaling", "default") == "dynamic")
         return true;
   return false;

@@ -107,6 +107,33 @@ Status CudaBackend::runRopeKVCacheWrite(const PreparedStep &s,
   });
 }
 
+Status CudaBackend::runRopeQKVCacheWrite(const PreparedStep &s,
+                                         const Batch &batch) {
+  const Tensor &q = operand(s, 1), &k = operand(s, 2), &v = operand(s, 3);
+  int64_t t, numPositions;
+  const auto *slots =
+      static_cast<const int64_t *>(input(s.step.operands[4], &t, batch));
+  const auto *positions = static_cast<const int32_t *>(
+      input(s.step.operands[5], &numPositions, batch));
+  if (q.rows != t || k.rows != t || v.rows != t || numPositions != t)
+    return mismatch(s, "queries/keys/values do not have a row per token");
+  if (q.dtype != k.dtype || v.dtype != k.dtype)
+    return mismatch(s, "queries, keys and values of different dtypes");
+  const plan::RopeConfig &rope = s.step.rope;
+  Tensor &y = result(s);
+  INFER_RETURN_IF_ERROR(allocate(y, q.rows, q.cols, q.dtype));
+  return withCacheInputType(k.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    INFER_CUDA_RETURN_IF_ERROR(launchRopeQKVCacheWrite(
+        q.as<const T>(), y.as<T>(), q.cols / rope.headDim, kvPool(), dims_,
+        static_cast<int>(s.step.layer), k.as<const T>(), v.as<const T>(), slots,
+        positions, t, static_cast<int>(rope.rotaryDim),
+        s.ropeInvFreq.as<float>(), stream_, q.stride(), k.stride(), v.stride(),
+        static_cast<int>(rope.longFrom()), dynamicRope(s, 6, batch)));
+    return Status::ok();
+  });
+}
+
 Status CudaBackend::runPagedAttention(const PreparedStep &s,
                                       const Batch &batch) {
   const Tensor &q = operand(s, 0);

@@ -45,6 +45,8 @@ bool takesRowStride(StepOp op, size_t i) {
   case StepOp::kKVCacheWrite:
   case StepOp::kRopeKVCacheWrite:
     return i == 1 || i == 2;
+  case StepOp::kRopeQKVCacheWrite:
+    return i == 1 || i == 2 || i == 3;
   case StepOp::kSiluMul:
     return i == 0 || i == 1;
   default:
@@ -227,10 +229,11 @@ Status CudaBackend::prepareStep(const plan::Step &step,
                          std::string(plan::dtypeName(dtypeOf(d.results[0]))) +
                          " (expected bf16)");
   // Ops that produce an activation of their input's dtype: the kernels
-  // read and write one element type.
+  // read and write one element type. (rope_qkv_cache_write's first operand
+  // is the cache; the plan verifier checks its queries' dtype.)
   const bool newType = d.op == StepOp::kEmbedding || d.op == StepOp::kLogits ||
                        d.op == StepOp::kCast || d.op == StepOp::kFused ||
-                       d.results.empty();
+                       d.op == StepOp::kRopeQKVCacheWrite || d.results.empty();
   if (!newType) {
     const plan::DType in = dtypeOf(d.operands[0]);
     for (int r : d.results)
@@ -252,11 +255,12 @@ Status CudaBackend::prepareStep(const plan::Step &step,
   }
   switch (d.op) {
   case StepOp::kRope:
-  case StepOp::kRopeKVCacheWrite: {
+  case StepOp::kRopeKVCacheWrite:
+  case StepOp::kRopeQKVCacheWrite: {
     const std::vector<float> invFreq = plan::ropeInverseFrequencies(d.rope);
     INFER_RETURN_IF_ERROR(
         uploadToDevice(invFreq.data(), invFreq.size(), out.ropeInvFreq));
-    if (d.op == StepOp::kRopeKVCacheWrite && d.rope.headDim != dims_.headDim)
+    if (d.op != StepOp::kRope && d.rope.headDim != dims_.headDim)
       return invalidArgument("cuda backend: " + where +
                              ": head_dim differs from the cache's");
     break;

@@ -149,7 +149,8 @@ struct PreparedStep {
   /// fused: the artifact's generated kernel of the body, or null (the
   /// interpreter runs `fused`).
   cudaKernel_t generated = nullptr;
-  /// rope, rope_kv_cache_write, and a streaming paged_attention's key rope:
+  /// rope, rope_kv_cache_write, rope_qkv_cache_write, and a streaming
+  /// paged_attention's key rope:
   /// the inverse frequencies on the device.
   DeviceBuffer ropeInvFreq;
   AttentionDims attention;

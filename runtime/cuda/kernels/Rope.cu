@@ -90,27 +90,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// One item of ropePackedKernel (see the file comment) as raw words.
-struct RopeItem {
-  uint4 x1, x2;   // x2: the partners of x1 (unused by a copied pack)
-  int64_t at = 0; // element offset of x1 in the token's row and in y's
-  int pair = -1;  // the first pair of a rotated pack; -1: copied
-};
-
-template <typename T>
-__device__ __forceinline__ RopeItem loadRopeItem(const T *xt, int i,
-                                                 int packsPerHead, int headDim,
-                                                 int half) {
-  const int h = i / packsPerHead, j = (i - h * packsPerHead) * kRopePack;
-  RopeItem item;
-  item.pair = j < half ? j : -1;
-  item.at = int64_t(h) * headDim + (j < half ? j : j + half);
-  item.x1 = *reinterpret_cast<const uint4 *>(xt + item.at);
-  item.x2 = j < half ? *reinterpret_cast<const uint4 *>(xt + item.at + half)
-                     : make_uint4(0, 0, 0, 0);
-  return item;
-}
-
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     ropePackedKernel(const T *x, int64_t xLd, T *y, int64_t t, int heads,
@@ -132,24 +111,7 @@ __global__ void __launch_bounds__(kThreads)
                 dynamic);
     __syncthreads();
     while (i < items) {
-      if (item.pair >= 0) {
-        const int f = item.pair;
-        float x1[kRopePack], x2[kRopePack], y1[kRopePack], y2[kRopePack];
-        unpackFloats<T>(item.x1, x1);
-        unpackFloats<T>(item.x2, x2);
-#pragma unroll
-        for (int e = 0; e < kRopePack; ++e) {
-          const float2 r =
-              ropeRotate(x1[e], x2[e], factors[f + e], factors[half + f + e]);
-          y1[e] = r.x;
-          y2[e] = r.y;
-        }
-        __stwb(reinterpret_cast<uint4 *>(yt + item.at), packFloats<T>(y1));
-        __stwb(reinterpret_cast<uint4 *>(yt + item.at + half),
-               packFloats<T>(y2));
-      } else {
-        __stwb(reinterpret_cast<uint4 *>(yt + item.at), item.x1);
-      }
+      storeRopeItem(yt, item, factors, half);
       i += blockDim.x;
       if (i < items)
         item = loadRopeItem(xt, i, packsPerHead, headDim, half);

@@ -5,8 +5,9 @@
 // table from position longFrom on), or for a dynamic NTK rope the one of
 // the token's sequence, whose base follows the sequence's length after the
 // step (plan::dynamicRopeInverseFrequencies, with the same fp32 and double
-// operations); the factors a block takes from it (ropeFactors) and the
-// rotation of a pair by them (ropeRotate).
+// operations); the factors a block takes from it (ropeFactors), the
+// rotation of a pair by them (ropeRotate) and the 16-byte packs of the
+// packed paths (RopeItem: Rope.cu's and rope_qkv_cache_write's queries).
 //
 //===----------------------------------------------------------------------===//
 
@@ -134,6 +135,53 @@ __device__ __forceinline__ uint4 packFloats(const float (&in)[kRopePack]) {
     w[i] = bits[0] | bits[1] << 16;
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/// One item of a packed rope (Rope.cu's file comment) as raw words: the
+/// items of a token's heads are numbered head by head, packsPerHead =
+/// (headDim - half) / kRopePack each.
+struct RopeItem {
+  uint4 x1, x2;   // x2: the partners of x1 (unused by a copied pack)
+  int64_t at = 0; // element offset of x1 in the token's row and in y's
+  int pair = -1;  // the first pair of a rotated pack; -1: copied
+};
+
+template <typename T>
+__device__ __forceinline__ RopeItem loadRopeItem(const T *xt, int i,
+                                                 int packsPerHead, int headDim,
+                                                 int half) {
+  const int h = i / packsPerHead, j = (i - h * packsPerHead) * kRopePack;
+  RopeItem item;
+  item.pair = j < half ? j : -1;
+  item.at = int64_t(h) * headDim + (j < half ? j : j + half);
+  item.x1 = *reinterpret_cast<const uint4 *>(xt + item.at);
+  item.x2 = j < half ? *reinterpret_cast<const uint4 *>(xt + item.at + half)
+                     : make_uint4(0, 0, 0, 0);
+  return item;
+}
+
+/// Stores `item` into the token's result row yt: a rotated pack turned by
+/// the token's factors ([half] cos, [half] sin), a copied one as it is.
+template <typename T>
+__device__ __forceinline__ void storeRopeItem(T *yt, const RopeItem &item,
+                                              const float *factors, int half) {
+  if (item.pair >= 0) {
+    const int f = item.pair;
+    float x1[kRopePack], x2[kRopePack], y1[kRopePack], y2[kRopePack];
+    unpackFloats<T>(item.x1, x1);
+    unpackFloats<T>(item.x2, x2);
+#pragma unroll
+    for (int e = 0; e < kRopePack; ++e) {
+      const float2 r =
+          ropeRotate(x1[e], x2[e], factors[f + e], factors[half + f + e]);
+      y1[e] = r.x;
+      y2[e] = r.y;
+    }
+    __stwb(reinterpret_cast<uint4 *>(yt + item.at), packFloats<T>(y1));
+    __stwb(reinterpret_cast<uint4 *>(yt + item.at + half), packFloats<T>(y2));
+  } else {
+    __stwb(reinterpret_cast<uint4 *>(yt + item.at), item.x1);
+  }
 }
 
 } // namespace infer::cuda

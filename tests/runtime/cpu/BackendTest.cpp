@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -131,6 +132,51 @@ TEST_F(LlamaGqa, RejectsPlansItCannotRun) {
       break;
     }
   expectCreateFails(plan, "different shape");
+}
+
+TEST_F(LlamaGqa, RopeQKVCacheWriteIsBitIdenticalToTheUnfusedSteps) {
+  // The CPU runs rope_qkv_cache_write as rope(q) and rope_kv_cache_write:
+  // the same logits, bit for bit, in fp32 and bf16, over a prefill and a
+  // decode step that reads the cached keys back.
+  for (plan::DType dtype : {plan::DType::kF32, plan::DType::kBF16}) {
+    StatusOr<Artifact> artifact = buildLlamaArtifact(kModel, 16, dtype);
+    ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
+    StatusOr<ParamTable> params = loadParams(*artifact, 0, kModel);
+    ASSERT_TRUE(params.isOk()) << params.status().message();
+    params_ = std::move(params).value();
+    const plan::Plan unfused = withFusedRopes(artifact->plan, false);
+    const plan::Plan fused = withFusedRopes(artifact->plan, true);
+    int64_t fusedSteps = 0;
+    for (const plan::Step &s : fused.ranks[0].steps)
+      fusedSteps += s.op == "rope_qkv_cache_write";
+    EXPECT_EQ(fusedSteps, artifact_.plan.kvCache.numLayers);
+    StatusOr<std::unique_ptr<Backend>> a = create(unfused), b = create(fused);
+    ASSERT_TRUE(a.isOk()) << a.status().message();
+    ASSERT_TRUE(b.isOk()) << b.status().message();
+    const std::vector<Batch> batches = {prefill({7, 3, 11, 5, 2, 9, 4}), [&] {
+                                          Batch d;
+                                          d.tokenIds = {8};
+                                          d.positions = {7};
+                                          d.slotMapping = {7};
+                                          d.queryStartLoc = {0, 1};
+                                          d.contextLens = {8};
+                                          d.maxBlocksPerSeq = 4;
+                                          d.blockTables = {0, 1, 2, 3};
+                                          d.logitsIndices = {0};
+                                          return d;
+                                        }()};
+    for (const Batch &batch : batches) {
+      StatusOr<Logits> x = (*a)->forward(batch), y = (*b)->forward(batch);
+      ASSERT_TRUE(x.isOk()) << x.status().message();
+      ASSERT_TRUE(y.isOk()) << y.status().message();
+      ASSERT_EQ(x->data.size(), y->data.size());
+      EXPECT_EQ(std::memcmp(x->data.data(), y->data.data(),
+                            x->data.size() * sizeof(float)),
+                0)
+          << plan::dtypeName(dtype) << ", " << batch.tokenIds.size()
+          << " tokens";
+    }
+  }
 }
 
 TEST_F(LlamaGqa, RejectsBadBatchesWithoutTouchingMemory) {

@@ -17,9 +17,10 @@
 //   2^-20 |cpu|        silu, silu_mul: expf and fp32 division against exp
 //                      in double (a few fp32 ulp); gelu_tanh adds 2^-16
 //                      absolute, where 1 + tanh cancels for x << 0
-//   2^-21 max |x|      rope and rope_kv_cache_write: the CPU's fp32
-//                      operations (ropeRotate, no fma), but the GPU's cos /
-//                      sin in double may round to the neighbouring float
+//   2^-21 max |x|      rope, rope_kv_cache_write, rope_qkv_cache_write
+//                      (bit for bit the two launches it replaces): the CPU's
+//                      fp32 operations (ropeRotate, no fma), but the GPU's cos
+//                      / sin in double may round to the neighbouring float
 //                      (~2^-24 of the operands); fp8 pools: one code step,
 //                      since either side of a midpoint is right, and E4M3
 //                      scales 2^-19
@@ -991,6 +992,183 @@ TYPED_TEST(Bf16KernelsTest, RopeKVCacheWriteRotatesOnTheWayIn) {
           << c.headDim << " rot=" << c.rotaryDim;
     }
   }
+}
+
+/// The ropes rope_qkv_cache_write runs: one table, longrope's two (tokens
+/// on both sides of original_max_position_embeddings) and dynamic NTK.
+enum class RopeKind { kDefault, kLongRope, kDynamic };
+
+/// A rope of `kind` for `c`, and for a dynamic one the batch's two
+/// sequences (the last token a decode of its own).
+struct QKVRope {
+  cpu::RopeConfig config;
+  std::vector<int32_t> queryStartLoc;
+
+  QKVRope(RopeKind kind, const CacheCase &c) {
+    config.headDim = c.headDim;
+    config.rotaryDim = c.rotaryDim;
+    config.theta = 10000.0;
+    if (kind == RopeKind::kLongRope) {
+      config.scaling = "longrope";
+      config.originalMaxPositionEmbeddings = 2048;
+      for (int j = 0; j < c.rotaryDim / 2; ++j) {
+        config.shortFactor.push_back(1.0 + 0.05 * j);
+        config.longFactor.push_back(2.0 + 0.25 * j);
+      }
+    } else if (kind == RopeKind::kDynamic) {
+      config.scaling = "dynamic";
+      config.factor = 2.0;
+      config.originalMaxPositionEmbeddings = 4;
+      queryStartLoc = {0, c.t - 1, c.t};
+    }
+  }
+  /// The CPU's rotation of x [t, heads * head_dim] in place, each dynamic
+  /// sequence with its own frequencies (CpuSteps.cpp's forEachRopeSpan).
+  void applyCpu(float *x, int t, int64_t heads,
+                const std::vector<int32_t> &positions) const {
+    if (queryStartLoc.empty()) {
+      cpu::applyRope(x, t, heads, positions.data(), config,
+                     plan::ropeInverseFrequencies(config));
+      return;
+    }
+    for (size_t b = 0; b + 1 < queryStartLoc.size(); ++b) {
+      const int32_t first = queryStartLoc[b],
+                    count = queryStartLoc[b + 1] - first;
+      cpu::applyRope(x + first * heads * config.headDim, count, heads,
+                     positions.data() + first, config,
+                     plan::dynamicRopeInverseFrequencies(
+                         config, positions[first + count - 1] + 1));
+    }
+  }
+};
+
+TYPED_TEST(Bf16KernelsTest, RopeQKVCacheWriteIsRopeAndRopeKVCacheWrite) {
+  // One launch rotating q and writing rotated k and v: the same bytes as
+  // launchRope of q and launchRopeKVCacheWrite of k and v, for every pool,
+  // rope and shape (16-byte packs in column views of the q/k/v rows, and the
+  // element kernel one element off), with a padding token (slot -1) whose
+  // queries are rotated all the same; and within the rope bound of the CPU.
+  using T = TypeParam;
+  constexpr int kLayers = 2, kLayer = 1;
+  for (const CacheCase &c : kCacheCases)
+    for (RopeKind kind :
+         {RopeKind::kDefault, RopeKind::kLongRope, RopeKind::kDynamic}) {
+      if (kind == RopeKind::kDynamic && c.t < 2)
+        continue;
+      const QKVRope rope(kind, c);
+      ASSERT_TRUE(rope.config.validate().isOk());
+      const int qHeads = 2 * c.kvHeads;
+      const cpu::CacheGeometry g =
+          cacheGeometry(kLayers, c.kvHeads, c.headDim, c.blockSize);
+      const cuda::CacheDims dims{kLayers, c.kvHeads, c.headDim, c.blockSize};
+      const int64_t qWidth = int64_t(qHeads) * c.headDim,
+                    width = int64_t(c.kvHeads) * c.headDim;
+      const int64_t numBlocks = (c.t + c.blockSize - 1) / c.blockSize + 2;
+      std::vector<int64_t> slots =
+          shuffledSlots(numBlocks, c.blockSize, c.t, this->rng_);
+      if (c.t > 2)
+        slots[1] = -1;
+      std::vector<int32_t> positions(c.t);
+      std::uniform_int_distribution<int32_t> pos(0, 5000);
+      for (int i = 0; i < c.t; ++i)
+        positions[i] = kind == RopeKind::kDynamic
+                           ? (i + 1 < c.t ? 3 + i : 2) // past 4, and a decode
+                           : pos(this->rng_);
+      // Merged q/k/v rows, 16-byte aligned and one element off.
+      const int64_t ld = qWidth + 2 * width + 8, ldOdd = ld + 1;
+      const std::vector<float> qkv = this->randomT(size_t(c.t) * ld, 2.0f);
+      std::vector<float> qkvOdd(size_t(c.t) * ldOdd, 0.0f);
+      for (int r = 0; r < c.t; ++r)
+        std::copy_n(qkv.begin() + r * ld, ld, qkvOdd.begin() + r * ldOdd + 1);
+      DeviceArray<T> dQkv(narrowAll<T>(qkv)), dOdd(narrowAll<T>(qkvOdd));
+      DeviceArray<float> dFreq(plan::ropeInverseFrequencies(rope.config));
+      DeviceArray<int64_t> dSlots(slots);
+      DeviceArray<int32_t> dPos(positions),
+          dStarts(rope.queryStartLoc.empty() ? std::vector<int32_t>{0}
+                                             : rope.queryStartLoc);
+      cuda::DynamicRope dynamic;
+      if (kind == RopeKind::kDynamic) {
+        dynamic.queryStartLoc = dStarts.get();
+        dynamic.numSeqs = 2;
+        dynamic.theta = 10000.0f;
+        dynamic.factor = 2.0f;
+        dynamic.originalMaxPositionEmbeddings = 4;
+      }
+      const int longFrom = static_cast<int>(rope.config.longFrom());
+      // The CPU's rotated queries.
+      std::vector<float> qCpu(size_t(c.t) * qWidth);
+      double maxAbs = 0.0;
+      for (int r = 0; r < c.t; ++r)
+        for (int64_t e = 0; e < qWidth; ++e) {
+          qCpu[r * qWidth + e] = qkv[r * ld + e];
+          maxAbs = std::max(maxAbs, double(std::fabs(qkv[r * ld + e])));
+        }
+      rope.applyCpu(qCpu.data(), c.t, qHeads, positions);
+      const size_t elements = size_t(numBlocks) * g.blockElements();
+      for (KVCacheDtype dtype : kPoolDtypes) {
+        const char *kinds[] = {"default", "longrope", "dynamic"};
+        const std::string where = std::string(poolName(dtype)) + " pool, " +
+                                  kinds[static_cast<int>(kind)] +
+                                  " rope, kvh=" + std::to_string(c.kvHeads) +
+                                  " d=" + std::to_string(c.headDim) +
+                                  " rot=" + std::to_string(c.rotaryDim) +
+                                  " T=" + std::to_string(c.t) + " (" +
+                                  this->name() + " rows)";
+        // Two launches: rope of q, rope_kv_cache_write of k and v.
+        TwoPools twoLaunches(dtype, elements, c.headDim);
+        auto qTwo = DeviceArray<T>::poisoned(size_t(c.t) * qWidth);
+        ASSERT_EQ(cuda::launchRope(dQkv.get(), qTwo.get(), c.t, qHeads,
+                                   c.headDim, c.rotaryDim, dPos.get(),
+                                   dFreq.get(), nullptr, ld, longFrom, dynamic),
+                  cudaSuccess);
+        ASSERT_EQ(cuda::launchRopeKVCacheWrite(
+                      twoLaunches.gpuPool(), dims, kLayer, dQkv.get() + qWidth,
+                      dQkv.get() + qWidth + width, dSlots.get(), dPos.get(),
+                      c.t, c.rotaryDim, dFreq.get(), nullptr, ld, ld, longFrom,
+                      dynamic),
+                  cudaSuccess);
+        // One launch, packed (aligned views) and element-wise (odd views).
+        for (bool odd : {false, true}) {
+          const T *rows = odd ? dOdd.get() + 1 : dQkv.get();
+          const int64_t rowLd = odd ? ldOdd : ld;
+          TwoPools fused(dtype, elements, c.headDim);
+          auto qFused = DeviceArray<T>::poisoned(size_t(c.t) * qWidth);
+          ASSERT_EQ(cuda::launchRopeQKVCacheWrite(
+                        rows, qFused.get(), qHeads, fused.gpuPool(), dims,
+                        kLayer, rows + qWidth, rows + qWidth + width,
+                        dSlots.get(), dPos.get(), c.t, c.rotaryDim, dFreq.get(),
+                        nullptr, rowLd, rowLd, rowLd, longFrom, dynamic),
+                    cudaSuccess);
+          const std::string path = where + (odd ? ", element" : ", packed");
+          EXPECT_TRUE(sameBits(qFused.download(), qTwo.download(), qWidth))
+              << path << ": queries";
+          EXPECT_TRUE(fused.sameGpuBytes(twoLaunches)) << path << ": cache";
+          EXPECT_TRUE(withinBound(qFused.download(), qCpu,
+                                  Bound{0.5, 0x1p-22, 0x1p-21 * maxAbs},
+                                  qWidth))
+              << path << ": queries against the CPU";
+        }
+        if (c.t == 20 && kind == RopeKind::kDefault) {
+          TwoPools graphed(dtype, elements, c.headDim);
+          auto qGraphed = DeviceArray<T>::poisoned(size_t(c.t) * qWidth);
+          EXPECT_TRUE(replaysInGraph(
+              [&](cudaStream_t s) {
+                return launched(cuda::launchRopeQKVCacheWrite(
+                    dQkv.get(), qGraphed.get(), qHeads, graphed.gpuPool(), dims,
+                    kLayer, dQkv.get() + qWidth, dQkv.get() + qWidth + width,
+                    dSlots.get(), dPos.get(), c.t, c.rotaryDim, dFreq.get(), s,
+                    ld, ld, ld));
+              },
+              {bytesOf(qGraphed, size_t(c.t) * qWidth),
+               DeviceBytes{graphed.gpuValues.get(),
+                           graphed.cpuValues.size() * sizeof(__nv_bfloat16)},
+               DeviceBytes{graphed.gpuCodes.get(), graphed.cpuCodes.size()},
+               DeviceBytes{graphed.gpuScales.get(),
+                           graphed.cpuScales.size() * sizeof(float)}},
+              /*fill=*/0));
+        }
+      }
+    }
 }
 
 TYPED_TEST(Bf16KernelsTest, DynamicRopeKVCacheWriteFollowsEachSequencesLength) {

@@ -122,7 +122,8 @@ protected:
     for (const plan::Step &step : artifact_.plan.ranks[0].steps)
       fusedSteps_ += step.op == "split" || step.op == "add_rms_norm" ||
                      step.op == "silu_mul" || step.op == "linear_residual" ||
-                     step.op == "rope_kv_cache_write" || step.op == "fused";
+                     step.op == "rope_kv_cache_write" ||
+                     step.op == "rope_qkv_cache_write" || step.op == "fused";
     compiled_ = !dir.empty() && fs::is_directory(dir);
     StatusOr<ParamTable> params = loadParams(artifact_, 0, case_.modelDir);
     ASSERT_TRUE(params.isOk()) << params.status().message();

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <variant>
 
 namespace infer::testing {
 
@@ -304,6 +305,53 @@ createTestBackend(const Artifact &artifact, int64_t numBlocks, int numThreads) {
   options.numBlocks = numBlocks;
   options.numThreads = numThreads;
   return cpu::createCpuBackend(artifact.plan, 0, std::move(params), options);
+}
+
+plan::Plan withFusedRopes(plan::Plan plan, bool queries) {
+  std::vector<plan::Step> &steps = plan.ranks[0].steps;
+  auto producer = [&](int id) -> plan::Step * {
+    for (plan::Step &s : steps)
+      if (!s.results.empty() && s.results[0] == id)
+        return &s;
+    return nullptr;
+  };
+  std::vector<plan::Step> fused;
+  for (const plan::Step &step : steps) {
+    if (step.op == "rope")
+      continue;
+    if (step.op != "kv_cache_write") {
+      fused.push_back(step);
+      continue;
+    }
+    const int64_t layer = std::get<int64_t>(step.attrs.at("layer"));
+    const plan::Step *kRope = producer(step.operands[1]);
+    const plan::Step *qRope = nullptr;
+    for (const plan::Step &s : steps)
+      if (s.op == "paged_attention" &&
+          std::get<int64_t>(s.attrs.at("layer")) == layer)
+        qRope = producer(s.operands[0]);
+    if (!kRope || !qRope || kRope->op != "rope" || qRope->op != "rope")
+      return plan; // not buildLlamaArtifact's layer: unchanged
+    plan::Step write = *kRope;
+    write.attrs["layer"] = layer;
+    const int positions = kRope->operands[1];
+    if (queries) {
+      write.op = "rope_qkv_cache_write";
+      write.operands = {step.operands[0],   qRope->operands[0],
+                        kRope->operands[0], step.operands[2],
+                        step.operands[3],   positions};
+      write.results = qRope->results;
+    } else {
+      fused.push_back(*qRope);
+      write.op = "rope_kv_cache_write";
+      write.operands = {step.operands[0], kRope->operands[0], step.operands[2],
+                        step.operands[3], positions};
+      write.results.clear();
+    }
+    fused.push_back(std::move(write));
+  }
+  steps = std::move(fused);
+  return plan;
 }
 
 plan::Plan withActivationType(plan::Plan plan, plan::DType dtype) {

@@ -46,6 +46,12 @@ plan::Plan withActivationType(plan::Plan plan, plan::DType dtype);
 /// Returns how many it rewrote.
 int fuseResidualSteps(plan::RankPlan &rank);
 
+/// A buildLlamaArtifact plan with infer-fuse's rope steps: each layer's
+/// rope of k and its kv_cache_write become rope_kv_cache_write, and with
+/// `queries` the rope of q that the layer's paged_attention reads joins them
+/// in rope_qkv_cache_write (where the cache write was, both ropes gone).
+plan::Plan withFusedRopes(plan::Plan plan, bool queries);
+
 /// max |a - b| / max |b| over equal-sized arrays.
 double maxRelativeError(const float *actual, const float *expected, int64_t n);
 

@@ -1,0 +1,95 @@
+//===- RopeQKVCacheWriteStepTest.cpp - The fused rope step on the GPU -----===//
+//
+// A Llama plan whose layers rotate q and write rotated k and v with one
+// rope_qkv_cache_write step gives the logits of the same plan with a rope
+// of q and a rope_kv_cache_write (what infer-fuse made before), bit for bit
+// on the CUDA backend: the fused kernel stores the bytes of the two it
+// replaces. A prefill and decode steps that read the cached keys back, in a
+// bf16 pool and an fp8 E4M3 one, for the repository's Llama fixtures.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/CudaBackend.h"
+#include "tests/runtime/support/LlamaPlan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+namespace infer::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// The repository's Llama fixtures: llama3 frequency scaling with GQA, and
+/// head_dim 32 with one key/value head.
+const char *const kModels[] = {"llama3-rope-scaling", "llama-headdim32-mqa"};
+
+Batch sequenceBatch(const std::vector<int32_t> &tokens, int32_t cached) {
+  Batch b;
+  b.tokenIds = tokens;
+  const auto n = static_cast<int32_t>(tokens.size());
+  b.queryStartLoc = {0, n};
+  b.contextLens = {cached + n};
+  b.maxBlocksPerSeq = 4;
+  b.blockTables = {2, 0, 3, 1};
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t p = cached + i;
+    b.positions.push_back(p);
+    b.slotMapping.push_back(int64_t(b.blockTables[p / 16]) * 16 + p % 16);
+  }
+  b.logitsIndices = {n - 1};
+  return b;
+}
+
+TEST(CudaRopeQKVCacheWriteStep, SameLogitsAsRopeAndRopeKVCacheWrite) {
+  std::string why;
+  if (!cuda::cudaDeviceAvailable(&why))
+    GTEST_SKIP() << "CUDA backend tests need a GPU: " << why;
+  for (const char *name : kModels) {
+    const std::string model =
+        std::string(INFER_PROJECT_FIXTURES_DIR) + "/" + name;
+    ASSERT_TRUE(fs::exists(model + "/config.json")) << model;
+    StatusOr<Artifact> artifact =
+        buildLlamaArtifact(model, 16, plan::DType::kBF16);
+    ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
+    StatusOr<ParamTable> params = loadParams(*artifact, 0, model);
+    ASSERT_TRUE(params.isOk()) << params.status().message();
+    for (plan::DType pool : {plan::DType::kBF16, plan::DType::kF8E4M3}) {
+      plan::Plan base = artifact->plan;
+      base.kvCache.dtype = pool;
+      auto backend = [&](bool queries) {
+        cuda::CudaBackendOptions options;
+        options.numBlocks = 4;
+        return cuda::createCudaBackend(withFusedRopes(base, queries), 0,
+                                       *params, options);
+      };
+      StatusOr<std::unique_ptr<Backend>> unfused = backend(false),
+                                         fused = backend(true);
+      ASSERT_TRUE(unfused.isOk()) << unfused.status().message();
+      ASSERT_TRUE(fused.isOk()) << fused.status().message();
+      const std::vector<Batch> batches = {
+          sequenceBatch({7, 3, 11, 5, 2, 9, 4, 1, 6, 10, 12, 13, 14, 15, 16, 17,
+                         18, 19, 20},
+                        0),
+          sequenceBatch({8}, 19), sequenceBatch({21}, 20)};
+      for (const Batch &batch : batches) {
+        StatusOr<Logits> a = (*unfused)->forward(batch),
+                         b = (*fused)->forward(batch);
+        ASSERT_TRUE(a.isOk()) << a.status().message();
+        ASSERT_TRUE(b.isOk()) << b.status().message();
+        ASSERT_EQ(a->data.size(), b->data.size());
+        EXPECT_EQ(std::memcmp(a->data.data(), b->data.data(),
+                              a->data.size() * sizeof(float)),
+                  0)
+            << name << ", " << plan::dtypeName(pool) << " pool, "
+            << batch.tokenIds.size() << " new tokens after "
+            << batch.contextLens[0] - batch.tokenIds.size();
+      }
+    }
+  }
+}
+
+} // namespace
+} // namespace infer::testing
