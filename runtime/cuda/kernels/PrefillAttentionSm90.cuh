@@ -280,21 +280,55 @@ __device__ __forceinline__ int planeOf(const CacheDims &dims, int layer,
   return (block * dims.numLayers + layer) * 2 + kv;
 }
 
-/// The producer of the bf16 variant: warps 0 and 1 issue the K tiles' TMA
-/// boxes, warps 2 and 3 the V tiles', one box a lane (box j of a tile to
-/// warp j % 2 of its pair), each pair arriving on its own ring of barriers.
-/// A box takes a dozen instructions to issue (the compiler loops over the
-/// lanes, moving each lane's coordinates into uniform registers): one warp
-/// issuing all of them made the consumers wait for K a sixth of their time
-/// at 8192 tokens (ncu), and two warps took 436 to 539 TFLOP/s. A warp
-/// loads the next tile's block table entries before it waits for the stage
-/// to empty.
-template <int D, int kStages>
+/// What the producer of the bf16 variant keeps of an item's geometry.
+struct ProducerItem {
+  const int32_t *table;
+  int tileBegin, keyBegin, keyEnd, numTiles, kvHead;
+};
+
+__device__ __forceinline__ ProducerItem producerItemOf(const TileGeometry &g) {
+  return {g.table,
+          static_cast<int>(g.tileBegin),
+          static_cast<int>(g.keyBegin),
+          static_cast<int>(g.keyEnd),
+          g.numTiles,
+          g.kvHead};
+}
+
+/// The TMA box of lane `lane` in tile `tileStart` of `item` (boxOf).
+template <int kHalves>
+__device__ __forceinline__ Box boxOfItem(const ProducerItem &item,
+                                         int blockSize, int rows, int tileStart,
+                                         int lane) {
+  Box b;
+  const int box = lane / kHalves;
+  b.half = lane % kHalves;
+  b.key0 = tileStart + box * rows;
+  b.valid = box < kKeys / rows && b.key0 + rows > item.keyBegin &&
+            b.key0 < item.keyEnd;
+  b.block = b.valid ? item.table[b.key0 / blockSize] : 0;
+  return b;
+}
+
+/// The producer of the bf16 variant, for the CTA's work items from item `k`
+/// (geometry `g`) on: warps 0 and 1 issue the K tiles' TMA boxes, warps 2
+/// and 3 the V tiles', one box a lane (box j of a tile to warp j % 2 of its
+/// pair), each pair arriving on its own ring of barriers. A box takes a
+/// dozen instructions to issue (the compiler loops over the lanes, moving
+/// each lane's coordinates into uniform registers): one warp issuing all of
+/// them made the consumers wait for K a sixth of their time at 8192 tokens
+/// (ncu), and two warps took 436 to 539 TFLOP/s. A warp loads the next
+/// tile's block table entries before it waits for the stage to empty, and
+/// at an item's last tile it locates the next item (the work list, the
+/// sequence's lengths) and loads its first tile's entries then, so that
+/// their latency passes while the ring is full rather than when the
+/// consumers reach the item.
+template <int D, int kStages, bool kPersistent>
 __device__ __forceinline__ void
-produceDirect(const CUtensorMap &map, const Sm90Params &p,
+produceDirect(const CUtensorMap &map, const Sm90Params &p, int k,
               const TileGeometry &g, uint8_t *smem, uint64_t *fullK,
               uint64_t *fullV, uint64_t *emptyK, uint64_t *emptyV,
-              uint32_t kOffset, uint32_t vOffset, int it0) {
+              uint32_t kOffset, uint32_t vOffset) {
   constexpr int kHalves = D / 64;
   constexpr uint32_t kTileBytes = kKeys * D * 2;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -305,37 +339,49 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p,
   uint8_t *tiles = smem + (kv == 0 ? kOffset : vOffset);
   const int blockSize = p.dims.blockSize;
   const int rows = blockSize < kKeys ? blockSize : kKeys;
-  Box b = boxOf<kHalves>(g, blockSize, rows, g.tileBegin, j);
-  for (int t = 0; t < g.numTiles; ++t) {
-    const int stage = (it0 + t) % kStages;
-    const uint32_t phase = ((it0 + t) / kStages) & 1;
-    const uint32_t bytes =
-        __popc(__ballot_sync(0xffffffffu, b.valid)) * uint32_t(rows) * 128;
-    const uint32_t dst = uint32_t(b.half) * kHalfBytes +
-                         uint32_t(b.key0 - g.tileBegin - t * kKeys) * 128;
-    const Box next =
-        t + 1 < g.numTiles
-            ? boxOf<kHalves>(g, blockSize, rows,
-                             g.tileBegin + int64_t(t + 1) * kKeys, j)
-            : b;
-    mbarrierWait(&empty[stage], phase ^ 1);
-    // Each warp of the pair arrives once, with its own boxes' bytes.
-    if (lane == 0)
-      mbarrierArriveExpectTx(&full[stage], bytes);
-    __syncwarp();
-    if (b.valid)
-      tmaLoad4d(tiles + stage * kTileBytes + dst, &map, &full[stage],
-                b.half * 64, g.kvHead, b.key0 % blockSize,
-                planeOf(p.dims, p.a.layer, b.block, kv));
-    b = next;
+  ProducerItem item = producerItemOf(g), nextItem = item;
+  Box b = boxOfItem<kHalves>(item, blockSize, rows, item.tileBegin, j);
+  for (int it0 = 0;;) {
+    bool more = false;
+    for (int t = 0; t < item.numTiles; ++t) {
+      const int stage = (it0 + t) % kStages;
+      const uint32_t phase = ((it0 + t) / kStages) & 1;
+      const uint32_t bytes =
+          __popc(__ballot_sync(0xffffffffu, b.valid)) * uint32_t(rows) * 128;
+      const uint32_t dst = uint32_t(b.half) * kHalfBytes +
+                           uint32_t(b.key0 - item.tileBegin - t * kKeys) * 128;
+      Box next = b;
+      if (t + 1 < item.numTiles) {
+        next = boxOfItem<kHalves>(item, blockSize, rows,
+                                  item.tileBegin + (t + 1) * kKeys, j);
+      } else if (kPersistent) {
+        TileGeometry n;
+        ++k;
+        more = nextWork(p, k, n);
+        if (more) {
+          nextItem = producerItemOf(n);
+          next = boxOfItem<kHalves>(nextItem, blockSize, rows,
+                                    nextItem.tileBegin, j);
+        }
+      }
+      mbarrierWait(&empty[stage], phase ^ 1);
+      // Each warp of the pair arrives once, with its own boxes' bytes.
+      if (lane == 0)
+        mbarrierArriveExpectTx(&full[stage], bytes);
+      __syncwarp();
+      if (b.valid)
+        tmaLoad4d(tiles + stage * kTileBytes + dst, &map, &full[stage],
+                  b.half * 64, item.kvHead, b.key0 % blockSize,
+                  planeOf(p.dims, p.a.layer, b.block, kv));
+      b = next;
+    }
+    if (!more)
+      return;
+    it0 += item.numTiles;
+    item = nextItem;
   }
 }
 
-/// Row `row` of a staged raw tile (`src`, the pool's element type) converted
-/// into row `row` of a bf16 tile in the 128-byte swizzle: decoded (E4M3:
-/// times `scale`), keys rotated at `position` when kRotate, rounded; zeros
-/// when !valid. Chunks are visited in an order rotated by the row, so the
-/// lanes of a warp read different banks of the unswizzled staging rows.
 template <int D, KVCacheDtype T, bool kRotate>
 __device__ __forceinline__ void
 convertRow(const uint8_t *src, uint8_t *dst, int row, bool valid, float scale,
@@ -958,17 +1004,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     lowerRegisters<V::kProducerRegs>();
     // The CTA's work items in turn, the ring's stages and phases going on
     // from one to the next.
-    int it = 0;
-    do {
-      if constexpr (V::kStaged)
+    if constexpr (V::kStaged) {
+      int it = 0;
+      do {
         produceStaged<D, T, kRope>(direct, raw, p, g, smem, fullK, fullV,
                                    emptyK, emptyV, stagingFull, it);
-      else
-        produceDirect<D, V::kStages>(direct, p, g, smem, fullK, fullV, emptyK,
-                                     emptyV, L::kK, L::kV, it);
-      it += g.numTiles;
-      ++k;
-    } while (V::kPersistent && nextWork(p, k, g));
+        it += g.numTiles;
+        ++k;
+      } while (V::kPersistent && nextWork(p, k, g));
+    } else {
+      produceDirect<D, V::kStages, V::kPersistent>(
+          direct, p, k, g, smem, fullK, fullV, emptyK, emptyV, L::kK, L::kV);
+    }
   } else {
     raiseRegisters<V::kConsumerRegs>();
     const int wg = warpgroup - 1;
