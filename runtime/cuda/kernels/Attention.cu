@@ -96,32 +96,10 @@ __global__ void kvCacheWriteKernel(KVCachePool pool, CacheDims dims, int layer,
         }
         amax = fmaxf(amax, fabsf(x[r]));
       }
-      const int64_t dst =
-          kvSlotOffset(dims, slot, layer, kv) + int64_t(head) * d;
-      if constexpr (T == KVCacheDtype::kBf16) {
-#pragma unroll
-        for (int r = 0; r < kPerLane; ++r)
-          if (lane + 32 * r < d)
-            data[dst + lane + 32 * r] = __float2bfloat16_rn(x[r]);
-      } else if constexpr (!KVElement<T>::kScaled) {
-#pragma unroll
-        for (int r = 0; r < kPerLane; ++r)
-          if (lane + 32 * r < d)
-            data[dst + lane + 32 * r] = encodeFp8<T>(x[r]);
-      } else {
-        for (int offset = 16; offset > 0; offset /= 2)
-          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-        // A head whose scale is 0 (all zeros, or an amax so small that
-        // amax / 448 underflows) keeps codes 0: no 0 / 0.
-        const float scale = amax / 448.0f;
-        if (lane == 0)
-          pool.scales[dst / d] = scale;
-#pragma unroll
-        for (int r = 0; r < kPerLane; ++r)
-          if (lane + 32 * r < d)
-            data[dst + lane + 32 * r] =
-                scale == 0.0f ? uint8_t(0) : encodeFp8<T>(x[r] / scale);
-      }
+      storeHeadVector<T>(data, pool.scales,
+                         kvSlotOffset(dims, slot, layer, kv) +
+                             int64_t(head) * d,
+                         d, x, amax, lane);
     }
   }
 }

@@ -193,6 +193,42 @@ __device__ __forceinline__ uint8_t encodeFp8(float x) {
       __nv_cvt_float_to_fp8(x, __NV_SATFINITE, KVElement<T>::kFormat));
 }
 
+/// Stores one warp's head vector of `d` elements at element offset `dst` of
+/// the pool's `data` (E4M3: its scale into `scales`), lane l holding elements
+/// l, l + 32, ... in x (fp32) and `amax` the largest |x| of its elements: bf16
+/// rounded, E5M2 codes, or E4M3 codes of x / scale with scale = the vector's
+/// amax / 448 (lane 0 stores it).
+template <KVCacheDtype T, int kPerLane>
+__device__ __forceinline__ void
+storeHeadVector(typename KVElement<T>::Storage *data, float *scales,
+                int64_t dst, int d, const float (&x)[kPerLane], float amax,
+                int lane) {
+  if constexpr (T == KVCacheDtype::kBf16) {
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r)
+      if (lane + 32 * r < d)
+        data[dst + lane + 32 * r] = __float2bfloat16_rn(x[r]);
+  } else if constexpr (!KVElement<T>::kScaled) {
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r)
+      if (lane + 32 * r < d)
+        data[dst + lane + 32 * r] = encodeFp8<T>(x[r]);
+  } else {
+    for (int offset = 16; offset > 0; offset /= 2)
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    // A head whose scale is 0 (all zeros, or an amax so small that
+    // amax / 448 underflows) keeps codes 0: no 0 / 0.
+    const float scale = amax / 448.0f;
+    if (lane == 0)
+      scales[dst / d] = scale;
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r)
+      if (lane + 32 * r < d)
+        data[dst + lane + 32 * r] =
+            scale == 0.0f ? uint8_t(0) : encodeFp8<T>(x[r] / scale);
+  }
+}
+
 } // namespace infer::cuda
 
 #endif // INFER_RUNTIME_CUDA_KERNELS_KVCACHE_CUH
