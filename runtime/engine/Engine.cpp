@@ -261,6 +261,8 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
   pending_.clear();
   propose();
   SchedulerOutput scheduled = scheduler_.schedule();
+  outputs.reserve(outputs.size() + scheduled.finished.size() +
+                  scheduled.scheduled.size());
   stats_.numPreemptions = scheduler_.numPreemptions();
   stats_.numCachedTokens = scheduler_.numCachedTokens();
   for (Request *r : scheduled.finished) {
@@ -291,6 +293,10 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
         batch.maxBlocksPerSeq,
         static_cast<int64_t>(kvCache_.blockTable(s.request->id).size()));
   const int64_t bs = config_.blockSize;
+  batch.tokenIds.reserve(scheduled.numScheduledTokens);
+  batch.positions.reserve(scheduled.numScheduledTokens);
+  batch.slotMapping.reserve(scheduled.numScheduledTokens);
+  batch.blockTables.reserve(scheduled.scheduled.size() * batch.maxBlocksPerSeq);
   std::vector<int64_t> firstRow(scheduled.scheduled.size(), -1);
   for (size_t i = 0; i < scheduled.scheduled.size(); ++i) {
     const ScheduledRequest &s = scheduled.scheduled[i];
@@ -320,9 +326,10 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     batch.queryStartLoc.push_back(static_cast<int32_t>(batch.tokenIds.size()));
     batch.contextLens.push_back(
         static_cast<int32_t>(start + s.numTokens - evicted));
-    std::vector<int32_t> row(table.begin(), table.end());
-    row.resize(batch.maxBlocksPerSeq, -1);
-    batch.blockTables.insert(batch.blockTables.end(), row.begin(), row.end());
+    batch.blockTables.insert(batch.blockTables.end(), table.begin(),
+                             table.end());
+    batch.blockTables.resize(
+        batch.blockTables.size() + batch.maxBlocksPerSeq - table.size(), -1);
   }
   // The backend chooses the tokens itself, and only they come back, when
   // every row is one request's plain next token: no draft to verify (that

@@ -74,7 +74,11 @@ int64_t TokenHistory::outputCount(int32_t token) const {
 Sampler::Sampler(const SamplingParams &params, std::vector<int32_t> eosTokenIds,
                  const std::vector<int32_t> &promptTokenIds)
     : params_(params), eosTokenIds_(std::move(eosTokenIds)),
-      history_(promptTokenIds), rng_(params.seed) {}
+      penalized_(params.repetitionPenalty != 1.0 ||
+                 params.presencePenalty != 0.0 ||
+                 params.frequencyPenalty != 0.0),
+      history_(penalized_ ? TokenHistory(promptTokenIds) : TokenHistory()),
+      rng_(params.seed) {}
 
 bool Sampler::masked(int64_t id) const {
   return params_.ignoreEos &&
@@ -85,10 +89,7 @@ bool Sampler::masked(int64_t id) const {
 std::vector<double> Sampler::adjustedLogits(const float *logits,
                                             int64_t vocab) const {
   std::vector<double> out(logits, logits + vocab);
-  const bool penalize = params_.repetitionPenalty != 1.0 ||
-                        params_.presencePenalty != 0.0 ||
-                        params_.frequencyPenalty != 0.0;
-  for (int64_t i = 0; i < vocab && penalize; ++i) {
+  for (int64_t i = 0; i < vocab && penalized_; ++i) {
     const int32_t id = static_cast<int32_t>(i);
     if (params_.repetitionPenalty != 1.0 && history_.seen(id))
       out[i] = out[i] > 0 ? out[i] / params_.repetitionPenalty
@@ -140,8 +141,7 @@ int32_t Sampler::sampleFrom(const std::vector<double> &probs) {
 }
 
 bool Sampler::backendSamplable() const {
-  return params_.repetitionPenalty == 1.0 && params_.presencePenalty == 0.0 &&
-         params_.frequencyPenalty == 0.0 &&
+  return !penalized_ &&
          (!params_.ignoreEos ||
           eosTokenIds_.size() <= size_t(RowSampling::kMaxMaskedIds));
 }
@@ -167,7 +167,7 @@ int32_t Sampler::sample(const float *logits, int64_t vocab) {
       static_cast<int32_t>(std::max<int64_t>(argmaxOf(adjusted), 0));
   if (!params_.greedy() && argmaxOf(adjusted) >= 0)
     token = sampleFrom(weights(adjusted));
-  history_.addOutput(token);
+  record(token);
   return token;
 }
 

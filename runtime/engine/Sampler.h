@@ -124,7 +124,10 @@ public:
   /// unless greedy, as sample() makes. record() the token chosen.
   RowSampling nextRowSampling();
   /// Records a token chosen elsewhere (an accepted draft token).
-  void record(int32_t token) { history_.addOutput(token); }
+  void record(int32_t token) {
+    if (penalized_)
+      history_.addOutput(token);
+  }
   /// Restarts the RNG (a draft model's copy of the request's sampler).
   void reseed(uint64_t seed) { rng_.seed(seed); }
 
@@ -135,6 +138,8 @@ public:
 
   const SamplingParams &params() const { return params_; }
   const std::vector<int32_t> &eosTokenIds() const { return eosTokenIds_; }
+  /// The tokens seen so far; kept only for requests with penalties (empty
+  /// otherwise: nothing reads it).
   const TokenHistory &history() const { return history_; }
 
 private:
@@ -146,6 +151,10 @@ private:
 
   SamplingParams params_;
   std::vector<int32_t> eosTokenIds_;
+  /// Whether a penalty reads the history (repetition, presence or
+  /// frequency): without one the sampler keeps none, a hash table insert a
+  /// token saved on the engine's host work.
+  bool penalized_;
   TokenHistory history_;
   std::mt19937_64 rng_;
 };
