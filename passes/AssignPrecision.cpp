@@ -125,6 +125,11 @@ std::optional<Precision> precisionOf(Operation *op) {
         return Precision{Rule::kActivation,
                          {&write.getKeyMutable(), &write.getValueMutable()}};
       })
+      .Case<RopeQKVCacheWriteOp>([](RopeQKVCacheWriteOp write) {
+        return Precision{Rule::kActivation,
+                         {&write.getQueryMutable(), &write.getKeyMutable(),
+                          &write.getValueMutable()}};
+      })
       .Case<GatherRowsOp, RopeOp, BiasAddOp>([](auto unary) {
         return Precision{Rule::kPromote, {&unary.getInputMutable()}};
       })

@@ -226,3 +226,22 @@ func.func @logical_attention(%q: tensor<?x32xf32>, %qsl: tensor<?xi32> {infer.in
   %r = infer.all_reduce %c : tensor<?x16xf32>
   return %r : tensor<?x16xf32>
 }
+
+// -----
+
+// A fused rope_qkv_cache_write (infer-fuse before this pass) takes the
+// activation type for the queries, keys and values it reads and the rotated
+// queries it returns; the cache keeps its own element type.
+
+// CHECK-LABEL: func.func @fused_rope(
+// CHECK:       %[[Q:.+]], %[[C:.+]] = infer.rope_qkv_cache_write {{.*}} : !infer.kv_cache<{{.*}}element_type = f8E5M2>, tensor<?x32xbf16>, tensor<?x32xbf16>, tensor<?x32xbf16>, tensor<?xi64>, tensor<?xi32> -> tensor<?x32xbf16>, !infer.kv_cache<{{.*}}element_type = f8E5M2>
+// CHECK-NOT:   infer.cast
+// F32-LABEL: func.func @fused_rope(
+// F32:         infer.rope_qkv_cache_write {{.*}} -> tensor<?x32xf32>, !infer.kv_cache<{{.*}}element_type = f8E5M2>
+func.func @fused_rope(%x: tensor<?x32xf32>, %slots: tensor<?xi64> {infer.input = "slot_mapping"},
+                      %pos: tensor<?xi32> {infer.input = "positions"},
+                      %c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f8E5M2> {infer.input = "kv_cache"})
+    -> (tensor<?x32xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f8E5M2>) {
+  %q, %c1 = infer.rope_qkv_cache_write %c0, %x, %x, %x, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f8E5M2>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32> -> tensor<?x32xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f8E5M2>
+  return %q, %c1 : tensor<?x32xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f8E5M2>
+}
