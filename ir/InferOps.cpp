@@ -535,47 +535,43 @@ LogicalResult KVCacheWriteOp::verify() {
   return verifySameType(*this, getResult().getType(), cacheType, "cache");
 }
 
-LogicalResult RopeKVCacheWriteOp::verify() {
-  KVCacheType cacheType = getCache().getType();
-  int64_t layer = getLayerAttr().getInt();
+/// What rope_kv_cache_write and rope_qkv_cache_write check alike: the layer
+/// and head_dim against the cache, the rope of the keys, and the keys' and
+/// values' widths and element types.
+template <typename Op> static LogicalResult verifyRopeCacheWrite(Op op) {
+  KVCacheType cacheType = op.getCache().getType();
+  int64_t layer = op.getLayerAttr().getInt();
   if (layer < 0 || layer >= cacheType.getNumLayers())
-    return emitOpError() << "expects layer in [0, num_layers = "
-                         << cacheType.getNumLayers() << "), got " << layer;
-  if (getHeadDimAttr().getInt() != cacheType.getHeadDim())
-    return emitOpError() << "expects head_dim (" << getHeadDimAttr().getInt()
-                         << ") to match the cache's (" << cacheType.getHeadDim()
-                         << ")";
-  if (failed(verifyRope(*this, getKey(), getHeadDimAttr().getInt(),
-                        getRotaryDimAttr().getInt(), getRope(),
-                        getQueryStartLoc())) ||
+    return op.emitOpError()
+           << "expects layer in [0, num_layers = " << cacheType.getNumLayers()
+           << "), got " << layer;
+  int64_t headDim = op.getHeadDimAttr().getInt();
+  if (headDim != cacheType.getHeadDim())
+    return op.emitOpError()
+           << "expects head_dim (" << headDim << ") to match the cache's ("
+           << cacheType.getHeadDim() << ")";
+  if (failed(verifyRope(op, op.getKey(), headDim,
+                        op.getRotaryDimAttr().getInt(), op.getRope(),
+                        op.getQueryStartLoc())) ||
       failed(
-          verifyKVFeatures(*this, "key", getKey(), cacheType.getKVWidth())) ||
+          verifyKVFeatures(op, "key", op.getKey(), cacheType.getKVWidth())) ||
       failed(
-          verifyKVFeatures(*this, "value", getValue(), cacheType.getKVWidth())))
+          verifyKVFeatures(op, "value", op.getValue(), cacheType.getKVWidth())))
     return failure();
-  if (failed(verifyCacheWriteTypes(*this, getKey(), getValue(), cacheType)))
+  return verifyCacheWriteTypes(op, op.getKey(), op.getValue(), cacheType);
+}
+
+LogicalResult RopeKVCacheWriteOp::verify() {
+  if (failed(verifyRopeCacheWrite(*this)))
     return failure();
-  return verifySameType(*this, getResult().getType(), cacheType, "cache");
+  return verifySameType(*this, getResult().getType(), getCache().getType(),
+                        "cache");
 }
 
 LogicalResult RopeQKVCacheWriteOp::verify() {
-  KVCacheType cacheType = getCache().getType();
-  int64_t layer = getLayerAttr().getInt();
-  if (layer < 0 || layer >= cacheType.getNumLayers())
-    return emitOpError() << "expects layer in [0, num_layers = "
-                         << cacheType.getNumLayers() << "), got " << layer;
-  int64_t headDim = getHeadDimAttr().getInt();
-  if (headDim != cacheType.getHeadDim())
-    return emitOpError() << "expects head_dim (" << headDim
-                         << ") to match the cache's (" << cacheType.getHeadDim()
-                         << ")";
-  if (failed(verifyRope(*this, getKey(), headDim, getRotaryDimAttr().getInt(),
-                        getRope(), getQueryStartLoc())) ||
-      failed(
-          verifyKVFeatures(*this, "key", getKey(), cacheType.getKVWidth())) ||
-      failed(
-          verifyKVFeatures(*this, "value", getValue(), cacheType.getKVWidth())))
+  if (failed(verifyRopeCacheWrite(*this)))
     return failure();
+  int64_t headDim = getHeadDimAttr().getInt();
   int64_t queryFeatures = featureDim(getQuery());
   if (!ShapedType::isDynamic(queryFeatures) && queryFeatures % headDim != 0)
     return emitOpError() << "expects query features (" << queryFeatures
@@ -583,11 +579,11 @@ LogicalResult RopeQKVCacheWriteOp::verify() {
                          << ")";
   if (failed(verifyElementType(*this, getQuery(), "the query",
                                elementTypeOf(getKey()), "the keys'")) ||
-      failed(verifyCacheWriteTypes(*this, getKey(), getValue(), cacheType)) ||
       failed(verifySameType(*this, getRotatedQuery().getType(),
                             getQuery().getType(), "query")))
     return failure();
-  return verifySameType(*this, getResult().getType(), cacheType, "cache");
+  return verifySameType(*this, getResult().getType(), getCache().getType(),
+                        "cache");
 }
 
 LogicalResult PagedAttentionOp::verify() {
