@@ -28,6 +28,17 @@ Matrix &result(const PreparedStep &s, std::vector<Matrix> &values,
   return values[s.step.results[i]];
 }
 
+/// y[T, N] = x w^T (+ bias) in fp32: bf16/f32 weights or fp8 codes with
+/// their row scales (linear, linear_residual, logits).
+void product(const Matrix &x, const Matrix &w, const float *bias, float *y,
+             ThreadPool &pool) {
+  if (w.fp8Codes)
+    linearFp8(x.data, x.rows, x.cols, w.fp8Codes, w.rowScales, w.rows, bias, y,
+              pool);
+  else
+    linear(x.data, x.rows, x.cols, w.data, w.rows, bias, y, pool);
+}
+
 /// y = f(x) elementwise, for steps of one operand.
 template <typename F>
 Status mapUnary(const PreparedStep &s, std::vector<Matrix> &values, F f) {
@@ -127,12 +138,7 @@ Status CpuBackend::runLinear(const PreparedStep &s, const Batch &,
   const Matrix &x = in(s, values, 0), &w = in(s, values, 1);
   const float *bias =
       s.step.operands.size() == 3 ? in(s, values, 2).data : nullptr;
-  float *y = result(s, values).allocate(x.rows, w.rows);
-  if (w.fp8Codes)
-    linearFp8(x.data, x.rows, x.cols, w.fp8Codes, w.rowScales, w.rows, bias, y,
-              pool_);
-  else
-    linear(x.data, x.rows, x.cols, w.data, w.rows, bias, y, pool_);
+  product(x, w, bias, result(s, values).allocate(x.rows, w.rows), pool_);
   return Status::ok();
 }
 
@@ -145,11 +151,7 @@ Status CpuBackend::runLinearResidual(const PreparedStep &s, const Batch &,
   const float *bias =
       s.step.operands.size() == 4 ? in(s, values, 3).data : nullptr;
   float *y = result(s, values).allocate(x.rows, w.rows);
-  if (w.fp8Codes)
-    linearFp8(x.data, x.rows, x.cols, w.fp8Codes, w.rowScales, w.rows, bias, y,
-              pool_);
-  else
-    linear(x.data, x.rows, x.cols, w.data, w.rows, bias, y, pool_);
+  product(x, w, bias, y, pool_);
   // In fp32, before the step runner's one rounding to the result's dtype.
   for (int64_t i = 0; i < x.rows * w.rows; ++i)
     y[i] += r.data[i];
