@@ -121,6 +121,24 @@ func.func @other_positions(%qkv: tensor<?x128xf32>, %pos: tensor<?xi32>, %pos2: 
 
 // -----
 
+// Queries rotated in heads of another head_dim than the keys (the same
+// rotary_dim): left apart.
+
+// CHECK-LABEL: func.func @other_head_dim
+// CHECK: infer.rope {{.*}}head_dim = 32
+// CHECK: infer.rope_kv_cache_write {{.*}}head_dim = 16
+// CHECK-NOT: infer.rope_qkv_cache_write
+
+func.func @other_head_dim(%qkv: tensor<?x128xf32>, %pos: tensor<?xi32>, %pos2: tensor<?xi32>, %qsl: tensor<?xi32>, %lens: tensor<?xi32>, %tables: tensor<?x?xi32>, %slots: tensor<?xi64>, %c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) -> (tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) {
+  %q, %k, %v = infer.split %qkv : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
+  %qr = infer.rope %q, %pos {head_dim = 32 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  %c1 = infer.rope_kv_cache_write %c0, %k, %v, %slots, %pos {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  %o = infer.paged_attention %qr, %c1, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, scale = 2.500000e-01 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x64xf32>
+  return %o, %c1 : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+}
+
+// -----
+
 // Queries with another partial rotary dim than the keys: left apart.
 
 // CHECK-LABEL: func.func @other_rotary_dim
