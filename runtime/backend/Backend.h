@@ -22,6 +22,7 @@
 #include "runtime/support/Status.h"
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,14 +43,29 @@ struct Batch {
   int64_t maxBlocksPerSeq = 0;
   std::vector<int64_t> slotMapping;
   std::vector<int32_t> logitsIndices;
+  /// Token ids that the previous launchSample() chose (asynchronous
+  /// scheduling): before the forward runs, tokenIds[tokenIndex] becomes the
+  /// token that call sampled for its logits row `row`, taken where the
+  /// tokens are (on the device) without waiting for that call's
+  /// collectSample(). Only launchSample() resolves them; forward() and
+  /// forwardSample() reject a batch that has any.
+  struct SampledToken {
+    int32_t tokenIndex = 0;
+    int32_t row = 0;
+  };
+  std::vector<SampledToken> sampledTokens;
 
   int64_t numTokens() const { return static_cast<int64_t>(tokenIds.size()); }
   int64_t numSeqs() const { return static_cast<int64_t>(contextLens.size()); }
 
   /// Checks sizes and index ranges against a pool of `numBlocks` blocks of
   /// `blockSize` slots, so a backend never reads or writes out of bounds,
-  /// and that every sequence has at least one new token.
+  /// and that every sequence has at least one new token. Sampled tokens
+  /// must name distinct tokens; their rows are checked by launchSample().
   Status validate(int64_t numBlocks, int64_t blockSize) const;
+  /// The error of forward() and forwardSample() for a batch with sampled
+  /// tokens (ok without any).
+  Status rejectSampledTokens(std::string_view backend) const;
 };
 
 /// Row-major fp32 logits [rows, vocab].
@@ -139,6 +155,30 @@ public:
   /// to sample where the logits are.
   virtual StatusOr<std::vector<int32_t>>
   forwardSample(const Batch &batch, const SamplingBatch &sampling);
+
+  /// Asynchronous scheduling (EngineConfig::asyncScheduling): launchSample()
+  /// starts what forwardSample() does and may return before the tokens are
+  /// known, so that the host prepares the next call while the device runs
+  /// this one:
+  ///
+  ///   host    launch(k) collect(k-1) [schedule, pack k+1] launch(k+1) ...
+  ///   device  ...k-1...][.......k.......][.......k+1.......]
+  ///
+  /// collectSample() waits for the oldest launch not yet collected and
+  /// returns its tokens, or the error it ended with. At most
+  /// kMaxLaunchesInFlight launches are uncollected at a time. A launch
+  /// resolves `batch.sampledTokens` from the tokens of the launch before it,
+  /// collected or not. An error from launchSample() means nothing was
+  /// launched. The default runs forwardSample() at once and keeps the
+  /// tokens until they are collected (a backend without a device queue).
+  static constexpr int kMaxLaunchesInFlight = 2;
+  virtual Status launchSample(const Batch &batch,
+                              const SamplingBatch &sampling);
+  virtual StatusOr<std::vector<int32_t>> collectSample();
+  /// Device time spent idle between the end of one launch's work and the
+  /// start of the next's, summed over the backend's life; negative where the
+  /// backend does not measure it.
+  virtual double deviceIdleSeconds() const { return -1.0; }
   /// Copies whole blocks of the pool, every layer's keys and values, from
   /// the first of each pair to the second (copy-on-write of a block that
   /// forked sequences share).
@@ -147,6 +187,13 @@ public:
     return unimplemented(std::string(name()) +
                          " backend: copying KV-cache blocks");
   }
+
+private:
+  /// The default launchSample()'s tokens, oldest first, and the newest
+  /// launch's (what the next launch's sampled tokens read).
+  std::deque<StatusOr<std::vector<int32_t>>> launched_;
+  std::vector<int32_t> lastSampled_;
+  bool hasLastSampled_ = false;
 };
 
 } // namespace infer

@@ -3,6 +3,7 @@
 #include "runtime/backend/Backend.h"
 
 #include <string>
+#include <vector>
 
 namespace infer {
 
@@ -64,7 +65,28 @@ Status Batch::validate(int64_t numBlocks, int64_t blockSize) const {
     if (idx < 0 || idx >= t)
       return invalidArgument("batch: logits index " + str(idx) +
                              " outside the " + str(t) + " tokens");
+  std::vector<bool> fed(sampledTokens.empty() ? 0 : t, false);
+  for (const SampledToken &s : sampledTokens) {
+    if (s.tokenIndex < 0 || s.tokenIndex >= t)
+      return invalidArgument("batch: sampled token index " + str(s.tokenIndex) +
+                             " outside the " + str(t) + " tokens");
+    if (s.row < 0)
+      return invalidArgument("batch: negative sampled row for token " +
+                             str(s.tokenIndex));
+    if (fed[s.tokenIndex])
+      return invalidArgument("batch: token " + str(s.tokenIndex) +
+                             " is named by two sampled tokens");
+    fed[s.tokenIndex] = true;
+  }
   return Status::ok();
+}
+
+Status Batch::rejectSampledTokens(std::string_view backend) const {
+  if (sampledTokens.empty())
+    return Status::ok();
+  return invalidArgument(std::string(backend) +
+                         " backend: a batch with sampled tokens (from an "
+                         "earlier launch) runs only through launchSample");
 }
 
 } // namespace infer

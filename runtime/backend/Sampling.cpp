@@ -132,6 +132,7 @@ int32_t sampleRow(const float *logits, int64_t vocab, const RowSampling &row) {
 
 StatusOr<std::vector<int32_t>>
 Backend::forwardSample(const Batch &batch, const SamplingBatch &sampling) {
+  INFER_RETURN_IF_ERROR(batch.rejectSampledTokens(name()));
   INFER_RETURN_IF_ERROR(
       sampling.validate(static_cast<int64_t>(batch.logitsIndices.size())));
   INFER_ASSIGN_OR_RETURN(Logits logits, forward(batch));
@@ -143,6 +144,53 @@ Backend::forwardSample(const Batch &batch, const SamplingBatch &sampling) {
   std::vector<int32_t> tokens(logits.rows);
   for (int64_t r = 0; r < logits.rows; ++r)
     tokens[r] = sampleRow(logits.row(r), logits.vocab, sampling.rows[r]);
+  return tokens;
+}
+
+Status Backend::launchSample(const Batch &batch,
+                             const SamplingBatch &sampling) {
+  if (launched_.size() >= kMaxLaunchesInFlight)
+    return internalError(std::string(name()) +
+                         " backend: " + std::to_string(launched_.size()) +
+                         " launches are not collected yet");
+  const Batch *run = &batch;
+  Batch resolved;
+  if (!batch.sampledTokens.empty()) {
+    if (!hasLastSampled_)
+      return invalidArgument(std::string(name()) +
+                             " backend: sampled tokens without an earlier "
+                             "launch to take them from");
+    resolved = batch;
+    resolved.sampledTokens.clear();
+    const int64_t t = batch.numTokens();
+    for (const Batch::SampledToken &s : batch.sampledTokens) {
+      if (s.tokenIndex < 0 || s.tokenIndex >= t || s.row < 0 ||
+          s.row >= static_cast<int64_t>(lastSampled_.size()))
+        return outOfRange(std::string(name()) + " backend: sampled token " +
+                          std::to_string(s.tokenIndex) + " reads row " +
+                          std::to_string(s.row) + " of the " +
+                          std::to_string(lastSampled_.size()) +
+                          " the earlier launch sampled");
+      // A row that chose no token (non-finite logits) feeds token 0: the
+      // engine fails that request when it collects the row.
+      const int32_t token = lastSampled_[s.row];
+      resolved.tokenIds[s.tokenIndex] = token < 0 ? 0 : token;
+    }
+    run = &resolved;
+  }
+  StatusOr<std::vector<int32_t>> tokens = forwardSample(*run, sampling);
+  hasLastSampled_ = true;
+  lastSampled_ = tokens.isOk() ? tokens.value() : std::vector<int32_t>();
+  launched_.push_back(std::move(tokens));
+  return Status::ok();
+}
+
+StatusOr<std::vector<int32_t>> Backend::collectSample() {
+  if (launched_.empty())
+    return internalError(std::string(name()) +
+                         " backend: no launch to collect");
+  StatusOr<std::vector<int32_t>> tokens = std::move(launched_.front());
+  launched_.pop_front();
   return tokens;
 }
 

@@ -263,6 +263,7 @@ Status CpuBackend::runStep(const PreparedStep &s, const Batch &batch,
 
 StatusOr<Logits> CpuBackend::forward(const Batch &batch) {
   INFER_RETURN_IF_ERROR(batch.validate(numBlocks_, geometry_.blockSize));
+  INFER_RETURN_IF_ERROR(batch.rejectSampledTokens(name()));
   std::vector<Matrix> values = params_;
   // One workspace for the placed activations: offsets and widths are per
   // token row, so a batch of T tokens scales them by T.

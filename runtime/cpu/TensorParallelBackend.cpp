@@ -49,6 +49,7 @@ private:
 };
 
 StatusOr<Logits> TensorParallelBackend::forward(const Batch &batch) {
+  INFER_RETURN_IF_ERROR(batch.rejectSampledTokens(name()));
   const int n = static_cast<int>(ranks_.size());
   std::vector<StatusOr<Logits>> results(
       n, StatusOr<Logits>(internalError("rank did not run")));

@@ -197,6 +197,7 @@ Status TensorParallelBackend::validate(const Batch &batch) const {
   // What every rank would reject alike is rejected here, before any rank
   // enqueues a collective its peers would wait for.
   INFER_RETURN_IF_ERROR(batch.validate(numBlocks(), blockSize_));
+  INFER_RETURN_IF_ERROR(batch.rejectSampledTokens(name()));
   for (int32_t id : batch.tokenIds)
     if (id < 0 || id >= vocab_)
       return outOfRange("token id " + std::to_string(id) +

@@ -267,6 +267,7 @@ public:
   int64_t numBlocks() const override { return numBlocks_; }
 
   StatusOr<Logits> forward(const Batch &batch) override {
+    INFER_RETURN_IF_ERROR(batch.rejectSampledTokens(name()));
     INFER_RETURN_IF_ERROR(start(batch));
     StatusOr<Logits> logits = local_.backend->forward(batch);
     if (!logits.isOk())
@@ -278,6 +279,7 @@ public:
   /// collectives meet rank 0's.
   StatusOr<std::vector<int32_t>>
   forwardSample(const Batch &batch, const SamplingBatch &sampling) override {
+    INFER_RETURN_IF_ERROR(batch.rejectSampledTokens(name()));
     INFER_RETURN_IF_ERROR(
         sampling.validate(static_cast<int64_t>(batch.logitsIndices.size())));
     INFER_RETURN_IF_ERROR(start(batch));

@@ -70,6 +70,7 @@ Status CudaBackend::enqueueSampling(const Tensor &logits) {
 
 StatusOr<std::vector<int32_t>>
 CudaBackend::forwardSample(const Batch &batch, const SamplingBatch &sampling) {
+  INFER_RETURN_IF_ERROR(batch.rejectSampledTokens(name()));
   INFER_RETURN_IF_ERROR(
       sampling.validate(static_cast<int64_t>(batch.logitsIndices.size())));
   INFER_RETURN_IF_ERROR(forwardBatch(batch, &sampling).status());

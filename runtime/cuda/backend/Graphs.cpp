@@ -13,6 +13,7 @@
 namespace infer::cuda {
 
 StatusOr<Logits> CudaBackend::forward(const Batch &batch) {
+  INFER_RETURN_IF_ERROR(batch.rejectSampledTokens(name()));
   return forwardBatch(batch, nullptr);
 }
 
