@@ -168,9 +168,10 @@ public:
   /// returns its tokens, or the error it ended with. At most
   /// kMaxLaunchesInFlight launches are uncollected at a time. A launch
   /// resolves `batch.sampledTokens` from the tokens of the launch before it,
-  /// collected or not. An error from launchSample() means nothing was
-  /// launched. The default runs forwardSample() at once and keeps the
-  /// tokens until they are collected (a backend without a device queue).
+  /// collected or not (token 0 where that launch failed). An error from
+  /// launchSample() means nothing was launched. The default runs
+  /// forwardSample() at once and keeps the tokens until they are collected (a
+  /// backend without a device queue).
   static constexpr int kMaxLaunchesInFlight = 2;
   virtual Status launchSample(const Batch &batch,
                               const SamplingBatch &sampling);
@@ -194,6 +195,7 @@ private:
   std::deque<StatusOr<std::vector<int32_t>>> launched_;
   std::vector<int32_t> lastSampled_;
   bool hasLastSampled_ = false;
+  bool lastFailed_ = false;
 };
 
 } // namespace infer

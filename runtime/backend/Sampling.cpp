@@ -164,6 +164,12 @@ Status Backend::launchSample(const Batch &batch,
     resolved.sampledTokens.clear();
     const int64_t t = batch.numTokens();
     for (const Batch::SampledToken &s : batch.sampledTokens) {
+      // The rows of a launch that failed feed token 0: the engine fails
+      // their requests when it collects that launch.
+      if (lastFailed_ && s.tokenIndex >= 0 && s.tokenIndex < t) {
+        resolved.tokenIds[s.tokenIndex] = 0;
+        continue;
+      }
       if (s.tokenIndex < 0 || s.tokenIndex >= t || s.row < 0 ||
           s.row >= static_cast<int64_t>(lastSampled_.size()))
         return outOfRange(std::string(name()) + " backend: sampled token " +
@@ -180,6 +186,7 @@ Status Backend::launchSample(const Batch &batch,
   }
   StatusOr<std::vector<int32_t>> tokens = forwardSample(*run, sampling);
   hasLastSampled_ = true;
+  lastFailed_ = !tokens.isOk();
   lastSampled_ = tokens.isOk() ? tokens.value() : std::vector<int32_t>();
   launched_.push_back(std::move(tokens));
   return Status::ok();

@@ -117,6 +117,9 @@ StatusOr<RequestId> Engine::addRequest(std::vector<int32_t> promptTokenIds,
 
 StatusOr<RequestId> Engine::fork(RequestId parentId,
                                  const SamplingParams &sampling) {
+  // The child copies the parent's tokens: the last must be known.
+  if (inflight_)
+    collectInFlight(pending_);
   auto it = requests_.find(parentId);
   if (it == requests_.end() ||
       it->second.request.status != RequestStatus::kRunning)
@@ -167,7 +170,8 @@ Status Engine::abort(RequestId id) {
 }
 
 bool Engine::hasUnfinished() const {
-  return scheduler_.hasUnfinished() || !pending_.empty();
+  return scheduler_.hasUnfinished() || !pending_.empty() ||
+         inflight_.has_value();
 }
 
 const Request *Engine::request(RequestId id) const {
@@ -195,8 +199,9 @@ void Engine::emit(Entry &entry, std::vector<int32_t> newTokens,
   out.parentId = entry.parentId;
   out.index = entry.index;
   out.newTokenIds = std::move(newTokens);
+  // A token still in flight is not part of the output yet.
   out.outputTokenIds.assign(r.tokens.begin() + r.numPromptTokens,
-                            r.tokens.end());
+                            r.tokens.end() - (r.hasPendingToken() ? 1 : 0));
   out.text = entry.stop->text();
   out.logprobs = std::move(logprobs);
   out.numCachedTokens = std::max<int64_t>(r.numCachedPromptTokens, 0);
@@ -250,36 +255,126 @@ void Engine::propose() {
   }
 }
 
+bool Engine::asyncReady() const {
+  for (const auto &[id, entry] : requests_)
+    if (entry.request.sampling.logprobs > 0 ||
+        entry.numPendingCompletions > 0 || !entry.request.draftTokens.empty() ||
+        !entry.sampler->backendSamplable())
+      return false;
+  return true;
+}
+
+void Engine::emitFinished(const std::vector<RequestId> &finished,
+                          std::vector<RequestOutput> &outputs) {
+  for (RequestId id : finished) {
+    auto it = requests_.find(id);
+    if (it == requests_.end())
+      continue;
+    if (proposer_)
+      proposer_->onFinished(id);
+    emit(it->second, {}, {}, outputs);
+    requests_.erase(it);
+  }
+}
+
+void Engine::endStep(const std::vector<RequestId> &finished,
+                     std::vector<RequestOutput> &outputs) {
+  if (inflight_)
+    collectInFlight(outputs);
+  emitFinished(finished, outputs);
+}
+
+void Engine::collectInFlight(std::vector<RequestOutput> &outputs) {
+  const InFlight done = std::move(*inflight_);
+  inflight_.reset();
+  const Clock::time_point start = Clock::now();
+  StatusOr<std::vector<int32_t>> sampled = backend_.collectSample();
+  stats_.backendSeconds += secondsSince(start);
+  for (const InFlight::Row &row : done.rows) {
+    auto it = requests_.find(row.id);
+    if (it == requests_.end()) {
+      // Ended while the step ran (a stop token of the step before, an
+      // abort): the row is dropped.
+      ++stats_.numDiscardedRows;
+      continue;
+    }
+    Entry &entry = it->second;
+    Request &r = entry.request;
+    if (r.pendingRow == row.row) {
+      r.tokens.pop_back();
+      r.pendingRow = -1;
+    }
+    if (!sampled.isOk()) {
+      fail(entry, "the backend failed: " + sampled.status().message(), outputs);
+      continue;
+    }
+    const int32_t token = sampled.value()[row.row];
+    if (token == kNonFiniteLogitsToken) {
+      fail(entry,
+           "the logits at position " + std::to_string(r.numTokens() - 1) +
+               " are not finite (NaN or +infinity): the model's "
+               "weights or activations overflowed",
+           outputs);
+      continue;
+    }
+    entry.sampler->record(token);
+    std::vector<int32_t> tokens{token};
+    tokens.resize(appendTokens(entry, tokens));
+    stats_.numGeneratedTokens += static_cast<int64_t>(tokens.size());
+    // The scheduler may have ended it meanwhile (no room to grow).
+    const bool done = r.finishReason != FinishReason::kNone ||
+                      r.status == RequestStatus::kFinished;
+    if (done && r.status != RequestStatus::kFinished)
+      finish(entry, r.finishReason);
+    emit(entry, std::move(tokens), {}, outputs);
+    if (done)
+      requests_.erase(it);
+  }
+}
+
 StatusOr<std::vector<RequestOutput>> Engine::step() {
   const Clock::time_point stepStart = Clock::now();
   struct StepTimer {
     EngineStats &stats;
+    Backend &backend;
     Clock::time_point start;
-    ~StepTimer() { stats.stepSeconds += secondsSince(start); }
-  } timer{stats_, stepStart};
+    ~StepTimer() {
+      stats.stepSeconds += secondsSince(start);
+      stats.deviceIdleSeconds = backend.deviceIdleSeconds();
+    }
+  } timer{stats_, backend_, stepStart};
   std::vector<RequestOutput> outputs = std::move(pending_);
   pending_.clear();
+  const bool async = config_.asyncScheduling && !proposer_ && asyncReady();
+  // A synchronous step needs every token on the host first.
+  if (inflight_ && !async)
+    collectInFlight(outputs);
   propose();
   SchedulerOutput scheduled = scheduler_.schedule();
   outputs.reserve(outputs.size() + scheduled.finished.size() +
                   scheduled.scheduled.size());
   stats_.numPreemptions = scheduler_.numPreemptions();
   stats_.numCachedTokens = scheduler_.numCachedTokens();
-  for (Request *r : scheduled.finished) {
-    Entry &entry = requests_.at(r->id);
-    if (proposer_)
-      proposer_->onFinished(r->id);
-    emit(entry, {}, {}, outputs);
-    requests_.erase(r->id);
+  // Requests the scheduler ended are emitted once the step in flight (which
+  // may hold their last token) is collected.
+  std::vector<RequestId> finished;
+  for (Request *r : scheduled.finished)
+    finished.push_back(r->id);
+  if (!inflight_) {
+    emitFinished(finished, outputs);
+    finished.clear();
   }
-  if (scheduled.scheduled.empty())
+  if (scheduled.scheduled.empty()) {
+    endStep(finished, outputs);
     return outputs;
+  }
 
   const Clock::time_point copyStart = Clock::now();
   if (!scheduled.blockCopies.empty()) {
     Status copied = backend_.copyBlocks(scheduled.blockCopies);
     if (!copied.isOk()) {
       failScheduled(scheduled, copied, outputs);
+      endStep(finished, outputs);
       return outputs;
     }
   }
@@ -309,8 +404,15 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     for (int64_t j = 0; j < s.numTokens; ++j) {
       const int64_t p = start + j;
       const int64_t c = p - evicted;
-      batch.tokenIds.push_back(j < numKnown ? r.tokens[p]
-                                            : r.draftTokens[j - numKnown]);
+      if (j < numKnown && r.hasPendingToken() && p == r.numTokens() - 1) {
+        // The step in flight samples this token: the device feeds it.
+        batch.sampledTokens.push_back(
+            {static_cast<int32_t>(batch.tokenIds.size()), r.pendingRow});
+        batch.tokenIds.push_back(0);
+      } else {
+        batch.tokenIds.push_back(j < numKnown ? r.tokens[p]
+                                              : r.draftTokens[j - numKnown]);
+      }
       batch.positions.push_back(static_cast<int32_t>(c));
       batch.slotMapping.push_back(static_cast<int64_t>(table[c / bs]) * bs +
                                   c % bs);
@@ -345,16 +447,79 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
                  entry.numPendingCompletions == 0 &&
                  entry.sampler->backendSamplable());
   }
+  SamplingBatch sampling;
+  if (onBackend)
+    for (size_t i = 0; i < scheduled.scheduled.size(); ++i)
+      if (firstRow[i] >= 0)
+        sampling.rows.push_back(requests_.at(scheduled.scheduled[i].request->id)
+                                    .sampler->nextRowSampling());
+
+  if (async && onBackend) {
+    // Launch this step, then do the previous step's host work while the
+    // device runs it.
+    const Clock::time_point launchStart = Clock::now();
+    Status launched = backend_.launchSample(batch, sampling);
+    stats_.backendSeconds += secondsSince(launchStart);
+    if (!launched.isOk()) {
+      failScheduled(scheduled, launched, outputs);
+      endStep(finished, outputs);
+      return outputs;
+    }
+    ++stats_.numSteps;
+    stats_.numAsyncSteps += inflight_.has_value();
+    stats_.numComputedTokens += scheduled.numScheduledTokens;
+    struct Launched {
+      RequestId id;
+      int64_t numComputed;
+      int64_t row;
+    };
+    std::vector<Launched> launchedRows;
+    launchedRows.reserve(scheduled.scheduled.size());
+    InFlight next;
+    for (size_t i = 0; i < scheduled.scheduled.size(); ++i) {
+      const ScheduledRequest &s = scheduled.scheduled[i];
+      launchedRows.push_back({s.request->id,
+                              s.request->numComputedTokens + s.numTokens,
+                              firstRow[i]});
+      if (firstRow[i] >= 0)
+        next.rows.push_back({s.request->id, static_cast<int32_t>(firstRow[i])});
+    }
+    endStep(finished, outputs);
+    // The previous step's tokens are in: this step's computed tokens are
+    // all known (its blocks may be published), and each sampled row leaves
+    // a placeholder for its token.
+    for (const Launched &l : launchedRows) {
+      auto it = requests_.find(l.id);
+      if (it == requests_.end())
+        continue;
+      Request &r = it->second.request;
+      scheduler_.setComputed(r, l.numComputed);
+      if (l.row >= 0) {
+        r.tokens.push_back(Request::kPendingToken);
+        r.pendingRow = static_cast<int32_t>(l.row);
+      }
+    }
+    inflight_ = std::move(next);
+    return outputs;
+  }
+  // A synchronous step: no token of this batch is pending (a pending token
+  // makes a sampled row, which an async-ready engine launches above); the
+  // step in flight, if any, is collected after it.
+  runSynchronous(scheduled, batch, sampling, firstRow, onBackend, outputs);
+  endStep(finished, outputs);
+  return outputs;
+}
+
+void Engine::runSynchronous(const SchedulerOutput &scheduled,
+                            const Batch &batch, const SamplingBatch &sampling,
+                            const std::vector<int64_t> &firstRow,
+                            bool onBackend,
+                            std::vector<RequestOutput> &outputs) {
   Logits logits;
   std::vector<int32_t> sampled;
   const Clock::time_point forwardStart = Clock::now();
   Status forwarded;
   if (onBackend) {
-    SamplingBatch sampling;
-    for (size_t i = 0; i < scheduled.scheduled.size(); ++i)
-      if (firstRow[i] >= 0)
-        sampling.rows.push_back(requests_.at(scheduled.scheduled[i].request->id)
-                                    .sampler->nextRowSampling());
     StatusOr<std::vector<int32_t>> tokens =
         backend_.forwardSample(batch, sampling);
     forwarded = tokens.status();
@@ -370,7 +535,7 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     // The batch's requests end with the backend's error (their caches may
     // be half written); the engine goes on serving the others.
     failScheduled(scheduled, forwarded, outputs);
-    return outputs;
+    return;
   }
   stats_.backendSeconds += secondsSince(forwardStart);
   ++stats_.numSteps;
@@ -429,7 +594,6 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
     commit(entry, std::move(accepted), std::move(logprobs),
            start + s.numTokens - numRejected, outputs);
   }
-  return outputs;
 }
 
 void Engine::commit(Entry &entry, std::vector<int32_t> tokens,

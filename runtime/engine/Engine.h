@@ -56,6 +56,16 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   /// Draft tokens asked of the proposer per step (0 = no speculation).
   int64_t numSpeculativeTokens = 0;
+  /// Asynchronous scheduling (vLLM's --async-scheduling): a step launches
+  /// its forward call (Backend::launchSample) and, while the device runs it,
+  /// collects the previous step's tokens and does that step's host work
+  /// (stop checks, detokenization, outputs) and the next step's scheduling
+  /// and packing. Decoding requests are scheduled before their last token
+  /// is known (Request::pendingRow); the device feeds it to the next step.
+  /// The outputs of a step come out of the next step() call. Steps that
+  /// need the logits on the host (logprobs, penalties, n > 1, speculative
+  /// decoding) run synchronously; the tokens are the same either way.
+  bool asyncScheduling = false;
 };
 
 /// The model limits of an artifact with default scheduling; a streaming
@@ -105,6 +115,13 @@ struct EngineStats {
   /// during which a synchronous backend's device waits.
   double stepSeconds = 0.0;
   double backendSeconds = 0.0;
+  /// The backend's measure of its device's idle time between forward
+  /// calls (Backend::deviceIdleSeconds; negative where not measured).
+  double deviceIdleSeconds = -1.0;
+  /// Steps launched before the previous step's tokens were known, and the
+  /// rows they computed for requests that had finished meanwhile.
+  int64_t numAsyncSteps = 0;
+  int64_t numDiscardedRows = 0;
 
   /// Accepted / proposed draft tokens (0 without speculation).
   double acceptanceRate() const {
@@ -145,7 +162,8 @@ public:
   Status abort(RequestId id);
 
   /// One scheduler step and at most one forward call; the outputs of the
-  /// requests that produced tokens or finished. When the backend fails,
+  /// requests that produced tokens or finished (with asynchronous
+  /// scheduling, those of the step before). When the backend fails,
   /// the step's requests finish with FinishReason::kError (their blocks
   /// freed) and the others go on.
   StatusOr<std::vector<RequestOutput>> step();
@@ -154,7 +172,8 @@ public:
   const EngineStats &stats() const { return stats_; }
   const EngineConfig &config() const { return config_; }
   const KVCacheManager &kvCache() const { return kvCache_; }
-  /// A live request, or null once its final output was returned.
+  /// A live request, or null once its final output was returned. While a
+  /// step is in flight its last token may be Request::kPendingToken.
   const Request *request(RequestId id) const;
 
 private:
@@ -169,7 +188,37 @@ private:
     SamplingParams baseSampling;
   };
 
+  /// A step launched and not yet collected (asynchronous scheduling): each
+  /// sampled row's request, and what the step computed for it.
+  struct InFlight {
+    struct Row {
+      RequestId id = 0;
+      int32_t row = 0;
+    };
+    std::vector<Row> rows;
+  };
+
   void propose();
+  /// Whether every live request can take its next token from the device
+  /// sampler, so that a step may launch before the previous one's tokens
+  /// are on the host.
+  bool asyncReady() const;
+  /// Waits for the in-flight step's tokens and commits them.
+  void collectInFlight(std::vector<RequestOutput> &outputs);
+  /// Emits and forgets the requests the scheduler ended (by id: one may
+  /// already be gone, ended by its last token).
+  void emitFinished(const std::vector<RequestId> &finished,
+                    std::vector<RequestOutput> &outputs);
+  /// What every step does before it returns: collects the step in flight
+  /// and emits the requests the scheduler ended.
+  void endStep(const std::vector<RequestId> &finished,
+               std::vector<RequestOutput> &outputs);
+  /// Runs a scheduled batch with one blocking forward call and commits its
+  /// tokens.
+  void runSynchronous(const SchedulerOutput &scheduled, const Batch &batch,
+                      const SamplingBatch &sampling,
+                      const std::vector<int64_t> &firstRow, bool onBackend,
+                      std::vector<RequestOutput> &outputs);
   /// The next token from a logits row (with its logprobs when asked).
   int32_t sampleToken(Entry &entry, const float *row, int64_t vocab,
                       std::vector<TokenLogprobs> &logprobs);
@@ -204,6 +253,7 @@ private:
   std::unordered_map<RequestId, Entry> requests_;
   /// Outputs produced outside step() (aborts, zero-token requests).
   std::vector<RequestOutput> pending_;
+  std::optional<InFlight> inflight_;
   RequestId nextId_ = 0;
   EngineStats stats_;
 };

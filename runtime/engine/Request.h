@@ -61,6 +61,14 @@ struct Request {
   int64_t numCachedPromptTokens = -1;
   /// Why the request failed (FinishReason::kError).
   std::string error;
+  /// Asynchronous scheduling: while the step that samples this request's
+  /// next token is in flight, the last of `tokens` is kPendingToken, a
+  /// placeholder for that step's logits row `pendingRow`; the next step
+  /// takes the token from the device (Batch::sampledTokens). -1 otherwise.
+  int32_t pendingRow = -1;
+  static constexpr int32_t kPendingToken = -1;
+
+  bool hasPendingToken() const { return pendingRow >= 0; }
 
   int64_t numTokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t numOutputTokens() const { return numTokens() - numPromptTokens; }

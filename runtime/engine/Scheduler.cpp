@@ -62,7 +62,10 @@ void Scheduler::scheduleRunning(SchedulerOutput &out, int64_t &budget,
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request *r = running_[i];
     const int64_t pending = pendingTokens(*r);
-    if (!(isDecoding(*r) ? decodes : prefills) ||
+    // A request whose pending token (asynchronous scheduling) fills its
+    // length ends when the token arrives: nothing more to compute.
+    if ((r->hasPendingToken() && r->numTokens() >= r->maxTotalTokens) ||
+        !(isDecoding(*r) ? decodes : prefills) ||
         (!config_.enableChunkedPrefill && pending > budget)) {
       ++i;
       continue;
