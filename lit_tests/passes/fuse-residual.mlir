@@ -140,19 +140,38 @@ func.func @tensor_parallel(%a: tensor<?x32xbf16>, %res: tensor<?x64xbf16>) -> (t
 
 // -----
 
-// infer-shard-tensor-parallel consumes the parallel styles of a split
-// program; one left is a tp=1 program's, and fusion (which runs after
-// sharding) drops it, as the sibling merge does.
-// CHECK-LABEL: func.func @tp1_parallel_style
-// CHECK:         infer.linear {{.*}} residual(
-// CHECK-NOT:     parallel
-// CHECK:         infer.rms_norm
-func.func @tp1_parallel_style(%a: tensor<?x64xbf16>, %res: tensor<?x64xbf16>) -> (tensor<?x64xbf16>, tensor<?x64xbf16>) {
+// A linear that still has a parallel style (the importer's output, before
+// infer-shard-tensor-parallel) may yet be split: it keeps its style and takes
+// no residual (fuse-residual-parallel-style.mlir runs it with the sharding
+// pass, in both orders).
+// CHECK-LABEL: func.func @parallel_style
+// CHECK:         %[[O:.+]] = infer.linear %{{[^ ]+}}, %{{[^ ]+}} {parallel = #infer.parallel<row>} :
+// CHECK-NOT:     residual(
+// CHECK:         infer.add_rms_norm %{{.+}}, %[[O]]
+// FUSE-LABEL: func.func @parallel_style
+// FUSE:         %[[O:.+]] = infer.linear %{{[^ ]+}}, %{{[^ ]+}} {parallel = #infer.parallel<row>} :
+// FUSE-NOT:     residual(
+// FUSE:         infer.add_rms_norm %{{.+}}, %[[O]]
+func.func @parallel_style(%a: tensor<?x64xbf16>, %res: tensor<?x64xbf16>) -> (tensor<?x64xbf16>, tensor<?x64xbf16>) {
   %wo = infer.weight "o_proj.weight" : tensor<64x64xbf16>
   %wn = infer.weight "norm.weight" : tensor<64xbf16>
   %o = infer.linear %a, %wo {parallel = #infer.parallel<row>} : tensor<?x64xbf16>, tensor<64x64xbf16> -> tensor<?x64xbf16>
   %h, %n = infer.add_rms_norm %res, %o, %wn {epsilon = 1.0e-05 : f64} : tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<64xbf16> -> tensor<?x64xbf16>, tensor<?x64xbf16>
   return %h, %n : tensor<?x64xbf16>, tensor<?x64xbf16>
+}
+
+// -----
+
+// A column-parallel product read by a plain add keeps its style and takes
+// no residual either.
+// CHECK-LABEL: func.func @parallel_style_add
+// CHECK:         %[[O:.+]] = infer.linear %{{[^ ]+}}, %{{[^ ]+}} {parallel = #infer.parallel<column>} :
+// CHECK-NEXT:    infer.add %{{.+}}, %[[O]]
+func.func @parallel_style_add(%a: tensor<?x64xbf16>, %res: tensor<?x64xbf16>) -> tensor<?x64xbf16> {
+  %wo = infer.weight "o_proj.weight" : tensor<64x64xbf16>
+  %o = infer.linear %a, %wo {parallel = #infer.parallel<column>} : tensor<?x64xbf16>, tensor<64x64xbf16> -> tensor<?x64xbf16>
+  %h = infer.add %res, %o : tensor<?x64xbf16>
+  return %h : tensor<?x64xbf16>
 }
 
 // -----
