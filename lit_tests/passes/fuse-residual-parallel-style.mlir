@@ -10,7 +10,7 @@
 // style, also at tp=1, so fusing after it gives each o_proj/down_proj its
 // residual at tp=1 (prefix TP1, the order of infer-deploy-pipeline) and none
 // at tp=2, where the partial sums meet the residual after infer.all_reduce
-// (prefix TP2); fusing first changes neither.
+// (prefix TP2). Fusing once more before sharding changes neither.
 
 // An MLP block: up is column-parallel, down row-parallel.
 // STYLED-LABEL: func.func @mlp
