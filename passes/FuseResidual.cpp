@@ -32,14 +32,18 @@ using namespace mlir::infer;
 namespace {
 
 /// `value`'s defining linear if it can take a residual of type `type`: used
-/// only by the add, in its block, with no residual yet. Under tensor
-/// parallelism a row-parallel product reaches the add through
-/// infer.all_reduce, so only whole products (replicated or column-parallel
-/// ones gathered) qualify.
+/// only by the add, in its block, with no residual yet and no `parallel`
+/// style. Under tensor parallelism a row-parallel product reaches the add
+/// through infer.all_reduce, so only whole products (replicated or
+/// column-parallel ones gathered) qualify. A style is left only before
+/// infer-shard-tensor-parallel (which consumes every one, at any tp): the
+/// linear may still be split, and a rank must not add the residual to its
+/// partial sum.
 LinearOp residualCandidate(Value value, Operation *add, Type type) {
   auto linear = value.getDefiningOp<LinearOp>();
   if (!linear || !linear->hasOneUse() || linear.getResidual() ||
-      linear->getBlock() != add->getBlock() || linear.getType() != type)
+      linear.getParallel() || linear->getBlock() != add->getBlock() ||
+      linear.getType() != type)
     return nullptr;
   return linear;
 }
@@ -67,12 +71,8 @@ void addResidual(PatternRewriter &rewriter, LinearOp linear, Value residual,
   if (def && def->getBlock() == linear->getBlock() &&
       linear->isBeforeInBlock(def))
     rewriter.moveOpBefore(linear, add);
-  // Fusion runs after sharding, which consumes the parallel styles of a
-  // split program: one left is a tp=1 program's, with nothing to split
-  // (as the sibling merge, which drops it too).
   rewriter.modifyOpInPlace(linear, [&] {
     linear.getResidualMutable().assign(residual);
-    linear.removeParallelAttr();
     linear->setLoc(rewriter.getFusedLoc({linear.getLoc(), add->getLoc()}));
   });
 }
@@ -86,8 +86,8 @@ struct FuseResidualIntoLinear : OpRewritePattern<AddRMSNormOp> {
         norm, norm.getLhs(), norm.getRhs(), norm.getSum().getType());
     if (!chosen)
       return rewriter.notifyMatchFailure(
-          norm, "no operand is a single-use infer.linear of the sum's type "
-                "without a residual");
+          norm, "no operand is a single-use infer.linear of the sum's type, "
+                "in its block, without a residual or a parallel style");
     auto [linear, residual] = *chosen;
     addResidual(rewriter, linear, residual, norm);
     rewriter.setInsertionPoint(norm);
@@ -127,8 +127,8 @@ struct FuseResidualAddIntoLinear : OpRewritePattern<AddOp> {
         chooseLinear(add, add.getLhs(), add.getRhs(), add.getType());
     if (!chosen)
       return rewriter.notifyMatchFailure(
-          add, "no operand is a single-use infer.linear without a "
-               "residual");
+          add, "no operand is a single-use infer.linear, in its block, "
+               "without a residual or a parallel style");
     auto [linear, residual] = *chosen;
     if (Operation *producer = residual.getDefiningOp();
         producer && producer->hasOneUse() && staysElementwise(producer))

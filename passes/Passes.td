@@ -341,10 +341,11 @@ def FusePass : Pass<"infer-fuse", "::mlir::func::FuncOp"> {
     - `infer.rms_norm` of an `infer.add` becomes `infer.add_rms_norm`, which
       returns the sum as well, provided no user of the sum comes before the
       normalization;
-    - an `infer.linear` used only by an `infer.add_rms_norm` (or an
-      `infer.add`) adds the other operand as its residual, and the
-      add_rms_norm becomes an `infer.rms_norm` (`infer-fuse-residual`,
-      which wins over the add+rmsnorm and elementwise fusions);
+    - an `infer.linear` without a `parallel` style used only by an
+      `infer.add_rms_norm` (or an `infer.add`) adds the other operand as its
+      residual, and the add_rms_norm becomes an `infer.rms_norm`
+      (`infer-fuse-residual`, which wins over the add+rmsnorm and
+      elementwise fusions);
     - `infer.mul` of an `infer.silu` used only there becomes
       `infer.silu_mul`;
     - `infer.kv_cache_write` of keys from an `infer.rope` used only there
@@ -399,9 +400,10 @@ def FuseResidualPass : Pass<"infer-fuse-residual", "::mlir::func::FuncOp"> {
     rewrites
 
     - `infer.add_rms_norm(a, b)` where `a` or `b` is an `infer.linear` used
-      only there and without a residual: the linear takes the other operand
-      as its residual, its result becomes the sum, and an `infer.rms_norm`
-      of it (same `epsilon` and `weight_offset`) the normalized result;
+      only there, in the same block, without a residual and without a
+      `parallel` style: the linear takes the other operand as its residual,
+      its result becomes the sum, and an `infer.rms_norm` of it (same
+      `epsilon` and `weight_offset`) the normalized result;
     - `infer.add(a, b)` of such a linear likewise (the last residual add of
       a model without a final norm, parallel attention and MLP blocks),
       unless the add would join an `infer.fused` region of
@@ -410,15 +412,20 @@ def FuseResidualPass : Pass<"infer-fuse-residual", "::mlir::func::FuncOp"> {
       as cheaply as the epilogue would.
 
     When both operands qualify the right one (the block's output in the
-    importer's `residual + out`) takes the residual. Run it after
-    `infer-shard-tensor-parallel`, as `infer-deploy-pipeline` does: a
-    row-parallel product is then summed by `infer.all_reduce` before it
-    meets the residual, so nothing matches there (the residual must be
-    added once, after the sum). The `parallel` style a tp=1 program keeps is
-    dropped, as `infer-fuse`'s sibling merge drops it. Like the rest of
-    `infer-fuse`, the pass expects a sharded (or tp=1) program: on the
-    importer's output it would drop the style of a row-parallel
-    projection, which `infer-shard-tensor-parallel` needs.
+    importer's `residual + out`) takes the residual.
+
+    Tensor parallelism: a linear that still has a `parallel` style (the
+    importer's output, before `infer-shard-tensor-parallel`) is left alone,
+    since it may yet be split and a row-parallel rank would add the residual
+    to its partial sum (the verifier rejects a residual next to a style).
+    The sharding pass consumes every style, at any `tp` (also 1), so the
+    pass fuses after it, as `infer-deploy-pipeline` runs it: at tp=1 every
+    o_proj and down_proj takes its residual; at tp > 1 a row-parallel
+    product is summed by `infer.all_reduce` before it meets the residual,
+    so nothing matches there (the residual must be added once, after the
+    sum). Run before sharding, the pass fuses only unstyled (replicated)
+    linears, which sharding keeps whole, and leaves the rest to the
+    pipeline.
 
     Numerics: the sum is computed in fp32 and rounded once, as
     `infer.add` computes it, but from the unrounded product: a bf16
@@ -539,7 +546,9 @@ def ShardTensorParallelPass
     Errors: `tp < 1`; attention whose queries are not split by head (no
     `column` query projection); `num_heads` not divisible by `tp` or smaller
     than it; key/value heads that can be neither split nor replicated; a
-    part that does not divide. With `tp = 1` the pass changes nothing.
+    part that does not divide. With `tp = 1` the pass splits nothing and
+    sets no `infer.tp`; it only consumes the `parallel` styles, so the
+    passes after it see the same program at every `tp`.
 
     Before (one layer's attention, 8 heads, 2 key/value heads):
 

@@ -375,8 +375,12 @@ void ShardTensorParallelPass::runOnOperation() {
                        << tp.getValue();
     return signalPassFailure();
   }
-  if (tp == 1)
+  // One rank splits nothing, yet the styles are consumed as at any tp: the
+  // fusions after it (infer-fuse-residual) meet no style, whatever the tp.
+  if (tp == 1) {
+    module.walk([](LinearOp linear) { linear.removeParallelAttr(); });
     return;
+  }
   if (module->hasAttr(InferDialect::kTensorParallelAttrName)) {
     module.emitError() << "infer-shard-tensor-parallel: the module is already "
                           "split ('"

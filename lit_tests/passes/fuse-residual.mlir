@@ -1,5 +1,5 @@
-// RUN: infer-opt %s --split-input-file --infer-fuse-residual | FileCheck %s
-// RUN: infer-opt %s --split-input-file --infer-fuse | FileCheck %s --check-prefix=FUSE
+// RUN: infer-opt %s --split-input-file --allow-unregistered-dialect --infer-fuse-residual | FileCheck %s
+// RUN: infer-opt %s --split-input-file --allow-unregistered-dialect --infer-fuse | FileCheck %s --check-prefix=FUSE
 
 // o_proj feeding add+rmsnorm: the residual moves into the GEMM and the norm
 // stays.
@@ -140,19 +140,38 @@ func.func @tensor_parallel(%a: tensor<?x32xbf16>, %res: tensor<?x64xbf16>) -> (t
 
 // -----
 
-// infer-shard-tensor-parallel consumes the parallel styles of a split
-// program; one left is a tp=1 program's, and fusion (which runs after
-// sharding) drops it, as the sibling merge does.
-// CHECK-LABEL: func.func @tp1_parallel_style
-// CHECK:         infer.linear {{.*}} residual(
-// CHECK-NOT:     parallel
-// CHECK:         infer.rms_norm
-func.func @tp1_parallel_style(%a: tensor<?x64xbf16>, %res: tensor<?x64xbf16>) -> (tensor<?x64xbf16>, tensor<?x64xbf16>) {
+// A linear that still has a parallel style (the importer's output, before
+// infer-shard-tensor-parallel) may yet be split: it keeps its style and takes
+// no residual (fuse-residual-parallel-style.mlir runs it with the sharding
+// pass, in both orders).
+// CHECK-LABEL: func.func @parallel_style
+// CHECK:         %[[O:.+]] = infer.linear %{{[^ ]+}}, %{{[^ ]+}} {parallel = #infer.parallel<row>} :
+// CHECK-NOT:     residual(
+// CHECK:         infer.add_rms_norm %{{.+}}, %[[O]]
+// FUSE-LABEL: func.func @parallel_style
+// FUSE:         %[[O:.+]] = infer.linear %{{[^ ]+}}, %{{[^ ]+}} {parallel = #infer.parallel<row>} :
+// FUSE-NOT:     residual(
+// FUSE:         infer.add_rms_norm %{{.+}}, %[[O]]
+func.func @parallel_style(%a: tensor<?x64xbf16>, %res: tensor<?x64xbf16>) -> (tensor<?x64xbf16>, tensor<?x64xbf16>) {
   %wo = infer.weight "o_proj.weight" : tensor<64x64xbf16>
   %wn = infer.weight "norm.weight" : tensor<64xbf16>
   %o = infer.linear %a, %wo {parallel = #infer.parallel<row>} : tensor<?x64xbf16>, tensor<64x64xbf16> -> tensor<?x64xbf16>
   %h, %n = infer.add_rms_norm %res, %o, %wn {epsilon = 1.0e-05 : f64} : tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<64xbf16> -> tensor<?x64xbf16>, tensor<?x64xbf16>
   return %h, %n : tensor<?x64xbf16>, tensor<?x64xbf16>
+}
+
+// -----
+
+// A column-parallel product read by a plain add keeps its style and takes
+// no residual either.
+// CHECK-LABEL: func.func @parallel_style_add
+// CHECK:         %[[O:.+]] = infer.linear %{{[^ ]+}}, %{{[^ ]+}} {parallel = #infer.parallel<column>} :
+// CHECK-NEXT:    infer.add %{{.+}}, %[[O]]
+func.func @parallel_style_add(%a: tensor<?x64xbf16>, %res: tensor<?x64xbf16>) -> tensor<?x64xbf16> {
+  %wo = infer.weight "o_proj.weight" : tensor<64x64xbf16>
+  %o = infer.linear %a, %wo {parallel = #infer.parallel<column>} : tensor<?x64xbf16>, tensor<64x64xbf16> -> tensor<?x64xbf16>
+  %h = infer.add %res, %o : tensor<?x64xbf16>
+  return %h : tensor<?x64xbf16>
 }
 
 // -----
@@ -189,4 +208,91 @@ func.func @add_roots_region(%a: tensor<?x64xbf16>, %g: tensor<?x64xbf16>, %u: te
   %m = infer.mul %g, %u : tensor<?x64xbf16>
   %s = infer.add %m, %o : tensor<?x64xbf16>
   return %s : tensor<?x64xbf16>
+}
+
+// -----
+
+// The product is read in another block than the one it is computed in: the
+// linear would have to move across the branch, so it keeps its own result.
+// CHECK-LABEL: func.func @other_block
+// CHECK:         %[[O:.+]] = infer.linear %{{[^ ]+}}, %{{[^ ]+}} :
+// CHECK-NEXT:    "test.br"()[^[[BB:.+]]]
+// CHECK:       ^[[BB]]:
+// CHECK-NEXT:    infer.add_rms_norm %{{.+}}, %[[O]]
+// CHECK-NOT:     residual(
+// FUSE-LABEL: func.func @other_block
+// FUSE-NOT:     residual(
+// FUSE:         infer.add_rms_norm
+func.func @other_block(%a: tensor<?x64xbf16>, %res: tensor<?x64xbf16>) -> (tensor<?x64xbf16>, tensor<?x64xbf16>) {
+  %wo = infer.weight "o_proj.weight" : tensor<64x64xbf16>
+  %wn = infer.weight "norm.weight" : tensor<64xbf16>
+  %o = infer.linear %a, %wo : tensor<?x64xbf16>, tensor<64x64xbf16> -> tensor<?x64xbf16>
+  "test.br"()[^bb1] : () -> ()
+^bb1:
+  %h, %n = infer.add_rms_norm %res, %o, %wn {epsilon = 1.0e-05 : f64} : tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<64xbf16> -> tensor<?x64xbf16>, tensor<?x64xbf16>
+  return %h, %n : tensor<?x64xbf16>, tensor<?x64xbf16>
+}
+
+// -----
+
+// The add is in a region nested in the linear's block: no residual either.
+// CHECK-LABEL: func.func @add_in_region
+// CHECK:         %[[O:.+]] = infer.linear %{{[^ ]+}}, %{{[^ ]+}} :
+// CHECK-NEXT:    "test.region"() ({
+// CHECK-NEXT:      %[[S:.+]] = infer.add %{{.+}}, %[[O]]
+// CHECK-NEXT:      "test.yield"(%[[S]])
+// CHECK-NOT:     residual(
+// FUSE-LABEL: func.func @add_in_region
+// FUSE-NOT:     residual(
+// FUSE:         infer.add
+func.func @add_in_region(%a: tensor<?x64xbf16>, %res: tensor<?x64xbf16>) -> tensor<?x64xbf16> {
+  %wo = infer.weight "o_proj.weight" : tensor<64x64xbf16>
+  %o = infer.linear %a, %wo : tensor<?x64xbf16>, tensor<64x64xbf16> -> tensor<?x64xbf16>
+  %y = "test.region"() ({
+    %s = infer.add %res, %o : tensor<?x64xbf16>
+    "test.yield"(%s) : (tensor<?x64xbf16>) -> ()
+  }) : () -> tensor<?x64xbf16>
+  return %y : tensor<?x64xbf16>
+}
+
+// -----
+
+// A product read by two residual adds: neither takes it into the GEMM (the
+// other would lose the bare product).
+// CHECK-LABEL: func.func @two_adds
+// CHECK-SAME:    (%[[A:[^:]+]]: tensor<?x64xbf16>, %[[R0:[^:]+]]: tensor<?x64xbf16>, %[[R1:[^:]+]]: tensor<?x64xbf16>)
+// CHECK:         %[[O:.+]] = infer.linear %[[A]], %{{[^ ]+}} :
+// CHECK-NEXT:    %[[H0:.+]] = infer.add %[[R0]], %[[O]]
+// CHECK-NEXT:    %[[H1:.+]] = infer.add %[[R1]], %[[O]]
+// CHECK-NEXT:    return %[[H0]], %[[H1]]
+// FUSE-LABEL: func.func @two_adds
+// FUSE-NOT:     residual(
+// FUSE:         return
+func.func @two_adds(%a: tensor<?x64xbf16>, %r0: tensor<?x64xbf16>, %r1: tensor<?x64xbf16>) -> (tensor<?x64xbf16>, tensor<?x64xbf16>) {
+  %wo = infer.weight "o_proj.weight" : tensor<64x64xbf16>
+  %o = infer.linear %a, %wo : tensor<?x64xbf16>, tensor<64x64xbf16> -> tensor<?x64xbf16>
+  %h0 = infer.add %r0, %o : tensor<?x64xbf16>
+  %h1 = infer.add %r1, %o : tensor<?x64xbf16>
+  return %h0, %h1 : tensor<?x64xbf16>, tensor<?x64xbf16>
+}
+
+// -----
+
+// A bias and a residual: the bias stays the third operand, the residual
+// follows it in `residual(...)` (the plan's linear_residual step reorders
+// them: plan-linear-residual.mlir).
+// CHECK-LABEL: func.func @add_bias
+// CHECK-SAME:    (%[[A:[^:]+]]: tensor<?x128xbf16>, %[[RES:[^:]+]]: tensor<?x64xbf16>)
+// CHECK:         %[[WD:.+]] = infer.weight "down_proj.weight"
+// CHECK-NEXT:    %[[BD:.+]] = infer.weight "down_proj.bias"
+// CHECK-NEXT:    %[[H:.+]] = infer.linear %[[A]], %[[WD]], %[[BD]] residual(%[[RES]]) : tensor<?x128xbf16>, tensor<64x128xbf16>, tensor<64xbf16> -> tensor<?x64xbf16>
+// CHECK-NEXT:    return %[[H]]
+// FUSE-LABEL: func.func @add_bias
+// FUSE:         infer.linear %{{[^ ]+}}, %{{[^ ]+}}, %{{[^ ]+}} residual(
+func.func @add_bias(%a: tensor<?x128xbf16>, %res: tensor<?x64xbf16>) -> tensor<?x64xbf16> {
+  %wd = infer.weight "down_proj.weight" : tensor<64x128xbf16>
+  %bd = infer.weight "down_proj.bias" : tensor<64xbf16>
+  %d = infer.linear %a, %wd, %bd : tensor<?x128xbf16>, tensor<64x128xbf16>, tensor<64xbf16> -> tensor<?x64xbf16>
+  %h = infer.add %res, %d : tensor<?x64xbf16>
+  return %h : tensor<?x64xbf16>
 }

@@ -225,3 +225,68 @@ func.func @streaming(%qkv: tensor<?x128xf32>, %pos: tensor<?xi32>, %pos2: tensor
   %o = infer.paged_attention %qr, %c1, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, scale = 2.500000e-01 : f64, sliding_window = 0 : i64, key_rope = #infer.rope<theta = 1.0e+04, kind = default>, key_rotary_dim = 16 : i64} : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x64xf32>
   return %o, %c1 : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
 }
+
+// -----
+
+// A dynamic NTK rope whose queries take another query_start_loc than the
+// keys (each sequence's base comes from its own extent in the batch): left
+// apart, the queries still rotated on their own.
+
+// CHECK-LABEL: func.func @other_query_start_loc
+// CHECK-SAME: (%[[QKV:[^:]+]]: tensor<?x128xf32>, %[[POS:[^:]+]]: tensor<?xi32>, %[[QSL:[^:]+]]: tensor<?xi32>, %[[QSL2:[^:]+]]: tensor<?xi32>, %[[LENS:[^:]+]]: tensor<?xi32>, %[[TABLES:[^:]+]]: tensor<?x?xi32>, %[[SLOTS:[^:]+]]: tensor<?xi64>, %[[C0:[^:]+]]: !infer.kv_cache
+// CHECK: %[[Q:.+]]:3 = infer.split %[[QKV]]
+// CHECK-NEXT: %[[QR:.+]] = infer.rope %[[Q]]#0, %[[POS]], %[[QSL2]] {{{.*}}kind = dynamic
+// CHECK-NEXT: %[[C1:.+]] = infer.rope_kv_cache_write %[[C0]], %[[Q]]#1, %[[Q]]#2, %[[SLOTS]], %[[POS]], %[[QSL]] {{{.*}}kind = dynamic
+// CHECK-NEXT: infer.paged_attention %[[QR]], %[[C1]], %[[TABLES]], %[[LENS]], %[[QSL]]
+// CHECK-NOT: infer.rope_qkv_cache_write
+
+func.func @other_query_start_loc(%qkv: tensor<?x128xf32>, %pos: tensor<?xi32>, %qsl: tensor<?xi32>, %qsl2: tensor<?xi32>, %lens: tensor<?xi32>, %tables: tensor<?x?xi32>, %slots: tensor<?xi64>, %c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) -> (tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) {
+  %q, %k, %v = infer.split %qkv : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
+  %qr = infer.rope %q, %pos, %qsl2 {head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0, original_max_position_embeddings = 16>} : tensor<?x64xf32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x64xf32>
+  %c1 = infer.rope_kv_cache_write %c0, %k, %v, %slots, %pos, %qsl {layer = 0 : i64, head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0, original_max_position_embeddings = 16>} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64>, tensor<?xi32>, tensor<?xi32> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  %o = infer.paged_attention %qr, %c1, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, scale = 2.500000e-01 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x64xf32>
+  return %o, %c1 : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+}
+
+// -----
+
+// Before the key's rope_kv_cache_write is formed: the key rope joins its
+// cache write at the keys' positions, and the queries, rotated at others,
+// stay apart.
+
+// CHECK-LABEL: func.func @unfused_keys_other_positions
+// CHECK-SAME: (%[[QKV:[^:]+]]: tensor<?x128xf32>, %[[POS:[^:]+]]: tensor<?xi32>, %[[POS2:[^:]+]]: tensor<?xi32>, %[[QSL:[^:]+]]: tensor<?xi32>, %[[LENS:[^:]+]]: tensor<?xi32>, %[[TABLES:[^:]+]]: tensor<?x?xi32>, %[[SLOTS:[^:]+]]: tensor<?xi64>, %[[C0:[^:]+]]: !infer.kv_cache
+// CHECK-DAG: %[[QR:.+]] = infer.rope %{{.+}}#0, %[[POS2]] {
+// CHECK-DAG: %[[C1:.+]] = infer.rope_kv_cache_write %[[C0]], %{{.+}}#1, %{{.+}}#2, %[[SLOTS]], %[[POS]] {
+// CHECK: infer.paged_attention %[[QR]], %[[C1]]
+// CHECK-NOT: infer.rope_qkv_cache_write
+
+func.func @unfused_keys_other_positions(%qkv: tensor<?x128xf32>, %pos: tensor<?xi32>, %pos2: tensor<?xi32>, %qsl: tensor<?xi32>, %lens: tensor<?xi32>, %tables: tensor<?x?xi32>, %slots: tensor<?xi64>, %c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) -> (tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) {
+  %q, %k, %v = infer.split %qkv : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
+  %qr = infer.rope %q, %pos2 {head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x64xf32>, tensor<?xi32> -> tensor<?x64xf32>
+  %kr = infer.rope %k, %pos {head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = default>} : tensor<?x32xf32>, tensor<?xi32> -> tensor<?x32xf32>
+  %c1 = infer.kv_cache_write %c0, %kr, %v, %slots {layer = 0 : i64} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  %o = infer.paged_attention %qr, %c1, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, scale = 2.500000e-01 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x64xf32>
+  return %o, %c1 : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+}
+
+// -----
+
+// The same with a dynamic NTK rope whose queries take another
+// query_start_loc than the keys.
+
+// CHECK-LABEL: func.func @unfused_keys_other_query_start_loc
+// CHECK-SAME: (%[[QKV:[^:]+]]: tensor<?x128xf32>, %[[POS:[^:]+]]: tensor<?xi32>, %[[QSL:[^:]+]]: tensor<?xi32>, %[[QSL2:[^:]+]]: tensor<?xi32>, %[[LENS:[^:]+]]: tensor<?xi32>, %[[TABLES:[^:]+]]: tensor<?x?xi32>, %[[SLOTS:[^:]+]]: tensor<?xi64>, %[[C0:[^:]+]]: !infer.kv_cache
+// CHECK-DAG: %[[QR:.+]] = infer.rope %{{.+}}#0, %[[POS]], %[[QSL2]] {
+// CHECK-DAG: %[[C1:.+]] = infer.rope_kv_cache_write %[[C0]], %{{.+}}#1, %{{.+}}#2, %[[SLOTS]], %[[POS]], %[[QSL]] {
+// CHECK: infer.paged_attention %[[QR]], %[[C1]]
+// CHECK-NOT: infer.rope_qkv_cache_write
+
+func.func @unfused_keys_other_query_start_loc(%qkv: tensor<?x128xf32>, %pos: tensor<?xi32>, %qsl: tensor<?xi32>, %qsl2: tensor<?xi32>, %lens: tensor<?xi32>, %tables: tensor<?x?xi32>, %slots: tensor<?xi64>, %c0: !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) -> (tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>) {
+  %q, %k, %v = infer.split %qkv : tensor<?x128xf32> -> tensor<?x64xf32>, tensor<?x32xf32>, tensor<?x32xf32>
+  %kr = infer.rope %k, %pos, %qsl {head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0, original_max_position_embeddings = 16>} : tensor<?x32xf32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x32xf32>
+  %qr = infer.rope %q, %pos, %qsl2 {head_dim = 16 : i64, rotary_dim = 16 : i64, rope = #infer.rope<theta = 1.0e+04, kind = dynamic, factor = 2.0, original_max_position_embeddings = 16>} : tensor<?x64xf32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x64xf32>
+  %c1 = infer.kv_cache_write %c0, %kr, %v, %slots {layer = 0 : i64} : !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x32xf32>, tensor<?x32xf32>, tensor<?xi64> -> !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+  %o = infer.paged_attention %qr, %c1, %tables, %lens, %qsl {layer = 0 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, scale = 2.500000e-01 : f64, sliding_window = 0 : i64} : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>, tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32> -> tensor<?x64xf32>
+  return %o, %c1 : tensor<?x64xf32>, !infer.kv_cache<num_layers = 1, num_kv_heads = 2, block_size = 16, head_dim = 16, element_type = f32>
+}

@@ -9,7 +9,7 @@
 // keeps 4 query heads and 1 key/value head.
 // tp=4: 2 query heads per rank; the 2 key/value heads are fewer than the
 // ranks, so ranks 0-1 hold head 0 and ranks 2-3 head 1 (replication = 2).
-// tp=1: nothing changes.
+// tp=1: nothing is split; the parallel styles are consumed all the same.
 
 // TP2-LABEL: module attributes
 // TP2-SAME:    infer.tp = 2 : i64
@@ -84,7 +84,11 @@
 // TP1-NOT:   shard
 // TP1-NOT:   infer.all_reduce
 // TP1-NOT:   infer.all_gather
+// TP1-NOT:   #infer.parallel
+// TP1:       infer.weight "model.layers.0.self_attn.q_proj.weight" : tensor<64x64xf32>
+// TP1-NEXT:  infer.linear %{{[^ ]+}}, %{{[^ ]+}} : tensor<?x64xf32>, tensor<64x64xf32> -> tensor<?x64xf32>
 // TP1:       infer.attention {{.*}}num_heads = 8 : i64, num_kv_heads = 2 : i64
+// TP1-NOT:   #infer.parallel
 
 module attributes {infer.model = {architecture = "LlamaForCausalLM", hidden_size = 64 : i64, num_heads = 8 : i64, num_kv_heads = 2 : i64, head_dim = 8 : i64, num_layers = 2 : i64, vocab_size = 256 : i64}} {
 func.func @forward(%ids: tensor<?xi32> {infer.input = "token_ids"}, %positions: tensor<?xi32> {infer.input = "positions"}, %qsl: tensor<?xi32> {infer.input = "query_start_loc"}, %rows: tensor<?xi32> {infer.input = "logits_indices"}) -> tensor<?x256xf32> {
@@ -280,8 +284,10 @@ func.func @row_parallel_bias(%h: tensor<?x64xf32>, %qsl: tensor<?xi32>) -> tenso
 // TP4:       infer.attention {{.*}}num_heads = 2 : i64, num_kv_heads = 1 : i64
 
 // TP1-LABEL: func.func @fused_parts(
-// TP1:       infer.linear {{.*}}parallel = #infer.parallel<column, parts = [64, 16, 16], kv_parts = [false, true, true]>
+// TP1:       infer.linear %{{[^ ]+}}, %{{[^ ]+}} : tensor<?x64xf32>, tensor<96x64xf32> -> tensor<?x96xf32>
+// TP1-NEXT:  infer.split {{.*}} : tensor<?x96xf32> -> tensor<?x64xf32>, tensor<?x16xf32>, tensor<?x16xf32>
 // TP1-NOT:   shard
+// TP1-NOT:   #infer.parallel
 module {
 func.func @fused_parts(%h: tensor<?x64xf32>, %positions: tensor<?xi32>, %qsl: tensor<?xi32>) -> tensor<?x64xf32> {
   %qkv_w = infer.weight "model.layers.0.self_attn.qkv_proj.weight" : tensor<96x64xf32>
