@@ -437,7 +437,8 @@ mlir::LogicalResult PlanLowering::lowerAttributes(mlir::Operation *op,
     if (mlir::isa<mlir::infer::EmbeddingOp>(op) && name == "vocab_shards")
       continue;
     // How tensor parallelism splits a linear: the compiler's business (the
-    // sharding pass consumes it; a one-rank program keeps it unused).
+    // sharding pass consumes it at every tp; only IR lowered without that
+    // pass still carries one, unused).
     if (mlir::isa<mlir::infer::ParallelAttr>(attr))
       continue;
     if (auto integer = mlir::dyn_cast<mlir::IntegerAttr>(attr)) {

@@ -69,7 +69,10 @@ std::optional<int64_t> getConcatenableRanks(Value value) {
 /// The merge key of `op`, or nothing if its weight or bias is not a
 /// concatenable checkpoint tensor or it adds a residual (one per linear).
 std::optional<MergeKey> getMergeKey(LinearOp op) {
-  if (op.getResidual())
+  // A linear with a parallel style may yet be split by
+  // infer-shard-tensor-parallel (which consumes every style, at any tp):
+  // merging it first would lose how.
+  if (op.getResidual() || op.getParallel())
     return std::nullopt;
   std::optional<int64_t> weightRanks = getConcatenableRanks(op.getWeight());
   if (!weightRanks)
@@ -119,7 +122,7 @@ struct MergeSiblingLinears : OpRewritePattern<LinearOp> {
     if (!key)
       return rewriter.notifyMatchFailure(
           op, "weight or bias is not a checkpoint tensor whole or split "
-              "along dim 0, or it adds a residual");
+              "along dim 0, it adds a residual, or it has a parallel style");
 
     llvm::SetVector<Operation *> siblings;
     for (Operation *user : op.getInput().getUsers()) {
@@ -163,7 +166,7 @@ struct MergeSiblingLinears : OpRewritePattern<LinearOp> {
         cast<RankedTensorType>(weight.getType()).getDimSize(0);
     auto mergedType = RankedTensorType::get(
         {op.getType().getDimSize(0), outFeatures}, key->resultType);
-    // Fusion runs after sharding: no parallel style to keep.
+    // No member has a parallel style (getMergeKey).
     auto merged = rewriter.create<LinearOp>(loc, mergedType, op.getInput(),
                                             weight, bias, ParallelAttr());
     auto split = rewriter.create<SplitOp>(loc, resultTypes, merged.getResult());

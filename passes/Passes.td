@@ -331,8 +331,10 @@ def FusePass : Pass<"infer-fuse", "::mlir::func::FuncOp"> {
   let description = [{
     Rewrites a model so that fewer, larger kernels run per layer:
 
-    - sibling `infer.linear`s of one input whose weights (and biases, all or
-      none) come from `infer.weight` become one GEMM over an
+    - sibling `infer.linear`s of one input, without a `parallel` style (one
+      that may yet be split is left to `infer-shard-tensor-parallel`), whose
+      weights (and biases, all or none) come from `infer.weight` become one
+      GEMM over an
       `infer.concat_weights` of their weights, followed by an `infer.split`
       of its result (q/k/v, gate/up); the concatenation happens once, when the
       runtime loads the checkpoint. Tensor-parallel shards merge when every
