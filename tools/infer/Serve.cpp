@@ -34,10 +34,12 @@ const char *const kServeHelp =
     "           [--max-queued-requests N] [--shutdown-timeout S]\n"
     "           [--chat-template FILE] [--http-threads 2]\n"
     "           [--max-body-bytes 4194304] [--request-timeout 30]\n"
-    "           [--backend cpu|cuda] [--weights DIR] [--skip-weight-check] [--threads N]\n"
+    "           [--backend cpu|cuda] [--weights DIR] [--skip-weight-check] "
+    "[--threads N]\n"
     "           [--num-blocks N | --gpu-memory-utilization F]\n"
     "           [--max-num-seqs 256] [--max-num-batched-tokens auto|N]\n"
-    "           [--no-prefix-caching] [--scheduling-policy fcfs|priority]\n"
+    "           [--no-prefix-caching] [--no-async-scheduling]\n"
+    "           [--scheduling-policy fcfs|priority]\n"
     "           [--draft MODEL | --ngram-speculation]\n"
     "           [--num-speculative-tokens 4] [--adaptive-speculation]\n\n"
     "Serves MODEL (an artifact or a Hugging Face model directory) over\n"
@@ -61,7 +63,9 @@ const char *const kServeHelp =
     "memory free after the weights; --max-num-seqs (default 256) and\n"
     "--max-num-batched-tokens (auto: 8192 on cuda, 2048 on cpu) bound each\n"
     "step. --scheduling-policy priority runs requests of lower \"priority\"\n"
-    "first (ties by arrival; default fcfs). Speculative decoding options are\n"
+    "first (ties by arrival; default fcfs). The engine schedules and packs\n"
+    "step N+1 while the device runs step N (--no-async-scheduling waits for\n"
+    "each step's tokens first). Speculative decoding options are\n"
     "generate's.\n";
 
 std::vector<OptionSpec> serveOptions() {
@@ -84,6 +88,7 @@ std::vector<OptionSpec> serveOptions() {
                                      {"--max-num-seqs"},
                                      {"--max-num-batched-tokens"},
                                      {"--no-prefix-caching", false},
+                                     {"--no-async-scheduling", false},
                                      {"--scheduling-policy"}};
   for (const OptionSpec &s : speculationOptions())
     options.push_back(s);
@@ -187,6 +192,7 @@ Status runServe(const ParsedArgs &args) {
   EngineConfig config = engineConfigFor(model.artifact);
   config.tokenizer = tokenizer.get();
   config.enablePrefixCaching = !args.has("--no-prefix-caching");
+  config.asyncScheduling = !args.has("--no-async-scheduling");
   INFER_ASSIGN_OR_RETURN(config.scheduler.maxNumSeqs,
                          args.getInt("--max-num-seqs", 256));
   config.scheduler.maxNumBatchedTokens = backendName == "cuda" ? 8192 : 2048;

@@ -256,6 +256,7 @@ Status runGenerate(const ParsedArgs &args) {
   // the first step prefills every prompt.
   EngineConfig config = engineConfigFor(model.artifact);
   config.scheduler.maxNumSeqs = static_cast<int64_t>(prompts.size());
+  config.asyncScheduling = !args.has("--no-async-scheduling");
   for (const std::vector<int32_t> &prompt : prompts)
     config.scheduler.maxNumBatchedTokens += static_cast<int64_t>(prompt.size());
   INFER_ASSIGN_OR_RETURN(
@@ -454,6 +455,7 @@ Status runBench(const ParsedArgs &args) {
     return invalidArgument(
         "--max-num-seqs and --max-num-batched-tokens must be > 0 (or auto)");
   config.enablePrefixCaching = !args.has("--no-prefix-caching");
+  config.asyncScheduling = !args.has("--no-async-scheduling");
   if (config.maxModelLen > 0 && inputLen + outputLen > config.maxModelLen)
     return invalidArgument("--input-len + --output-len exceed the model's " +
                            std::to_string(config.maxModelLen) + " positions");
@@ -592,6 +594,15 @@ Status runBench(const ParsedArgs &args) {
            ? 1e3 * (stats.stepSeconds - stats.backendSeconds) / stats.numSteps
            : 0.0},
       {"backend_idle_fraction", 1.0 - stats.backendSeconds / duration},
+      // With asynchronous scheduling the host works while the device runs:
+      // the device's own measure of its idle time between forward calls
+      // (null where the backend does not measure it).
+      {"async_scheduling", config.asyncScheduling},
+      {"num_async_steps", stats.numAsyncSteps},
+      {"device_idle_fraction",
+       stats.deviceIdleSeconds >= 0
+           ? nlohmann::ordered_json(stats.deviceIdleSeconds / duration)
+           : nlohmann::ordered_json()},
       {"acceptance_rate", stats.numDraftTokens
                               ? nlohmann::ordered_json(stats.acceptanceRate())
                               : nlohmann::ordered_json()}};
@@ -652,6 +663,21 @@ Status runBench(const ParsedArgs &args) {
                 result["host_ms_per_step"].get<double>(),
                 100.0 * result["backend_idle_fraction"].get<double>());
   std::cout << line;
+  std::snprintf(line, sizeof(line),
+                "asynchronous scheduling %s: %lld of %lld steps launched "
+                "before the previous step's tokens were known\n",
+                config.asyncScheduling ? "on" : "off",
+                static_cast<long long>(stats.numAsyncSteps),
+                static_cast<long long>(stats.numSteps));
+  std::cout << line;
+  if (stats.deviceIdleSeconds >= 0) {
+    std::snprintf(line, sizeof(line),
+                  "device idle between forward calls %.1f%% of the run "
+                  "(%.3f s, device timestamps)\n",
+                  100.0 * stats.deviceIdleSeconds / duration,
+                  stats.deviceIdleSeconds);
+    std::cout << line;
+  }
   if (stats.numDraftTokens) {
     std::snprintf(line, sizeof(line), "acceptance rate %.3f\n",
                   result["acceptance_rate"].get<double>());
@@ -918,7 +944,7 @@ std::vector<Command> commands() {
        "           [--weights DIR] [--skip-weight-check] [--threads N]\n"
        "           [--draft MODEL | --ngram-speculation [--ngram-max 4]\n"
        "            [--ngram-min 1]] [--num-speculative-tokens 4]\n"
-       "           [--adaptive-speculation]\n\n"
+       "           [--adaptive-speculation] [--no-async-scheduling]\n\n"
        "MODEL is an artifact directory or a Hugging Face model directory\n"
        "(compiled on the fly). Every --prompt / --token-ids is one sequence;\n"
        "all run in one batch. --prompt text is encoded with the special "
@@ -936,7 +962,9 @@ std::vector<Command> commands() {
        "directory.\n"
        "A packed artifact (infer pack) maps its weight files and checks\n"
        "their content hashes (--skip-weight-check skips that, for trusted\n"
-       "storage); --weights DIR reads the checkpoint instead.\n\n"
+       "storage); --weights DIR reads the checkpoint instead. The engine\n"
+       "schedules step N+1 while the device runs step N (asynchronous\n"
+       "scheduling; --no-async-scheduling waits for each step's tokens).\n\n"
        "Speculative decoding: --draft MODEL (an artifact or model directory\n"
        "with the target's vocabulary) or --ngram-speculation (prompt lookup\n"
        "of the last n tokens, n from --ngram-max down to --ngram-min) "
@@ -953,6 +981,7 @@ std::vector<Command> commands() {
                         {"--temperature"},
                         {"--seed"},
                         {"--ignore-eos", false},
+                        {"--no-async-scheduling", false},
                         {"--json", false},
                         backend,
                         weights,
@@ -964,8 +993,8 @@ std::vector<Command> commands() {
        "           [--output-len 128] [--num-prompts 64] [--request-rate inf]\n"
        "           [--seed 0] [--max-num-seqs auto|N]\n"
        "           [--max-num-batched-tokens auto|N] [--num-blocks N]\n"
-       "           [--no-prefix-caching] [--json] [--weights DIR]\n"
-       "           [--skip-weight-check]\n"
+       "           [--no-prefix-caching] [--no-async-scheduling] [--json]\n"
+       "           [--weights DIR] [--skip-weight-check]\n"
        "           [--gpu-memory-utilization F] [--threads N]\n"
        "           [--draft MODEL | --ngram-speculation]\n"
        "           [--num-speculative-tokens 4] [--adaptive-speculation]\n"
@@ -977,7 +1006,11 @@ std::vector<Command> commands() {
        "requests per second (inf: all at once). Prints throughput (req/s,\n"
        "output and total tok/s), TTFT, TPOT and ITL (mean, p50, p99), engine\n"
        "counters, the engine's host work per step and the share of the run\n"
-       "the backend sat idle, and, with speculative decoding, the acceptance\n"
+       "the backend sat idle (with asynchronous scheduling, the default, the\n"
+       "host works while the device runs: the device's idle time between\n"
+       "forward calls, where the backend measures it; --no-async-scheduling\n"
+       "waits for each step's tokens before the next is scheduled), and, with\n"
+       "speculative decoding, the acceptance\n"
        "rate; --json prints one line with the same fields. The KV pool holds\n"
        "min(N, max-num-seqs) whole requests (auto: up to 1024) unless\n"
        "--num-blocks says, or, on cuda, --gpu-memory-utilization F sizes it\n"
@@ -1011,6 +1044,7 @@ std::vector<Command> commands() {
                         {"--num-blocks"},
                         {"--gpu-memory-utilization"},
                         {"--no-prefix-caching", false},
+                        {"--no-async-scheduling", false},
                         {"--json", false},
                         backend,
                         weights,
