@@ -20,8 +20,9 @@ namespace infer::cuda {
 Status CudaBackend::uploadSampling(const SamplingBatch &sampling,
                                    int64_t rows) {
   if (rows > samplingCapacity_) {
-    // Captured graphs read the old buffers.
+    // Captured graphs and the calls in flight read the old buffers.
     INFER_RETURN_IF_ERROR(destroyGraphs());
+    INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     const int64_t capacity = std::max<int64_t>(64, 2 * rows);
     INFER_RETURN_IF_ERROR(
         deviceSampling_.allocate(capacity * sizeof(DeviceRowSampling)));

@@ -10,14 +10,17 @@
 //   greedy and seeded sampling;
 // - sampled tokens: decode token ids taken on the device from the previous
 //   launch's rows (two in flight, so never on the host) give the tokens of
-//   the synchronous run with the ids filled on the host;
+//   the synchronous run with the ids filled on the host, also when the
+//   sampling buffers grow between the launch and its feed;
 // - forward() while two launches are uncollected runs after them (its
 //   logits and the launches' tokens equal the synchronous run's);
 // - bad input: collect with nothing launched, sampled tokens without an
 //   earlier launch or past its rows, a third launch in flight,
 //   forwardSample while launches are uncollected: clear errors, nothing
 //   launched, the launches in flight unharmed;
-// - deviceIdleSeconds counts the host's pause between sampled calls;
+// - deviceIdleSeconds counts the host's pause between sampled calls, and
+//   launches in flight leave the device less idle than forwardSample when
+//   the host works between steps (printed: "[ async idle ]");
 // - the feed kernel gives token 0 for a row without a token in the
 //   vocabulary (kNonFiniteLogitsToken).
 //
@@ -32,6 +35,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -67,6 +71,18 @@ Schedule schedule() {
       {{3, 0}},
       {{4, 0}, {3, 0}, {2, 0}},
   };
+}
+
+/// A prefill of 4 tokens for each of `seqs` sequences, then `steps` decode
+/// steps of them all.
+Schedule decodeSchedule(int seqs, int steps) {
+  Schedule sched(1 + steps);
+  for (int s = 0; s < seqs; ++s) {
+    sched[0].push_back({s, 4});
+    for (int k = 1; k <= steps; ++k)
+      sched[k].push_back({s, 0});
+  }
+  return sched;
 }
 
 /// Where a decode step's token ids come from.
@@ -165,13 +181,22 @@ void takeTokens(const Schedule &sched, int k,
 }
 
 using StepTokens = std::vector<std::vector<int32_t>>;
+using Micros = std::chrono::microseconds;
+
+/// The host's own work before a step (scheduling, packing), as a busy wait.
+void hostWork(Micros duration) {
+  const auto until = std::chrono::steady_clock::now() + duration;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
 
 /// The schedule through forwardSample, one step at a time.
-void runSync(Backend &backend, Inputs inputs, bool seeded, int64_t blockSize,
-             StepTokens &out) {
-  const Schedule sched = schedule();
+void runSync(Backend &backend, const Schedule &sched, Inputs inputs,
+             bool seeded, int64_t blockSize, StepTokens &out,
+             Micros work = Micros(0)) {
   std::vector<SeqState> seqs(kNumSeqs);
   for (int k = 0; k < static_cast<int>(sched.size()); ++k) {
+    hostWork(work);
     const Batch batch = buildStep(sched, k, seqs, inputs, blockSize);
     StatusOr<std::vector<int32_t>> tokens = backend.forwardSample(
         batch, samplingFor(k, batch.logitsIndices.size(), seeded));
@@ -184,9 +209,9 @@ void runSync(Backend &backend, Inputs inputs, bool seeded, int64_t blockSize,
 
 /// The schedule through launchSample / collectSample, two in flight: step
 /// k is launched before step k-1 is collected.
-void runAsync(Backend &backend, Inputs inputs, bool seeded, int64_t blockSize,
-              StepTokens &out) {
-  const Schedule sched = schedule();
+void runAsync(Backend &backend, const Schedule &sched, Inputs inputs,
+              bool seeded, int64_t blockSize, StepTokens &out,
+              Micros work = Micros(0)) {
   const int steps = static_cast<int>(sched.size());
   std::vector<SeqState> seqs(kNumSeqs);
   auto collect = [&](int k) {
@@ -197,6 +222,7 @@ void runAsync(Backend &backend, Inputs inputs, bool seeded, int64_t blockSize,
     out.push_back(*tokens);
   };
   for (int k = 0; k < steps; ++k) {
+    hostWork(work);
     const Batch batch = buildStep(sched, k, seqs, inputs, blockSize);
     if (inputs == Inputs::kFeed && k > 0)
       EXPECT_FALSE(batch.sampledTokens.empty()) << "step " << k;
@@ -258,10 +284,10 @@ TEST_F(CudaAsyncSampleTest, LaunchesReturnTheTokensOfForwardSample) {
       std::unique_ptr<Backend> async = makeBackend(graphs);
       ASSERT_TRUE(sync && async);
       StepTokens expected, actual;
-      ASSERT_NO_FATAL_FAILURE(
-          runSync(*sync, Inputs::kTeacher, seeded, blockSize_, expected));
-      ASSERT_NO_FATAL_FAILURE(
-          runAsync(*async, Inputs::kTeacher, seeded, blockSize_, actual));
+      ASSERT_NO_FATAL_FAILURE(runSync(*sync, schedule(), Inputs::kTeacher,
+                                      seeded, blockSize_, expected));
+      ASSERT_NO_FATAL_FAILURE(runAsync(*async, schedule(), Inputs::kTeacher,
+                                       seeded, blockSize_, actual));
       ASSERT_EQ(actual.size(), expected.size());
       for (size_t k = 0; k < expected.size(); ++k)
         EXPECT_EQ(actual[k], expected[k]) << "step " << k;
@@ -277,10 +303,10 @@ TEST_F(CudaAsyncSampleTest, SampledTokensFeedThePreviousLaunchsRows) {
       std::unique_ptr<Backend> async = makeBackend(graphs);
       ASSERT_TRUE(sync && async);
       StepTokens expected, actual;
-      ASSERT_NO_FATAL_FAILURE(
-          runSync(*sync, Inputs::kHost, seeded, blockSize_, expected));
-      ASSERT_NO_FATAL_FAILURE(
-          runAsync(*async, Inputs::kFeed, seeded, blockSize_, actual));
+      ASSERT_NO_FATAL_FAILURE(runSync(*sync, schedule(), Inputs::kHost, seeded,
+                                      blockSize_, expected));
+      ASSERT_NO_FATAL_FAILURE(runAsync(*async, schedule(), Inputs::kFeed,
+                                       seeded, blockSize_, actual));
       ASSERT_EQ(actual.size(), expected.size());
       for (size_t k = 0; k < expected.size(); ++k) {
         EXPECT_EQ(actual[k], expected[k]) << "step " << k;
@@ -290,6 +316,98 @@ TEST_F(CudaAsyncSampleTest, SampledTokensFeedThePreviousLaunchsRows) {
         }
       }
     }
+}
+
+/// Tokens of one sequence in a batch, from `position` on; a logits row for
+/// every token, or for the last only.
+struct Part {
+  int seq = 0;
+  int32_t position = 0;
+  std::vector<int32_t> tokens;
+  bool everyLogit = false;
+};
+
+Batch makeBatch(const std::vector<Part> &parts, int64_t blockSize) {
+  Batch batch;
+  batch.queryStartLoc = {0};
+  batch.maxBlocksPerSeq = kBlocksPerSeq;
+  for (const Part &p : parts) {
+    for (size_t i = 0; i < p.tokens.size(); ++i) {
+      const auto position = static_cast<int32_t>(p.position + i);
+      if (p.everyLogit || i + 1 == p.tokens.size())
+        batch.logitsIndices.push_back(
+            static_cast<int32_t>(batch.tokenIds.size()));
+      batch.tokenIds.push_back(p.tokens[i]);
+      batch.positions.push_back(position);
+      batch.slotMapping.push_back(p.seq * kBlocksPerSeq * blockSize + position);
+    }
+    batch.queryStartLoc.push_back(static_cast<int32_t>(batch.tokenIds.size()));
+    batch.contextLens.push_back(
+        static_cast<int32_t>(p.position + p.tokens.size()));
+    for (int32_t b = 0; b < kBlocksPerSeq; ++b)
+      batch.blockTables.push_back(p.seq * kBlocksPerSeq + b);
+  }
+  return batch;
+}
+
+std::vector<int32_t> prompt(int seq, int n) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < n; ++i)
+    tokens.push_back(promptToken(seq, i));
+  return tokens;
+}
+
+TEST_F(CudaAsyncSampleTest, SampledTokensOutliveTheSamplingBuffersGrowing) {
+  // Step 1 samples 72 rows (two prompts with a logits row per token), more
+  // than the 64 the buffers first hold: they grow while step 0 is in
+  // flight, and step 0's tokens, which step 1 feeds, move with them.
+  std::unique_ptr<Backend> sync = makeBackend(4);
+  std::unique_ptr<Backend> async = makeBackend(4);
+  ASSERT_TRUE(sync && async);
+  auto sampling = [](int k, const Batch &b) {
+    return samplingFor(k, b.logitsIndices.size(), true);
+  };
+  const Batch first =
+      makeBatch({{0, 0, prompt(0, 4)}, {1, 0, prompt(1, 4)}}, blockSize_);
+  StatusOr<std::vector<int32_t>> t0 =
+      sync->forwardSample(first, sampling(0, first));
+  ASSERT_TRUE(t0.isOk()) << t0.status().message();
+  const Batch second = makeBatch({{0, 4, {(*t0)[0]}},
+                                  {1, 4, {(*t0)[1]}},
+                                  {2, 0, prompt(2, 40), true},
+                                  {3, 0, prompt(3, 30), true}},
+                                 blockSize_);
+  ASSERT_EQ(second.logitsIndices.size(), 72u);
+  StatusOr<std::vector<int32_t>> t1 =
+      sync->forwardSample(second, sampling(1, second));
+  ASSERT_TRUE(t1.isOk()) << t1.status().message();
+  const Batch third = makeBatch({{0, 5, {(*t1)[0]}},
+                                 {1, 5, {(*t1)[1]}},
+                                 {2, 40, {(*t1)[41]}},
+                                 {3, 30, {(*t1)[71]}}},
+                                blockSize_);
+  StatusOr<std::vector<int32_t>> t2 =
+      sync->forwardSample(third, sampling(2, third));
+  ASSERT_TRUE(t2.isOk()) << t2.status().message();
+
+  Batch fedSecond = second;
+  fedSecond.tokenIds[0] = fedSecond.tokenIds[1] = 0;
+  fedSecond.sampledTokens = {{0, 0}, {1, 1}};
+  Batch fedThird = third;
+  fedThird.tokenIds = {0, 0, 0, 0};
+  fedThird.sampledTokens = {{0, 0}, {1, 1}, {2, 41}, {3, 71}};
+  ASSERT_TRUE(async->launchSample(first, sampling(0, first)).isOk());
+  ASSERT_TRUE(async->launchSample(fedSecond, sampling(1, second)).isOk());
+  StatusOr<std::vector<int32_t>> a0 = async->collectSample();
+  ASSERT_TRUE(a0.isOk()) << a0.status().message();
+  EXPECT_EQ(*a0, *t0);
+  ASSERT_TRUE(async->launchSample(fedThird, sampling(2, third)).isOk());
+  StatusOr<std::vector<int32_t>> a1 = async->collectSample();
+  ASSERT_TRUE(a1.isOk()) << a1.status().message();
+  EXPECT_EQ(*a1, *t1);
+  StatusOr<std::vector<int32_t>> a2 = async->collectSample();
+  ASSERT_TRUE(a2.isOk()) << a2.status().message();
+  EXPECT_EQ(*a2, *t2);
 }
 
 TEST_F(CudaAsyncSampleTest, ForwardWhileLaunchesAreInFlightRunsAfterThem) {
@@ -339,7 +457,7 @@ TEST_F(CudaAsyncSampleTest, BadLaunchesAndCollectsAreClearErrors) {
   ASSERT_TRUE(sync && async);
   StepTokens expected;
   ASSERT_NO_FATAL_FAILURE(
-      runSync(*sync, Inputs::kHost, false, blockSize_, expected));
+      runSync(*sync, schedule(), Inputs::kHost, false, blockSize_, expected));
 
   StatusOr<std::vector<int32_t>> none = async->collectSample();
   ASSERT_FALSE(none.isOk());
@@ -433,6 +551,42 @@ TEST_F(CudaAsyncSampleTest, IdleTimeCountsTheHostsPauseBetweenCalls) {
   ASSERT_TRUE(backend->forward(batches[2]).isOk());
   ASSERT_NO_FATAL_FAILURE(sample(3));
   EXPECT_EQ(backend->deviceIdleSeconds(), idle);
+}
+
+TEST_F(CudaAsyncSampleTest, LaunchesHideTheHostsWorkFromTheDevice) {
+  // 4 sequences decode 48 steps (graphs); before each step the host works
+  // for `work` (what the engine's scheduling and packing would take).
+  const Schedule sched = decodeSchedule(4, 48);
+  const auto steps = static_cast<double>(sched.size());
+  for (Micros work : {Micros(0), Micros(200)}) {
+    SCOPED_TRACE("host work " + std::to_string(work.count()) + " us");
+    std::unique_ptr<Backend> sync = makeBackend(4);
+    std::unique_ptr<Backend> async = makeBackend(4);
+    ASSERT_TRUE(sync && async);
+    StepTokens expected, actual;
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_NO_FATAL_FAILURE(
+        runSync(*sync, sched, Inputs::kHost, true, blockSize_, expected, work));
+    const auto middle = std::chrono::steady_clock::now();
+    ASSERT_NO_FATAL_FAILURE(
+        runAsync(*async, sched, Inputs::kFeed, true, blockSize_, actual, work));
+    const auto end = std::chrono::steady_clock::now();
+    EXPECT_EQ(actual, expected);
+    const double syncIdle = sync->deviceIdleSeconds();
+    const double asyncIdle = async->deviceIdleSeconds();
+    std::printf(
+        "[ async idle ] host work %lld us/step: device idle "
+        "%.1f us/step synchronous, %.1f us/step with launches in "
+        "flight; wall %.1f vs %.1f us/step\n",
+        static_cast<long long>(work.count()), 1e6 * syncIdle / steps,
+        1e6 * asyncIdle / steps,
+        std::chrono::duration<double, std::micro>(middle - start).count() /
+            steps,
+        std::chrono::duration<double, std::micro>(end - middle).count() /
+            steps);
+    EXPECT_GT(syncIdle, 0.0);
+    EXPECT_LT(asyncIdle, syncIdle);
+  }
 }
 
 TEST_F(CudaAsyncSampleTest, FeedKernelGivesTokenZeroOutsideTheVocabulary) {
