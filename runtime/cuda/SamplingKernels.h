@@ -45,6 +45,21 @@ cudaError_t launchSampleRows(const float *logits, int64_t rows, int64_t vocab,
                              const DeviceRowSampling *params, int32_t *tokens,
                              cudaStream_t stream);
 
+/// One token of a forward call that a previous call sampled on the device
+/// (Batch::SampledToken): tokenIds[tokenIndex] = sampled[row].
+struct DeviceSampledToken {
+  int32_t tokenIndex = 0;
+  int32_t row = 0;
+};
+
+/// Writes each of the `count` pairs' sampled token into `tokenIds`; a token
+/// outside [0, vocab) (kNonFiniteLogitsToken) feeds 0, and the engine fails
+/// its request when it collects that row. Indices are checked on the host.
+cudaError_t launchFeedSampledTokens(int32_t *tokenIds,
+                                    const DeviceSampledToken *pairs,
+                                    int64_t count, const int32_t *sampled,
+                                    int64_t vocab, cudaStream_t stream);
+
 } // namespace infer::cuda
 
 #endif // INFER_RUNTIME_CUDA_SAMPLINGKERNELS_H

@@ -221,7 +221,10 @@ StatusOr<Logits> TensorParallelBackend::forward(const Batch &batch) {
 
 /// Rank 0 samples on its GPU, where the gathered logits are; the other
 /// ranks run the same forward call (their collectives meet rank 0's) and
-/// copy nothing back.
+/// copy nothing back. launchSample() and collectSample() keep Backend's
+/// default, this call run at once: the ranks' threads wait for their
+/// forward calls, so a tensor-parallel step does not overlap the host's
+/// next one.
 StatusOr<std::vector<int32_t>>
 TensorParallelBackend::forwardSample(const Batch &batch,
                                      const SamplingBatch &sampling) {

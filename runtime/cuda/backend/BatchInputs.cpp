@@ -1,8 +1,15 @@
 //===- BatchInputs.cpp - The batch contract on the device -----------------===//
 //
 // One forward call's inputs go to the device in one copy: the arrays packed
-// 16-byte aligned into a pinned-free staging vector, then one
-// cudaMemcpyAsync into a buffer that only grows (captured graphs read it).
+// 16-byte aligned into pinned staging (double-buffered: PinnedStaging.h),
+// then one cudaMemcpyAsync into a buffer that only grows (captured graphs
+// read it). The batch's sampled tokens (asynchronous scheduling) travel in
+// the same copy as (token index, row) pairs after the arrays; a small
+// kernel, enqueued before the forward's steps and outside any graph, then
+// writes the previous launch's tokens into token_ids on the device:
+//
+//   inputs_   token_ids | positions | ... | logits_indices | (index, row)...
+//   feed      token_ids[index] = deviceTokens_[row]   (0 outside the vocab)
 //
 // A decode batch (one new token per sequence, a logits row each) is padded
 // to its graph bucket (decodeGraphBucket) so that a few graphs serve every
@@ -20,6 +27,9 @@
 
 #include "runtime/cuda/backend/CudaBackendImpl.h"
 
+#include <algorithm>
+#include <climits>
+#include <cstddef>
 #include <cstring>
 
 namespace infer::cuda {
@@ -60,6 +70,12 @@ Status CudaBackend::uploadInputs(const Batch &batch) {
     std::copy_n(batch.blockTables.begin() + s * batch.maxBlocksPerSeq,
                 batch.maxBlocksPerSeq,
                 tables.begin() + s * paddedBlocksPerSeq_);
+  static_assert(sizeof(Batch::SampledToken) == sizeof(DeviceSampledToken) &&
+                    offsetof(Batch::SampledToken, tokenIndex) ==
+                        offsetof(DeviceSampledToken, tokenIndex) &&
+                    offsetof(Batch::SampledToken, row) ==
+                        offsetof(DeviceSampledToken, row),
+                "sampled tokens are copied to the device as they are");
   const std::pair<const void *, size_t> arrays[] = {
       {batch.tokenIds.data(), bytesOf(batch.tokenIds)},
       {batch.positions.data(), bytesOf(batch.positions)},
@@ -74,19 +90,34 @@ Status CudaBackend::uploadInputs(const Batch &batch) {
     inputOffset_[i] = total;
     total += (arrays[i].second + 15) / 16 * 16;
   }
-  staging_.resize(total);
+  sampledOffset_ = total;
+  const size_t sampledBytes = bytesOf(batch.sampledTokens);
+  total += sampledBytes;
+  INFER_ASSIGN_OR_RETURN(char *staging, inputStaging_.acquire(total));
   for (int i = 0; i < static_cast<int>(InputKind::kCount); ++i)
     if (arrays[i].second)
-      std::memcpy(staging_.data() + inputOffset_[i], arrays[i].first,
-                  arrays[i].second);
+      std::memcpy(staging + inputOffset_[i], arrays[i].first, arrays[i].second);
+  if (sampledBytes)
+    std::memcpy(staging + sampledOffset_, batch.sampledTokens.data(),
+                sampledBytes);
   if (total > inputs_.bytes()) {
     // Captured graphs read the old buffer.
     INFER_RETURN_IF_ERROR(destroyGraphs());
     INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     INFER_RETURN_IF_ERROR(inputs_.allocate(total * 2));
   }
-  INFER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-      inputs_.get(), staging_.data(), total, cudaMemcpyHostToDevice, stream_));
+  INFER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inputs_.get(), staging, total,
+                                             cudaMemcpyHostToDevice, stream_));
+  INFER_RETURN_IF_ERROR(inputStaging_.markRead(stream_));
+  if (batch.sampledTokens.empty())
+    return Status::ok();
+  char *base = inputs_.as<char>();
+  INFER_CUDA_RETURN_IF_ERROR(launchFeedSampledTokens(
+      reinterpret_cast<int32_t *>(
+          base + inputOffset_[static_cast<int>(InputKind::kTokenIds)]),
+      reinterpret_cast<const DeviceSampledToken *>(base + sampledOffset_),
+      static_cast<int64_t>(batch.sampledTokens.size()),
+      deviceTokens_.as<int32_t>(), tokenVocab_, stream_));
   return Status::ok();
 }
 
@@ -120,12 +151,27 @@ const void *CudaBackend::input(int id, int64_t *length,
   return inputs_.as<char>() + inputOffset_[static_cast<int>(kind)];
 }
 
+Status CudaBackend::checkBatch(const Batch &batch) const {
+  INFER_RETURN_IF_ERROR(batch.validate(numBlocks_, dims_.blockSize));
+  return checkTokenIds(batch);
+}
+
+int64_t CudaBackend::embeddingVocab(const PreparedStep &s) const {
+  return s.step.vocabSize ? s.step.vocabSize : params_[s.step.operands[0]].rows;
+}
+
+void CudaBackend::findTokenVocab() {
+  tokenVocab_ = INT32_MAX;
+  for (const PreparedStep &s : steps_)
+    if (s.step.op == plan::StepOp::kEmbedding)
+      tokenVocab_ = std::min(tokenVocab_, embeddingVocab(s));
+}
+
 Status CudaBackend::checkTokenIds(const Batch &batch) const {
   for (const PreparedStep &s : steps_) {
     if (s.step.op != plan::StepOp::kEmbedding)
       continue;
-    const int64_t vocab =
-        s.step.vocabSize ? s.step.vocabSize : params_[s.step.operands[0]].rows;
+    const int64_t vocab = embeddingVocab(s);
     for (int32_t id : batch.tokenIds)
       if (id < 0 || id >= vocab)
         return outOfRange("token id " + std::to_string(id) +

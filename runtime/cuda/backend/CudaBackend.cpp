@@ -178,6 +178,7 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
       steps_[lastUse[id]].release.push_back(static_cast<int>(id));
 
   INFER_RETURN_IF_ERROR(uploadParams(params, options.uploadProgress));
+  findTokenVocab();
   // fp8 weights at large T quantize the activations into a 64 MiB scratch
   // (or decode weight rows there, where fp8 cuBLASLt does not apply).
   const bool fp8Weights =

@@ -9,7 +9,9 @@
 //   BatchInputs.cpp      the batch contract on the device; decode batches
 //                        padded to a graph bucket
 //   Graphs.cpp           forward(): eager runs and CUDA graph capture/replay
-//   DeviceSampler.cpp    forwardSample(): sampling inside the graph
+//   DeviceSampler.cpp    sampling inside the graph
+//   Launches.cpp         launchSample() / collectSample(): sampled forward
+//                        calls in flight, forwardSample(), device idle time
 //   Profiler.cpp         per-step CUDA-event timings
 //   KVPool.cpp           the paged KV pool and block copies
 //   ModelSteps.cpp       embedding, norms, linear, logits, bias_add
@@ -37,12 +39,14 @@
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/ParamUpload.h"
 #include "runtime/cuda/SamplingKernels.h"
+#include "runtime/cuda/backend/PinnedStaging.h"
 #include "runtime/plan/StepAttrs.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <map>
 #include <optional>
 #include <set>
@@ -167,6 +171,10 @@ public:
   StatusOr<Logits> forward(const Batch &batch) override;
   StatusOr<std::vector<int32_t>>
   forwardSample(const Batch &batch, const SamplingBatch &sampling) override;
+  Status launchSample(const Batch &batch,
+                      const SamplingBatch &sampling) override;
+  StatusOr<std::vector<int32_t>> collectSample() override;
+  double deviceIdleSeconds() const override { return idleSeconds_; }
   Status
   copyBlocks(const std::vector<std::pair<int32_t, int32_t>> &copies) override;
 
@@ -253,16 +261,26 @@ private:
   /// up to the next graph bucket (logits and tokens of the padding are
   /// dropped). Null when `batch` runs as it is.
   std::optional<Batch> padDecodeBatch(const Batch &batch) const;
+  /// Packs the inputs into pinned staging and copies them to the device in
+  /// one copy, then enqueues the feed of the batch's sampled tokens.
   Status uploadInputs(const Batch &batch);
   /// The device copy and length of an integer input.
   const void *input(int id, int64_t *length, const Batch &batch) const;
   /// Checks token ids against the embedding tables (data, not shapes).
   Status checkTokenIds(const Batch &batch) const;
+  /// The vocabulary of an embedding step.
+  int64_t embeddingVocab(const PreparedStep &s) const;
+  /// Sets tokenVocab_ (after the params are on the device).
+  void findTokenVocab();
+  /// What every forward call checks before it enqueues anything: the batch
+  /// contract and the token ids.
+  Status checkBatch(const Batch &batch) const;
 
   // Graphs.cpp
-  /// forward() and forwardSample(): pads a decode batch to its graph
-  /// bucket, runs it (growing the arena as needed) and drops the padding's
-  /// logits rows.
+  /// forward() and launchSample() (a checked batch): pads a decode batch to
+  /// its graph bucket, runs it (growing the arena as needed) and drops the
+  /// padding's logits rows. A sampled call returns once its work is
+  /// enqueued, its tokens in deviceTokens_; forward() waits for its logits.
   StatusOr<Logits> forwardBatch(const Batch &batch,
                                 const SamplingBatch *sampling);
   StatusOr<Logits> forwardOnce(const Batch &batch);
@@ -272,11 +290,17 @@ private:
   // DeviceSampler.cpp
   /// Copies the rows' parameters to the device (pinned staging, on the
   /// stream), padded with greedy rows to `rows`, growing the buffers if
-  /// needed.
+  /// needed (deviceTokens_ keeps the last call's tokens).
   Status uploadSampling(const SamplingBatch &sampling, int64_t rows);
-  /// Enqueues the sampling kernel on the plan output and the copy of the
-  /// tokens to hostTokens_.
+  /// Enqueues the sampling kernel on the plan output (into deviceTokens_).
   Status enqueueSampling(const Tensor &logits);
+
+  // Launches.cpp
+  /// Enqueues a checked launch into its slot: the forward call, the copy of
+  /// its tokens and its timing events.
+  Status enqueueLaunch(const Batch &batch, const SamplingBatch &sampling);
+  /// The rows of the previous launch that `batch`'s sampled tokens read.
+  Status checkSampledRows(const Batch &batch) const;
 
   // Profiler.cpp
   Status recordStepStart(size_t index);
@@ -333,9 +357,13 @@ private:
   std::vector<PreparedStep> steps_;
   int output_ = -1;
 
-  std::vector<char> staging_;
+  PinnedStaging inputStaging_;
   DeviceBuffer inputs_;
   size_t inputOffset_[static_cast<int>(InputKind::kCount)] = {};
+  /// Where the sampled tokens' (token index, row) pairs are in inputs_.
+  size_t sampledOffset_ = 0;
+  /// The smallest embedding vocabulary: a fed token outside it becomes 0.
+  int64_t tokenVocab_ = 0;
   /// block_tables rows as uploaded: padded to a power of two
   /// so that decode steps of growing sequences share a graph.
   int64_t paddedBlocksPerSeq_ = 0;
@@ -347,14 +375,44 @@ private:
   /// gather_rows steps' input rows in the last run (step -> rows).
   std::vector<std::pair<size_t, int64_t>> gatherRows_;
 
-  /// Set during forwardSample: the run samples instead of copying logits.
+  /// Set during a sampled call: the run samples instead of copying logits.
   const SamplingBatch *sampling_ = nullptr;
   /// Rows the sampling buffers hold (captured graphs point into them).
   int64_t samplingCapacity_ = 0;
-  PinnedBuffer hostSampling_;
+  PinnedStaging samplingStaging_;
   DeviceBuffer deviceSampling_;
+  /// The sampling kernel's output. One buffer serves every launch: launch
+  /// k+1's feed reads launch k's tokens before k+1's sampling rewrites
+  /// them, in stream order.
   DeviceBuffer deviceTokens_;
-  PinnedBuffer hostTokens_;
+
+  /// A sampled forward call from launchSample() to collectSample()
+  /// (forwardSample() is one, collected at once).
+  struct SampleLaunch {
+    /// Where the copy enqueued after the forward puts the tokens.
+    PinnedBuffer tokens;
+    int64_t rows = 0;
+    /// Recorded before the call's first copy and after its tokens' copy.
+    CudaEvent start;
+    CudaEvent end;
+    /// Whether the previous launch's work came last on the stream before
+    /// this one's: the time between them is the device's idle time.
+    bool followsLaunch = false;
+  };
+  /// Launch n uses slot n % 3: with at most 2 uncollected, the launch
+  /// before the oldest keeps its end event until the oldest is collected
+  /// and its idle gap measured.
+  std::array<SampleLaunch, kMaxLaunchesInFlight + 1> launches_;
+  int64_t numLaunched_ = 0;
+  int64_t numCollected_ = 0;
+  /// Rows of the last launch, whose tokens deviceTokens_ holds for the next
+  /// launch's sampled tokens; -1 when there are none (no launch yet, or
+  /// forwardSample() or a failed launch sampled since).
+  int64_t feedableRows_ = -1;
+  /// Whether other work (forward(), a failed launch) ran on the stream
+  /// since the last launch.
+  bool otherWorkSinceLaunch_ = false;
+  double idleSeconds_ = 0.0;
 
   /// CudaBackendOptions::profileSteps: an event before each step and one
   /// after the last, each step's label in the last run, and the time per

@@ -1,10 +1,12 @@
 //===- DeviceSampler.cpp - Sampling inside the forward call ---------------===//
 //
-// forwardSample() uploads one DeviceRowSampling per logits row (pinned
-// staging, on the stream) and appends the sampling kernel and a copy of the
-// tokens to the forward call, captured in its graph like any step: only the
-// token ids come back to the host. Padded decode rows sample greedily and
-// their tokens are dropped.
+// A sampled forward call (launchSample, forwardSample) uploads one
+// DeviceRowSampling per logits row (pinned staging, on the stream) and
+// appends the sampling kernel to the forward call, captured in its graph
+// like any step. The copy of the tokens to the host is enqueued after the
+// graph (Launches.cpp), into the launch's own pinned buffer, so one graph
+// serves launches in flight together. Padded decode rows sample greedily
+// and their tokens are dropped.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,21 +20,28 @@ namespace infer::cuda {
 Status CudaBackend::uploadSampling(const SamplingBatch &sampling,
                                    int64_t rows) {
   if (rows > samplingCapacity_) {
-    // Captured graphs read the old buffers.
+    // Captured graphs and the calls in flight read the old buffers.
     INFER_RETURN_IF_ERROR(destroyGraphs());
     INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     const int64_t capacity = std::max<int64_t>(64, 2 * rows);
     INFER_RETURN_IF_ERROR(
-        hostSampling_.allocate(capacity * sizeof(DeviceRowSampling)));
-    INFER_RETURN_IF_ERROR(
         deviceSampling_.allocate(capacity * sizeof(DeviceRowSampling)));
-    INFER_RETURN_IF_ERROR(hostTokens_.allocate(capacity * sizeof(int32_t)));
-    INFER_RETURN_IF_ERROR(deviceTokens_.allocate(capacity * sizeof(int32_t)));
+    // The last launch's tokens move along: the next launch may feed them.
+    DeviceBuffer tokens;
+    INFER_RETURN_IF_ERROR(tokens.allocate(capacity * sizeof(int32_t)));
+    if (deviceTokens_)
+      INFER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          tokens.get(), deviceTokens_.get(), deviceTokens_.bytes(),
+          cudaMemcpyDeviceToDevice, stream_));
+    INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    deviceTokens_ = std::move(tokens);
     samplingCapacity_ = capacity;
   }
   static_assert(kMaxSampleMaskedIds == RowSampling::kMaxMaskedIds,
                 "the kernel holds every masked id of a row");
-  DeviceRowSampling *host = hostSampling_.as<DeviceRowSampling>();
+  INFER_ASSIGN_OR_RETURN(char *staging, samplingStaging_.acquire(
+                                            rows * sizeof(DeviceRowSampling)));
+  auto *host = reinterpret_cast<DeviceRowSampling *>(staging);
   for (int64_t r = 0; r < rows; ++r) {
     DeviceRowSampling &out = host[r];
     out = DeviceRowSampling();
@@ -50,7 +59,7 @@ Status CudaBackend::uploadSampling(const SamplingBatch &sampling,
   INFER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(deviceSampling_.get(), host,
                                              rows * sizeof(DeviceRowSampling),
                                              cudaMemcpyHostToDevice, stream_));
-  return Status::ok();
+  return samplingStaging_.markRead(stream_);
 }
 
 Status CudaBackend::enqueueSampling(const Tensor &logits) {
@@ -62,20 +71,7 @@ Status CudaBackend::enqueueSampling(const Tensor &logits) {
       launchSampleRows(logits.as<float>(), logits.rows, logits.cols,
                        deviceSampling_.as<DeviceRowSampling>(),
                        deviceTokens_.as<int32_t>(), stream_));
-  INFER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-      hostTokens_.get(), deviceTokens_.get(), logits.rows * sizeof(int32_t),
-      cudaMemcpyDeviceToHost, stream_));
   return Status::ok();
-}
-
-StatusOr<std::vector<int32_t>>
-CudaBackend::forwardSample(const Batch &batch, const SamplingBatch &sampling) {
-  INFER_RETURN_IF_ERROR(batch.rejectSampledTokens(name()));
-  INFER_RETURN_IF_ERROR(
-      sampling.validate(static_cast<int64_t>(batch.logitsIndices.size())));
-  INFER_RETURN_IF_ERROR(forwardBatch(batch, &sampling).status());
-  const int32_t *tokens = hostTokens_.as<int32_t>();
-  return std::vector<int32_t>(tokens, tokens + sampling.rows.size());
 }
 
 } // namespace infer::cuda

@@ -4,7 +4,9 @@
 // captured the first time its shape (tokens, sequences, block-table width,
 // logits rows, sampling) ran; other calls run their steps eagerly. Decode
 // batches are padded to a few bucket sizes first (BatchInputs.cpp), so a
-// growing or shrinking batch reuses the same graphs.
+// growing or shrinking batch reuses the same graphs. A sampled call returns
+// once its work is enqueued (collectSample waits for it); forward() waits
+// for its logits.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,13 +16,15 @@ namespace infer::cuda {
 
 StatusOr<Logits> CudaBackend::forward(const Batch &batch) {
   INFER_RETURN_IF_ERROR(batch.rejectSampledTokens(name()));
+  INFER_RETURN_IF_ERROR(checkBatch(batch));
+  // It runs after the launches in flight, in stream order: the device is
+  // not idle between them and the next launch.
+  otherWorkSinceLaunch_ = true;
   return forwardBatch(batch, nullptr);
 }
 
 StatusOr<Logits> CudaBackend::forwardBatch(const Batch &batch,
                                            const SamplingBatch *sampling) {
-  INFER_RETURN_IF_ERROR(batch.validate(numBlocks_, dims_.blockSize));
-  INFER_RETURN_IF_ERROR(checkTokenIds(batch));
   INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   const std::optional<Batch> padded = padDecodeBatch(batch);
   const Batch &run = padded ? *padded : batch;
@@ -83,10 +87,12 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
           return outOfRange("gather_rows index " + std::to_string(index) +
                             " outside " + std::to_string(rows) + " rows");
     INFER_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph.exec, stream_));
-    INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     logits.rows = graph.rows;
     logits.vocab = graph.cols;
-    if (copyLogits_ && !sampling_) {
+    if (sampling_)
+      return logits;
+    INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    if (copyLogits_) {
       const float *host = graph.hostLogits.as<float>();
       logits.data.assign(host, host + graph.rows * graph.cols);
     }
@@ -108,12 +114,16 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
                           "cudaMemcpyAsync", __FILE__, __LINE__);
     }
   }
+  // Freeing activations is host bookkeeping: the next call's steps reuse
+  // the memory after this call's, in stream order.
   Status released = releaseActivations();
-  Status synced = cudaStatus(cudaStreamSynchronize(stream_),
-                             "cudaStreamSynchronize", __FILE__, __LINE__);
   INFER_RETURN_IF_ERROR(status);
   INFER_RETURN_IF_ERROR(released);
-  INFER_RETURN_IF_ERROR(synced);
+  // A sampled call's tokens are waited for by collectSample(); a profiled
+  // one waits here to read its step events.
+  if (sampling_ && !profileSteps_)
+    return logits;
+  INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   if (profileSteps_)
     INFER_RETURN_IF_ERROR(collectStepProfile());
   return logits;

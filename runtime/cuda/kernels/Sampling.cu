@@ -284,4 +284,33 @@ cudaError_t launchSampleRows(const float *logits, int64_t rows, int64_t vocab,
   return cudaGetLastError();
 }
 
+namespace {
+
+__global__ void feedSampledTokensKernel(int32_t *tokenIds,
+                                        const DeviceSampledToken *pairs,
+                                        int64_t count, const int32_t *sampled,
+                                        int64_t vocab) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= count)
+    return;
+  const int32_t token = sampled[pairs[i].row];
+  tokenIds[pairs[i].tokenIndex] = token >= 0 && token < vocab ? token : 0;
+}
+
+} // namespace
+
+cudaError_t launchFeedSampledTokens(int32_t *tokenIds,
+                                    const DeviceSampledToken *pairs,
+                                    int64_t count, const int32_t *sampled,
+                                    int64_t vocab, cudaStream_t stream) {
+  if (count == 0)
+    return cudaSuccess;
+  constexpr int kFeedThreads = 256;
+  const auto blocks =
+      static_cast<unsigned>((count + kFeedThreads - 1) / kFeedThreads);
+  feedSampledTokensKernel<<<blocks, kFeedThreads, 0, stream>>>(
+      tokenIds, pairs, count, sampled, vocab);
+  return cudaGetLastError();
+}
+
 } // namespace infer::cuda
