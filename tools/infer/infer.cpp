@@ -419,11 +419,16 @@ Status runBench(const ParsedArgs &args) {
   INFER_ASSIGN_OR_RETURN(int threads, threadsOption(args));
   const std::string backendName = args.get("--backend", "cpu");
   // --gpu-memory-utilization F: the cuda backend's KV pool takes F of the
-  // device memory free after the weights, instead of a count of blocks.
-  const bool poolFromMemory = args.has("--gpu-memory-utilization");
+  // device memory free after the weights, instead of a count of blocks. On
+  // cuda that is the default (F = 0.9, as vLLM's), unless --num-blocks says
+  // or a --draft model shares the pool's size.
+  const bool explicitMemoryPool = args.has("--gpu-memory-utilization");
+  const bool poolFromMemory =
+      explicitMemoryPool || (backendName == "cuda" &&
+                             !args.has("--num-blocks") && !args.has("--draft"));
   INFER_ASSIGN_OR_RETURN(double memoryFraction,
                          args.getDouble("--gpu-memory-utilization", 0.9));
-  if (poolFromMemory) {
+  if (explicitMemoryPool) {
     if (backendName != "cuda")
       return invalidArgument("--gpu-memory-utilization needs --backend cuda");
     if (args.has("--num-blocks"))
@@ -1011,12 +1016,13 @@ std::vector<Command> commands() {
        "forward calls, where the backend measures it; --no-async-scheduling\n"
        "waits for each step's tokens before the next is scheduled), and, with\n"
        "speculative decoding, the acceptance\n"
-       "rate; --json prints one line with the same fields. The KV pool holds\n"
-       "min(N, max-num-seqs) whole requests (auto: up to 1024) unless\n"
-       "--num-blocks says, or, on cuda, --gpu-memory-utilization F sizes it\n"
-       "from F of the device memory free after the weights (preempting when\n"
-       "it runs out). --max-num-seqs auto (the default) runs as many\n"
-       "sequences as the pool holds whole requests, up to 1024;\n"
+       "rate; --json prints one line with the same fields. On cuda the KV\n"
+       "pool takes --gpu-memory-utilization F (default 0.9) of the device\n"
+       "memory free after the weights (preempting when it runs out); on cpu,\n"
+       "and with --draft, it holds min(N, max-num-seqs) whole requests (auto:\n"
+       "up to 1024); --num-blocks says otherwise. --max-num-seqs auto (the\n"
+       "default) runs as many sequences as the pool holds whole requests, up\n"
+       "to 1024;\n"
        "--max-num-batched-tokens auto is 8192 on cuda, 2048 on cpu. A\n"
        "progress bar goes to stderr when it is a terminal. Speculative\n"
        "decoding options are generate's; acceptance_rate is then accepted per\n"

@@ -10,6 +10,8 @@
 
 #include "runtime/cuda/backend/CudaBackendImpl.h"
 
+#include <string>
+
 namespace infer::cuda {
 
 KVCachePool CudaBackend::kvPool() const {
@@ -23,13 +25,25 @@ Status CudaBackend::allocateKVPool(const CudaBackendOptions &options) {
   const size_t dataBytes = blockDataBytes(), scaleBytes = blockScaleBytes();
   const size_t blockBytes = dataBytes + scaleBytes;
   numBlocks_ = options.numBlocks;
+  size_t freeBytes = 0, totalBytes = 0;
+  INFER_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&freeBytes, &totalBytes));
   if (numBlocks_ == 0) {
-    size_t freeBytes = 0, totalBytes = 0;
-    INFER_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&freeBytes, &totalBytes));
     numBlocks_ =
         static_cast<int64_t>(freeBytes * options.kvCacheMemoryFraction) /
             static_cast<int64_t>(blockBytes) -
         1;
+  } else if (static_cast<double>(numBlocks_ + 1) * blockBytes > freeBytes) {
+    // Said plainly instead of a failed cudaMalloc.
+    auto gib = [](double bytes) {
+      return std::to_string(bytes / (1024.0 * 1024 * 1024)).substr(0, 6);
+    };
+    return resourceExhausted(
+        "cuda backend: a KV-cache pool of " + std::to_string(numBlocks_) +
+        " blocks needs " +
+        gib(static_cast<double>(numBlocks_ + 1) * blockBytes) +
+        " GiB; the device has " + gib(static_cast<double>(freeBytes)) +
+        " GiB free after the weights (give fewer blocks, or size the pool "
+        "from memory: --gpu-memory-utilization)");
   }
   if (numBlocks_ <= 0)
     return resourceExhausted("cuda backend: no device memory left for the "
