@@ -13,25 +13,15 @@
 #include "runtime/tokenizer/Tokenizer.h"
 #include "tests/runtime/support/Generate.h"
 #include "tests/runtime/support/LlamaPlan.h"
+#include "tests/runtime/support/TinyPycode.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <map>
 
 namespace infer::testing {
 namespace {
-
-namespace fs = std::filesystem;
-using nlohmann::json;
-
-const std::string kTarget =
-    std::string(INFER_FIXTURES_DIR) + "/models/tiny-pycode-target";
-const std::string kGolden =
-    std::string(INFER_FIXTURES_DIR) + "/golden/tiny-pycode.json";
 
 /// Everything a request produced, as the engine's caller sees it.
 struct Seen {
@@ -43,38 +33,17 @@ struct Seen {
 /// By request (the order they were added) and completion index.
 using SeenMap = std::map<std::pair<size_t, int64_t>, Seen>;
 
-class AsyncScheduling : public ::testing::Test {
+class AsyncScheduling : public TinyPycodeTest {
 protected:
   void SetUp() override {
-    if (!fs::exists(kTarget + "/config.json") || !fs::exists(kGolden))
-      GTEST_SKIP() << "fixture missing: " << kTarget;
-    StatusOr<Artifact> a = buildLlamaArtifact(kTarget);
-    ASSERT_TRUE(a.isOk()) << a.status().message();
-    artifact_ = std::move(a).value();
-    config_ = engineConfigFor(artifact_);
-    std::ifstream in(kGolden);
-    json golden = json::parse(in);
-    for (const json &c : golden["tiny-pycode-target"])
-      prompts_.push_back(c["input_ids"].get<std::vector<int32_t>>());
+    TinyPycodeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure())
+      return;
     StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-        Tokenizer::fromFile(kTarget + "/tokenizer.json");
+        Tokenizer::fromFile(modelDir() + "/tokenizer.json");
     ASSERT_TRUE(tokenizer.isOk()) << tokenizer.status().message();
     tokenizer_ = std::move(tokenizer).value();
     config_.tokenizer = tokenizer_.get();
-  }
-
-  std::unique_ptr<Backend> backend(int64_t blocks) {
-    StatusOr<std::unique_ptr<Backend>> b =
-        createTestBackend(artifact_, blocks, 2);
-    EXPECT_TRUE(b.isOk()) << b.status().message();
-    return b.isOk() ? std::move(b).value() : nullptr;
-  }
-
-  static SamplingParams greedy(int64_t maxNewTokens) {
-    SamplingParams p;
-    p.maxNewTokens = maxNewTokens;
-    p.ignoreEos = true;
-    return p;
   }
 
   /// Adds `requests[i]` at step `arrival[i]` and steps until every request
@@ -188,10 +157,7 @@ protected:
     return requests;
   }
 
-  Artifact artifact_;
-  EngineConfig config_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::vector<std::vector<int32_t>> prompts_;
 };
 
 TEST_F(AsyncScheduling, MixedArrivalsGiveTheSynchronousOutputs) {

@@ -9,54 +9,20 @@
 #include "runtime/tokenizer/Tokenizer.h"
 #include "tests/runtime/support/Generate.h"
 #include "tests/runtime/support/LlamaPlan.h"
+#include "tests/runtime/support/TinyPycode.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 namespace infer::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
-const std::string kTarget =
-    std::string(INFER_FIXTURES_DIR) + "/models/tiny-pycode-target";
-const std::string kGolden =
-    std::string(INFER_FIXTURES_DIR) + "/golden/tiny-pycode.json";
-
-class TinyPycode : public ::testing::Test {
+class TinyPycode : public TinyPycodeTest {
 protected:
-  void SetUp() override {
-    if (!fs::exists(kTarget + "/config.json") || !fs::exists(kGolden))
-      GTEST_SKIP() << "fixture missing: " << kTarget;
-    StatusOr<Artifact> a = buildLlamaArtifact(kTarget);
-    ASSERT_TRUE(a.isOk()) << a.status().message();
-    artifact_ = std::move(a).value();
-    config_ = engineConfigFor(artifact_);
-    std::ifstream in(kGolden);
-    json golden = json::parse(in);
-    for (const json &c : golden["tiny-pycode-target"])
-      prompts_.push_back(c["input_ids"].get<std::vector<int32_t>>());
-  }
-
-  std::unique_ptr<Backend> backend(int64_t blocks) {
-    StatusOr<std::unique_ptr<Backend>> b =
-        createTestBackend(artifact_, blocks, 2);
-    EXPECT_TRUE(b.isOk()) << b.status().message();
-    return b.isOk() ? std::move(b).value() : nullptr;
-  }
-
-  static SamplingParams greedy(int64_t maxNewTokens) {
-    SamplingParams p;
-    p.maxNewTokens = maxNewTokens;
-    p.ignoreEos = true;
-    return p;
-  }
-
   /// Each prompt's greedy output, run alone on a fresh engine.
   std::vector<std::vector<int32_t>>
   alone(const std::vector<std::vector<int32_t>> &prompts, int64_t maxNew) {
@@ -78,10 +44,6 @@ protected:
       p.insert(p.end(), q.begin(), q.end());
     return p;
   }
-
-  Artifact artifact_;
-  EngineConfig config_;
-  std::vector<std::vector<int32_t>> prompts_;
 };
 
 TEST_F(TinyPycode, MixedBatchArrivingOverTimeMatchesEachRequestAlone) {
@@ -248,7 +210,7 @@ TEST_F(TinyPycode, StopTokensStopStringsAndLogprobs) {
   const std::vector<int32_t> expected = alone({prompts_[0]}, 24)[0];
   std::unique_ptr<Backend> b = backend(16);
   StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-      Tokenizer::fromFile(kTarget + "/tokenizer.json");
+      Tokenizer::fromFile(modelDir() + "/tokenizer.json");
   ASSERT_TRUE(tokenizer.isOk()) << tokenizer.status().message();
   EngineConfig config = config_;
   config.tokenizer = tokenizer->get();
