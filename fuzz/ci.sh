@@ -23,18 +23,18 @@ start=$(date +%s)
 # The sanitizer suites, each with a gtest filter: the input readers, the
 # verifier and the code that runs what they accept. Left out are the tests
 # that run whole models for many tokens (HfParityTest on every fixture, the
-# fp8 numerics, the longer TinyPycode batches, speculative decoding against
-# the draft model): under ASan + UBSan + coverage they run 20-40x slower and
+# fp8 numerics, the longer TinyPycode batches and asynchronous-scheduling
+# comparisons, speculative decoding against the draft model): under ASan + UBSan + coverage they run 20-40x slower and
 # would take most of the CI budget, while the kept engine and speculation
 # tests (fault injection, abort, fork, stop strings, invalid requests,
-# sampled speculation through the engine) take the same code paths with
-# fewer tokens.
+# sampled speculation through the engine; abort, fork and failed launches
+# with a step in flight) take the same code paths with fewer tokens.
 suites=(
   "TokenizerTest:*"
   "InferPlanTests:*"
   "InferSafetensorsTests:*"
   "InferSamplerTests:*"
-  "InferEngineTests:-Fp8/QuantizeFp8Numerics.*:Fixtures/HfParityTest.*:QuantizeFp8Threads.*:TinyPycode.MixedBatch*:TinyPycode.RepeatedPrompt*:TinyPycode.TooSmallAPool*:TinyPycode.CompletionsOfOne*:TinyPycode.SpeculativeVerification*"
+  "InferEngineTests:-Fp8/QuantizeFp8Numerics.*:Fixtures/HfParityTest.*:QuantizeFp8Threads.*:TinyPycode.MixedBatch*:TinyPycode.RepeatedPrompt*:TinyPycode.TooSmallAPool*:TinyPycode.CompletionsOfOne*:TinyPycode.SpeculativeVerification*:AsyncScheduling.MixedArrivals*:AsyncScheduling.PreemptionKeeps*:AsyncScheduling.LogprobsAndCompletions*"
   "InferSpecTests:-SpecDecodingTest.*:SpecEngineTest.*:Transforms/SpecDistributionTest.SampledSpeculationFollowsTheTarget/*"
 )
 fuzzers=(infer-fuzz-safetensors infer-fuzz-tokenizer infer-fuzz-plan
