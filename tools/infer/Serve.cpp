@@ -37,7 +37,7 @@ const char *const kServeHelp =
     "           [--backend cpu|cuda] [--weights DIR] [--skip-weight-check] "
     "[--threads N]\n"
     "           [--num-blocks N | --gpu-memory-utilization F]\n"
-    "           [--max-num-seqs 256] [--max-num-batched-tokens auto|N]\n"
+    "           [--max-num-seqs auto|N] [--max-num-batched-tokens auto|N]\n"
     "           [--no-prefix-caching] [--no-async-scheduling]\n"
     "           [--scheduling-policy fcfs|priority]\n"
     "           [--draft MODEL | --ngram-speculation]\n"
@@ -60,9 +60,9 @@ const char *const kServeHelp =
     "finish for up to --shutdown-timeout seconds (default 30), aborts the\n"
     "rest and exits 0. The KV pool has --num-blocks blocks (cpu default\n"
     "2048) or, on cuda, --gpu-memory-utilization F (default 0.9) of the\n"
-    "memory free after the weights; --max-num-seqs (default 256) and\n"
-    "--max-num-batched-tokens (auto: 8192 on cuda, 2048 on cpu) bound each\n"
-    "step. --scheduling-policy priority runs requests of lower \"priority\"\n"
+    "memory free after the weights; --max-num-seqs (auto: 1024 on cuda,\n"
+    "256 on cpu) and --max-num-batched-tokens (auto: 8192 on cuda, 2048 on\n"
+    "cpu) bound each step. --scheduling-policy priority runs requests of lower \"priority\"\n"
     "first (ties by arrival; default fcfs). The engine schedules and packs\n"
     "step N+1 while the device runs step N (--no-async-scheduling waits for\n"
     "each step's tokens first). Speculative decoding options are\n"
@@ -193,8 +193,14 @@ Status runServe(const ParsedArgs &args) {
   config.tokenizer = tokenizer.get();
   config.enablePrefixCaching = !args.has("--no-prefix-caching");
   config.asyncScheduling = !args.has("--no-async-scheduling");
-  INFER_ASSIGN_OR_RETURN(config.scheduler.maxNumSeqs,
-                         args.getInt("--max-num-seqs", 256));
+  // auto: 1024 running sequences on cuda (vLLM's default on large GPUs;
+  // the largest decode batch the backend captures graphs for), 256 on cpu.
+  // The KV pool bounds what runs at once either way (preempting when full).
+  config.scheduler.maxNumSeqs = backendName == "cuda" ? 1024 : 256;
+  if (args.get("--max-num-seqs", "auto") != "auto") {
+    INFER_ASSIGN_OR_RETURN(config.scheduler.maxNumSeqs,
+                           args.getInt("--max-num-seqs", 0));
+  }
   config.scheduler.maxNumBatchedTokens = backendName == "cuda" ? 8192 : 2048;
   if (args.get("--max-num-batched-tokens", "auto") != "auto") {
     INFER_ASSIGN_OR_RETURN(config.scheduler.maxNumBatchedTokens,
