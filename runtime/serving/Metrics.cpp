@@ -179,6 +179,14 @@ std::string ServingMetrics::render(const EngineGauges &gauges) const {
   counter("infer:num_preemptions_total",
           "Cumulative number of preemptions from the engine.",
           static_cast<double>(gauges.numPreemptions));
+  counter("infer:engine_steps_total",
+          "Cumulative number of engine steps (forward calls).",
+          static_cast<double>(gauges.numSteps));
+  if (gauges.deviceIdleSeconds >= 0)
+    counter("infer:device_idle_seconds_total",
+            "Cumulative time the device sat idle between forward calls "
+            "(device timestamps).",
+            gauges.deviceIdleSeconds);
   counter("infer:prefix_cache_queries_total",
           "Prefix cache queries, in terms of number of queried tokens.",
           static_cast<double>(prefixQueries_));

@@ -45,6 +45,11 @@ struct EngineGauges {
   int64_t numPreemptions = 0;
   int64_t numDraftTokens = 0;
   int64_t numAcceptedTokens = 0;
+  /// Forward calls so far, and the device's idle time between them
+  /// (EngineStats::deviceIdleSeconds; negative: the backend does not
+  /// measure it, and the counter is left out).
+  int64_t numSteps = 0;
+  double deviceIdleSeconds = -1.0;
 };
 
 /// Every serving metric; thread-safe.

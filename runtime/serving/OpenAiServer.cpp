@@ -534,6 +534,8 @@ void OpenAiServer::handle(HttpRequest request,
     g.numPreemptions = s.stats.numPreemptions;
     g.numDraftTokens = s.stats.numDraftTokens;
     g.numAcceptedTokens = s.stats.numAcceptedTokens;
+    g.numSteps = s.stats.numSteps;
+    g.deviceIdleSeconds = s.stats.deviceIdleSeconds;
     responder->send(200, "text/plain; version=0.0.4; charset=utf-8",
                     engine_.metrics().render(g));
   } else if (!authorized(request)) {

@@ -26,6 +26,8 @@ TEST(MetricsTest, RendersCountersGaugesAndCumulativeHistograms) {
   g.numRunning = 2;
   g.numWaiting = 1;
   g.kvCacheUsage = 0.25;
+  g.numSteps = 7;
+  g.deviceIdleSeconds = 0.5;
   const std::string text = m.render(g);
   const std::string labels = "{model_name=\"my \\\"model\\\"\"}";
   for (const std::string &line : std::vector<std::string>{
@@ -33,6 +35,8 @@ TEST(MetricsTest, RendersCountersGaugesAndCumulativeHistograms) {
            "infer:num_requests_running" + labels + " 2",
            "infer:num_requests_waiting" + labels + " 1",
            "infer:kv_cache_usage_perc" + labels + " 0.25",
+           "infer:engine_steps_total" + labels + " 7",
+           "infer:device_idle_seconds_total" + labels + " 0.5",
            "infer:prompt_tokens_total" + labels + " 13",
            "infer:generation_tokens_total" + labels + " 4",
            "infer:prefix_cache_queries_total" + labels + " 13",
@@ -51,8 +55,7 @@ TEST(MetricsTest, RendersCountersGaugesAndCumulativeHistograms) {
            std::string("infer:time_to_first_token_seconds_bucket{model_name="
                        "\"my \\\"model\\\"\",le=\"+Inf\"} 2"),
            "infer:time_to_first_token_seconds_count" + labels + " 2",
-           "infer:e2e_request_latency_seconds_sum" + labels +
-               " 1.6",
+           "infer:e2e_request_latency_seconds_sum" + labels + " 1.6",
            std::string("infer:http_requests_total{model_name=\"my "
                        "\\\"model\\\"\",status=\"429\"} 1"),
        })
@@ -66,6 +69,15 @@ TEST(MetricsTest, RendersCountersGaugesAndCumulativeHistograms) {
     EXPECT_EQ(line.rfind("infer:", 0), 0u) << line;
     EXPECT_NE(line.rfind(' '), std::string::npos) << line;
   }
+}
+
+TEST(MetricsTest, DeviceIdleOnlyWhereTheBackendMeasuresIt) {
+  ServingMetrics m("m");
+  EngineGauges g; // deviceIdleSeconds < 0: a backend without a device clock
+  const std::string text = m.render(g);
+  EXPECT_EQ(text.find("infer:device_idle_seconds_total"), std::string::npos);
+  EXPECT_NE(text.find("infer:engine_steps_total{model_name=\"m\"} 0\n"),
+            std::string::npos);
 }
 
 TEST(MetricsTest, ApiKeysCompareWithoutShortcuts) {
