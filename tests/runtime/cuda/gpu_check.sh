@@ -116,6 +116,12 @@ cmp -s "$OUT/cli-cpu.json" "$OUT/cli-cuda.json" && echo "cli: cuda tokens == cpu
   { echo "cli: outputs differ"; cat "$OUT"/cli-cpu.* "$OUT"/cli-cuda.*; }
 "$BUILD/bin/infer" logits "$ART" --weights "$W" --backend cuda \
   --token-ids 348,185,398 -o "$OUT/logits.safetensors" && echo "cli logits: ok"
+# infer serve on cuda and cpu: concurrent completions, a client that hangs
+# up mid-stream, /metrics (asynchronous scheduling through the server).
+python3 "$SRC/tests/runtime/cuda/serve_check.py" "$BUILD/bin/infer" \
+  "$ROOT/.gpu/artifacts/tiny-pycode-target" \
+  "$ROOT/.gpu/fixtures/models/tiny-pycode-target" "$OUT" ||
+  echo "serve: check failed (logs: $OUT/serve-*.log)"
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   python3 "$SRC/bench/random_checkpoint.py" tinyllama-1.1b /tmp/tinyllama \
