@@ -55,6 +55,13 @@ struct CudaBackendOptions {
   /// eagerly (no graphs), with an event per step: for finding where time
   /// goes, not for timing the whole.
   bool profileSteps = false;
+  /// Whether an rms_norm or silu_mul whose bf16 output is x of the very
+  /// next step, an fp8-weight linear and its only reader, writes x's E4M3
+  /// codes and scales for that GEMM itself when it takes fp8 cuBLASLt in
+  /// one chunk (Gemm.h: the same codes, scales and product, one launch and
+  /// two reads of x fewer). The environment's INFER_FUSE_FP8_QUANTIZE=0
+  /// turns it off too.
+  bool fuseFp8Quantize = true;
   /// Called from the loading thread(s) with the bytes of each deferred
   /// param (unpacked artifacts) as it goes to the device: a progress bar.
   std::function<void(uint64_t bytes)> uploadProgress;
@@ -64,6 +71,21 @@ struct CudaBackendOptions {
 /// of 3 fused steps run generated kernels (cubin sm_90a)"; when none do, the
 /// parentheses say why. Empty for other backends.
 std::string fusedKernelsReport(const Backend &backend);
+
+/// CudaBackendOptions::fuseFp8Quantize at work: steps whose output is
+/// prepared to carry its fp8 GEMM's quantization, and their launches that
+/// did (a captured graph counts once, when it is captured).
+struct Fp8QuantizeFusion {
+  bool enabled = false;
+  int steps = 0;
+  int64_t launches = 0;
+};
+/// Zeros for other backends (and tensor-parallel ones).
+Fp8QuantizeFusion fp8QuantizeFusion(const Backend &backend);
+/// Turns the fusion on or off for the next forward calls (after the work
+/// in flight; the captured graphs are dropped and captured again), to
+/// compare both on one backend: the same cuBLASLt algorithms.
+Status setFp8QuantizeFusion(Backend &backend, bool on);
 
 /// With CudaBackendOptions::profileSteps: a markdown table of the step time
 /// per forward call by op, largest first, over the calls since the backend

@@ -444,10 +444,36 @@ Status Gemm::runFp8(const float *x, const GemmWeight &w, const float *bias,
   return runFp8Chunks(x, w, bias, y, t, n, k, stream);
 }
 
+int64_t Gemm::fp8ChunkRows(int64_t t, int64_t k) const {
+  const int64_t fit =
+      scratchBytes_ > kScratchAlign
+          ? static_cast<int64_t>((scratchBytes_ - kScratchAlign) /
+                                 (static_cast<size_t>(k) + sizeof(float)))
+          : 0;
+  return t <= fit ? t : fit / 64 * 64;
+}
+
+Gemm::Fp8Operand Gemm::fp8ChunkOperand(int64_t chunk) const {
+  const size_t scalesBytes = (chunk * sizeof(float) + kScratchAlign - 1) /
+                             kScratchAlign * kScratchAlign;
+  return {scratch_ + scalesBytes, reinterpret_cast<float *>(scratch_)};
+}
+
+std::optional<Gemm::Fp8Operand> Gemm::fp8Operand(int64_t t, int64_t n,
+                                                 int64_t k, const GemmWeight &w,
+                                                 int64_t yBytes, bool bias,
+                                                 bool residual) const {
+  if (t <= 0 || n <= 0 || !w.fp8 || !w.rowScales ||
+      path(t, n, k, w, yBytes, bias, residual) != Path::kFp8CublasLt ||
+      fp8ChunkRows(t, k) != t)
+    return std::nullopt;
+  return fp8ChunkOperand(t);
+}
+
 template <typename X, typename Y>
 Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
                           int64_t t, int64_t n, int64_t k, cudaStream_t stream,
-                          const Y *residual) {
+                          const Y *residual, bool xQuantized) {
   constexpr bool kBf16Y = std::is_same_v<Y, __nv_bfloat16>;
   if (t == 0 || n == 0)
     return Status::ok();
@@ -462,12 +488,7 @@ Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
   // Scratch: [scales of `chunk` tokens | pad to 256 | codes, chunk x K]. A
   // chunk short of T is a multiple of 64 rows, so y's row blocks stay
   // 256-byte aligned (their rows are 16-byte multiples).
-  const int64_t fit =
-      scratchBytes_ > kScratchAlign
-          ? static_cast<int64_t>((scratchBytes_ - kScratchAlign) /
-                                 (static_cast<size_t>(k) + sizeof(float)))
-          : 0;
-  const int64_t chunk = t <= fit ? t : fit / 64 * 64;
+  const int64_t chunk = fp8ChunkRows(t, k);
   if (chunk <= 0)
     return resourceExhausted(
         "gemm: fp8 weights at " + std::to_string(t) +
@@ -476,10 +497,12 @@ Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
                                            (k + int64_t(sizeof(float)))) +
         " bytes for the quantized activations (have " +
         std::to_string(scratchBytes_) + ")");
-  float *xScales = reinterpret_cast<float *>(scratch_);
-  const size_t scalesBytes = (chunk * sizeof(float) + kScratchAlign - 1) /
-                             kScratchAlign * kScratchAlign;
-  uint8_t *xCodes = scratch_ + scalesBytes;
+  if (xQuantized && chunk != t)
+    return internalError("gemm: " + std::to_string(t) +
+                         " rows quantized in place of several chunks");
+  const Fp8Operand operand = fp8ChunkOperand(chunk);
+  float *xScales = operand.scales;
+  uint8_t *xCodes = operand.codes;
   // fp8 cuBLASLt adds a bias of a bf16 y in its epilogue; with an fp32 y it
   // takes only a bf16 bias, so an fp32 one is added after it. A bf16 y's
   // residual is C (beta = 1, unscaled: the outer-vector scales multiply the
@@ -521,8 +544,9 @@ Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
                                shapeText(rows, n, k));
       }
     }
-    INFER_CUDA_RETURN_IF_ERROR(
-        launchQuantizeRowsFp8(x + r * k, rows, k, xCodes, xScales, stream));
+    if (!xQuantized)
+      INFER_CUDA_RETURN_IF_ERROR(
+          launchQuantizeRowsFp8(x + r * k, rows, k, xCodes, xScales, stream));
     // Shapes are shared by weights of one size: this call's pointers.
     if (outer)
       INFER_RETURN_IF_ERROR(setFp8Scales(s->op, w.rowScales, xScales));
@@ -635,6 +659,22 @@ Status Gemm::linear(const __nv_bfloat16 *x, const GemmWeight &w,
   }
 }
 
+template <typename Y>
+Status Gemm::linearQuantized(const __nv_bfloat16 *x, const GemmWeight &w,
+                             const NonDeduced<Y> *bias, Y *y, int64_t t,
+                             int64_t n, int64_t k, cudaStream_t stream,
+                             const NonDeduced<Y> *residual) {
+  if (!fp8Operand(t, n, k, w, sizeof(Y), bias != nullptr, residual != nullptr))
+    return internalError("gemm: a quantized x of " + shapeText(t, n, k) +
+                         " that does not take fp8 cuBLASLt in one chunk");
+  if (bias && !aligned16(bias))
+    return invalidArgument("gemm: the bias must be 16-byte aligned "
+                           "(cuBLASLt's epilogue reads it)");
+  INFER_RETURN_IF_ERROR(checkResidual(residual, y, t, n));
+  return runFp8Chunks(x, w, bias, y, t, n, k, stream, residual,
+                      /*xQuantized=*/true);
+}
+
 Status Gemm::linear(const float *x, const __nv_bfloat16 *xBf16,
                     const GemmWeight &w, const float *bias, float *y, int64_t t,
                     int64_t n, int64_t k, cudaStream_t stream,
@@ -710,5 +750,14 @@ template Status Gemm::linear<__nv_bfloat16>(const __nv_bfloat16 *,
 template Status Gemm::linear<float>(const __nv_bfloat16 *, const GemmWeight &,
                                     const float *, float *, int64_t, int64_t,
                                     int64_t, cudaStream_t, const float *);
+template Status
+Gemm::linearQuantized<__nv_bfloat16>(const __nv_bfloat16 *, const GemmWeight &,
+                                     const __nv_bfloat16 *, __nv_bfloat16 *,
+                                     int64_t, int64_t, int64_t, cudaStream_t,
+                                     const __nv_bfloat16 *);
+template Status Gemm::linearQuantized<float>(const __nv_bfloat16 *,
+                                             const GemmWeight &, const float *,
+                                             float *, int64_t, int64_t, int64_t,
+                                             cudaStream_t, const float *);
 
 } // namespace infer::cuda

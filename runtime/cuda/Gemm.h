@@ -49,6 +49,18 @@
 //                       that fill the scratch, bf16 cuBLASLt per chunk,
 //                       then y[:, j] = y[:, j] * rowScales[j] (+ bias)
 //
+// Quantization fused into x's producer: where a bf16 x of T rows takes fp8
+// cuBLASLt in one chunk (no chunking: the scratch holds T rows),
+// fp8Operand() says where in the scratch that chunk's codes and scales go;
+// the step that produces x (the CUDA backend's rms_norm and silu_mul,
+// launchRmsNormFp8 / launchSiluMulFp8) writes them there bit for bit as
+// launchQuantizeRowsFp8 would, and linearQuantized() runs the rest of the
+// path unchanged (same shape key, algorithm, scales, epilogue), skipping
+// the quantize launch and its two reads of x. Whether the heuristic has an
+// outer-vector algorithm does not matter: the fp32 y's scale kernel reads
+// the same scales, a bf16 y's skinny kernels read x itself. Nothing else
+// may use the scratch between the producer and the GEMM.
+//
 // A residual r[T,N] (y's layout and type; infer.linear's residual, the
 // decoder layer's residual stream) joins every path before the one
 // rounding of a bf16 y: the skinny kernels add it where they add the bias;
@@ -85,6 +97,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 namespace infer::cuda {
@@ -146,6 +159,28 @@ public:
                 const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
                 int64_t k, cudaStream_t stream,
                 const NonDeduced<Y> *residual = nullptr);
+
+  /// Where a bf16 x's E4M3 codes ([T, K] rows, 16-byte aligned) and scales
+  /// ([T]) go in the scratch.
+  struct Fp8Operand {
+    uint8_t *codes = nullptr;
+    float *scales = nullptr;
+  };
+  /// Where linear<Y>(bf16 x, w, bias, y, T, N, K, ..., residual) with y
+  /// elements of `yBytes` quantizes x when it takes fp8 cuBLASLt in one
+  /// chunk of rows; nullopt where it takes another path or several chunks.
+  std::optional<Fp8Operand> fp8Operand(int64_t t, int64_t n, int64_t k,
+                                       const GemmWeight &w, int64_t yBytes,
+                                       bool bias, bool residual) const;
+  /// linear<Y> of a bf16 x whose codes and scales are already where
+  /// fp8Operand() with these arguments says (written after the last product
+  /// that used the scratch): the same path without the quantize launch. An
+  /// error where fp8Operand() is nullopt.
+  template <typename Y>
+  Status linearQuantized(const __nv_bfloat16 *x, const GemmWeight &w,
+                         const NonDeduced<Y> *bias, Y *y, int64_t t, int64_t n,
+                         int64_t k, cudaStream_t stream,
+                         const NonDeduced<Y> *residual = nullptr);
 
   /// y[T,N] = x[T,K] * w^T (+ bias, may be null) (+ residual, may be null,
   /// not overlapping y), routed as above. `x` is the fp32 activation;
@@ -265,11 +300,18 @@ private:
   Status runBf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w, const Y *bias,
                  Y *y, int64_t t, int64_t n, int64_t k, int64_t ldy,
                  cudaStream_t stream, const Y *residual = nullptr);
-  /// fp8 cuBLASLt over chunks of rows, as the file comment says.
+  /// Rows of one fp8 cuBLASLt chunk of T rows of width K (T where the
+  /// scratch holds them all; 0 where it holds none).
+  int64_t fp8ChunkRows(int64_t t, int64_t k) const;
+  /// The scratch places of a chunk of `chunk` rows: [scales | pad to 256 |
+  /// codes, chunk x K].
+  Fp8Operand fp8ChunkOperand(int64_t chunk) const;
+  /// fp8 cuBLASLt over chunks of rows, as the file comment says;
+  /// `xQuantized`: one chunk whose codes and scales are in the scratch.
   template <typename X, typename Y>
   Status runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
                       int64_t t, int64_t n, int64_t k, cudaStream_t stream,
-                      const Y *residual = nullptr);
+                      const Y *residual = nullptr, bool xQuantized = false);
   Status runDequantized(const __nv_bfloat16 *xBf16, const GemmWeight &w,
                         const float *bias, float *y, int64_t t, int64_t n,
                         int64_t k, cudaStream_t stream);

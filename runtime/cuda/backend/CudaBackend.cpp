@@ -4,6 +4,8 @@
 #include "runtime/cuda/backend/CudaBackendImpl.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 namespace infer::cuda {
 
@@ -138,6 +140,9 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
   profileSteps_ = options.profileSteps;
   communicator_ = options.communicator;
   copyLogits_ = options.copyLogits;
+  const char *fuseFp8 = std::getenv("INFER_FUSE_FP8_QUANTIZE");
+  fuseFp8Quantize_ =
+      options.fuseFp8Quantize && !(fuseFp8 && std::strcmp(fuseFp8, "0") == 0);
   INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   INFER_CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -172,6 +177,7 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
       lastUse[id] = static_cast<int>(i);
   }
   markViewSplits(steps_, rank_, output_, lastUse);
+  markFp8QuantizeFusions();
   for (size_t id = 0; id < lastUse.size(); ++id)
     if (lastUse[id] >= 0 && rank_.values[id].kind == ValueKind::kActivation &&
         static_cast<int>(id) != output_)
@@ -340,6 +346,57 @@ Status CudaBackend::prepareStep(const plan::Step &step,
   return Status::ok();
 }
 
+void CudaBackend::markFp8QuantizeFusions() {
+  std::vector<int> readers(rank_.values.size(), 0);
+  for (const PreparedStep &s : steps_)
+    for (int id : s.step.operands)
+      ++readers[id];
+  // The very next step: no other GEMM uses the Gemm's scratch in between.
+  for (size_t i = 0; i + 1 < steps_.size(); ++i) {
+    PreparedStep &producer = steps_[i];
+    const plan::DecodedStep &p = producer.step, &next = steps_[i + 1].step;
+    const bool rowsOfY = (p.op == StepOp::kRmsNorm && p.normHeadDim <= 0) ||
+                         p.op == StepOp::kSiluMul;
+    if (!rowsOfY || p.results.size() != 1 ||
+        !(next.op == StepOp::kLinear || next.op == StepOp::kLinearResidual))
+      continue;
+    const int x = p.results[0];
+    if (x == output_ || rank_.values[x].dtype != DType::kBF16 ||
+        readers[x] != 1 || next.operands[0] != x ||
+        rank_.values[next.operands[1]].dtype != DType::kF8E4M3)
+      continue;
+    producer.quantizesForNext = true;
+    ++numFp8QuantizeSteps_;
+  }
+}
+
+std::optional<Gemm::Fp8Operand>
+CudaBackend::fp8OperandForNext(const PreparedStep &s, int64_t rows,
+                               int64_t cols) const {
+  if (!fuseFp8Quantize_ || !s.quantizesForNext)
+    return std::nullopt;
+  const PreparedStep &next = (&s)[1];
+  const Tensor &w = operand(next, 1);
+  if (!w.fp8 || w.cols != cols)
+    return std::nullopt;
+  const bool residual = next.step.op == StepOp::kLinearResidual;
+  const bool bias = next.step.operands.size() == (residual ? 4u : 3u);
+  const GemmWeight weight{w.as<const __nv_bfloat16>(), w.fp8, w.rowScales};
+  return gemm_->fp8Operand(rows, w.rows, cols, weight, sizeof(__nv_bfloat16),
+                           bias, residual);
+}
+
+Fp8QuantizeFusion CudaBackend::fp8QuantizeFusion() const {
+  return {fuseFp8Quantize_, numFp8QuantizeSteps_, numFp8QuantizeLaunches_};
+}
+
+Status CudaBackend::setFp8QuantizeFusion(bool on) {
+  INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  fuseFp8Quantize_ = on;
+  return destroyGraphs();
+}
+
 const Tensor &CudaBackend::operand(const PreparedStep &s, size_t i) const {
   const int id = s.step.operands[i];
   return params_[id].computed() ? params_[id] : values_[id];
@@ -368,6 +425,7 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
 
 Status CudaBackend::runSteps(const Batch &batch) {
   gatherRows_.clear();
+  fp8Quantized_ = nullptr;
   for (size_t i = 0; i < steps_.size(); ++i) {
     if (profileSteps_)
       INFER_RETURN_IF_ERROR(recordStepStart(i));
@@ -419,6 +477,18 @@ std::string stepProfileReport(const Backend &backend) {
 void resetStepProfile(Backend &backend) {
   if (auto *cuda = dynamic_cast<CudaBackend *>(&backend))
     cuda->resetStepProfile();
+}
+
+Fp8QuantizeFusion fp8QuantizeFusion(const Backend &backend) {
+  const auto *cuda = dynamic_cast<const CudaBackend *>(&backend);
+  return cuda ? cuda->fp8QuantizeFusion() : Fp8QuantizeFusion();
+}
+
+Status setFp8QuantizeFusion(Backend &backend, bool on) {
+  auto *cuda = dynamic_cast<CudaBackend *>(&backend);
+  if (!cuda)
+    return invalidArgument("fp8 quantize fusion: not a one-GPU CUDA backend");
+  return cuda->setFp8QuantizeFusion(on);
 }
 
 std::string fusedKernelsReport(const Backend &backend) {

@@ -38,6 +38,7 @@
 #include "runtime/cuda/GeneratedKernels.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/ParamUpload.h"
+#include "runtime/cuda/QuantizingKernels.h"
 #include "runtime/cuda/SamplingKernels.h"
 #include "runtime/cuda/backend/PinnedStaging.h"
 #include "runtime/plan/StepAttrs.h"
@@ -159,6 +160,10 @@ struct PreparedStep {
   DeviceBuffer ropeInvFreq;
   AttentionDims attention;
   std::vector<int> release;
+  /// rms_norm and silu_mul: the output is x of the next step, an fp8
+  /// linear or linear_residual and its only reader (markFp8QuantizeFusions),
+  /// so this step may quantize it for that GEMM.
+  bool quantizesForNext = false;
 };
 
 class CudaBackend final : public Backend {
@@ -186,6 +191,8 @@ public:
     profile_.clear();
     profiledForwards_ = 0;
   }
+  Fp8QuantizeFusion fp8QuantizeFusion() const;
+  Status setFp8QuantizeFusion(bool on);
 
 private:
   /// (tokens, sequences, padded max blocks per sequence, logits rows,
@@ -212,6 +219,15 @@ private:
   /// dtype, one result of it, `launch(a, b, y, count)` on typed pointers.
   template <typename Launch>
   Status runSameShapePair(const PreparedStep &s, Launch launch);
+
+  /// Sets PreparedStep::quantizesForNext (CudaBackendOptions::
+  /// fuseFp8Quantize).
+  void markFp8QuantizeFusions();
+  /// Where step `s` (quantizesForNext, output [rows, cols]) writes the
+  /// codes and scales of the next step's GEMM: nullopt where the fusion is
+  /// off or that GEMM does not take fp8 cuBLASLt in one chunk.
+  std::optional<Gemm::Fp8Operand>
+  fp8OperandForNext(const PreparedStep &s, int64_t rows, int64_t cols) const;
 
   // DeviceParams.cpp
   Status uploadParams(const ParamTable &params, const UploadProgress &progress);
@@ -330,6 +346,13 @@ private:
   CacheDims dims_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
+  /// CudaBackendOptions::fuseFp8Quantize (and the environment).
+  bool fuseFp8Quantize_ = true;
+  int numFp8QuantizeSteps_ = 0;
+  int64_t numFp8QuantizeLaunches_ = 0;
+  /// The GEMM step whose x the step before it quantized into gemm_'s
+  /// scratch in this run (it calls Gemm::linearQuantized), or null.
+  const PreparedStep *fp8Quantized_ = nullptr;
 
   /// The KV pool (KVCachePool): bf16 values or fp8 codes, and E4M3 scales.
   /// It has numBlocks_ blocks for the engine and one more, the scratch

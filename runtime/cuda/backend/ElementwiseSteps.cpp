@@ -80,6 +80,18 @@ Status CudaBackend::runSiluMul(const PreparedStep &s, const Batch &) {
     return mismatch(s, "operands have different shapes");
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, gate.rows, gate.cols, gate.dtype));
+  const std::optional<Gemm::Fp8Operand> q =
+      gate.dtype == DType::kBF16 ? fp8OperandForNext(s, gate.rows, gate.cols)
+                                 : std::nullopt;
+  if (q) {
+    INFER_CUDA_RETURN_IF_ERROR(launchSiluMulFp8(
+        gate.as<const __nv_bfloat16>(), gate.stride(),
+        up.as<const __nv_bfloat16>(), up.stride(), y.as<__nv_bfloat16>(),
+        q->codes, q->scales, gate.rows, gate.cols, stream_));
+    fp8Quantized_ = &s + 1;
+    ++numFp8QuantizeLaunches_;
+    return Status::ok();
+  }
   return withFloatType(gate.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     INFER_CUDA_RETURN_IF_ERROR(

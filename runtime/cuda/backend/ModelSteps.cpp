@@ -42,6 +42,24 @@ Status CudaBackend::runRmsNorm(const PreparedStep &s, const Batch &) {
   const int64_t h = s.step.normHeadDim > 0 ? s.step.normHeadDim : x.cols;
   if (x.cols % h != 0 || x.stride() != x.cols)
     return mismatch(s, "the input is not contiguous rows of head_dim groups");
+  const std::optional<Gemm::Fp8Operand> q =
+      x.dtype == DType::kBF16 && h == x.cols
+          ? fp8OperandForNext(s, x.rows, x.cols)
+          : std::nullopt;
+  if (q) {
+    INFER_RETURN_IF_ERROR(
+        withParamOf<__nv_bfloat16>(w, [&](const auto *weight) -> Status {
+          INFER_CUDA_RETURN_IF_ERROR(launchRmsNormFp8(
+              x.as<const __nv_bfloat16>(), weight, y.as<__nv_bfloat16>(),
+              q->codes, q->scales, x.rows, h,
+              static_cast<float>(s.step.epsilon), stream_,
+              static_cast<float>(s.step.weightOffset)));
+          return Status::ok();
+        }));
+    fp8Quantized_ = &s + 1;
+    ++numFp8QuantizeLaunches_;
+    return Status::ok();
+  }
   return withFloatType(x.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     return withParamOf<T>(w, [&](const auto *weight) -> Status {
@@ -76,10 +94,13 @@ Status CudaBackend::runAddRmsNorm(const PreparedStep &s, const Batch &) {
 /// linear, linear_residual and logits: bf16 x (prepareStep checked), bf16
 /// or fp8 weights, a bf16 result (linear) or fp32 logits, the bias and the
 /// residual in the result's dtype.
+/// `xQuantized`: the step before wrote x's fp8 codes and scales into the
+/// Gemm's scratch (CudaBackend::fp8OperandForNext).
 template <typename Y>
 static Status runGemm(Gemm &gemm, const Tensor &x, const Tensor &w,
                       const Tensor *bias, Tensor &y, cudaStream_t stream,
-                      const Tensor *residual = nullptr) {
+                      const Tensor *residual = nullptr,
+                      bool xQuantized = false) {
   if (!(w.dtype == DType::kBF16 || w.fp8))
     return unimplemented("a GEMM weight of dtype " +
                          std::string(plan::dtypeName(w.dtype)) +
@@ -96,10 +117,14 @@ static Status runGemm(Gemm &gemm, const Tensor &x, const Tensor &w,
         "the residual is not contiguous [" + std::to_string(x.rows) + ", " +
         std::to_string(w.rows) + "] rows of the result's dtype");
   const GemmWeight weight{w.as<const __nv_bfloat16>(), w.fp8, w.rowScales};
-  return gemm.linear<Y>(x.as<const __nv_bfloat16>(), weight,
-                        bias ? bias->as<const Y>() : nullptr, y.as<Y>(), x.rows,
-                        w.rows, w.cols, stream,
-                        residual ? residual->as<const Y>() : nullptr);
+  const Y *b = bias ? bias->as<const Y>() : nullptr;
+  const Y *r = residual ? residual->as<const Y>() : nullptr;
+  if (xQuantized)
+    return gemm.linearQuantized<Y>(x.as<const __nv_bfloat16>(), weight, b,
+                                   y.as<Y>(), x.rows, w.rows, w.cols, stream,
+                                   r);
+  return gemm.linear<Y>(x.as<const __nv_bfloat16>(), weight, b, y.as<Y>(),
+                        x.rows, w.rows, w.cols, stream, r);
 }
 
 Status CudaBackend::runLinear(const PreparedStep &s, const Batch &) {
@@ -107,7 +132,10 @@ Status CudaBackend::runLinear(const PreparedStep &s, const Batch &) {
   const Tensor *bias = s.step.operands.size() == 3 ? &operand(s, 2) : nullptr;
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, x.rows, w.rows, DType::kBF16));
-  return runGemm<__nv_bfloat16>(*gemm_, x, w, bias, y, stream_);
+  const bool quantized = fp8Quantized_ == &s;
+  fp8Quantized_ = nullptr;
+  return runGemm<__nv_bfloat16>(*gemm_, x, w, bias, y, stream_, nullptr,
+                                quantized);
 }
 
 Status CudaBackend::runLinearResidual(const PreparedStep &s, const Batch &) {
@@ -115,7 +143,9 @@ Status CudaBackend::runLinearResidual(const PreparedStep &s, const Batch &) {
   const Tensor *bias = s.step.operands.size() == 4 ? &operand(s, 3) : nullptr;
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, x.rows, w.rows, DType::kBF16));
-  return runGemm<__nv_bfloat16>(*gemm_, x, w, bias, y, stream_, &r);
+  const bool quantized = fp8Quantized_ == &s;
+  fp8Quantized_ = nullptr;
+  return runGemm<__nv_bfloat16>(*gemm_, x, w, bias, y, stream_, &r, quantized);
 }
 
 Status CudaBackend::runLogits(const PreparedStep &s, const Batch &) {

@@ -5,11 +5,17 @@
 // `fused` register-program interpreter), over fp32, bf16 or f16 activations
 // (Elements.cuh: loads widen to fp32, stores round once). Memory-bound:
 // grid-stride loops over 16-byte packs of elements where the pointers and
-// row lengths allow, else over single elements.
+// row lengths allow, else over single elements. rms_norm and silu_mul of
+// bf16 rows that feed an fp8 GEMM also have forms that quantize their
+// output (launchRmsNormFp8, launchSiluMulFp8, E4M3Rows.cuh): one kernel
+// writes the bf16 row and its E4M3 codes and scale, which the GEMM would
+// otherwise make by reading the row back (Gemm::linearQuantized).
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/QuantizingKernels.h"
+#include "runtime/cuda/kernels/E4M3Rows.cuh"
 #include "runtime/cuda/kernels/Elements.cuh"
 
 namespace infer::cuda {
@@ -147,10 +153,13 @@ __device__ float blockSum(float v, float *partial) {
   return partial[0];
 }
 
-/// One block per row of h elements, in packs of N (h % N == 0).
-template <int N, typename T, typename P>
+/// One block per row of h elements, in packs of N (h % N == 0). Quantize:
+/// the row's E4M3 codes and scale too, from the stored values
+/// (launchRmsNormFp8); the norm's arithmetic is the same either way.
+template <int N, bool Quantize, typename T, typename P>
 __global__ void rmsNormKernel(const T *x, const P *w, T *y, int64_t h,
-                              float epsilon, float weightOffset) {
+                              float epsilon, float weightOffset, uint8_t *codes,
+                              float *scales) {
   const T *xr = x + blockIdx.x * h;
   T *yr = y + blockIdx.x * h;
   float sum = 0.0f;
@@ -164,6 +173,7 @@ __global__ void rmsNormKernel(const T *x, const P *w, T *y, int64_t h,
   __shared__ float partial[32];
   const float inv =
       rsqrtf(blockSum(sum, partial) / static_cast<float>(h) + epsilon);
+  [[maybe_unused]] float amax = 0.0f;
   for (int64_t i = threadIdx.x * int64_t(N); i < h; i += blockDim.x * N) {
     float v[N], wv[N];
     loadFloats<N>(xr + i, v);
@@ -172,7 +182,12 @@ __global__ void rmsNormKernel(const T *x, const P *w, T *y, int64_t h,
     for (int e = 0; e < N; ++e)
       v[e] = (wv[e] + weightOffset) * (v[e] * inv);
     storeFloats<N>(yr + i, v);
+    if constexpr (Quantize)
+      amax = storedAmax<T>(amax, v);
   }
+  if constexpr (Quantize)
+    quantizeStoredRow<N>(yr, h, amax, codes + blockIdx.x * h,
+                         scales + blockIdx.x);
 }
 
 /// One block per row of h elements, in packs of N (h % N == 0). The second
@@ -229,6 +244,29 @@ __global__ void siluMulRowsKernel(const T *gate, int64_t gateLd, const T *up,
       g[e] = siluOf(g[e]) * u[e];
     storeFloats<N>(y + r * cols + col, g);
   }
+}
+
+/// silu_mul with the E4M3 codes and scale of each row of y
+/// (launchSiluMulFp8): one block per row, so that the block has the row's
+/// amax; each element is siluMulRowsKernel's.
+template <int N, typename T>
+__global__ void
+siluMulQuantizeKernel(const T *gate, int64_t gateLd, const T *up, int64_t upLd,
+                      T *y, int64_t cols, uint8_t *codes, float *scales) {
+  const int64_t r = blockIdx.x;
+  T *yr = y + r * cols;
+  float amax = 0.0f;
+  for (int64_t c = threadIdx.x * int64_t(N); c < cols; c += blockDim.x * N) {
+    float g[N], u[N];
+    loadFloats<N>(gate + r * gateLd + c, g);
+    loadFloats<N>(up + r * upLd + c, u);
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      g[e] = siluOf(g[e]) * u[e];
+    storeFloats<N>(yr + c, g);
+    amax = storedAmax<T>(amax, g);
+  }
+  quantizeStoredRow<N>(yr, cols, amax, codes + r * cols, scales + r);
 }
 
 /// y[r, c] = x[r, c] + bias[c]: packs of N never cross a row (cols % N ==
@@ -370,11 +408,32 @@ cudaError_t launchRmsNorm(const T *x, const P *w, T *y, int64_t rows, int64_t h,
   constexpr int N = kPack<T, P>;
   const unsigned grid = static_cast<unsigned>(rows);
   if (h % N == 0 && packAligned(x) && packAligned(w) && packAligned(y))
-    rmsNormKernel<N>
-        <<<grid, kThreads, 0, stream>>>(x, w, y, h, epsilon, weightOffset);
+    rmsNormKernel<N, false><<<grid, kThreads, 0, stream>>>(
+        x, w, y, h, epsilon, weightOffset, nullptr, nullptr);
   else
-    rmsNormKernel<1>
-        <<<grid, kThreads, 0, stream>>>(x, w, y, h, epsilon, weightOffset);
+    rmsNormKernel<1, false><<<grid, kThreads, 0, stream>>>(
+        x, w, y, h, epsilon, weightOffset, nullptr, nullptr);
+  return cudaGetLastError();
+}
+
+template <typename P>
+cudaError_t launchRmsNormFp8(const __nv_bfloat16 *x, const P *w,
+                             __nv_bfloat16 *y, uint8_t *codes, float *scales,
+                             int64_t rows, int64_t h, float epsilon,
+                             cudaStream_t stream, float weightOffset) {
+  if (rows <= 0 || h <= 0)
+    return cudaSuccess;
+  if (!packAligned(codes))
+    return cudaErrorInvalidValue;
+  // launchRmsNorm's choice of N: it fixes the order of the sum of squares.
+  constexpr int N = kPack<__nv_bfloat16, P>;
+  const unsigned grid = static_cast<unsigned>(rows);
+  if (h % N == 0 && packAligned(x) && packAligned(w) && packAligned(y))
+    rmsNormKernel<N, true><<<grid, kThreads, 0, stream>>>(
+        x, w, y, h, epsilon, weightOffset, codes, scales);
+  else
+    rmsNormKernel<1, true><<<grid, kThreads, 0, stream>>>(
+        x, w, y, h, epsilon, weightOffset, codes, scales);
   return cudaGetLastError();
 }
 
@@ -494,6 +553,29 @@ cudaError_t launchSiluMul(const T *gate, int64_t gateLd, const T *up,
   return cudaGetLastError();
 }
 
+cudaError_t launchSiluMulFp8(const __nv_bfloat16 *gate, int64_t gateLd,
+                             const __nv_bfloat16 *up, int64_t upLd,
+                             __nv_bfloat16 *y, uint8_t *codes, float *scales,
+                             int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0)
+    return cudaSuccess;
+  if (gateLd < cols || upLd < cols || !packAligned(codes))
+    return cudaErrorInvalidValue;
+  constexpr int N = kPack<__nv_bfloat16>;
+  const auto packed = [](const __nv_bfloat16 *p, int64_t ld) {
+    return packAligned(p) && ld % N == 0;
+  };
+  const unsigned grid = static_cast<unsigned>(rows);
+  if (cols % N == 0 && packed(gate, gateLd) && packed(up, upLd) &&
+      packed(y, cols))
+    siluMulQuantizeKernel<N><<<grid, kThreads, 0, stream>>>(
+        gate, gateLd, up, upLd, y, cols, codes, scales);
+  else
+    siluMulQuantizeKernel<1><<<grid, kThreads, 0, stream>>>(
+        gate, gateLd, up, upLd, y, cols, codes, scales);
+  return cudaGetLastError();
+}
+
 cudaError_t launchFused(const FusedProgram &program, int64_t n,
                         cudaStream_t stream) {
   if (program.numInputs > kMaxFusedInputs ||
@@ -554,6 +636,15 @@ INFER_CAST_KERNEL(__nv_bfloat16, float)
 INFER_CAST_KERNEL(__nv_bfloat16, __half)
 INFER_CAST_KERNEL(__half, float)
 INFER_CAST_KERNEL(__half, __nv_bfloat16)
+template cudaError_t
+launchRmsNormFp8<__nv_bfloat16>(const __nv_bfloat16 *, const __nv_bfloat16 *,
+                                __nv_bfloat16 *, uint8_t *, float *, int64_t,
+                                int64_t, float, cudaStream_t, float);
+template cudaError_t launchRmsNormFp8<float>(const __nv_bfloat16 *,
+                                             const float *, __nv_bfloat16 *,
+                                             uint8_t *, float *, int64_t,
+                                             int64_t, float, cudaStream_t,
+                                             float);
 
 #undef INFER_ACTIVATION_KERNELS
 #undef INFER_PARAMETER_KERNELS

@@ -10,42 +10,20 @@
 //
 // One block per row, two passes over it: the amax (a block reduction), then
 // the codes, one 16-byte load of x per thread and store (4 or 8 codes), from
-// a second read that hits L2.
+// a second read that hits L2. The arithmetic is E4M3Rows.cuh's, which the
+// producers that quantize their own output (launchRmsNormFp8,
+// launchSiluMulFp8) share, so their codes and scales are these bit for bit.
 // No host synchronisation, so the launch can be captured in a CUDA graph.
 //
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/GemvKernels.h"
-#include "runtime/cuda/kernels/Elements.cuh"
-
-#include <cuda_fp8.h>
+#include "runtime/cuda/kernels/E4M3Rows.cuh"
 
 namespace infer::cuda {
 namespace {
 
 constexpr int kThreads = 512;
-constexpr float kE4M3Max = 448.0f;
-
-__device__ uint8_t encodeE4M3(float v) {
-  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
-
-/// The block's maximum of `v` (all threads get it).
-__device__ float blockMax(float v) {
-  __shared__ float warpMax[kThreads / 32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0)
-    warpMax[warp] = v;
-  __syncthreads();
-  v = lane < kThreads / 32 ? warpMax[lane] : 0.0f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
 
 /// N: x is read in packs of N elements (k % N == 0, rows 16-byte aligned,
 /// codes N-byte aligned) or, N == 1, one element at a time.
@@ -64,32 +42,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < N; ++e)
       amax = fmaxf(amax, fabsf(v[e]));
   }
-  amax = blockMax(amax);
   // The same float division as the host quantizer, so the codes agree.
-  const float scale = amax / kE4M3Max;
+  const float scale = e4m3Scale(blockMax(amax));
   if (threadIdx.x == 0)
     scales[blockIdx.x] = scale;
-  auto encode = [&](float v) {
-    // Scale 0 (all zeros, or amax / 448 underflowing) gives codes 0, as
-    // the host quantizer does.
-    return scale == 0.0f ? uint8_t(0) : encodeE4M3(v / scale);
-  };
   for (int64_t i = threadIdx.x * int64_t(N); i < k; i += kThreads * N) {
     float v[N];
     loadFloats<N>(row + i, v);
-    if constexpr (N == 1) {
-      out[i] = encode(v[0]);
-    } else {
-      // Little-endian words: element e in byte e % 4 of word e / 4.
-      uint32_t words[N / 4] = {};
-#pragma unroll
-      for (int e = 0; e < N; ++e)
-        words[e / 4] |= uint32_t(encode(v[e])) << (8 * (e % 4));
-      if constexpr (N == 4)
-        *reinterpret_cast<uint32_t *>(out + i) = words[0];
-      else
-        *reinterpret_cast<uint2 *>(out + i) = make_uint2(words[0], words[1]);
-    }
+    storeCodes<N>(out + i, v, scale);
   }
 }
 
