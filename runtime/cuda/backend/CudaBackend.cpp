@@ -140,6 +140,8 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
   profileSteps_ = options.profileSteps;
   communicator_ = options.communicator;
   copyLogits_ = options.copyLogits;
+  const char *warmUp = std::getenv("INFER_CUDA_GRAPH_WARMUP");
+  warmUpGraphs_ = communicator_ || !(warmUp && std::strcmp(warmUp, "0") == 0);
   const char *fuseFp8 = std::getenv("INFER_FUSE_FP8_QUANTIZE");
   fuseFp8Quantize_ =
       options.fuseFp8Quantize && !(fuseFp8 && std::strcmp(fuseFp8, "0") == 0);

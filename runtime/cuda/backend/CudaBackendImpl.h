@@ -393,8 +393,11 @@ private:
 
   int64_t maxGraphTokens_ = 0;
   std::map<GraphKey, CapturedGraph> graphs_;
-  /// Shapes that ran eagerly once (tensor-parallel ranks only).
+  /// Shapes that ran eagerly once, before their capture (forwardOnce).
   std::set<GraphKey> warmShapes_;
+  /// INFER_CUDA_GRAPH_WARMUP=0 captures a shape at its first call (and
+  /// leaves its GEMMs untuned), for comparison; never with NCCL.
+  bool warmUpGraphs_ = true;
   /// gather_rows steps' input rows in the last run (step -> rows).
   std::vector<std::pair<size_t, int64_t>> gatherRows_;
 

@@ -69,9 +69,11 @@ StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
   // Profiled runs are eager: a graph's steps cannot be timed one by one.
   bool replay = !profileSteps_ && batch.numTokens() <= maxGraphTokens_ &&
                 (it != graphs_.end() || graphs_.size() < kMaxGraphs);
-  // NCCL connects peers lazily, with host allocations a capture forbids:
-  // a shape's collectives run once eagerly before they are captured.
-  if (replay && communicator_ && warmShapes_.insert(key).second)
+  // A shape runs once eagerly before it is captured: cuBLASLt tunes a GEMM
+  // shape only outside a capture (Gemm::tune: inside one the heuristic's
+  // first choice would stay for good), and NCCL connects peers lazily, with
+  // host allocations a capture forbids.
+  if (replay && warmUpGraphs_ && warmShapes_.insert(key).second)
     replay = false;
   if (replay) {
     if (it == graphs_.end()) {
