@@ -37,13 +37,8 @@ class AsyncScheduling : public TinyPycodeTest {
 protected:
   void SetUp() override {
     TinyPycodeTest::SetUp();
-    if (IsSkipped() || HasFatalFailure())
-      return;
-    StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-        Tokenizer::fromFile(modelDir() + "/tokenizer.json");
-    ASSERT_TRUE(tokenizer.isOk()) << tokenizer.status().message();
-    tokenizer_ = std::move(tokenizer).value();
-    config_.tokenizer = tokenizer_.get();
+    if (!IsSkipped() && !HasFatalFailure())
+      useTokenizer();
   }
 
   /// Adds `requests[i]` at step `arrival[i]` and steps until every request
@@ -156,8 +151,6 @@ protected:
     requests.push_back({prompts_[5], eos});
     return requests;
   }
-
-  std::unique_ptr<Tokenizer> tokenizer_;
 };
 
 TEST_F(AsyncScheduling, MixedArrivalsGiveTheSynchronousOutputs) {

@@ -11,27 +11,19 @@
 #include "runtime/tokenizer/Tokenizer.h"
 #include "tests/runtime/support/Generate.h"
 #include "tests/runtime/support/LlamaPlan.h"
+#include "tests/runtime/support/TinyPycode.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
-#include <filesystem>
-#include <fstream>
 #include <thread>
 
 namespace infer::testing {
 namespace {
 
-namespace fs = std::filesystem;
 using serving::AsyncEngine;
 using serving::GenerationRequest;
 using serving::RequestStream;
 using serving::StreamEvent;
-
-const std::string kTarget =
-    std::string(INFER_FIXTURES_DIR) + "/models/tiny-pycode-target";
-const std::string kGolden =
-    std::string(INFER_FIXTURES_DIR) + "/golden/tiny-pycode.json";
 
 /// Everything a stream delivered, concatenated per completion.
 struct Collected {
@@ -63,44 +55,13 @@ Collected collect(RequestStream &stream, int64_t n = 1) {
   return c;
 }
 
-class AsyncEngineTest : public ::testing::Test {
+class AsyncEngineTest : public TinyPycodeTest {
 protected:
   void SetUp() override {
-    if (!fs::exists(kTarget + "/config.json") || !fs::exists(kGolden))
-      GTEST_SKIP() << "fixture missing: " << kTarget;
-    StatusOr<Artifact> a = buildLlamaArtifact(kTarget);
-    ASSERT_TRUE(a.isOk()) << a.status().message();
-    artifact_ = std::move(a).value();
-    StatusOr<std::unique_ptr<Tokenizer>> t =
-        Tokenizer::fromFile(kTarget + "/tokenizer.json");
-    ASSERT_TRUE(t.isOk()) << t.status().message();
-    tokenizer_ = std::move(t).value();
-    config_ = engineConfigFor(artifact_);
-    config_.tokenizer = tokenizer_.get();
-    std::ifstream in(kGolden);
-    nlohmann::json golden = nlohmann::json::parse(in);
-    for (const nlohmann::json &c : golden["tiny-pycode-target"])
-      prompts_.push_back(c["input_ids"].get<std::vector<int32_t>>());
+    TinyPycodeTest::SetUp();
+    if (!IsSkipped() && !HasFatalFailure())
+      useTokenizer();
   }
-
-  std::unique_ptr<Backend> backend(int64_t blocks) {
-    StatusOr<std::unique_ptr<Backend>> b =
-        createTestBackend(artifact_, blocks, 2);
-    EXPECT_TRUE(b.isOk()) << b.status().message();
-    return b.isOk() ? std::move(b).value() : nullptr;
-  }
-
-  static SamplingParams greedy(int64_t maxNewTokens) {
-    SamplingParams p;
-    p.maxNewTokens = maxNewTokens;
-    p.ignoreEos = true;
-    return p;
-  }
-
-  Artifact artifact_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  EngineConfig config_;
-  std::vector<std::vector<int32_t>> prompts_;
 };
 
 TEST_F(AsyncEngineTest, ConcurrentSubmitsStreamWhatTheEngineGivesAlone) {

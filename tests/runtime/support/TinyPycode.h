@@ -10,6 +10,7 @@
 #ifndef INFER_TESTS_RUNTIME_SUPPORT_TINYPYCODE_H
 #define INFER_TESTS_RUNTIME_SUPPORT_TINYPYCODE_H
 
+#include "runtime/tokenizer/Tokenizer.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
 #include <gtest/gtest.h>
@@ -46,6 +47,16 @@ protected:
       prompts_.push_back(c["input_ids"].get<std::vector<int32_t>>());
   }
 
+  /// Loads the model's tokenizer into `tokenizer_` and the engine config
+  /// (stop strings, texts); call from a derived SetUp after this one's.
+  void useTokenizer() {
+    StatusOr<std::unique_ptr<Tokenizer>> t =
+        Tokenizer::fromFile(modelDir() + "/tokenizer.json");
+    ASSERT_TRUE(t.isOk()) << t.status().message();
+    tokenizer_ = std::move(t).value();
+    config_.tokenizer = tokenizer_.get();
+  }
+
   /// A CPU backend of the model with `blocks` KV blocks.
   std::unique_ptr<Backend> backend(int64_t blocks) {
     StatusOr<std::unique_ptr<Backend>> b =
@@ -65,6 +76,7 @@ protected:
   Artifact artifact_;
   EngineConfig config_;
   std::vector<std::vector<int32_t>> prompts_;
+  std::unique_ptr<Tokenizer> tokenizer_;
 };
 
 } // namespace infer::testing
