@@ -3,6 +3,7 @@
 //   infer-engine-host-bench [--num-prompts 2000] [--input-len 128]
 //       [--output-len 128] [--max-num-seqs 1024]
 //       [--max-num-batched-tokens 8192] [--repeats 5]
+//       [--async-scheduling on|off]
 //
 // Runs `infer bench`'s offline workload (random prompts all at once, each
 // generating exactly --output-len tokens, ignore_eos, greedy, prefix caching
@@ -13,6 +14,9 @@
 // the same work on a real backend as "host work ms per step" (the share of
 // the run the backend sat idle, without overlap); this tool isolates it on
 // any machine. Prints the median over --repeats runs of ms per step.
+// --async-scheduling on runs the engine as `infer bench` does by default
+// (EngineConfig::asyncScheduling, the backend's default launchSample): the
+// same host work, in another order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,7 +57,7 @@ private:
                "infer-engine-host-bench: %s\nusage: infer-engine-host-bench "
                "[--num-prompts N] [--input-len N] [--output-len N] "
                "[--max-num-seqs N] [--max-num-batched-tokens N] "
-               "[--repeats N]\n",
+               "[--repeats N] [--async-scheduling on|off]\n",
                message.c_str());
   std::exit(2);
 }
@@ -63,10 +67,18 @@ private:
 int main(int argc, char **argv) {
   int64_t numPrompts = 2000, inputLen = 128, outputLen = 128, maxNumSeqs = 1024,
           maxBatchedTokens = 8192, repeats = 5;
+  bool async = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (i + 1 >= argc)
       usage("missing value of " + flag);
+    if (flag == "--async-scheduling") {
+      const std::string value = argv[i + 1];
+      if (value != "on" && value != "off")
+        usage("--async-scheduling takes on or off");
+      async = value == "on";
+      continue;
+    }
     char *end = nullptr;
     const long long value = std::strtoll(argv[i + 1], &end, 10);
     if (*end != '\0' || value <= 0)
@@ -98,6 +110,7 @@ int main(int argc, char **argv) {
     config.vocabSize = 128256;
     config.scheduler.maxNumSeqs = maxNumSeqs;
     config.scheduler.maxNumBatchedTokens = maxBatchedTokens;
+    config.asyncScheduling = async;
     Engine engine(backend, config);
     SamplingParams sampling;
     sampling.maxNewTokens = outputLen;
@@ -127,10 +140,11 @@ int main(int argc, char **argv) {
   std::sort(sorted.begin(), sorted.end());
   std::printf(
       "engine host work: %lld prompts of %lld tokens, %lld out, "
-      "max_num_seqs %lld, max_num_batched_tokens %lld\n",
+      "max_num_seqs %lld, max_num_batched_tokens %lld, asynchronous "
+      "scheduling %s\n",
       static_cast<long long>(numPrompts), static_cast<long long>(inputLen),
       static_cast<long long>(outputLen), static_cast<long long>(maxNumSeqs),
-      static_cast<long long>(maxBatchedTokens));
+      static_cast<long long>(maxBatchedTokens), async ? "on" : "off");
   std::printf("steps %lld, host work %.3f ms per step (median of %zu runs:",
               static_cast<long long>(steps), sorted[sorted.size() / 2],
               sorted.size());

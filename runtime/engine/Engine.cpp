@@ -104,10 +104,13 @@ StatusOr<RequestId> Engine::addRequest(std::vector<int32_t> promptTokenIds,
       std::make_unique<Sampler>(r.sampling, config_.eosTokenIds, r.tokens);
   entry.stop = std::make_unique<StopChecker>(r.sampling, config_.eosTokenIds,
                                              config_.tokenizer, r.tokens);
+  entry.deviceSamplable = deviceSamplable(entry);
+  track(entry, +1);
   if (sampling.maxNewTokens == 0) {
     r.status = RequestStatus::kFinished;
     r.finishReason = FinishReason::kLength;
     emit(entry, {}, {}, pending_);
+    track(entry, -1);
     requests_.erase(id);
     return id;
   }
@@ -149,6 +152,8 @@ StatusOr<RequestId> Engine::fork(RequestId parentId,
       std::make_unique<Sampler>(sampling, config_.eosTokenIds, prompt);
   entry.stop = std::make_unique<StopChecker>(sampling, config_.eosTokenIds,
                                              config_.tokenizer, prompt);
+  entry.deviceSamplable = deviceSamplable(entry);
+  track(entry, +1);
   // The child's sampler and stop checker see the output it inherits.
   for (int64_t i = r.numPromptTokens; i < r.numTokens(); ++i) {
     entry.sampler->record(r.tokens[i]);
@@ -165,6 +170,7 @@ Status Engine::abort(RequestId id) {
     return notFound("no unfinished request " + std::to_string(id));
   finish(it->second, FinishReason::kAbort);
   emit(it->second, {}, {}, pending_);
+  track(it->second, -1);
   requests_.erase(it);
   return Status::ok();
 }
@@ -255,13 +261,14 @@ void Engine::propose() {
   }
 }
 
-bool Engine::asyncReady() const {
-  for (const auto &[id, entry] : requests_)
-    if (entry.request.sampling.logprobs > 0 ||
-        entry.numPendingCompletions > 0 || !entry.request.draftTokens.empty() ||
-        !entry.sampler->backendSamplable())
-      return false;
-  return true;
+bool Engine::deviceSamplable(const Entry &entry) {
+  return entry.request.sampling.logprobs == 0 &&
+         entry.sampler->backendSamplable();
+}
+
+void Engine::track(const Entry &entry, int delta) {
+  if (!entry.deviceSamplable || entry.numPendingCompletions > 0)
+    numSyncOnly_ += delta;
 }
 
 void Engine::emitFinished(const std::vector<RequestId> &finished,
@@ -273,6 +280,7 @@ void Engine::emitFinished(const std::vector<RequestId> &finished,
     if (proposer_)
       proposer_->onFinished(id);
     emit(it->second, {}, {}, outputs);
+    track(it->second, -1);
     requests_.erase(it);
   }
 }
@@ -327,8 +335,10 @@ void Engine::collectInFlight(std::vector<RequestOutput> &outputs) {
     if (done && r.status != RequestStatus::kFinished)
       finish(entry, r.finishReason);
     emit(entry, std::move(tokens), {}, outputs);
-    if (done)
+    if (done) {
+      track(entry, -1);
       requests_.erase(it);
+    }
   }
 }
 
@@ -345,7 +355,7 @@ StatusOr<std::vector<RequestOutput>> Engine::step() {
   } timer{stats_, backend_, stepStart};
   std::vector<RequestOutput> outputs = std::move(pending_);
   pending_.clear();
-  const bool async = config_.asyncScheduling && !proposer_ && asyncReady();
+  const bool async = config_.asyncScheduling && !proposer_ && numSyncOnly_ == 0;
   // A synchronous step needs every token on the host first.
   if (inflight_ && !async)
     collectInFlight(outputs);
@@ -609,8 +619,10 @@ void Engine::commit(Entry &entry, std::vector<int32_t> tokens,
   if (done)
     finish(entry, r.finishReason);
   emit(entry, std::move(tokens), std::move(logprobs), outputs);
-  if (done)
+  if (done) {
+    track(entry, -1);
     requests_.erase(r.id);
+  }
 }
 
 void Engine::failScheduled(const SchedulerOutput &scheduled,
@@ -628,6 +640,7 @@ void Engine::fail(Entry &entry, std::string error,
   r.error = std::move(error);
   finish(entry, FinishReason::kError);
   emit(entry, {}, {}, outputs);
+  track(entry, -1);
   requests_.erase(r.id);
 }
 
@@ -648,6 +661,8 @@ void Engine::spawnCompletions(Entry &parent, int64_t numComputedTokens,
         std::make_unique<Sampler>(r.sampling, config_.eosTokenIds, r.tokens);
     child.stop = std::make_unique<StopChecker>(r.sampling, config_.eosTokenIds,
                                                config_.tokenizer, r.tokens);
+    child.deviceSamplable = deviceSamplable(child);
+    track(child, +1);
     // The prompt's blocks are shared; the first write into the partial last
     // block copies it.
     kvCache_.fork(p.id, id);
@@ -657,7 +672,9 @@ void Engine::spawnCompletions(Entry &parent, int64_t numComputedTokens,
     commit(child, std::move(tokens), std::move(logprobs), numComputedTokens,
            outputs);
   }
+  track(parent, -1);
   parent.numPendingCompletions = 0;
+  track(parent, +1);
 }
 
 StatusOr<Logits> promptLogits(Backend &backend, int64_t blockSize,

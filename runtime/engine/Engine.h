@@ -186,7 +186,14 @@ private:
     /// Completions still to branch off when the prompt is computed.
     int64_t numPendingCompletions = 0;
     SamplingParams baseSampling;
+    /// The backend can choose its tokens (deviceSamplable): fixed with
+    /// the request's sampling parameters.
+    bool deviceSamplable = false;
   };
+
+  /// No logprobs and a sampler the backend can run (Sampler::
+  /// backendSamplable): what asynchronous scheduling needs of a request.
+  static bool deviceSamplable(const Entry &entry);
 
   /// A step launched and not yet collected (asynchronous scheduling): each
   /// sampled row's request, and what the step computed for it.
@@ -199,10 +206,9 @@ private:
   };
 
   void propose();
-  /// Whether every live request can take its next token from the device
-  /// sampler, so that a step may launch before the previous one's tokens
-  /// are on the host.
-  bool asyncReady() const;
+  /// Counts `entry` in numSyncOnly_ (delta +1 when it is made or stops
+  /// being sync-only, -1 before it is forgotten or changes).
+  void track(const Entry &entry, int delta);
   /// Waits for the in-flight step's tokens and commits them.
   void collectInFlight(std::vector<RequestOutput> &outputs);
   /// Emits and forgets the requests the scheduler ended (by id: one may
@@ -254,6 +260,11 @@ private:
   /// Outputs produced outside step() (aborts, zero-token requests).
   std::vector<RequestOutput> pending_;
   std::optional<InFlight> inflight_;
+  /// Live requests whose next token needs the logits on the host (logprobs,
+  /// penalties, completions still to branch off): while there is one, no
+  /// step launches before the previous one's tokens are in (speculative
+  /// decoding never does).
+  int64_t numSyncOnly_ = 0;
   RequestId nextId_ = 0;
   EngineStats stats_;
 };
