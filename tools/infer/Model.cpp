@@ -149,7 +149,8 @@ createTensorParallelBackend(const Artifact &artifact, const std::string &name,
 StatusOr<std::unique_ptr<Backend>>
 createBackend(const Artifact &artifact, const std::string &name,
               const WeightLoadOptions &weights, int64_t numBlocks,
-              int numThreads, double kvCacheMemoryFraction) {
+              int numThreads, double kvCacheMemoryFraction,
+              bool profileSteps) {
   if (name != "cpu" && name != "cuda")
     return invalidArgument("unknown backend '" + name +
                            "' (expected cpu or cuda)");
@@ -165,6 +166,9 @@ createBackend(const Artifact &artifact, const std::string &name,
   }
 #endif
   // Under mpirun / srun: one rank per process.
+  if (profileSteps && (name != "cuda" || artifact.plan.numRanks > 1))
+    return invalidArgument("--profile times the steps of the one-GPU cuda "
+                           "backend (--backend cuda, a tp=1 artifact)");
   if (artifact.plan.numRanks > 1 && inMultiProcessLaunch())
     return createMultiProcessBackend(artifact, name, weights, numBlocks,
                                      numThreads, kvCacheMemoryFraction);
@@ -179,6 +183,7 @@ createBackend(const Artifact &artifact, const std::string &name,
     INFER_ASSIGN_OR_RETURN(
         cuda::CudaBackendOptions options,
         cudaOptionsFor(artifact, numBlocks, kvCacheMemoryFraction));
+    options.profileSteps = profileSteps;
     const uint64_t streamed = deferredBytes({params});
     Progress progress("streaming weights of rank 0 to the device", streamed,
                       weights.showProgress && streamed > 0);
@@ -194,6 +199,15 @@ createBackend(const Artifact &artifact, const std::string &name,
   options.numBlocks = numBlocks;
   options.numThreads = numThreads;
   return cpu::createCpuBackend(artifact.plan, 0, std::move(params), options);
+}
+
+std::string stepProfileReport(const Backend &backend) {
+#ifdef INFER_HAS_CUDA
+  return cuda::stepProfileReport(backend);
+#else
+  (void)backend;
+  return "";
+#endif
 }
 
 StatusOr<ParamMaterializer> gpuParamMaterializer() {

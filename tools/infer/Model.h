@@ -44,10 +44,17 @@ StatusOr<ParamMaterializer> gpuParamMaterializer();
 /// cuda, `numBlocks` 0 sizes the pool from `kvCacheMemoryFraction` of the
 /// device memory free after the weights (`--gpu-memory-utilization`).
 /// `weights` says where params come from (packed files or the checkpoint).
+/// `profileSteps` (one-rank cuda only): every forward call runs eagerly and
+/// times its steps (cuda::stepProfileReport; `infer bench --profile`).
 StatusOr<std::unique_ptr<Backend>>
 createBackend(const Artifact &artifact, const std::string &name,
               const WeightLoadOptions &weights, int64_t numBlocks,
-              int numThreads, double kvCacheMemoryFraction = 0.9);
+              int numThreads, double kvCacheMemoryFraction = 0.9,
+              bool profileSteps = false);
+
+/// The per-step device times of a backend made with `profileSteps`, as a
+/// markdown table ("" for any other backend).
+std::string stepProfileReport(const Backend &backend);
 
 /// The tokenizer of an artifact, a model directory, or a tokenizer.json.
 StatusOr<std::unique_ptr<Tokenizer>> loadTokenizer(const std::string &path);

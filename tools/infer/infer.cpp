@@ -493,7 +493,8 @@ Status runBench(const ParsedArgs &args) {
   INFER_ASSIGN_OR_RETURN(
       std::unique_ptr<Backend> backend,
       createBackend(model.artifact, backendName, weightLoadOptions(args),
-                    poolFromMemory ? 0 : numBlocks, threads, memoryFraction));
+                    poolFromMemory ? 0 : numBlocks, threads, memoryFraction,
+                    args.has("--profile")));
   INFER_ASSIGN_OR_RETURN(Speculation speculation,
                          createSpeculation(args, model.artifact,
                                            config.eosTokenIds, backendName,
@@ -688,6 +689,10 @@ Status runBench(const ParsedArgs &args) {
                   result["acceptance_rate"].get<double>());
     std::cout << line;
   }
+  if (args.has("--profile"))
+    std::cout << "\ndevice time per forward call, by step (eager, an event "
+                 "per step):\n"
+              << stepProfileReport(*backend);
   std::cout.flush();
   return Status::ok();
 }
@@ -999,7 +1004,7 @@ std::vector<Command> commands() {
        "           [--seed 0] [--max-num-seqs auto|N]\n"
        "           [--max-num-batched-tokens auto|N] [--num-blocks N]\n"
        "           [--no-prefix-caching] [--no-async-scheduling] [--json]\n"
-       "           [--weights DIR] [--skip-weight-check]\n"
+       "           [--profile] [--weights DIR] [--skip-weight-check]\n"
        "           [--gpu-memory-utilization F] [--threads N]\n"
        "           [--draft MODEL | --ngram-speculation]\n"
        "           [--num-speculative-tokens 4] [--adaptive-speculation]\n"
@@ -1026,7 +1031,10 @@ std::vector<Command> commands() {
        "--max-num-batched-tokens auto is 8192 on cuda, 2048 on cpu. A\n"
        "progress bar goes to stderr when it is a terminal. Speculative\n"
        "decoding options are generate's; acceptance_rate is then accepted per\n"
-       "judged draft token.\n\n"
+       "judged draft token. --profile (one-GPU cuda) runs every forward call\n"
+       "eagerly with a CUDA event per step and prints the device time per\n"
+       "call by step (op, GEMM weight shape): where a workload's time goes,\n"
+       "not its speed.\n\n"
        "--base-url URL (http://127.0.0.1:8000, /v1 optional) benchmarks a\n"
        "running OpenAI-compatible server instead: the same prompts go out as\n"
        "streaming completions, --request-rate spaces their arrivals and\n"
@@ -1052,6 +1060,7 @@ std::vector<Command> commands() {
                         {"--no-prefix-caching", false},
                         {"--no-async-scheduling", false},
                         {"--json", false},
+                        {"--profile", false},
                         backend,
                         weights,
                         skipWeightCheck,

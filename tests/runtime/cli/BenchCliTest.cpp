@@ -54,6 +54,13 @@ TEST(InferBench, ReportsThroughputAndLatencies) {
   run = runTool(INFER_TOOL_PATH, {"bench", dir, "--num-prompts", "0"});
   EXPECT_EQ(run.exitCode, 1);
   EXPECT_NE(run.err.find("error"), std::string::npos) << run.err;
+  // The step profile is the one-GPU cuda backend's.
+  run = runTool(INFER_TOOL_PATH, {"bench", dir, "--num-prompts", "1",
+                                  "--backend", "cpu", "--profile"});
+  EXPECT_EQ(run.exitCode, 1);
+  EXPECT_NE(run.err.find("--profile times the steps of the one-GPU cuda"),
+            std::string::npos)
+      << run.err;
 }
 
 } // namespace

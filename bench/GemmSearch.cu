@@ -1,0 +1,432 @@
+//===- GemmSearch.cu - cuBLASLt's configurations against its heuristic ----===//
+//
+//   infer-gemm-search [--rows 256,1024,2048] [--shapes 6144x4096,...]
+//       [--split-k 1,2,3,4,6,8] [--heuristic 32] [--top 3]
+//
+// For each y[T,N] = x[T,K] * w[N,K]^T in bf16 with fp32 accumulation and a
+// bf16 y (the CUDA backend's bf16 cuBLASLt path, runtime/cuda/Gemm.cpp:
+// TN layout, split-K partial sums reduced in fp32 only), times
+//   heuristic#0  the heuristic's first choice (what a forward call runs
+//                for T > 256),
+//   heuristic    the fastest of its first --heuristic candidates (what
+//                Gemm::tune picks from, with 8, for T <= 256),
+//   search       the fastest configuration cuBLASLt accepts
+//                (cublasLtMatmulAlgoCheck) over every algorithm id, tile,
+//                split-K count (--split-k), reduction scheme and cluster
+//                shape, stages left to the library; the --top fastest are
+//                printed with their settings.
+// Operands are random bf16 values (constant ones draw less power and run
+// faster than a model's), the weights flushed from L2 before every timed
+// run; each time is the minimum of 3 runs (search) or the median of 7
+// (the final comparison of the three). TFLOP/s and the weight bytes' GB/s
+// beside. Default shapes: Llama-3-8B's q/k/v, o, gate/up and down.
+//
+//===----------------------------------------------------------------------===//
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+[[noreturn]] void die(const std::string &message) {
+  std::fprintf(stderr, "infer-gemm-search: %s\n", message.c_str());
+  std::exit(1);
+}
+
+void check(cudaError_t status, const char *what) {
+  if (status != cudaSuccess)
+    die(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+void check(cublasStatus_t status, const char *what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    die(std::string(what) + ": cuBLAS status " +
+        std::to_string(static_cast<int>(status)));
+}
+
+std::vector<int64_t> parseList(const std::string &text) {
+  std::vector<int64_t> values;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos)
+      end = text.size();
+    values.push_back(std::stoll(text.substr(pos, end - pos)));
+    pos = end + 1;
+  }
+  return values;
+}
+
+__global__ void fillKernel(__nv_bfloat16 *p, int64_t n, uint32_t seed,
+                           float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = __float2bfloat16((static_cast<float>(h & 0xffff) / 32768.0f - 1.0f) *
+                            scale);
+  }
+}
+
+struct Problem {
+  int64_t t, n, k;
+  __nv_bfloat16 *x, *w, *y;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t wl, xl, yl;
+};
+
+struct Timer {
+  cudaStream_t stream;
+  cudaEvent_t start, stop;
+  void *flush;
+  size_t flushBytes;
+};
+
+/// Milliseconds of one run of `algo` after an L2 flush (-1: refused).
+float timeOnce(cublasLtHandle_t handle, const Problem &p,
+               const cublasLtMatmulAlgo_t &algo, void *workspace,
+               size_t workspaceBytes, Timer &timer, int seed) {
+  check(cudaMemsetAsync(timer.flush, seed, timer.flushBytes, timer.stream),
+        "flush");
+  const float alpha = 1.0f, beta = 0.0f;
+  check(cudaEventRecord(timer.start, timer.stream), "event");
+  const cublasStatus_t status =
+      cublasLtMatmul(handle, p.op, &alpha, p.w, p.wl, p.x, p.xl, &beta, p.y,
+                     p.yl, p.y, p.yl, &algo, workspace, workspaceBytes,
+                     timer.stream);
+  check(cudaEventRecord(timer.stop, timer.stream), "event");
+  check(cudaEventSynchronize(timer.stop), "sync");
+  if (status != CUBLAS_STATUS_SUCCESS)
+    return -1.0f;
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, timer.start, timer.stop), "elapsed");
+  return ms;
+}
+
+float timeMin(cublasLtHandle_t handle, const Problem &p,
+              const cublasLtMatmulAlgo_t &algo, void *workspace,
+              size_t workspaceBytes, Timer &timer, int runs) {
+  float best = -1.0f;
+  for (int r = 0; r < runs; ++r) {
+    const float ms =
+        timeOnce(handle, p, algo, workspace, workspaceBytes, timer, r);
+    if (ms < 0)
+      return -1.0f;
+    best = best < 0 ? ms : std::min(best, ms);
+  }
+  return best;
+}
+
+float timeMedian(cublasLtHandle_t handle, const Problem &p,
+                 const cublasLtMatmulAlgo_t &algo, void *workspace,
+                 size_t workspaceBytes, Timer &timer) {
+  std::vector<float> ms;
+  for (int r = 0; r < 7; ++r)
+    ms.push_back(
+        timeOnce(handle, p, algo, workspace, workspaceBytes, timer, r));
+  std::sort(ms.begin(), ms.end());
+  return ms[3];
+}
+
+template <typename T>
+std::vector<T> capList(const cublasLtMatmulAlgo_t &algo,
+                       cublasLtMatmulAlgoCapAttributes_t attr) {
+  size_t bytes = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, nullptr, 0, &bytes) !=
+          CUBLAS_STATUS_SUCCESS ||
+      bytes == 0)
+    return {};
+  std::vector<T> values(bytes / sizeof(T));
+  size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, values.data(), bytes,
+                                        &written) != CUBLAS_STATUS_SUCCESS)
+    return {};
+  values.resize(written / sizeof(T));
+  return values;
+}
+
+template <typename T>
+T capValue(const cublasLtMatmulAlgo_t &algo,
+           cublasLtMatmulAlgoCapAttributes_t attr) {
+  T value{};
+  size_t written = 0;
+  cublasLtMatmulAlgoCapGetAttribute(&algo, attr, &value, sizeof(value),
+                                    &written);
+  return value;
+}
+
+template <typename T>
+T configValue(const cublasLtMatmulAlgo_t &algo,
+              cublasLtMatmulAlgoConfigAttributes_t attr) {
+  T value{};
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value),
+                                       &written);
+  return value;
+}
+
+std::string describe(const cublasLtMatmulAlgo_t &algo) {
+  char text[160];
+  std::snprintf(
+      text, sizeof(text),
+      "id %d tile %u stages %u split-k %d reduction %u cluster %u swizzle %u "
+      "option %u",
+      configValue<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
+      configValue<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+      configValue<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+      configValue<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+      configValue<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+      configValue<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+      configValue<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+      configValue<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION));
+  return text;
+}
+
+struct Found {
+  float ms;
+  cublasLtMatmulAlgo_t algo;
+};
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::vector<int64_t> rows = {256, 1024, 2048};
+  std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+  std::vector<int64_t> splits = {1, 2, 3, 4, 6, 8};
+  int heuristicCount = 32, top = 3;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc)
+        die(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--rows")
+      rows = parseList(next());
+    else if (arg == "--split-k")
+      splits = parseList(next());
+    else if (arg == "--heuristic")
+      heuristicCount = std::stoi(next());
+    else if (arg == "--top")
+      top = std::stoi(next());
+    else if (arg == "--shapes") {
+      shapes.clear();
+      const std::string text = next();
+      size_t pos = 0;
+      while (pos < text.size()) {
+        size_t end = text.find(',', pos);
+        if (end == std::string::npos)
+          end = text.size();
+        const std::string item = text.substr(pos, end - pos);
+        const size_t x = item.find('x');
+        if (x == std::string::npos)
+          die("--shapes takes NxK,...");
+        shapes.push_back(
+            {std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1))});
+        pos = end + 1;
+      }
+    } else {
+      die("unknown argument " + arg +
+          " (--rows, --shapes, --split-k, --heuristic, --top)");
+    }
+  }
+
+  cublasLtHandle_t handle;
+  check(cublasLtCreate(&handle), "cublasLtCreate");
+  const size_t workspaceBytes = size_t(64) << 20;
+  void *workspace;
+  check(cudaMalloc(&workspace, workspaceBytes), "workspace");
+  Timer timer;
+  check(cudaStreamCreate(&timer.stream), "stream");
+  check(cudaEventCreate(&timer.start), "event");
+  check(cudaEventCreate(&timer.stop), "event");
+  timer.flushBytes = size_t(128) << 20;
+  check(cudaMalloc(&timer.flush, timer.flushBytes), "flush");
+
+  int ids[256];
+  int idCount = 0;
+  check(cublasLtMatmulAlgoGetIds(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F,
+                                 CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                                 CUDA_R_16BF, 256, ids, &idCount),
+        "cublasLtMatmulAlgoGetIds");
+  std::printf("cuBLASLt %zu, %d algorithm ids for bf16 x bf16 -> bf16\n",
+              cublasLtGetVersion(), idCount);
+  const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO,
+                               CUBLASLT_CLUSTER_SHAPE_1x1x1,
+                               CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                               CUBLASLT_CLUSTER_SHAPE_1x2x1};
+
+  std::printf("| T | N x K | heuristic#0 us | best of %d heuristic us | "
+              "search us | search / heuristic#0 | TFLOP/s (search) | weight "
+              "GB/s (search) | configs timed |\n|---|---|---|---|---|---|---|"
+              "---|---|\n",
+              heuristicCount);
+  std::vector<std::string> details;
+  for (int64_t t : rows)
+    for (const auto &[n, k] : shapes) {
+      Problem p{t, n, k};
+      check(cudaMalloc(&p.x, size_t(t) * k * 2), "x");
+      check(cudaMalloc(&p.w, size_t(n) * k * 2), "w");
+      check(cudaMalloc(&p.y, size_t(t) * n * 2), "y");
+      fillKernel<<<1024, 256, 0, timer.stream>>>(p.x, t * k, 1, 1.0f);
+      fillKernel<<<1024, 256, 0, timer.stream>>>(p.w, n * k, 2, 0.02f);
+      check(cudaGetLastError(), "fill");
+      check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+            "desc");
+      const cublasOperation_t transW = CUBLAS_OP_T, transX = CUBLAS_OP_N;
+      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                           &transW, sizeof(transW)),
+            "transa");
+      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                           &transX, sizeof(transX)),
+            "transb");
+      check(cublasLtMatrixLayoutCreate(&p.wl, CUDA_R_16BF, k, n, k), "w");
+      check(cublasLtMatrixLayoutCreate(&p.xl, CUDA_R_16BF, k, t, k), "x");
+      check(cublasLtMatrixLayoutCreate(&p.yl, CUDA_R_16BF, n, t, n), "y");
+
+      // The heuristic, with the backend's preferences.
+      cublasLtMatmulPreference_t preference;
+      check(cublasLtMatmulPreferenceCreate(&preference), "preference");
+      check(cublasLtMatmulPreferenceSetAttribute(
+                preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &workspaceBytes, sizeof(workspaceBytes)),
+            "workspace preference");
+      const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE |
+                               CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      check(cublasLtMatmulPreferenceSetAttribute(
+                preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                &schemes, sizeof(schemes)),
+            "reduction preference");
+      std::vector<cublasLtMatmulHeuristicResult_t> results(heuristicCount);
+      int count = 0;
+      check(cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.wl, p.xl, p.yl,
+                                           p.yl, preference, heuristicCount,
+                                           results.data(), &count),
+            "heuristic");
+      cublasLtMatmulPreferenceDestroy(preference);
+      if (count == 0)
+        die("no heuristic algorithm");
+      // Warm up the clocks and the library.
+      for (int i = 0; i < 20; ++i)
+        timeOnce(handle, p, results[0].algo, workspace, workspaceBytes, timer,
+                 i);
+      Found heuristicBest{-1.0f, results[0].algo};
+      for (int i = 0; i < count; ++i) {
+        const float ms = timeMin(handle, p, results[i].algo, workspace,
+                                 workspaceBytes, timer, 3);
+        if (ms > 0 && (heuristicBest.ms < 0 || ms < heuristicBest.ms))
+          heuristicBest = {ms, results[i].algo};
+      }
+
+      // Every configuration cuBLASLt accepts.
+      std::vector<Found> found;
+      int timed = 0;
+      for (int a = 0; a < idCount; ++a) {
+        cublasLtMatmulAlgo_t algo;
+        if (cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F,
+                                   CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                                   CUDA_R_16BF, ids[a],
+                                   &algo) != CUBLAS_STATUS_SUCCESS)
+          continue;
+        std::vector<uint32_t> tiles =
+            capList<uint32_t>(algo, CUBLASLT_ALGO_CAP_TILE_IDS);
+        if (tiles.empty())
+          tiles.push_back(CUBLASLT_MATMUL_TILE_UNDEFINED);
+        const int32_t splitSupport =
+            capValue<int32_t>(algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT);
+        const uint32_t reductionMask =
+            capValue<uint32_t>(algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+        for (uint32_t tile : tiles)
+          for (int64_t split : splits) {
+            if (split > 1 && !splitSupport)
+              continue;
+            for (uint32_t scheme :
+                 {uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE),
+                  uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)}) {
+              if ((split == 1) != (scheme == CUBLASLT_REDUCTION_SCHEME_NONE))
+                continue;
+              if (split > 1 && !(reductionMask & scheme))
+                continue;
+              for (uint16_t cluster : clusters) {
+                cublasLtMatmulAlgo_t c = algo;
+                const int32_t splitNum = static_cast<int32_t>(split);
+                cublasLtMatmulAlgoConfigSetAttribute(
+                    &c, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile));
+                cublasLtMatmulAlgoConfigSetAttribute(
+                    &c, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitNum,
+                    sizeof(splitNum));
+                cublasLtMatmulAlgoConfigSetAttribute(
+                    &c, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                    sizeof(scheme));
+                cublasLtMatmulAlgoConfigSetAttribute(
+                    &c, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                    sizeof(cluster));
+                cublasLtMatmulHeuristicResult_t checked{};
+                if (cublasLtMatmulAlgoCheck(handle, p.op, p.wl, p.xl, p.yl,
+                                            p.yl, &c, &checked) !=
+                        CUBLAS_STATUS_SUCCESS ||
+                    checked.workspaceSize > workspaceBytes)
+                  continue;
+                ++timed;
+                const float ms = timeMin(handle, p, c, workspace,
+                                         workspaceBytes, timer, 3);
+                if (ms > 0)
+                  found.push_back({ms, c});
+              }
+            }
+          }
+      }
+      std::sort(found.begin(), found.end(),
+                [](const Found &a, const Found &b) { return a.ms < b.ms; });
+      // The three contenders again, medians of 7, in turn.
+      const float h0 = timeMedian(handle, p, results[0].algo, workspace,
+                                  workspaceBytes, timer);
+      const float hb = timeMedian(handle, p, heuristicBest.algo, workspace,
+                                  workspaceBytes, timer);
+      const float sb = found.empty()
+                           ? -1.0f
+                           : timeMedian(handle, p, found[0].algo, workspace,
+                                        workspaceBytes, timer);
+      const double flops = 2.0 * t * n * k;
+      std::printf("| %lld | %lld x %lld | %.1f | %.1f | %.1f | %.3f | %.0f | "
+                  "%.0f | %d |\n",
+                  (long long)t, (long long)n, (long long)k, h0 * 1e3,
+                  hb * 1e3, sb * 1e3, sb > 0 ? sb / h0 : 0.0,
+                  sb > 0 ? flops / (sb * 1e-3) / 1e12 : 0.0,
+                  sb > 0 ? 2.0 * n * k / (sb * 1e-3) / 1e9 : 0.0, timed);
+      std::fflush(stdout);
+      std::string text = "T=" + std::to_string(t) + " " + std::to_string(n) +
+                         "x" + std::to_string(k) +
+                         ": heuristic#0 " + describe(results[0].algo) +
+                         "\n  best heuristic " + describe(heuristicBest.algo);
+      for (int i = 0; i < top && i < static_cast<int>(found.size()); ++i) {
+        char ms[32];
+        std::snprintf(ms, sizeof(ms), " %.1f us", found[i].ms * 1e3);
+        text += "\n  search#" + std::to_string(i) + ms + " " +
+                describe(found[i].algo);
+      }
+      details.push_back(text);
+      cublasLtMatrixLayoutDestroy(p.wl);
+      cublasLtMatrixLayoutDestroy(p.xl);
+      cublasLtMatrixLayoutDestroy(p.yl);
+      cublasLtMatmulDescDestroy(p.op);
+      cudaFree(p.x);
+      cudaFree(p.w);
+      cudaFree(p.y);
+    }
+  std::printf("\n");
+  for (const std::string &text : details)
+    std::printf("%s\n", text.c_str());
+  return 0;
+}
