@@ -391,7 +391,7 @@ Status Gemm::runBf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                           s->y, y, s->y, &algo, workspace_, workspaceBytes_,
                           stream);
   };
-  if (!s->tuned && t <= kTuneMaxRows)
+  if (!s->tuned && t <= kTuneMaxRows && tuneNewShapes_)
     INFER_RETURN_IF_ERROR(tune(*s, launch, stream));
   INFER_CUDA_RETURN_IF_ERROR(launch(s->algo));
   return Status::ok();
@@ -558,7 +558,7 @@ Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
                             &beta, c, s->y, yr, s->y, &algo, workspace_,
                             workspaceBytes_, stream);
     };
-    if (!s->tuned && rows <= kTuneMaxRows)
+    if (!s->tuned && rows <= kTuneMaxRows && tuneNewShapes_)
       INFER_RETURN_IF_ERROR(tune(*s, launch, stream));
     INFER_CUDA_RETURN_IF_ERROR(launch(s->algo));
     if constexpr (!kBf16Y) {

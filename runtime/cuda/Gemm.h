@@ -221,6 +221,17 @@ public:
                 cudaDataType_t yType = CUDA_R_32F, bool epilogueBias = false,
                 bool residual = false) const;
 
+  /// Whether a cuBLASLt shape of at most kTuneMaxRows rows that has not
+  /// been tuned is tuned by this call (default on). Off, it runs the
+  /// heuristic's first choice and is tuned by a later call with tuning on.
+  /// The CUDA backend tunes in decode-only forward calls, whose row counts
+  /// recur (padded to graph buckets); a mixed batch's row counts (a new
+  /// number of sequences nearly every step) would each pay a tuning of
+  /// 8 candidates x 3 runs after an L2 flush: 4.3 ms per forward call of
+  /// Llama-3-8B's 81 ms in `infer bench --input-len 2048 --output-len 128`,
+  /// almost all of it the logits of every new row count.
+  void setTuneNewShapes(bool tune) { tuneNewShapes_ = tune; }
+
 private:
   /// bf16 rows the CUDA-core kernel takes (T = 2: 5.65 ms of GEMMs per
   /// Llama-3-8B token against cuBLASLt's 6.26 and the tensor-core kernel's
@@ -325,6 +336,7 @@ private:
   /// failed: flushFailed_, and tune times with warm caches).
   void *flush_ = nullptr;
   bool flushFailed_ = false;
+  bool tuneNewShapes_ = true;
   std::map<ShapeKey, std::unique_ptr<Shape>> shapes_;
 };
 

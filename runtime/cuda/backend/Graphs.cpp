@@ -59,6 +59,9 @@ StatusOr<Logits> CudaBackend::forwardBatch(const Batch &batch,
 
 StatusOr<Logits> CudaBackend::forwardOnce(const Batch &batch) {
   INFER_RETURN_IF_ERROR(uploadInputs(batch));
+  // Decode-only calls tune their GEMM shapes (they recur: bucketed row
+  // counts, graphs); calls with prefill rows run the heuristic's choice.
+  gemm_->setTuneNewShapes(batch.numTokens() == batch.numSeqs());
   Logits logits;
 
   constexpr size_t kMaxGraphs = 512;
