@@ -1,10 +1,12 @@
 //===- GemmSearch.cu - cuBLASLt's configurations against its heuristic ----===//
 //
 //   infer-gemm-search [--rows 256,1024,2048] [--shapes 6144x4096,...]
-//       [--split-k 1,2,3,4,6,8] [--heuristic 32] [--top 3]
+//       [--split-k 1,2,3,4,6,8] [--heuristic 32] [--top 3] [--no-search]
+//       [--fp32-y]
 //
 // For each y[T,N] = x[T,K] * w[N,K]^T in bf16 with fp32 accumulation and a
-// bf16 y (the CUDA backend's bf16 cuBLASLt path, runtime/cuda/Gemm.cpp:
+// bf16 y (--fp32-y: an fp32 y, as the logits, without the search) (the
+// CUDA backend's bf16 cuBLASLt path, runtime/cuda/Gemm.cpp:
 // TN layout, split-K partial sums reduced in fp32 only), times
 //   heuristic#0  the heuristic's first choice (what a forward call runs
 //                for T > 256),
@@ -14,7 +16,10 @@
 //                (cublasLtMatmulAlgoCheck) over every algorithm id, tile,
 //                split-K count (--split-k), reduction scheme and cluster
 //                shape, stages left to the library; the --top fastest are
-//                printed with their settings.
+//                printed with their settings (--no-search: not run),
+//   skinny       the Hopper skinny kernel (launchSkinnyGemmSm90, T <= 256
+//                on an sm_90a device) at 1, 2 and skinnyGemmSm90Splits K
+//                splits: the fastest, with its count.
 // Operands are random bf16 values (constant ones draw less power and run
 // faster than a model's), the weights flushed from L2 before every timed
 // run; each time is the minimum of 3 runs (search) or the median of 7
@@ -27,8 +32,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "runtime/cuda/GemvKernels.h"
+
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -80,7 +88,8 @@ __global__ void fillKernel(__nv_bfloat16 *p, int64_t n, uint32_t seed,
 
 struct Problem {
   int64_t t, n, k;
-  __nv_bfloat16 *x, *w, *y;
+  __nv_bfloat16 *x, *w;
+  void *y;
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t wl, xl, yl;
 };
@@ -92,25 +101,35 @@ struct Timer {
   size_t flushBytes;
 };
 
-/// Milliseconds of one run of `algo` after an L2 flush (-1: refused).
-float timeOnce(cublasLtHandle_t handle, const Problem &p,
-               const cublasLtMatmulAlgo_t &algo, void *workspace,
-               size_t workspaceBytes, Timer &timer, int seed) {
+/// Milliseconds of one run of `launch` after an L2 flush (-1: refused).
+float timeLaunch(const std::function<bool()> &launch, Timer &timer,
+                 int seed) {
   check(cudaMemsetAsync(timer.flush, seed, timer.flushBytes, timer.stream),
         "flush");
-  const float alpha = 1.0f, beta = 0.0f;
   check(cudaEventRecord(timer.start, timer.stream), "event");
-  const cublasStatus_t status =
-      cublasLtMatmul(handle, p.op, &alpha, p.w, p.wl, p.x, p.xl, &beta, p.y,
-                     p.yl, p.y, p.yl, &algo, workspace, workspaceBytes,
-                     timer.stream);
+  const bool ok = launch();
   check(cudaEventRecord(timer.stop, timer.stream), "event");
   check(cudaEventSynchronize(timer.stop), "sync");
-  if (status != CUBLAS_STATUS_SUCCESS)
+  if (!ok)
     return -1.0f;
   float ms = 0;
   check(cudaEventElapsedTime(&ms, timer.start, timer.stop), "elapsed");
   return ms;
+}
+
+/// Milliseconds of one run of `algo` after an L2 flush (-1: refused).
+float timeOnce(cublasLtHandle_t handle, const Problem &p,
+               const cublasLtMatmulAlgo_t &algo, void *workspace,
+               size_t workspaceBytes, Timer &timer, int seed) {
+  const float alpha = 1.0f, beta = 0.0f;
+  return timeLaunch(
+      [&] {
+        return cublasLtMatmul(handle, p.op, &alpha, p.w, p.wl, p.x, p.xl,
+                              &beta, p.y, p.yl, p.y, p.yl, &algo, workspace,
+                              workspaceBytes,
+                              timer.stream) == CUBLAS_STATUS_SUCCESS;
+      },
+      timer, seed);
 }
 
 float timeMin(cublasLtHandle_t handle, const Problem &p,
@@ -205,6 +224,7 @@ int main(int argc, char **argv) {
       {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
   std::vector<int64_t> splits = {1, 2, 3, 4, 6, 8};
   int heuristicCount = 32, top = 3;
+  bool search = true, fp32Y = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto next = [&]() -> std::string {
@@ -220,6 +240,10 @@ int main(int argc, char **argv) {
       heuristicCount = std::stoi(next());
     else if (arg == "--top")
       top = std::stoi(next());
+    else if (arg == "--no-search")
+      search = false;
+    else if (arg == "--fp32-y")
+      fp32Y = true;
     else if (arg == "--shapes") {
       shapes.clear();
       const std::string text = next();
@@ -238,10 +262,13 @@ int main(int argc, char **argv) {
       }
     } else {
       die("unknown argument " + arg +
-          " (--rows, --shapes, --split-k, --heuristic, --top)");
+          " (--rows, --shapes, --split-k, --heuristic, --top, "
+          "--no-search, --fp32-y)");
     }
   }
 
+  if (fp32Y) // the enumeration below is of bf16 outputs' algorithms
+    search = false;
   cublasLtHandle_t handle;
   check(cublasLtCreate(&handle), "cublasLtCreate");
   const size_t workspaceBytes = size_t(64) << 20;
@@ -269,8 +296,9 @@ int main(int argc, char **argv) {
 
   std::printf("| T | N x K | heuristic#0 us | best of %d heuristic us | "
               "search us | search / heuristic#0 | TFLOP/s (search) | weight "
-              "GB/s (search) | configs timed |\n|---|---|---|---|---|---|---|"
-              "---|---|\n",
+              "GB/s (search) | configs timed | skinny sm90 us (splits) | "
+              "skinny / heuristic#0 | weight GB/s (skinny) |\n|---|---|---|"
+              "---|---|---|---|---|---|---|---|---|\n",
               heuristicCount);
   std::vector<std::string> details;
   for (int64_t t : rows)
@@ -278,7 +306,7 @@ int main(int argc, char **argv) {
       Problem p{t, n, k};
       check(cudaMalloc(&p.x, size_t(t) * k * 2), "x");
       check(cudaMalloc(&p.w, size_t(n) * k * 2), "w");
-      check(cudaMalloc(&p.y, size_t(t) * n * 2), "y");
+      check(cudaMalloc(&p.y, size_t(t) * n * (fp32Y ? 4 : 2)), "y");
       fillKernel<<<1024, 256, 0, timer.stream>>>(p.x, t * k, 1, 1.0f);
       fillKernel<<<1024, 256, 0, timer.stream>>>(p.w, n * k, 2, 0.02f);
       check(cudaGetLastError(), "fill");
@@ -293,7 +321,9 @@ int main(int argc, char **argv) {
             "transb");
       check(cublasLtMatrixLayoutCreate(&p.wl, CUDA_R_16BF, k, n, k), "w");
       check(cublasLtMatrixLayoutCreate(&p.xl, CUDA_R_16BF, k, t, k), "x");
-      check(cublasLtMatrixLayoutCreate(&p.yl, CUDA_R_16BF, n, t, n), "y");
+      check(cublasLtMatrixLayoutCreate(&p.yl, fp32Y ? CUDA_R_32F : CUDA_R_16BF,
+                                       n, t, n),
+            "y");
 
       // The heuristic, with the backend's preferences.
       cublasLtMatmulPreference_t preference;
@@ -304,10 +334,11 @@ int main(int argc, char **argv) {
             "workspace preference");
       const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE |
                                CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-      check(cublasLtMatmulPreferenceSetAttribute(
-                preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                &schemes, sizeof(schemes)),
-            "reduction preference");
+      if (!fp32Y) // as Gemm.cpp: only bf16 outputs restrict the reduction
+        check(cublasLtMatmulPreferenceSetAttribute(
+                  preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                  &schemes, sizeof(schemes)),
+              "reduction preference");
       std::vector<cublasLtMatmulHeuristicResult_t> results(heuristicCount);
       int count = 0;
       check(cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.wl, p.xl, p.yl,
@@ -332,7 +363,7 @@ int main(int argc, char **argv) {
       // Every configuration cuBLASLt accepts.
       std::vector<Found> found;
       int timed = 0;
-      for (int a = 0; a < idCount; ++a) {
+      for (int a = 0; search && a < idCount; ++a) {
         cublasLtMatmulAlgo_t algo;
         if (cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F,
                                    CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
@@ -398,13 +429,43 @@ int main(int argc, char **argv) {
                            ? -1.0f
                            : timeMedian(handle, p, found[0].algo, workspace,
                                         workspaceBytes, timer);
+      // The Hopper skinny kernel (runtime/cuda/kernels/SkinnyGemmSm90.cu)
+      // at 1, 2 and the device-filling number of K splits: the fastest.
+      float skinny = -1.0f;
+      int64_t skinnySplits = 0;
+      if (!fp32Y && infer::cuda::skinnyGemmSm90Supports(t, n, k)) {
+        const int64_t fill = infer::cuda::skinnyGemmSm90Splits(t, n, k);
+        for (int64_t splits : {int64_t(1), int64_t(2), fill}) {
+          if (splits > fill)
+            continue;
+          std::vector<float> ms;
+          for (int r = 0; r < 7; ++r)
+            ms.push_back(timeLaunch(
+                [&] {
+                  return infer::cuda::launchSkinnyGemmSm90(
+                             p.x, p.w, nullptr, nullptr,
+                             static_cast<__nv_bfloat16 *>(p.y), t, n, k, splits,
+                             static_cast<float *>(workspace), workspaceBytes,
+                             timer.stream) == cudaSuccess;
+                },
+                timer, r));
+          std::sort(ms.begin(), ms.end());
+          if (ms[3] > 0 && (skinny < 0 || ms[3] < skinny)) {
+            skinny = ms[3];
+            skinnySplits = splits;
+          }
+        }
+      }
       const double flops = 2.0 * t * n * k;
       std::printf("| %lld | %lld x %lld | %.1f | %.1f | %.1f | %.3f | %.0f | "
-                  "%.0f | %d |\n",
+                  "%.0f | %d | %.1f (%lld) | %.3f | %.0f |\n",
                   (long long)t, (long long)n, (long long)k, h0 * 1e3,
                   hb * 1e3, sb * 1e3, sb > 0 ? sb / h0 : 0.0,
                   sb > 0 ? flops / (sb * 1e-3) / 1e12 : 0.0,
-                  sb > 0 ? 2.0 * n * k / (sb * 1e-3) / 1e9 : 0.0, timed);
+                  sb > 0 ? 2.0 * n * k / (sb * 1e-3) / 1e9 : 0.0, timed,
+                  skinny * 1e3, (long long)skinnySplits,
+                  skinny > 0 ? skinny / h0 : 0.0,
+                  skinny > 0 ? 2.0 * n * k / (skinny * 1e-3) / 1e9 : 0.0);
       std::fflush(stdout);
       std::string text = "T=" + std::to_string(t) + " " + std::to_string(n) +
                          "x" + std::to_string(k) +

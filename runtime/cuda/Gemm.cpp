@@ -7,6 +7,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -22,8 +24,11 @@ struct Gemm::Shape {
   /// Gemm::tune times them); empty where it has none.
   std::vector<cublasLtMatmulAlgo_t> candidates;
   bool tuned = false;
-  /// The rank (in the heuristic's order) of the candidate tune chose.
+  /// The rank (in the heuristic's order) of the candidate tune chose;
+  /// ranks past the heuristic's candidates are the skinny kernel's.
   int tunedRank = 0;
+  /// > 0: tune chose the Hopper skinny kernel with this many K splits.
+  int64_t skinnySplits = 0;
 
   ~Shape() {
     if (y)
@@ -37,12 +42,22 @@ struct Gemm::Shape {
   }
 };
 
+namespace {
+/// INFER_SKINNY_GEMM=1: Gemm::create turns the skinny candidates on.
+bool skinnyGemmRequested() {
+  const char *value = std::getenv("INFER_SKINNY_GEMM");
+  return value && std::strcmp(value, "1") == 0;
+}
+
+} // namespace
+
 StatusOr<std::unique_ptr<Gemm>> Gemm::create(size_t workspaceBytes,
                                              size_t scratchBytes) {
   std::unique_ptr<Gemm> gemm(new Gemm());
   INFER_CUDA_RETURN_IF_ERROR(cublasLtCreate(&gemm->handle_));
   INFER_CUDA_RETURN_IF_ERROR(cudaMalloc(&gemm->workspace_, workspaceBytes));
   gemm->workspaceBytes_ = workspaceBytes;
+  gemm->skinnyCandidates_ = skinnyGemmRequested();
   if (scratchBytes > 0) {
     INFER_CUDA_RETURN_IF_ERROR(
         cudaMalloc(reinterpret_cast<void **>(&gemm->scratch_), scratchBytes));
@@ -286,14 +301,17 @@ int Gemm::tunedRank(bool fp8, int64_t t, int64_t n, int64_t k,
 Status Gemm::tune(
     Shape &s,
     const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t &)> &launch,
-    cudaStream_t stream) {
+    cudaStream_t stream, const std::vector<SkinnyCandidate> &skinny) {
   // Inside a capture nothing can be timed: the heuristic's first choice
   // stays, and a later eager call of the shape does not tune either.
   s.tuned = true;
   s.tunedRank = -1;
+  s.skinnySplits = 0;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   INFER_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capturing));
-  if (capturing != cudaStreamCaptureStatusNone || s.candidates.size() < 2)
+  const size_t heuristic = s.candidates.size();
+  const size_t count = heuristic + skinny.size();
+  if (capturing != cudaStreamCaptureStatusNone || count < 2)
     return Status::ok();
   if (!flush_ && !flushFailed_ &&
       cudaMalloc(&flush_, kFlushBytes) != cudaSuccess) {
@@ -303,7 +321,6 @@ Status Gemm::tune(
     flushFailed_ = true;
   }
   constexpr int kTrials = 3;
-  const size_t count = s.candidates.size();
   std::vector<cudaEvent_t> events(count * kTrials * 2, nullptr);
   Status status = Status::ok();
   for (cudaEvent_t &event : events)
@@ -321,9 +338,13 @@ Status Gemm::tune(
         status =
             cudaStatus(cudaEventRecord(events[2 * (c * kTrials + r)], stream),
                        "cudaEventRecord", __FILE__, __LINE__);
-      // A candidate the library refuses at launch is left out.
-      if (status.isOk() && launch(s.candidates[c]) != CUBLAS_STATUS_SUCCESS)
+      // A candidate the library or the launcher refuses is left out.
+      if (status.isOk() &&
+          (c < heuristic ? launch(s.candidates[c]) != CUBLAS_STATUS_SUCCESS
+                         : skinny[c - heuristic].launch() != cudaSuccess)) {
+        (void)cudaGetLastError();
         ran[c] = false;
+      }
       if (status.isOk())
         status = cudaStatus(
             cudaEventRecord(events[2 * (c * kTrials + r) + 1], stream),
@@ -356,7 +377,10 @@ Status Gemm::tune(
       cudaEventDestroy(event);
   INFER_RETURN_IF_ERROR(status);
   if (best > 0.0f) {
-    s.algo = s.candidates[bestIndex];
+    if (bestIndex < heuristic)
+      s.algo = s.candidates[bestIndex];
+    else
+      s.skinnySplits = skinny[bestIndex - heuristic].splits;
     s.tunedRank = static_cast<int>(bestIndex);
   }
   return Status::ok();
@@ -391,8 +415,41 @@ Status Gemm::runBf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                           s->y, y, s->y, &algo, workspace_, workspaceBytes_,
                           stream);
   };
-  if (!s->tuned && t <= kTuneMaxRows && tuneNewShapes_)
-    INFER_RETURN_IF_ERROR(tune(*s, launch, stream));
+  if constexpr (std::is_same_v<Y, __nv_bfloat16>) {
+    // The Hopper skinny kernel competes with the heuristic's candidates in
+    // tuning; the workspace holds its partial sums (cuBLASLt's and its
+    // launches are ordered on the stream).
+    auto skinnyLaunch = [&, ldy](int64_t splits) {
+      return ldy != n ? cudaErrorInvalidValue
+                      : launchSkinnyGemmSm90(
+                            x, w, bias, residual, y, t, n, k, splits,
+                            static_cast<float *>(workspace_), workspaceBytes_,
+                            stream);
+    };
+    if (!s->tuned && t <= kTuneMaxRows && tuneNewShapes_) {
+      std::vector<SkinnyCandidate> skinny;
+      if (skinnyCandidates_ && ldy == n && skinnyGemmSm90Supports(t, n, k)) {
+        const int64_t fill = skinnyGemmSm90Splits(t, n, k);
+        for (int64_t splits : {int64_t(1), int64_t(2), fill})
+          if (splits <= fill &&
+              skinnyGemmSm90WorkspaceBytes(t, n, splits) <= workspaceBytes_ &&
+              std::none_of(skinny.begin(), skinny.end(),
+                           [&](const SkinnyCandidate &c) {
+                             return c.splits == splits;
+                           }))
+            skinny.push_back(
+                {splits, [&skinnyLaunch, splits] { return skinnyLaunch(splits); }});
+      }
+      INFER_RETURN_IF_ERROR(tune(*s, launch, stream, skinny));
+    }
+    if (s->skinnySplits > 0) {
+      INFER_CUDA_RETURN_IF_ERROR(skinnyLaunch(s->skinnySplits));
+      return Status::ok();
+    }
+  } else {
+    if (!s->tuned && t <= kTuneMaxRows && tuneNewShapes_)
+      INFER_RETURN_IF_ERROR(tune(*s, launch, stream));
+  }
   INFER_CUDA_RETURN_IF_ERROR(launch(s->algo));
   return Status::ok();
 }

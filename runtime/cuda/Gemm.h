@@ -18,6 +18,9 @@
 //                       shapes, fp32 x); bf16 x: the bias added in its
 //                       epilogue (CUBLASLT_EPILOGUE_BIAS) before the one
 //                       rounding of y; fp32 x: by a kernel after it.
+//                       With setSkinnyCandidates, a bf16 y of T <= 256
+//                       takes the Hopper skinny kernel where tuning times
+//                       it fastest (off by default).
 //                       A bf16 y + bias with N % 8 != 0 (rows not 16-byte
 //                       multiples) takes the skinny kernels in blocks of 8
 //                       rows: cuBLASLt's kernels for such rows round the
@@ -99,6 +102,7 @@
 #include <memory>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 namespace infer::cuda {
 
@@ -232,6 +236,16 @@ public:
   /// almost all of it the logits of every new row count.
   void setTuneNewShapes(bool tune) { tuneNewShapes_ = tune; }
 
+  /// Whether tuning a bf16 x, bf16 y product (T <= kTuneMaxRows, y rows of
+  /// N) also times the Hopper skinny kernel (launchSkinnyGemmSm90, K split
+  /// 1, 2 and skinnyGemmSm90Splits ways, its partial sums in the
+  /// workspace) and runs it where it is fastest. Off unless
+  /// INFER_SKINNY_GEMM=1 at create(): on an H100 with CUDA 13 it loses to
+  /// cuBLASLt's first choice on every Llama-3-8B decode shape at T = 32-256
+  /// (by 1-34%: infer-gemm-search, bench/RESULTS.md), so by default the
+  /// tuner spends no time on it.
+  void setSkinnyCandidates(bool on) { skinnyCandidates_ = on; }
+
 private:
   /// bf16 rows the CUDA-core kernel takes (T = 2: 5.65 ms of GEMMs per
   /// Llama-3-8B token against cuBLASLt's 6.26 and the tensor-core kernel's
@@ -289,15 +303,22 @@ private:
   StatusOr<Shape *> shape(const ShapeKey &key, const void *bias,
                           const float *wScales, const float *xScales);
   const Shape *findShape(const ShapeKey &key) const;
+  /// A launch of the Hopper skinny kernel with `splits` K splits on the
+  /// call's operands, timed beside the heuristic's candidates.
+  struct SkinnyCandidate {
+    int64_t splits;
+    std::function<cudaError_t()> launch;
+  };
   /// Times `launch` (the shape's product on this call's operands) with each
-  /// heuristic candidate, 3 runs each after an L2 flush, and keeps the
-  /// fastest in s.algo; nothing is timed inside a stream capture. The
-  /// operands' output is overwritten by every run (the caller's run after
-  /// it writes the result).
+  /// heuristic candidate, and each of `skinny`, 3 runs each after an L2
+  /// flush, and keeps the fastest: s.algo, or s.skinnySplits for a skinny
+  /// launch; nothing is timed inside a stream capture. The operands'
+  /// output is overwritten by every run (the caller's run after it writes
+  /// the result).
   Status tune(
       Shape &s,
       const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t &)> &launch,
-      cudaStream_t stream);
+      cudaStream_t stream, const std::vector<SkinnyCandidate> &skinny = {});
   /// The skinny kernels in blocks of kGemvMaxRows rows (tensor cores where
   /// `mma` and the operands are 16-byte aligned).
   template <typename X, typename Y>
@@ -337,6 +358,7 @@ private:
   void *flush_ = nullptr;
   bool flushFailed_ = false;
   bool tuneNewShapes_ = true;
+  bool skinnyCandidates_ = false;
   std::map<ShapeKey, std::unique_ptr<Shape>> shapes_;
 };
 

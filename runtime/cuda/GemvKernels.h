@@ -81,6 +81,32 @@ cudaError_t launchScaleRowsColumns(float *y, const float *rowScales,
                                    int64_t rows, int64_t cols,
                                    cudaStream_t stream);
 
+/// The most rows of x the Hopper skinny GEMM takes (two wgmma N halves).
+inline constexpr int64_t kSkinnyGemmSm90MaxRows = 256;
+/// Whether launchSkinnyGemmSm90 takes T x N x K: T in [1,
+/// kSkinnyGemmSm90MaxRows], N a multiple of 128, K of 64, and the build has
+/// its sm_90a code and the current device (compute capability 9.0) runs it.
+bool skinnyGemmSm90Supports(int64_t t, int64_t n, int64_t k);
+/// The K splits that fill the current device's SMs with one wave of CTAs
+/// (N / 128 of them a split), each split at least 8 K tiles of 64.
+int64_t skinnyGemmSm90Splits(int64_t t, int64_t n, int64_t k);
+/// The fp32 partial sums `splits` > 1 need in the workspace.
+size_t skinnyGemmSm90WorkspaceBytes(int64_t t, int64_t n, int64_t splits);
+/// y[t, j] = sum_i x[t, i] * w[j, i] (+ bias[j]) (+ residual[t, j]), all bf16,
+/// fp32 accumulation, y rounded once after the bias and the residual (each
+/// may be null; the residual must not overlap y) on the Hopper tensor cores
+/// (kernels/SkinnyGemmSm90.cu: weights and activations swapped, K cut into
+/// `splits` ranges whose partial sums go to `workspace` and are added in
+/// split order). x, w, y and the residual 16-byte aligned; an error where
+/// skinnyGemmSm90Supports is false or the workspace is short.
+cudaError_t launchSkinnyGemmSm90(const __nv_bfloat16 *x,
+                                 const __nv_bfloat16 *w,
+                                 const __nv_bfloat16 *bias,
+                                 const __nv_bfloat16 *residual,
+                                 __nv_bfloat16 *y, int64_t t, int64_t n,
+                                 int64_t k, int64_t splits, float *workspace,
+                                 size_t workspaceBytes, cudaStream_t stream);
+
 } // namespace infer::cuda
 
 #endif // INFER_RUNTIME_CUDA_GEMVKERNELS_H

@@ -18,8 +18,6 @@ namespace infer::cuda {
 
 namespace sm90 {
 
-namespace {
-
 PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void *fn = nullptr;
@@ -33,6 +31,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
   }();
   return encode;
 }
+
+namespace {
 
 /// Whether this build holds sm_90a code of the kernels and the current
 /// device runs it (compute capability 9.0).

@@ -1,8 +1,8 @@
 //===- Sm90.cuh - Hopper PTX: mbarriers, TMA and wgmma ---------*- CUDA -*-===//
 //
 // Thin wrappers of the sm_90a instructions the Hopper attention kernel
-// (PrefillAttentionSm90.cuh) is built from, and the shared-memory matrix
-// descriptors of wgmma. Only code compiled for sm_90a may call them
+// (PrefillAttentionSm90.cuh) and skinny GEMM (SkinnyGemmSm90.cu) are built
+// from, and the shared-memory matrix descriptors of wgmma. Only code compiled for sm_90a may call them
 // (__CUDA_ARCH_FEAT_SM90_ALL); the launchers check the device.
 //
 // Shared-memory tiles are rows of 128 bytes (64 bf16) in the 128-byte swizzle
@@ -22,10 +22,15 @@
 #define INFER_RUNTIME_CUDA_KERNELS_SM90_CUH
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <cstdint>
 
 namespace infer::cuda::sm90 {
+
+/// The driver's cuTensorMapEncodeTiled (through the runtime's entry-point
+/// query, so nothing links libcuda), or null where the driver lacks it.
+PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder();
 
 __device__ __forceinline__ uint32_t smemAddress(const void *p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -95,6 +100,18 @@ __device__ __forceinline__ void tmaLoad4d(void *dst, const CUtensorMap *map,
       "bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(smemAddress(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smemAddress(bar)), "r"(c0),
       "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+/// A 2-d box of `map` at coordinates (c0 innermost, c1) into shared memory
+/// at `dst`, completing its bytes on `bar`.
+__device__ __forceinline__ void tmaLoad2d(void *dst, const CUtensorMap *map,
+                                          uint64_t *bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(smemAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smemAddress(bar)), "r"(c0),
+      "r"(c1)
       : "memory");
 }
 

@@ -418,6 +418,25 @@ TEST_F(Bf16GemmTest, ShapesTuneOnlyWhereTuningIsOn) {
   }
 }
 
+/// With the Hopper skinny kernel among the tuning candidates, bf16
+/// products of T <= 256 are right whichever candidate wins (the kernel's
+/// own checks: SkinnyGemmSm90Test).
+TEST_F(Bf16GemmTest, SkinnyCandidatesKeepProductsRight) {
+  if (!cuda::skinnyGemmSm90Supports(1, 128, 64))
+    GTEST_SKIP() << "the Hopper skinny GEMM needs an sm_90a device";
+  gemm_->setSkinnyCandidates(true);
+  const Shape shapes[] = {{24, 256, 1024}, {130, 384, 2048}, {256, 512, 4096}};
+  for (const Shape &s : shapes) {
+    const Operands o(s, /*fp8=*/false, rng_);
+    for (bool withResidual : {false, true})
+      check<__nv_bfloat16>(o, /*withBias=*/true, withResidual);
+    std::printf("[ skinny ] T=%lld N=%lld K=%lld: tuned rank %d\n",
+                (long long)s.t, (long long)s.n, (long long)s.k,
+                gemm_->tunedRank(false, s.t, s.n, s.k, CUDA_R_16BF, true,
+                                 false));
+  }
+}
+
 /// The fp32-activation entry (x fp32 and its bf16 copy, y fp32) with a
 /// residual: the skinny kernels add it in their epilogue, cuBLASLt and the
 /// fp8 paths after the product, in fp32.
