@@ -19,7 +19,8 @@
 //                printed with their settings (--no-search: not run),
 //   skinny       the Hopper skinny kernel (launchSkinnyGemmSm90, T <= 256
 //                on an sm_90a device) at 1, 2 and skinnyGemmSm90Splits K
-//                splits: the fastest, with its count.
+//                splits in clusters of 1, 2 and 4 CTAs: the fastest, with
+//                its splits and cluster.
 // Operands are random bf16 values (constant ones draw less power and run
 // faster than a model's), the weights flushed from L2 before every timed
 // run; each time is the minimum of 3 runs (search) or the median of 7
@@ -294,12 +295,13 @@ int main(int argc, char **argv) {
                                CUBLASLT_CLUSTER_SHAPE_2x1x1,
                                CUBLASLT_CLUSTER_SHAPE_1x2x1};
 
-  std::printf("| T | N x K | heuristic#0 us | best of %d heuristic us | "
-              "search us | search / heuristic#0 | TFLOP/s (search) | weight "
-              "GB/s (search) | configs timed | skinny sm90 us (splits) | "
-              "skinny / heuristic#0 | weight GB/s (skinny) |\n|---|---|---|"
-              "---|---|---|---|---|---|---|---|---|\n",
-              heuristicCount);
+  std::printf(
+      "| T | N x K | heuristic#0 us | best of %d heuristic us | "
+      "search us | search / heuristic#0 | TFLOP/s (search) | weight "
+      "GB/s (search) | configs timed | skinny sm90 us (splits x cluster) | "
+      "skinny / heuristic#0 | weight GB/s (skinny) |\n|---|---|---|"
+      "---|---|---|---|---|---|---|---|---|\n",
+      heuristicCount);
   std::vector<std::string> details;
   for (int64_t t : rows)
     for (const auto &[n, k] : shapes) {
@@ -432,39 +434,41 @@ int main(int argc, char **argv) {
       // The Hopper skinny kernel (runtime/cuda/kernels/SkinnyGemmSm90.cu)
       // at 1, 2 and the device-filling number of K splits: the fastest.
       float skinny = -1.0f;
-      int64_t skinnySplits = 0;
+      int64_t skinnySplits = 0, skinnyCluster = 0;
       if (!fp32Y && infer::cuda::skinnyGemmSm90Supports(t, n, k)) {
         const int64_t fill = infer::cuda::skinnyGemmSm90Splits(t, n, k);
-        for (int64_t splits : {int64_t(1), int64_t(2), fill}) {
-          if (splits > fill)
-            continue;
-          std::vector<float> ms;
-          for (int r = 0; r < 7; ++r)
-            ms.push_back(timeLaunch(
-                [&] {
-                  return infer::cuda::launchSkinnyGemmSm90(
-                             p.x, p.w, nullptr, nullptr,
-                             static_cast<__nv_bfloat16 *>(p.y), t, n, k, splits,
-                             static_cast<float *>(workspace), workspaceBytes,
-                             timer.stream) == cudaSuccess;
-                },
-                timer, r));
-          std::sort(ms.begin(), ms.end());
-          if (ms[3] > 0 && (skinny < 0 || ms[3] < skinny)) {
-            skinny = ms[3];
-            skinnySplits = splits;
+        for (int64_t splits : {int64_t(1), int64_t(2), fill})
+          for (int64_t cluster : {1, 2, 4}) {
+            if (splits > fill || (n / 128) % cluster != 0)
+              continue;
+            std::vector<float> ms;
+            for (int r = 0; r < 7; ++r)
+              ms.push_back(timeLaunch(
+                  [&] {
+                    return infer::cuda::launchSkinnyGemmSm90(
+                               p.x, p.w, nullptr, nullptr,
+                               static_cast<__nv_bfloat16 *>(p.y), p.t, p.n, p.k,
+                               splits, cluster, static_cast<float *>(workspace),
+                               workspaceBytes, timer.stream) == cudaSuccess;
+                  },
+                  timer, r));
+            std::sort(ms.begin(), ms.end());
+            if (ms[3] > 0 && (skinny < 0 || ms[3] < skinny)) {
+              skinny = ms[3];
+              skinnySplits = splits;
+              skinnyCluster = cluster;
+            }
           }
-        }
       }
       const double flops = 2.0 * t * n * k;
       std::printf("| %lld | %lld x %lld | %.1f | %.1f | %.1f | %.3f | %.0f | "
-                  "%.0f | %d | %.1f (%lld) | %.3f | %.0f |\n",
-                  (long long)t, (long long)n, (long long)k, h0 * 1e3,
-                  hb * 1e3, sb * 1e3, sb > 0 ? sb / h0 : 0.0,
+                  "%.0f | %d | %.1f (%lld x %lld) | %.3f | %.0f |\n",
+                  (long long)t, (long long)n, (long long)k, h0 * 1e3, hb * 1e3,
+                  sb * 1e3, sb > 0 ? sb / h0 : 0.0,
                   sb > 0 ? flops / (sb * 1e-3) / 1e12 : 0.0,
                   sb > 0 ? 2.0 * n * k / (sb * 1e-3) / 1e9 : 0.0, timed,
                   skinny * 1e3, (long long)skinnySplits,
-                  skinny > 0 ? skinny / h0 : 0.0,
+                  (long long)skinnyCluster, skinny > 0 ? skinny / h0 : 0.0,
                   skinny > 0 ? 2.0 * n * k / (skinny * 1e-3) / 1e9 : 0.0);
       std::fflush(stdout);
       std::string text = "T=" + std::to_string(t) + " " + std::to_string(n) +

@@ -27,8 +27,9 @@ struct Gemm::Shape {
   /// The rank (in the heuristic's order) of the candidate tune chose;
   /// ranks past the heuristic's candidates are the skinny kernel's.
   int tunedRank = 0;
-  /// > 0: tune chose the Hopper skinny kernel with this many K splits.
-  int64_t skinnySplits = 0;
+  /// > 0: tune chose the Hopper skinny kernel with this many K splits, in
+  /// clusters of skinnyCluster CTAs.
+  int64_t skinnySplits = 0, skinnyCluster = 1;
 
   ~Shape() {
     if (y)
@@ -379,8 +380,10 @@ Status Gemm::tune(
   if (best > 0.0f) {
     if (bestIndex < heuristic)
       s.algo = s.candidates[bestIndex];
-    else
+    else {
       s.skinnySplits = skinny[bestIndex - heuristic].splits;
+      s.skinnyCluster = skinny[bestIndex - heuristic].cluster;
+    }
     s.tunedRank = static_cast<int>(bestIndex);
   }
   return Status::ok();
@@ -419,31 +422,37 @@ Status Gemm::runBf16(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
     // The Hopper skinny kernel competes with the heuristic's candidates in
     // tuning; the workspace holds its partial sums (cuBLASLt's and its
     // launches are ordered on the stream).
-    auto skinnyLaunch = [&, ldy](int64_t splits) {
+    auto skinnyLaunch = [&, ldy](int64_t splits, int64_t cluster) {
       return ldy != n ? cudaErrorInvalidValue
-                      : launchSkinnyGemmSm90(
-                            x, w, bias, residual, y, t, n, k, splits,
-                            static_cast<float *>(workspace_), workspaceBytes_,
-                            stream);
+                      : launchSkinnyGemmSm90(x, w, bias, residual, y, t, n, k,
+                                             splits, cluster,
+                                             static_cast<float *>(workspace_),
+                                             workspaceBytes_, stream);
     };
     if (!s->tuned && t <= kTuneMaxRows && tuneNewShapes_) {
+      // 1, 2 and the device-filling number of K splits, each in clusters
+      // of 1, 2 and 4 CTAs that divide the row tiles.
       std::vector<SkinnyCandidate> skinny;
       if (skinnyCandidates_ && ldy == n && skinnyGemmSm90Supports(t, n, k)) {
         const int64_t fill = skinnyGemmSm90Splits(t, n, k);
-        for (int64_t splits : {int64_t(1), int64_t(2), fill})
-          if (splits <= fill &&
-              skinnyGemmSm90WorkspaceBytes(t, n, splits) <= workspaceBytes_ &&
-              std::none_of(skinny.begin(), skinny.end(),
-                           [&](const SkinnyCandidate &c) {
-                             return c.splits == splits;
-                           }))
-            skinny.push_back(
-                {splits, [&skinnyLaunch, splits] { return skinnyLaunch(splits); }});
+        std::vector<int64_t> splitCounts = {1};
+        for (int64_t splits : {int64_t(2), fill})
+          if (splits <= fill && splits != splitCounts.back())
+            splitCounts.push_back(splits);
+        for (int64_t splits : splitCounts)
+          for (int64_t cluster : {1, 2, 4})
+            if ((n / 128) % cluster == 0 &&
+                skinnyGemmSm90WorkspaceBytes(t, n, splits) <= workspaceBytes_)
+              skinny.push_back(
+                  {splits, cluster, [&skinnyLaunch, splits, cluster] {
+                     return skinnyLaunch(splits, cluster);
+                   }});
       }
       INFER_RETURN_IF_ERROR(tune(*s, launch, stream, skinny));
     }
     if (s->skinnySplits > 0) {
-      INFER_CUDA_RETURN_IF_ERROR(skinnyLaunch(s->skinnySplits));
+      INFER_CUDA_RETURN_IF_ERROR(
+          skinnyLaunch(s->skinnySplits, s->skinnyCluster));
       return Status::ok();
     }
   } else {

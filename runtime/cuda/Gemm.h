@@ -238,10 +238,10 @@ public:
 
   /// Whether tuning a bf16 x, bf16 y product (T <= kTuneMaxRows, y rows of
   /// N) also times the Hopper skinny kernel (launchSkinnyGemmSm90, K split
-  /// 1, 2 and skinnyGemmSm90Splits ways, its partial sums in the
-  /// workspace) and runs it where it is fastest. Off unless
-  /// INFER_SKINNY_GEMM=1 at create(): on an H100 with CUDA 13 it loses to
-  /// cuBLASLt's first choice on every Llama-3-8B decode shape at T = 32-256
+  /// 1, 2 and skinnyGemmSm90Splits ways, in clusters of 1, 2 and 4 CTAs,
+  /// its partial sums in the workspace) and runs it where it is fastest. Off
+  /// unless INFER_SKINNY_GEMM=1 at create(): on an H100 with CUDA 13 it loses
+  /// to cuBLASLt's first choice on every Llama-3-8B decode shape at T = 32-256
   /// (by 1-34%: infer-gemm-search, bench/RESULTS.md), so by default the
   /// tuner spends no time on it.
   void setSkinnyCandidates(bool on) { skinnyCandidates_ = on; }
@@ -303,10 +303,11 @@ private:
   StatusOr<Shape *> shape(const ShapeKey &key, const void *bias,
                           const float *wScales, const float *xScales);
   const Shape *findShape(const ShapeKey &key) const;
-  /// A launch of the Hopper skinny kernel with `splits` K splits on the
-  /// call's operands, timed beside the heuristic's candidates.
+  /// A launch of the Hopper skinny kernel with `splits` K splits in
+  /// clusters of `cluster` CTAs on the call's operands, timed beside the
+  /// heuristic's candidates.
   struct SkinnyCandidate {
-    int64_t splits;
+    int64_t splits, cluster;
     std::function<cudaError_t()> launch;
   };
   /// Times `launch` (the shape's product on this call's operands) with each

@@ -97,15 +97,17 @@ size_t skinnyGemmSm90WorkspaceBytes(int64_t t, int64_t n, int64_t splits);
 /// may be null; the residual must not overlap y) on the Hopper tensor cores
 /// (kernels/SkinnyGemmSm90.cu: weights and activations swapped, K cut into
 /// `splits` ranges whose partial sums go to `workspace` and are added in
-/// split order). x, w, y and the residual 16-byte aligned; an error where
-/// skinnyGemmSm90Supports is false or the workspace is short.
-cudaError_t launchSkinnyGemmSm90(const __nv_bfloat16 *x,
-                                 const __nv_bfloat16 *w,
+/// split order; clusters of `cluster` CTAs, 1, 2 or 4 dividing N / 128,
+/// share their x tiles by TMA multicast). x, w, y and the residual 16-byte
+/// aligned; an error where skinnyGemmSm90Supports is false, the cluster
+/// does not divide the row tiles or the workspace is short.
+cudaError_t launchSkinnyGemmSm90(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                                  const __nv_bfloat16 *bias,
                                  const __nv_bfloat16 *residual,
                                  __nv_bfloat16 *y, int64_t t, int64_t n,
-                                 int64_t k, int64_t splits, float *workspace,
-                                 size_t workspaceBytes, cudaStream_t stream);
+                                 int64_t k, int64_t splits, int64_t cluster,
+                                 float *workspace, size_t workspaceBytes,
+                                 cudaStream_t stream);
 
 } // namespace infer::cuda
 

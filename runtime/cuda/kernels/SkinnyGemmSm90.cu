@@ -17,6 +17,11 @@
 // rows, past T zero-filled by the TMA unit) through a ring of stages in
 // the 128-byte swizzle wgmma reads (Sm90.cuh), full/empty mbarriers between
 // it and the consumers, which keep one stage's wgmma group in flight.
+// Every CTA reads all of x's K tile, 1-2x the bytes of its w tile, and
+// that traffic from L2 bounds the kernel (T = 256: 48 KiB a stage a CTA);
+// in a cluster of 2 or 4 CTAs (adjacent row tiles, one split) each loads
+// a share of the x boxes and the TMA unit multicasts them to all, so a
+// stage is free once every CTA's consumers have released it.
 //
 // One split writes y itself (bias and residual added to the fp32 sum, one
 // rounding). More write fp32 partial sums [splits][T][N] into `partials`,
@@ -44,6 +49,8 @@ constexpr int kTokensPerHalf = 128;
 constexpr int kKTile = 64;
 /// One operand tile of a stage: 128 rows of 128 bytes.
 constexpr int kTileBytes = 128 * 128;
+/// Rows of x in one TMA box: the unit the CTAs of a cluster share out.
+constexpr int kXBoxRows = 64;
 constexpr int kThreads = 384;
 constexpr int kConsumerWarps = 8;
 
@@ -64,7 +71,7 @@ struct Params {
   int t, n, kTiles, splits;
 };
 
-template <int kHalves>
+template <int kHalves, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     skinnyGemmSm90Kernel(const __grid_constant__ CUtensorMap wMap,
                          const __grid_constant__ CUtensorMap xMap,
@@ -80,10 +87,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int rowTile = blockIdx.x, split = blockIdx.y;
   const int kBegin = split * p.kTiles / p.splits;
   const int kEnd = (split + 1) * p.kTiles / p.splits;
+  const uint32_t rank = kCluster > 1 ? clusterRank() : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbarrierInit(&full[s], 1);
-      mbarrierInit(&empty[s], kConsumerWarps);
+      // A stage's x boxes come from every CTA of the cluster, so each
+      // stage is free again once every CTA's consumers are done with it.
+      mbarrierInit(&empty[s], kConsumerWarps * kCluster);
     }
     fenceBarrierInit();
   }
@@ -91,96 +101,125 @@ __global__ void __launch_bounds__(kThreads, 1)
     prefetchTensorMap(&wMap);
     prefetchTensorMap(&xMap);
   }
-  __syncthreads();
+  // The cluster's barriers are initialized before any CTA arrives on or
+  // multicasts into another's.
+  if constexpr (kCluster > 1)
+    clusterSync();
+  else
+    __syncthreads();
 
   const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (warpgroup == 0) {
     lowerRegisters<40>();
-    if (threadIdx.x != 0)
-      return;
+    if (threadIdx.x == 0) {
+      for (int kt = kBegin, i = 0; kt < kEnd; ++kt, ++i) {
+        const int stage = i % kStages;
+        // A fresh barrier is in phase 0: the first round's waits return.
+        mbarrierWait(&empty[stage], ((i / kStages) & 1) ^ 1);
+        uint8_t *base = smem + stage * L::kStageBytes;
+        // Every byte of the stage, the other CTAs' multicasts included.
+        mbarrierArriveExpectTx(&full[stage], L::kStageBytes);
+        tmaLoad2d(base, &wMap, &full[stage], kt * kKTile,
+                  rowTile * kRowsPerCta);
+        // The x tiles in boxes of kXBoxRows, box b loaded by the CTA of
+        // rank b % kCluster into every CTA of the cluster.
+#pragma unroll
+        for (int b = 0; b < kHalves * kTokensPerHalf / kXBoxRows; ++b) {
+          if (b % kCluster != static_cast<int>(rank))
+            continue;
+          uint8_t *dst = base + kTileBytes + b * kXBoxRows * 128;
+          if constexpr (kCluster > 1)
+            tmaLoad2dMulticast(dst, &xMap, &full[stage], kt * kKTile,
+                               b * kXBoxRows, (1u << kCluster) - 1);
+          else
+            tmaLoad2d(dst, &xMap, &full[stage], kt * kKTile, b * kXBoxRows);
+        }
+      }
+    }
+  } else {
+    raiseRegisters<232>();
+    const int wg = warpgroup - 1;
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    float d[kHalves][64];
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h)
+#pragma unroll
+      for (int i = 0; i < 64; ++i)
+        d[h][i] = 0.0f;
+    const uint32_t smemBase = smemAddress(smem);
+    int previous = -1;
+    auto release = [&](int stage) {
+      __syncwarp();
+      if (lane != 0)
+        return;
+      if constexpr (kCluster > 1) {
+#pragma unroll
+        for (int r = 0; r < kCluster; ++r)
+          mbarrierArriveCluster(&empty[stage], r);
+      } else {
+        mbarrierArrive(&empty[stage]);
+      }
+    };
     for (int kt = kBegin, i = 0; kt < kEnd; ++kt, ++i) {
       const int stage = i % kStages;
-      // A fresh barrier is in phase 0: the first round's waits return.
-      mbarrierWait(&empty[stage], ((i / kStages) & 1) ^ 1);
-      uint8_t *base = smem + stage * L::kStageBytes;
-      mbarrierArriveExpectTx(&full[stage], L::kStageBytes);
-      tmaLoad2d(base, &wMap, &full[stage], kt * kKTile, rowTile * kRowsPerCta);
+      mbarrierWait(&full[stage], (i / kStages) & 1);
+      const uint32_t base = smemBase + stage * L::kStageBytes;
+      const uint64_t a = matrixDescriptor(base + wg * 64 * 128, 16, 1024);
+      wgmmaFence();
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h)
-        tmaLoad2d(base + kTileBytes * (1 + h), &xMap, &full[stage], kt * kKTile,
-                  h * kTokensPerHalf);
+      for (int k = 0; k < kKTile / 16; ++k)
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h)
+          wgmmaSS128(
+              d[h], advance(a, k * 32),
+              matrixDescriptor(base + kTileBytes * (1 + h) + k * 32, 16, 1024),
+              1);
+      wgmmaCommit();
+      // The previous stage's group is done once at most this one is
+      // pending.
+      wgmmaWait<1>();
+      if (previous >= 0)
+        release(previous);
+      previous = stage;
     }
-    return;
-  }
+    wgmmaWait<0>();
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h)
+      fenceRegisters(d[h]);
 
-  raiseRegisters<232>();
-  const int wg = warpgroup - 1;
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  float d[kHalves][64];
+    // Thread (warp, lane) holds d[h][4c + e] = y^T[row 16 warp + lane / 4 +
+    // 8 (e / 2)][token 128 h + 8 c + 2 (lane % 4) + e % 2] of its 64 rows.
+    const int rowBase = rowTile * kRowsPerCta + wg * 64 + 16 * warp + lane / 4;
+    float biasOf[2] = {0.0f, 0.0f};
+    if (p.splits == 1 && p.bias)
 #pragma unroll
-  for (int h = 0; h < kHalves; ++h)
+      for (int r = 0; r < 2; ++r)
+        biasOf[r] = __bfloat162float(p.bias[rowBase + 8 * r]);
 #pragma unroll
-    for (int i = 0; i < 64; ++i)
-      d[h][i] = 0.0f;
-  const uint32_t smemBase = smemAddress(smem);
-  int previous = -1;
-  for (int kt = kBegin, i = 0; kt < kEnd; ++kt, ++i) {
-    const int stage = i % kStages;
-    mbarrierWait(&full[stage], (i / kStages) & 1);
-    const uint32_t base = smemBase + stage * L::kStageBytes;
-    const uint64_t a = matrixDescriptor(base + wg * 64 * 128, 16, 1024);
-    wgmmaFence();
+    for (int h = 0; h < kHalves; ++h)
 #pragma unroll
-    for (int k = 0; k < kKTile / 16; ++k)
+      for (int c = 0; c < 16; ++c)
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h)
-        wgmmaSS128(
-            d[h], advance(a, k * 32),
-            matrixDescriptor(base + kTileBytes * (1 + h) + k * 32, 16, 1024),
-            1);
-    wgmmaCommit();
-    // The previous stage's group is done once at most this one is pending.
-    wgmmaWait<1>();
-    if (previous >= 0) {
-      __syncwarp();
-      if (lane == 0)
-        mbarrierArrive(&empty[previous]);
-    }
-    previous = stage;
-  }
-  wgmmaWait<0>();
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h)
-    fenceRegisters(d[h]);
-
-  // Thread (warp, lane) holds d[h][4c + e] = y^T[row 16 warp + lane / 4 +
-  // 8 (e / 2)][token 128 h + 8 c + 2 (lane % 4) + e % 2] of its 64 rows.
-  const int rowBase = rowTile * kRowsPerCta + wg * 64 + 16 * warp + lane / 4;
-  float biasOf[2] = {0.0f, 0.0f};
-  if (p.splits == 1 && p.bias)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      biasOf[r] = __bfloat162float(p.bias[rowBase + 8 * r]);
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h)
-#pragma unroll
-    for (int c = 0; c < 16; ++c)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int token = kTokensPerHalf * h + 8 * c + 2 * (lane % 4) + e % 2;
-        if (token >= p.t)
-          continue;
-        const int row = rowBase + 8 * (e / 2);
-        const int64_t at = int64_t(token) * p.n + row;
-        if (p.splits > 1) {
-          p.partials[int64_t(split) * p.t * p.n + at] = d[h][4 * c + e];
-          continue;
+        for (int e = 0; e < 4; ++e) {
+          const int token = kTokensPerHalf * h + 8 * c + 2 * (lane % 4) + e % 2;
+          if (token >= p.t)
+            continue;
+          const int row = rowBase + 8 * (e / 2);
+          const int64_t at = int64_t(token) * p.n + row;
+          if (p.splits > 1) {
+            p.partials[int64_t(split) * p.t * p.n + at] = d[h][4 * c + e];
+            continue;
+          }
+          float v = d[h][4 * c + e] + biasOf[e / 2];
+          if (p.residual)
+            v += __bfloat162float(p.residual[at]);
+          p.y[at] = __float2bfloat16(v);
         }
-        float v = d[h][4 * c + e] + biasOf[e / 2];
-        if (p.residual)
-          v += __bfloat162float(p.residual[at]);
-        p.y[at] = __float2bfloat16(v);
-      }
+  }
+  // No CTA leaves while another may still multicast into it or arrive on
+  // its barriers.
+  if constexpr (kCluster > 1)
+    clusterSync();
 #else
   __trap();
 #endif
@@ -232,7 +271,7 @@ bool kernelRuns() {
                                device) != cudaSuccess)
       return false;
     cudaFuncAttributes attributes;
-    if (cudaFuncGetAttributes(&attributes, skinnyGemmSm90Kernel<1>) !=
+    if (cudaFuncGetAttributes(&attributes, skinnyGemmSm90Kernel<1, 1>) !=
         cudaSuccess)
       return false;
     return major == 9 && minor == 0 && attributes.binaryVersion == 90 &&
@@ -241,13 +280,13 @@ bool kernelRuns() {
   return runs;
 }
 
-/// A row-major [rows, k] bf16 matrix in boxes of 128 rows x 64 elements,
-/// 128-byte swizzled; rows past the end read as zeros.
+/// A row-major [rows, k] bf16 matrix in boxes of `boxRows` rows x 64
+/// elements, 128-byte swizzled; rows past the end read as zeros.
 cudaError_t encodeRowsMap(CUtensorMap *map, const __nv_bfloat16 *data,
-                          int64_t rows, int64_t k) {
+                          int64_t rows, int64_t k, int boxRows) {
   const cuuint64_t globalDim[2] = {cuuint64_t(k), cuuint64_t(rows)};
   const cuuint64_t globalStrides[1] = {cuuint64_t(k) * 2};
-  const cuuint32_t box[2] = {kKTile, 128};
+  const cuuint32_t box[2] = {kKTile, cuuint32_t(boxRows)};
   const cuuint32_t elementStrides[2] = {1, 1};
   const CUresult result = tensorMapEncoder()(
       map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
@@ -261,21 +300,46 @@ bool aligned16(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-template <int kHalves>
-cudaError_t launchHalves(const CUtensorMap &wMap, const CUtensorMap &xMap,
-                         const Params &p, cudaStream_t stream) {
+template <int kHalves, int kCluster>
+cudaError_t launchVariant(const CUtensorMap &wMap, const CUtensorMap &xMap,
+                          const Params &p, cudaStream_t stream) {
   using L = Layout<kHalves>;
   static_assert(L::kBytes <= 227 * 1024, "the stages do not fit");
+  auto *kernel = skinnyGemmSm90Kernel<kHalves, kCluster>;
   cudaError_t status = cudaFuncSetAttribute(
-      skinnyGemmSm90Kernel<kHalves>,
-      cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
   if (status != cudaSuccess)
     return status;
-  const dim3 grid(static_cast<unsigned>(p.n / kRowsPerCta),
-                  static_cast<unsigned>(p.splits));
-  skinnyGemmSm90Kernel<kHalves>
-      <<<grid, kThreads, L::kBytes, stream>>>(wMap, xMap, p);
-  return cudaGetLastError();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(p.n / kRowsPerCta),
+                        static_cast<unsigned>(p.splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = L::kBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = kCluster;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = 1;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, wMap, xMap, p);
+}
+
+template <int kHalves>
+cudaError_t launchHalves(const CUtensorMap &wMap, const CUtensorMap &xMap,
+                         const Params &p, int64_t cluster,
+                         cudaStream_t stream) {
+  switch (cluster) {
+  case 1:
+    return launchVariant<kHalves, 1>(wMap, xMap, p, stream);
+  case 2:
+    return launchVariant<kHalves, 2>(wMap, xMap, p, stream);
+  case 4:
+    return launchVariant<kHalves, 4>(wMap, xMap, p, stream);
+  default:
+    return cudaErrorInvalidValue;
+  }
 }
 
 } // namespace
@@ -308,22 +372,24 @@ cudaError_t launchSkinnyGemmSm90(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                                  const __nv_bfloat16 *bias,
                                  const __nv_bfloat16 *residual,
                                  __nv_bfloat16 *y, int64_t t, int64_t n,
-                                 int64_t k, int64_t splits, float *workspace,
-                                 size_t workspaceBytes, cudaStream_t stream) {
+                                 int64_t k, int64_t splits, int64_t cluster,
+                                 float *workspace, size_t workspaceBytes,
+                                 cudaStream_t stream) {
   if (t == 0)
     return cudaSuccess;
   if (!skinnyGemmSm90Supports(t, n, k) || splits < 1 || splits > k / kKTile ||
-      !aligned16(x) || !aligned16(w) || !aligned16(y) ||
-      (residual && !aligned16(residual)))
+      (cluster != 1 && cluster != 2 && cluster != 4) ||
+      (n / kRowsPerCta) % cluster != 0 || !aligned16(x) || !aligned16(w) ||
+      !aligned16(y) || (residual && !aligned16(residual)))
     return cudaErrorInvalidValue;
   if (splits > 1 &&
       (!workspace || !aligned16(workspace) ||
        workspaceBytes < skinnyGemmSm90WorkspaceBytes(t, n, splits)))
     return cudaErrorInvalidValue;
   CUtensorMap wMap, xMap;
-  cudaError_t status = encodeRowsMap(&wMap, w, n, k);
+  cudaError_t status = encodeRowsMap(&wMap, w, n, k, kRowsPerCta);
   if (status == cudaSuccess)
-    status = encodeRowsMap(&xMap, x, t, k);
+    status = encodeRowsMap(&xMap, x, t, k, kXBoxRows);
   if (status != cudaSuccess)
     return status;
   Params p;
@@ -335,8 +401,9 @@ cudaError_t launchSkinnyGemmSm90(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
   p.n = static_cast<int>(n);
   p.kTiles = static_cast<int>(k / kKTile);
   p.splits = static_cast<int>(splits);
-  status = t <= kTokensPerHalf ? launchHalves<1>(wMap, xMap, p, stream)
-                               : launchHalves<2>(wMap, xMap, p, stream);
+  status = t <= kTokensPerHalf
+               ? launchHalves<1>(wMap, xMap, p, cluster, stream)
+               : launchHalves<2>(wMap, xMap, p, cluster, stream);
   if (status != cudaSuccess || splits == 1)
     return status;
   const int64_t vectors = t * n / 4;

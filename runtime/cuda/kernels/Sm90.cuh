@@ -115,6 +115,51 @@ __device__ __forceinline__ void tmaLoad2d(void *dst, const CUtensorMap *map,
       : "memory");
 }
 
+/// tmaLoad2d into the same shared-memory offset of every CTA of the
+/// cluster in `ctaMask`, completing its bytes on the barrier at `bar`'s
+/// offset in each.
+__device__ __forceinline__ void tmaLoad2dMulticast(void *dst,
+                                                   const CUtensorMap *map,
+                                                   uint64_t *bar, int c0,
+                                                   int c1, uint16_t ctaMask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(
+          smemAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smemAddress(bar)), "r"(c0),
+      "r"(c1), "h"(ctaMask)
+      : "memory");
+}
+
+/// This CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t clusterRank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+/// A barrier of every thread of every CTA of the cluster (all threads of
+/// each CTA execute it): shared-memory writes before it (barrier
+/// initialization) are visible to the cluster after it.
+__device__ __forceinline__ void clusterSync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+
+/// One arrival on the barrier at `bar`'s offset in cluster CTA `rank`.
+__device__ __forceinline__ void mbarrierArriveCluster(uint64_t *bar,
+                                                      uint32_t rank) {
+  asm volatile("{\n"
+               ".reg .b32 remote;\n"
+               "mapa.shared::cluster.u32 remote, %0, %1;\n"
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, "
+               "[remote];\n"
+               "}\n" ::"r"(smemAddress(bar)),
+               "r"(rank)
+               : "memory");
+}
+
 __device__ __forceinline__ void prefetchTensorMap(const CUtensorMap *map) {
   asm volatile(
       "prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map))

@@ -4,7 +4,8 @@
 // operands over T = 1 .. 256 (one and two token halves, rows past T in a
 // half), N of 1-5 CTAs of 128 rows, K of 1-40 tiles of 64, one split and
 // several (uneven K ranges, the partial sums added by the second kernel),
-// with and without a bias and a residual, against cpu::linear on the same
+// clusters of 1, 2 and 4 CTAs sharing x by multicast, with and without a
+// bias and a residual, against cpu::linear on the same
 // values. The bound is Bf16GemmTest's: ulp_y(cpu) + 2^-14 sum_i |x_i w_ji|
 // (y's one rounding plus fp32 accumulation in another order); a dropped,
 // repeated or misplaced K tile, token or row, or a missing bias or
@@ -52,6 +53,7 @@ protected:
   struct Case {
     int64_t t, n, k, splits;
     bool bias, residual;
+    int64_t cluster = 1;
   };
 
   /// Runs one case on fresh operands and checks it against the CPU.
@@ -59,7 +61,8 @@ protected:
     const std::string name =
         "T=" + std::to_string(c.t) + " N=" + std::to_string(c.n) +
         " K=" + std::to_string(c.k) + " splits=" + std::to_string(c.splits) +
-        (c.bias ? " bias" : "") + (c.residual ? " residual" : "");
+        " cluster=" + std::to_string(c.cluster) + (c.bias ? " bias" : "") +
+        (c.residual ? " residual" : "");
     const std::vector<float> x =
         roundedTo<__nv_bfloat16>(uniform(size_t(c.t * c.k), 1.0f, rng_));
     const std::vector<float> w =
@@ -80,7 +83,8 @@ protected:
     ASSERT_EQ(cuda::launchSkinnyGemmSm90(
                   dx.get(), dw.get(), c.bias ? dBias.get() : nullptr,
                   c.residual ? dResidual.get() : nullptr, y.get(), c.t, c.n,
-                  c.k, c.splits, workspace.get(), workspaceBytes, nullptr),
+                  c.k, c.splits, c.cluster, workspace.get(), workspaceBytes,
+                  nullptr),
               cudaSuccess)
         << name;
     const std::vector<__nv_bfloat16> got = y.download();
@@ -110,13 +114,29 @@ protected:
 
 TEST_F(SkinnyGemmSm90Test, MatchesTheCpuOverTokensRowsAndSplits) {
   const Case cases[] = {
-      {1, 128, 64, 1, false, false},     {5, 256, 512, 1, true, false},
-      {64, 384, 1024, 1, false, true},   {128, 128, 2560, 1, true, true},
-      {129, 256, 1024, 1, true, true},   {200, 640, 768, 1, false, false},
-      {256, 384, 1024, 1, true, true},   {16, 256, 2560, 3, false, false},
-      {77, 128, 2560, 7, true, true},    {128, 384, 1024, 2, true, false},
-      {130, 256, 2048, 4, false, true},  {256, 256, 2560, 3, true, true},
+      {1, 128, 64, 1, false, false},
+      {5, 256, 512, 1, true, false},
+      {64, 384, 1024, 1, false, true},
+      {128, 128, 2560, 1, true, true},
+      {129, 256, 1024, 1, true, true},
+      {200, 640, 768, 1, false, false},
+      {256, 384, 1024, 1, true, true},
+      {16, 256, 2560, 3, false, false},
+      {77, 128, 2560, 7, true, true},
+      {128, 384, 1024, 2, true, false},
+      {130, 256, 2048, 4, false, true},
+      {256, 256, 2560, 3, true, true},
       {256, 128, 64 * 7, 7, true, true},
+      // Clusters sharing x by multicast (row tiles a multiple of the
+      // cluster): one x box or several a CTA, one split and several.
+      {1, 256, 512, 1, true, true, 2},
+      {64, 256, 1024, 1, false, true, 2},
+      {100, 512, 1024, 3, true, false, 2},
+      {129, 256, 1024, 1, true, true, 2},
+      {256, 768, 2560, 2, true, true, 2},
+      {40, 512, 1024, 1, true, true, 4},
+      {200, 512, 2560, 5, false, true, 4},
+      {256, 1024, 1024, 2, true, true, 4},
   };
   for (const Case &c : cases)
     check(c);
@@ -124,17 +144,18 @@ TEST_F(SkinnyGemmSm90Test, MatchesTheCpuOverTokensRowsAndSplits) {
 
 TEST_F(SkinnyGemmSm90Test, TheSplitsThatFillTheDeviceAreRight) {
   // Llama-3-8B's o_proj at batch 96 and 256: the split count the tuner
-  // offers for it.
+  // offers for it, alone and in clusters.
   for (int64_t t : {96, 256}) {
     const int64_t splits = cuda::skinnyGemmSm90Splits(t, 4096, 4096);
     EXPECT_GE(splits, 1);
     EXPECT_LE(splits, 4096 / 64 / 8);
-    check({t, 4096, 4096, splits, true, true});
+    for (int64_t cluster : {1, 4})
+      check({t, 4096, 4096, splits, true, true, cluster});
   }
 }
 
 TEST_F(SkinnyGemmSm90Test, AGraphReplaysTheSameBits) {
-  const int64_t t = 200, n = 256, k = 1024, splits = 2;
+  const int64_t t = 200, n = 256, k = 1024, splits = 2, cluster = 2;
   const std::vector<float> x = uniform(size_t(t * k), 1.0f, rng_);
   const std::vector<float> w = uniform(size_t(n * k), 0.1f, rng_);
   DeviceArray<__nv_bfloat16> dx(narrowAll<__nv_bfloat16>(x)),
@@ -146,7 +167,7 @@ TEST_F(SkinnyGemmSm90Test, AGraphReplaysTheSameBits) {
       [&](cudaStream_t stream) -> Status {
         if (cuda::launchSkinnyGemmSm90(
                 dx.get(), dw.get(), nullptr, nullptr, y.get(), t, n, k, splits,
-                workspace.get(), bytes, stream) != cudaSuccess)
+                cluster, workspace.get(), bytes, stream) != cudaSuccess)
           return internalError("launchSkinnyGemmSm90 failed");
         return Status::ok();
       },
@@ -162,17 +183,23 @@ TEST_F(SkinnyGemmSm90Test, UnsupportedShapesAndShortWorkspacesAreErrors) {
   auto y = DeviceArray<__nv_bfloat16>::poisoned(64 * 256);
   auto workspace = DeviceArray<float>::poisoned(64 * 256);
   EXPECT_EQ(cuda::launchSkinnyGemmSm90(x.get(), w.get(), nullptr, nullptr,
-                                       y.get(), 64, 200, 256, 1, nullptr, 0,
+                                       y.get(), 64, 200, 256, 1, 1, nullptr, 0,
                                        nullptr),
             cudaErrorInvalidValue);
+  // Clusters must divide the row tiles (256 rows: 2) and be 1, 2 or 4.
+  for (int64_t cluster : {3, 4, 8})
+    EXPECT_EQ(cuda::launchSkinnyGemmSm90(x.get(), w.get(), nullptr, nullptr,
+                                         y.get(), 64, 256, 256, 1, cluster,
+                                         nullptr, 0, nullptr),
+              cudaErrorInvalidValue);
   // Two splits of 64 x 256 fp32 partial sums need 128 KiB.
   EXPECT_EQ(cuda::launchSkinnyGemmSm90(x.get(), w.get(), nullptr, nullptr,
-                                       y.get(), 64, 256, 256, 2,
+                                       y.get(), 64, 256, 256, 2, 1,
                                        workspace.get(), 64 * 256 * 4, nullptr),
             cudaErrorInvalidValue);
   // More splits than K tiles.
   EXPECT_EQ(cuda::launchSkinnyGemmSm90(x.get(), w.get(), nullptr, nullptr,
-                                       y.get(), 64, 256, 256, 5,
+                                       y.get(), 64, 256, 256, 5, 1,
                                        workspace.get(), 64 * 256 * 4, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
