@@ -32,27 +32,28 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
   return encode;
 }
 
+bool deviceRunsSm90a(const void *kernel) {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                             device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                             device) != cudaSuccess)
+    return false;
+  cudaFuncAttributes attributes;
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0 && attributes.binaryVersion == 90;
+}
+
 namespace {
 
 /// Whether this build holds sm_90a code of the kernels and the current
 /// device runs it (compute capability 9.0).
 bool kernelRuns() {
-  static const bool runs = [] {
-    int device = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                               device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
-                               device) != cudaSuccess)
-      return false;
-    cudaFuncAttributes attributes;
-    if (cudaFuncGetAttributes(
-            &attributes,
-            prefillAttentionSm90Kernel<128, KVCacheDtype::kBf16, false, false,
-                                       __nv_bfloat16>) != cudaSuccess)
-      return false;
-    return major == 9 && minor == 0 && attributes.binaryVersion == 90;
-  }();
+  static const bool runs = deviceRunsSm90a(reinterpret_cast<const void *>(
+      prefillAttentionSm90Kernel<128, KVCacheDtype::kBf16, false, false,
+                                 __nv_bfloat16>));
   return runs;
 }
 

@@ -259,24 +259,12 @@ __global__ void addSplitsKernel(const float *partials, int splits,
   }
 }
 
-/// Whether this build holds the kernel's sm_90a code and the current device
-/// runs it.
+/// Whether this build holds the kernel's sm_90a code, the current device
+/// runs it, and the driver encodes tensor maps.
 bool kernelRuns() {
-  static const bool runs = [] {
-    int device = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                               device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
-                               device) != cudaSuccess)
-      return false;
-    cudaFuncAttributes attributes;
-    if (cudaFuncGetAttributes(&attributes, skinnyGemmSm90Kernel<1, 1>) !=
-        cudaSuccess)
-      return false;
-    return major == 9 && minor == 0 && attributes.binaryVersion == 90 &&
-           tensorMapEncoder() != nullptr;
-  }();
+  static const bool runs = deviceRunsSm90a(reinterpret_cast<const void *>(
+                               skinnyGemmSm90Kernel<1, 1>)) &&
+                           tensorMapEncoder() != nullptr;
   return runs;
 }
 

@@ -2,7 +2,8 @@
 //
 // Thin wrappers of the sm_90a instructions the Hopper attention kernel
 // (PrefillAttentionSm90.cuh) and skinny GEMM (SkinnyGemmSm90.cu) are built
-// from, and the shared-memory matrix descriptors of wgmma. Only code compiled for sm_90a may call them
+// from, and the shared-memory matrix descriptors of wgmma. Only code compiled
+// for sm_90a may call them
 // (__CUDA_ARCH_FEAT_SM90_ALL); the launchers check the device.
 //
 // Shared-memory tiles are rows of 128 bytes (64 bf16) in the 128-byte swizzle
@@ -31,6 +32,10 @@ namespace infer::cuda::sm90 {
 /// The driver's cuTensorMapEncodeTiled (through the runtime's entry-point
 /// query, so nothing links libcuda), or null where the driver lacks it.
 PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder();
+
+/// Whether the current device (compute capability 9.0) runs `kernel` and
+/// this build holds its sm_90a code (binary version 90).
+bool deviceRunsSm90a(const void *kernel);
 
 __device__ __forceinline__ uint32_t smemAddress(const void *p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -56,14 +56,6 @@ using Path = cuda::Gemm::Path;
 constexpr double kAccumulation = 0x1p-14;
 constexpr double kQuantizedTol = 1e-3;
 
-std::vector<float> uniform(size_t n, float scale, std::mt19937 &rng) {
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = dist(rng);
-  return v;
-}
-
 std::vector<float> absolute(std::vector<float> v) {
   for (float &x : v)
     x = std::fabs(x);

@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,15 @@ template <typename T> std::vector<float> widenAll(const std::vector<T> &v) {
     out[i] = ElementTraits<T>::widen(v[i]);
   return out;
 }
+/// `n` values drawn uniformly from [-scale, scale].
+inline std::vector<float> uniform(size_t n, float scale, std::mt19937 &rng) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float &x : v)
+    x = dist(rng);
+  return v;
+}
+
 /// v rounded to T and back: the values a T tensor holds.
 template <typename T>
 std::vector<float> roundedTo(const std::vector<float> &v) {

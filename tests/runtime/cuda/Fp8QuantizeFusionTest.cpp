@@ -27,6 +27,7 @@
 #include "runtime/cuda/QuantizingKernels.h"
 #include "runtime/engine/Artifact.h"
 #include "tests/runtime/cuda/DeviceArray.h"
+#include "tests/runtime/cuda/Fp8Artifacts.h"
 #include "tests/runtime/support/FixtureCases.h"
 
 #include <gtest/gtest.h>
@@ -349,22 +350,11 @@ TEST(CudaFp8QuantizeFusionTest, BackendIsBitIdenticalWithTheFusionOnAndOff) {
   std::string why;
   if (!gpuAvailable(&why))
     GTEST_SKIP() << "needs a GPU: " << why;
-  const char *root = std::getenv("INFER_CUDA_FP8_ARTIFACTS");
-  const std::string dir =
-      root ? std::string(root) + "/tiny-pycode-target" : std::string();
-  if (dir.empty() || !std::filesystem::is_directory(dir))
-    GTEST_SKIP() << "INFER_CUDA_FP8_ARTIFACTS has no tiny-pycode-target";
-  FixtureCase fixture;
-  for (FixtureCase &c :
-       loadFixtureCases(INFER_FIXTURES_DIR, INFER_PROJECT_FIXTURES_DIR))
-    if (c.name == "tiny-pycode-target")
-      fixture = c;
-  if (fixture.name.empty())
-    GTEST_SKIP() << "fixture tiny-pycode-target not found";
-  StatusOr<Artifact> artifact = loadArtifact(dir);
-  ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
-  StatusOr<ParamTable> params = loadParams(*artifact, 0, fixture.modelDir);
-  ASSERT_TRUE(params.isOk()) << params.status().message();
+  std::optional<Fp8TinyPycode> loaded;
+  if (std::string skip = loadFp8TinyPycode(loaded); !skip.empty())
+    GTEST_SKIP() << skip;
+  const Artifact *artifact = &loaded->artifact;
+  const ParamTable *params = &loaded->params;
 
   constexpr int kSeqs = 12;
   const int64_t blockSize = artifact->plan.kvCache.blockSize;

@@ -30,6 +30,7 @@
 #include "runtime/cuda/Kernels.h"
 #include "runtime/support/Fp8.h"
 #include "tests/runtime/cuda/DeviceArray.h"
+#include "tests/runtime/cuda/Fp8Artifacts.h"
 #include "tests/runtime/support/Batches.h"
 #include "tests/runtime/support/FixtureCases.h"
 #include "tests/runtime/support/LlamaPlan.h"
@@ -318,26 +319,16 @@ TEST(CudaFp8ArtifactTest, MatchesTheCpuBackend) {
   std::string why;
   if (!gpuAvailable(&why))
     GTEST_SKIP() << "needs a GPU: " << why;
-  const char *root = std::getenv("INFER_CUDA_FP8_ARTIFACTS");
-  const std::string dir =
-      root ? std::string(root) + "/tiny-pycode-target" : std::string();
-  if (dir.empty() || !std::filesystem::is_directory(dir))
-    GTEST_SKIP() << "INFER_CUDA_FP8_ARTIFACTS has no tiny-pycode-target";
-  FixtureCase fixture;
-  for (FixtureCase &c :
-       loadFixtureCases(INFER_FIXTURES_DIR, INFER_PROJECT_FIXTURES_DIR))
-    if (c.name == "tiny-pycode-target")
-      fixture = c;
-  if (fixture.name.empty())
-    GTEST_SKIP() << "fixture tiny-pycode-target not found";
-  StatusOr<Artifact> artifact = loadArtifact(dir);
-  ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
+  std::optional<Fp8TinyPycode> loaded;
+  if (std::string skip = loadFp8TinyPycode(loaded); !skip.empty())
+    GTEST_SKIP() << skip;
+  const FixtureCase &fixture = loaded->fixture;
+  const Artifact *artifact = &loaded->artifact;
+  const ParamTable *params = &loaded->params;
   int fp8 = 0;
   for (const plan::Value &v : artifact->plan.ranks[0].values)
     fp8 += v.dtype == plan::DType::kF8E4M3;
   ASSERT_GT(fp8, 0) << "the artifact has no fp8 weights";
-  StatusOr<ParamTable> params = loadParams(*artifact, 0, fixture.modelDir);
-  ASSERT_TRUE(params.isOk()) << params.status().message();
 
   const std::vector<int32_t> prompt = fixture.inputs.back();
   // How Gemm routes the prompt's first fp8 linear (a 16-byte aligned

@@ -32,14 +32,6 @@ namespace {
 
 constexpr double kAccumulation = 0x1p-14;
 
-std::vector<float> uniform(size_t n, float scale, std::mt19937 &rng) {
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = dist(rng);
-  return v;
-}
-
 class SkinnyGemmSm90Test : public ::testing::Test {
 protected:
   void SetUp() override {
