@@ -3,10 +3,11 @@
 // y[T, N] = x[T, K] * w[N, K]^T (+ bias[N]) (+ residual[T, N]), bf16 x, w
 // and y, fp32 accumulation, each element of y rounded once from the fp32
 // sum plus the bias plus the residual: the decode batches (T <= 256) whose
-// products cuBLASLt runs at 1.3-2.2 TB/s of weights on an H100 (Llama-3-8B
+// products cuBLASLt runs at 1.2-2.2 TB/s of weights on an H100 (Llama-3-8B
 // at T = 256: infer-gemm-search), neither at the copy bandwidth nor at the
-// tensor cores' rate, because N / 128 output tiles of 128 x 128 are 32-48
-// CTAs for 132 SMs where N is 4096-6144.
+// tensor cores' rate. Measured, it is 1-34% slower than cuBLASLt's first
+// choice on those shapes at T = 32-256 (bench/RESULTS.md), so Gemm times
+// it as a tuning candidate only when asked (Gemm::setSkinnyCandidates).
 //
 // The operands are swapped (y^T = w x^T): wgmma's M runs over weight rows,
 // its N over tokens, so a CTA owns 128 weight rows (two consumer
@@ -17,11 +18,13 @@
 // rows, past T zero-filled by the TMA unit) through a ring of stages in
 // the 128-byte swizzle wgmma reads (Sm90.cuh), full/empty mbarriers between
 // it and the consumers, which keep one stage's wgmma group in flight.
-// Every CTA reads all of x's K tile, 1-2x the bytes of its w tile, and
-// that traffic from L2 bounds the kernel (T = 256: 48 KiB a stage a CTA);
-// in a cluster of 2 or 4 CTAs (adjacent row tiles, one split) each loads
-// a share of the x boxes and the TMA unit multicasts them to all, so a
-// stage is free once every CTA's consumers have released it.
+// Every CTA reads all of x's K tile, 1-2x the bytes of its w tile; in a
+// cluster of 2 or 4 CTAs (adjacent row tiles, one split) each loads a
+// share of the x boxes and the TMA unit multicasts them to all, so a stage
+// is free once every CTA's consumers have released it. That L2 traffic is
+// not what bounds it (clusters gain nothing): ncu at T = 256 shows shared
+// memory (74% busy: every 64 weight rows' n = 128 wgmma reads the token
+// tile again) and wgmma waits.
 //
 // One split writes y itself (bias and residual added to the fp32 sum, one
 // rounding). More write fp32 partial sums [splits][T][N] into `partials`,
