@@ -30,6 +30,7 @@
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/SamplingKernels.h"
 #include "tests/runtime/cuda/DeviceArray.h"
+#include "tests/runtime/support/Batches.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
 #include <gtest/gtest.h>
@@ -313,36 +314,8 @@ TEST_F(CudaAsyncSampleTest, SampledTokensFeedThePreviousLaunchsRows) {
   expectSameTokens(Inputs::kHost, Inputs::kFeed);
 }
 
-/// Tokens of one sequence in a batch, from `position` on; a logits row for
-/// every token, or for the last only.
-struct Part {
-  int seq = 0;
-  int32_t position = 0;
-  std::vector<int32_t> tokens;
-  bool everyLogit = false;
-};
-
-Batch makeBatch(const std::vector<Part> &parts, int64_t blockSize) {
-  Batch batch;
-  batch.queryStartLoc = {0};
-  batch.maxBlocksPerSeq = kBlocksPerSeq;
-  for (const Part &p : parts) {
-    for (size_t i = 0; i < p.tokens.size(); ++i) {
-      const auto position = static_cast<int32_t>(p.position + i);
-      if (p.everyLogit || i + 1 == p.tokens.size())
-        batch.logitsIndices.push_back(
-            static_cast<int32_t>(batch.tokenIds.size()));
-      batch.tokenIds.push_back(p.tokens[i]);
-      batch.positions.push_back(position);
-      batch.slotMapping.push_back(p.seq * kBlocksPerSeq * blockSize + position);
-    }
-    batch.queryStartLoc.push_back(static_cast<int32_t>(batch.tokenIds.size()));
-    batch.contextLens.push_back(
-        static_cast<int32_t>(p.position + p.tokens.size()));
-    for (int32_t b = 0; b < kBlocksPerSeq; ++b)
-      batch.blockTables.push_back(p.seq * kBlocksPerSeq + b);
-  }
-  return batch;
+Batch makeBatch(const std::vector<SequencePart> &parts, int64_t blockSize) {
+  return multiSequenceBatch(parts, blockSize, kBlocksPerSeq);
 }
 
 std::vector<int32_t> prompt(int seq, int n) {

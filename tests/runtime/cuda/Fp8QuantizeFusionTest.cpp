@@ -28,6 +28,7 @@
 #include "runtime/engine/Artifact.h"
 #include "tests/runtime/cuda/DeviceArray.h"
 #include "tests/runtime/cuda/Fp8Artifacts.h"
+#include "tests/runtime/support/Batches.h"
 #include "tests/runtime/support/FixtureCases.h"
 
 #include <gtest/gtest.h>
@@ -300,33 +301,14 @@ TEST(CudaFp8QuantizeFusionTest, Fp8OperandOnlyForOneChunkOfFp8CublasLt) {
 /// its KV cache in blocks s * kBlocksPerSeq ...
 constexpr int kBlocksPerSeq = 4;
 
-struct Part {
-  int seq = 0;
-  int32_t position = 0;
-  int32_t length = 0;
-  bool everyLogit = false;
-};
-
-Batch makeBatch(const std::vector<Part> &parts, int64_t blockSize) {
-  Batch batch;
-  batch.queryStartLoc = {0};
-  batch.maxBlocksPerSeq = kBlocksPerSeq;
-  for (const Part &p : parts) {
-    for (int32_t i = 0; i < p.length; ++i) {
-      const int32_t position = p.position + i;
-      if (p.everyLogit || i + 1 == p.length)
-        batch.logitsIndices.push_back(
-            static_cast<int32_t>(batch.tokenIds.size()));
-      batch.tokenIds.push_back((p.seq * 37 + position * 11) % 4000 + 3);
-      batch.positions.push_back(position);
-      batch.slotMapping.push_back(p.seq * kBlocksPerSeq * blockSize + position);
-    }
-    batch.queryStartLoc.push_back(static_cast<int32_t>(batch.tokenIds.size()));
-    batch.contextLens.push_back(p.position + p.length);
-    for (int32_t b = 0; b < kBlocksPerSeq; ++b)
-      batch.blockTables.push_back(p.seq * kBlocksPerSeq + b);
-  }
-  return batch;
+/// `length` tokens of sequence `seq` from `position` on (ids from a
+/// formula of both); logits for every one when `everyLogit`.
+SequencePart part(int seq, int32_t position, int32_t length,
+                  bool everyLogit = false) {
+  SequencePart p{seq, position, {}, everyLogit};
+  for (int32_t i = 0; i < length; ++i)
+    p.tokens.push_back((seq * 37 + (position + i) * 11) % 4000 + 3);
+  return p;
 }
 
 SamplingBatch seededSampling(size_t rows) {
@@ -374,13 +356,14 @@ TEST(CudaFp8QuantizeFusionTest, BackendIsBitIdenticalWithTheFusionOnAndOff) {
 
   // A prefill of 12 sequences (5 to 16 tokens, 126 in all: eager), then a
   // decode step of one token each (a CUDA graph).
-  std::vector<Part> prefill, decode;
+  std::vector<SequencePart> prefill, decode;
   for (int s = 0; s < kSeqs; ++s) {
-    prefill.push_back({s, 0, 5 + s, /*everyLogit=*/s % 2 == 0});
-    decode.push_back({s, 5 + s, 1});
+    prefill.push_back(part(s, 0, 5 + s, /*everyLogit=*/s % 2 == 0));
+    decode.push_back(part(s, 5 + s, 1));
   }
-  const Batch batches[] = {makeBatch(prefill, blockSize),
-                           makeBatch(decode, blockSize)};
+  const Batch batches[] = {
+      multiSequenceBatch(prefill, blockSize, kBlocksPerSeq),
+      multiSequenceBatch(decode, blockSize, kBlocksPerSeq)};
   for (const Batch &batch : batches) {
     const bool graph = batch.numTokens() <= options.maxGraphTokens;
     SCOPED_TRACE(graph ? "decode batch (CUDA graph)" : "prefill batch (eager)");

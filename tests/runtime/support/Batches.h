@@ -1,7 +1,8 @@
 //===- Batches.h - Forward-call batches for backend tests -------*- C++ -*-===//
 //
-// The batch most backend tests build by hand: one sequence whose KV cache
-// is blocks 0, 1, ... of the pool, position p in slot p.
+// The batches backend tests build by hand: one sequence whose KV cache is
+// blocks 0, 1, ... of the pool, position p in slot p; or several, each with
+// a fixed range of blocks.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +23,22 @@ namespace infer::testing {
 /// last one.
 Batch oneSequenceBatch(const std::vector<int32_t> &tokens, int64_t cached,
                        int64_t blockSize, int64_t maxBlocks, bool allLogits);
+
+/// New tokens of sequence `seq` from `position` on (its first `position`
+/// tokens are cached); logits for every one when `everyLogit`, else for the
+/// last.
+struct SequencePart {
+  int seq = 0;
+  int32_t position = 0;
+  std::vector<int32_t> tokens;
+  bool everyLogit = false;
+};
+
+/// The parts in order as one batch; sequence s owns blocks s * blocksPerSeq
+/// .. (s + 1) * blocksPerSeq - 1, position p in slot s * blocksPerSeq *
+/// blockSize + p.
+Batch multiSequenceBatch(const std::vector<SequencePart> &parts,
+                         int64_t blockSize, int64_t blocksPerSeq);
 
 } // namespace infer::testing
 
