@@ -74,11 +74,14 @@ std::string fusedKernelsReport(const Backend &backend);
 
 /// CudaBackendOptions::fuseFp8Quantize at work: steps whose output is
 /// prepared to carry its fp8 GEMM's quantization, and their launches that
-/// did (a captured graph counts once, when it is captured).
+/// did (a captured graph counts once, when it is captured); of those, the
+/// launches that left their bf16 output unstored (the GEMM read only the
+/// codes).
 struct Fp8QuantizeFusion {
   bool enabled = false;
   int steps = 0;
   int64_t launches = 0;
+  int64_t unstoredLaunches = 0;
 };
 /// Zeros for other backends (and tensor-parallel ones).
 Fp8QuantizeFusion fp8QuantizeFusion(const Backend &backend);

@@ -536,6 +536,28 @@ std::optional<Gemm::Fp8Operand> Gemm::fp8Operand(int64_t t, int64_t n,
   return fp8ChunkOperand(t);
 }
 
+StatusOr<bool> Gemm::fp8OperandSuffices(int64_t t, int64_t n, int64_t k,
+                                        const GemmWeight &w,
+                                        const __nv_bfloat16 *bias,
+                                        bool residual) {
+  if (!fp8Operand(t, n, k, w, sizeof(__nv_bfloat16), bias != nullptr, residual))
+    return false;
+  // The key runFp8Chunks makes for these rows (one chunk, a bf16 y).
+  ShapeKey key;
+  key.fp8 = true;
+  key.y = CUDA_R_16BF;
+  key.bias = bias != nullptr;
+  key.residual = residual;
+  key.scaling = Scaling::kOuterVectors;
+  key.n = n;
+  key.t = t;
+  key.k = k;
+  key.ldy = n;
+  INFER_ASSIGN_OR_RETURN(
+      Shape * s, shape(key, bias, w.rowScales, fp8ChunkOperand(t).scales));
+  return !s->candidates.empty();
+}
+
 template <typename X, typename Y>
 Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
                           int64_t t, int64_t n, int64_t k, cudaStream_t stream,

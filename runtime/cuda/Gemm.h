@@ -176,6 +176,14 @@ public:
   std::optional<Fp8Operand> fp8Operand(int64_t t, int64_t n, int64_t k,
                                        const GemmWeight &w, int64_t yBytes,
                                        bool bias, bool residual) const;
+  /// Whether linearQuantized<bf16 y> of this shape reads only the codes and
+  /// scales, not x: fp8 cuBLASLt with outer-vector scales has an algorithm
+  /// for it (without one, the rows go to the skinny kernels, which read x).
+  /// A producer that quantizes for the product may then leave x unstored.
+  /// Resolves the shape as its first product would (a heuristic query).
+  StatusOr<bool> fp8OperandSuffices(int64_t t, int64_t n, int64_t k,
+                                    const GemmWeight &w,
+                                    const __nv_bfloat16 *bias, bool residual);
   /// linear<Y> of a bf16 x whose codes and scales are already where
   /// fp8Operand() with these arguments says (written after the last product
   /// that used the scratch): the same path without the quantize launch. An

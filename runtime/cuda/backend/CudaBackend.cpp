@@ -1,6 +1,7 @@
 //===- CudaBackend.cpp - The CUDA backend: init, steps, factory -----------===//
 
 #include "runtime/cuda/NcclCommunicator.h"
+#include "runtime/cuda/QuantizingKernels.h"
 #include "runtime/cuda/backend/CudaBackendImpl.h"
 
 #include <algorithm>
@@ -145,6 +146,8 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
   const char *fuseFp8 = std::getenv("INFER_FUSE_FP8_QUANTIZE");
   fuseFp8Quantize_ =
       options.fuseFp8Quantize && !(fuseFp8 && std::strcmp(fuseFp8, "0") == 0);
+  const char *unstored = std::getenv("INFER_FP8_UNSTORED_ROWS");
+  unstoredFp8Rows_ = !(unstored && std::strcmp(unstored, "0") == 0);
   INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   INFER_CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -372,24 +375,42 @@ void CudaBackend::markFp8QuantizeFusions() {
   }
 }
 
-std::optional<Gemm::Fp8Operand>
+StatusOr<std::optional<CudaBackend::Fp8ForNext>>
 CudaBackend::fp8OperandForNext(const PreparedStep &s, int64_t rows,
                                int64_t cols) const {
   if (!fuseFp8Quantize_ || !s.quantizesForNext)
-    return std::nullopt;
+    return std::optional<Fp8ForNext>();
   const PreparedStep &next = (&s)[1];
   const Tensor &w = operand(next, 1);
   if (!w.fp8 || w.cols != cols)
-    return std::nullopt;
+    return std::optional<Fp8ForNext>();
   const bool residual = next.step.op == StepOp::kLinearResidual;
-  const bool bias = next.step.operands.size() == (residual ? 4u : 3u);
+  const Tensor *bias = next.step.operands.size() == (residual ? 4u : 3u)
+                           ? &operand(next, residual ? 3 : 2)
+                           : nullptr;
   const GemmWeight weight{w.as<const __nv_bfloat16>(), w.fp8, w.rowScales};
-  return gemm_->fp8Operand(rows, w.rows, cols, weight, sizeof(__nv_bfloat16),
-                           bias, residual);
+  const std::optional<Gemm::Fp8Operand> q =
+      gemm_->fp8Operand(rows, w.rows, cols, weight, sizeof(__nv_bfloat16),
+                        bias != nullptr, residual);
+  if (!q)
+    return std::optional<Fp8ForNext>();
+  Fp8ForNext out{*q, true};
+  // The row's only reader is that GEMM (markFp8QuantizeFusions); where it
+  // reads just the codes, the row need not reach memory.
+  if (unstoredFp8Rows_ && cols <= kMaxUnstoredRowElements) {
+    INFER_ASSIGN_OR_RETURN(const bool suffices,
+                           gemm_->fp8OperandSuffices(
+                               rows, w.rows, cols, weight,
+                               bias ? bias->as<const __nv_bfloat16>() : nullptr,
+                               residual));
+    out.storeRow = !suffices;
+  }
+  return std::optional<Fp8ForNext>(out);
 }
 
 Fp8QuantizeFusion CudaBackend::fp8QuantizeFusion() const {
-  return {fuseFp8Quantize_, numFp8QuantizeSteps_, numFp8QuantizeLaunches_};
+  return {fuseFp8Quantize_, numFp8QuantizeSteps_, numFp8QuantizeLaunches_,
+          numFp8UnstoredLaunches_};
 }
 
 Status CudaBackend::setFp8QuantizeFusion(bool on) {

@@ -226,7 +226,15 @@ private:
   /// Where step `s` (quantizesForNext, output [rows, cols]) writes the
   /// codes and scales of the next step's GEMM: nullopt where the fusion is
   /// off or that GEMM does not take fp8 cuBLASLt in one chunk.
-  std::optional<Gemm::Fp8Operand>
+  struct Fp8ForNext {
+    Gemm::Fp8Operand operand;
+    /// Whether the producer stores its bf16 output too: not where the GEMM
+    /// reads only the codes (Gemm::fp8OperandSuffices) and the row fits in
+    /// shared memory (kMaxUnstoredRowElements), unless
+    /// INFER_FP8_UNSTORED_ROWS=0.
+    bool storeRow = true;
+  };
+  StatusOr<std::optional<Fp8ForNext>>
   fp8OperandForNext(const PreparedStep &s, int64_t rows, int64_t cols) const;
 
   // DeviceParams.cpp
@@ -348,8 +356,10 @@ private:
   std::unique_ptr<Gemm> gemm_;
   /// CudaBackendOptions::fuseFp8Quantize (and the environment).
   bool fuseFp8Quantize_ = true;
+  bool unstoredFp8Rows_ = true;
   int numFp8QuantizeSteps_ = 0;
   int64_t numFp8QuantizeLaunches_ = 0;
+  int64_t numFp8UnstoredLaunches_ = 0;
   /// The GEMM step whose x the step before it quantized into gemm_'s
   /// scratch in this run (it calls Gemm::linearQuantized), or null.
   const PreparedStep *fp8Quantized_ = nullptr;

@@ -80,16 +80,19 @@ Status CudaBackend::runSiluMul(const PreparedStep &s, const Batch &) {
     return mismatch(s, "operands have different shapes");
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, gate.rows, gate.cols, gate.dtype));
-  const std::optional<Gemm::Fp8Operand> q =
-      gate.dtype == DType::kBF16 ? fp8OperandForNext(s, gate.rows, gate.cols)
-                                 : std::nullopt;
+  std::optional<Fp8ForNext> q;
+  if (gate.dtype == DType::kBF16) {
+    INFER_ASSIGN_OR_RETURN(q, fp8OperandForNext(s, gate.rows, gate.cols));
+  }
   if (q) {
     INFER_CUDA_RETURN_IF_ERROR(launchSiluMulFp8(
         gate.as<const __nv_bfloat16>(), gate.stride(),
-        up.as<const __nv_bfloat16>(), up.stride(), y.as<__nv_bfloat16>(),
-        q->codes, q->scales, gate.rows, gate.cols, stream_));
+        up.as<const __nv_bfloat16>(), up.stride(),
+        q->storeRow ? y.as<__nv_bfloat16>() : nullptr, q->operand.codes,
+        q->operand.scales, gate.rows, gate.cols, stream_));
     fp8Quantized_ = &s + 1;
     ++numFp8QuantizeLaunches_;
+    numFp8UnstoredLaunches_ += !q->storeRow;
     return Status::ok();
   }
   return withFloatType(gate.dtype, [&](auto tag) -> Status {

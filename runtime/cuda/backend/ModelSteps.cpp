@@ -42,22 +42,23 @@ Status CudaBackend::runRmsNorm(const PreparedStep &s, const Batch &) {
   const int64_t h = s.step.normHeadDim > 0 ? s.step.normHeadDim : x.cols;
   if (x.cols % h != 0 || x.stride() != x.cols)
     return mismatch(s, "the input is not contiguous rows of head_dim groups");
-  const std::optional<Gemm::Fp8Operand> q =
-      x.dtype == DType::kBF16 && h == x.cols
-          ? fp8OperandForNext(s, x.rows, x.cols)
-          : std::nullopt;
+  std::optional<Fp8ForNext> q;
+  if (x.dtype == DType::kBF16 && h == x.cols) {
+    INFER_ASSIGN_OR_RETURN(q, fp8OperandForNext(s, x.rows, x.cols));
+  }
   if (q) {
     INFER_RETURN_IF_ERROR(
         withParamOf<__nv_bfloat16>(w, [&](const auto *weight) -> Status {
           INFER_CUDA_RETURN_IF_ERROR(launchRmsNormFp8(
-              x.as<const __nv_bfloat16>(), weight, y.as<__nv_bfloat16>(),
-              q->codes, q->scales, x.rows, h,
-              static_cast<float>(s.step.epsilon), stream_,
-              static_cast<float>(s.step.weightOffset)));
+              x.as<const __nv_bfloat16>(), weight,
+              q->storeRow ? y.as<__nv_bfloat16>() : nullptr, q->operand.codes,
+              q->operand.scales, x.rows, h, static_cast<float>(s.step.epsilon),
+              stream_, static_cast<float>(s.step.weightOffset)));
           return Status::ok();
         }));
     fp8Quantized_ = &s + 1;
     ++numFp8QuantizeLaunches_;
+    numFp8UnstoredLaunches_ += !q->storeRow;
     return Status::ok();
   }
   return withFloatType(x.dtype, [&](auto tag) -> Status {

@@ -37,6 +37,33 @@ __device__ __forceinline__ int64_t gridThreads() {
   return int64_t(gridDim.x) * blockDim.x;
 }
 
+/// The row a quantizing producer keeps where y is not stored (null y): the
+/// block's dynamic shared memory, unstoredRowBytes() of it.
+template <typename T> __device__ __forceinline__ T *unstoredRow() {
+  extern __shared__ uint4 unstoredRowWords[];
+  return reinterpret_cast<T *>(unstoredRowWords);
+}
+
+/// Dynamic shared memory of a quantizing producer's launch: none where it
+/// stores y, else its row (raising the kernel's limit past the default 48
+/// KiB where the row needs it). cudaErrorInvalidValue past
+/// kMaxUnstoredRowElements.
+template <typename Kernel>
+cudaError_t unstoredRowBytes(Kernel kernel, const void *y, int64_t cols,
+                             size_t elementBytes, size_t &bytes) {
+  bytes = 0;
+  if (y)
+    return cudaSuccess;
+  if (cols > kMaxUnstoredRowElements)
+    return cudaErrorInvalidValue;
+  bytes = static_cast<size_t>(cols) * elementBytes;
+  if (bytes > 48 * 1024)
+    return cudaFuncSetAttribute(kernel,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(bytes));
+  return cudaSuccess;
+}
+
 __device__ __forceinline__ float siluOf(float v) {
   return v / (1.0f + expf(-v));
 }
@@ -155,13 +182,14 @@ __device__ float blockSum(float v, float *partial) {
 
 /// One block per row of h elements, in packs of N (h % N == 0). Quantize:
 /// the row's E4M3 codes and scale too, from the stored values
-/// (launchRmsNormFp8); the norm's arithmetic is the same either way.
+/// (launchRmsNormFp8; a null y keeps them in shared memory, unstoredRow);
+/// the norm's arithmetic is the same either way.
 template <int N, bool Quantize, typename T, typename P>
 __global__ void rmsNormKernel(const T *x, const P *w, T *y, int64_t h,
                               float epsilon, float weightOffset, uint8_t *codes,
                               float *scales) {
   const T *xr = x + blockIdx.x * h;
-  T *yr = y + blockIdx.x * h;
+  T *yr = !Quantize || y ? y + blockIdx.x * h : unstoredRow<T>();
   float sum = 0.0f;
   for (int64_t i = threadIdx.x * int64_t(N); i < h; i += blockDim.x * N) {
     float v[N];
@@ -248,13 +276,14 @@ __global__ void siluMulRowsKernel(const T *gate, int64_t gateLd, const T *up,
 
 /// silu_mul with the E4M3 codes and scale of each row of y
 /// (launchSiluMulFp8): one block per row, so that the block has the row's
-/// amax; each element is siluMulRowsKernel's.
+/// amax; each element is siluMulRowsKernel's. A null y keeps the row in
+/// shared memory (unstoredRow).
 template <int N, typename T>
 __global__ void
 siluMulQuantizeKernel(const T *gate, int64_t gateLd, const T *up, int64_t upLd,
                       T *y, int64_t cols, uint8_t *codes, float *scales) {
   const int64_t r = blockIdx.x;
-  T *yr = y + r * cols;
+  T *yr = y ? y + r * cols : unstoredRow<T>();
   float amax = 0.0f;
   for (int64_t c = threadIdx.x * int64_t(N); c < cols; c += blockDim.x * N) {
     float g[N], u[N];
@@ -428,13 +457,19 @@ cudaError_t launchRmsNormFp8(const __nv_bfloat16 *x, const P *w,
   // launchRmsNorm's choice of N: it fixes the order of the sum of squares.
   constexpr int N = kPack<__nv_bfloat16, P>;
   const unsigned grid = static_cast<unsigned>(rows);
+  const auto launch = [&](auto kernel) {
+    size_t bytes;
+    const cudaError_t status =
+        unstoredRowBytes(kernel, y, h, sizeof(__nv_bfloat16), bytes);
+    if (status != cudaSuccess)
+      return status;
+    kernel<<<grid, kThreads, bytes, stream>>>(x, w, y, h, epsilon, weightOffset,
+                                              codes, scales);
+    return cudaGetLastError();
+  };
   if (h % N == 0 && packAligned(x) && packAligned(w) && packAligned(y))
-    rmsNormKernel<N, true><<<grid, kThreads, 0, stream>>>(
-        x, w, y, h, epsilon, weightOffset, codes, scales);
-  else
-    rmsNormKernel<1, true><<<grid, kThreads, 0, stream>>>(
-        x, w, y, h, epsilon, weightOffset, codes, scales);
-  return cudaGetLastError();
+    return launch(rmsNormKernel<N, true, __nv_bfloat16, P>);
+  return launch(rmsNormKernel<1, true, __nv_bfloat16, P>);
 }
 
 template <typename T>
@@ -566,14 +601,20 @@ cudaError_t launchSiluMulFp8(const __nv_bfloat16 *gate, int64_t gateLd,
     return packAligned(p) && ld % N == 0;
   };
   const unsigned grid = static_cast<unsigned>(rows);
+  const auto launch = [&](auto kernel) {
+    size_t bytes;
+    const cudaError_t status =
+        unstoredRowBytes(kernel, y, cols, sizeof(__nv_bfloat16), bytes);
+    if (status != cudaSuccess)
+      return status;
+    kernel<<<grid, kThreads, bytes, stream>>>(gate, gateLd, up, upLd, y, cols,
+                                              codes, scales);
+    return cudaGetLastError();
+  };
   if (cols % N == 0 && packed(gate, gateLd) && packed(up, upLd) &&
       packed(y, cols))
-    siluMulQuantizeKernel<N><<<grid, kThreads, 0, stream>>>(
-        gate, gateLd, up, upLd, y, cols, codes, scales);
-  else
-    siluMulQuantizeKernel<1><<<grid, kThreads, 0, stream>>>(
-        gate, gateLd, up, upLd, y, cols, codes, scales);
-  return cudaGetLastError();
+    return launch(siluMulQuantizeKernel<N, __nv_bfloat16>);
+  return launch(siluMulQuantizeKernel<1, __nv_bfloat16>);
 }
 
 cudaError_t launchFused(const FusedProgram &program, int64_t n,
