@@ -62,6 +62,11 @@ using cuda::KVCacheDtype;
 
 constexpr double kF32Tol = 1e-5;
 constexpr double kBf16Tol = 1e-2;
+/// The tensor-core prefills on an E4M3 pool: code x scale is rounded to bf16
+/// when it is staged (bf16 and E5M2 values pass exactly), two more roundings
+/// of 2^-9 per product than kBf16Tol allows for. Fresh random inputs reached
+/// 1.002e-2 (GQA 8, contexts 227 and 128) against 1e-2.
+constexpr double kStagedE4M3Tol = 2e-2;
 constexpr uint8_t kNaNCode = 0x7F;
 
 struct Format {
@@ -281,7 +286,9 @@ TEST_F(Fp8KVCacheTest, PagedAttentionMatchesCpu) {
                 << " prefill " << prefillErr << "\n";
       EXPECT_LT(decodeErr, kF32Tol) << f.name << " " << describe(c);
       const bool tensorCores = cuda::prefillAttentionSupports(a);
-      EXPECT_LT(prefillErr, tensorCores ? kBf16Tol : kF32Tol)
+      const double bf16Tol =
+          f.dtype == KVCacheDtype::kF8E4M3 ? kStagedE4M3Tol : kBf16Tol;
+      EXPECT_LT(prefillErr, tensorCores ? bf16Tol : kF32Tol)
           << f.name << " " << describe(c);
     }
 }

@@ -307,8 +307,9 @@ TEST_F(SplitKVDecodeTest, RoutesLaunchesThatFillTheGpuToTensorCores) {
 TEST_F(SplitKVDecodeTest, TensorCoreDecodeMatchesCpuAttention) {
   // Forced onto the tensor-core kernel, every pool, with the workspace
   // (long contexts split) and without: ragged short contexts and a few long
-  // ones, every group size it takes, head_dim 64/128, windows, block size
-  // 24, soft-caps.
+  // ones, every group size it takes, head_dim 64/128, windows, block sizes
+  // 24 and 8 (two blocks a step; the lanes' window of 32 block-table entries
+  // refilled every 256 keys), soft-caps.
   std::uniform_int_distribution<int> shortContext(1, 200);
   auto ragged = [&](int n) {
     std::vector<int> contexts;
@@ -333,6 +334,7 @@ TEST_F(SplitKVDecodeTest, TensorCoreDecodeMatchesCpuAttention) {
       {{16, 4, 128, 0, 16, {5000, 1000, 3}}, {}},            // long
       {{16, 4, 128, 50, 16, {300, 51, 50, 49, 7}}, {}},      // window
       {{8, 2, 128, 0, 24, ragged(12)}, {}},                  // bs 24
+      {{8, 2, 128, 0, 8, {1500, 260, 257, 9}}, {}},          // bs 8, windows
       {{32, 8, 128, 0, 16, ragged(12)}, {4, 10}},            // soft-cap
       {{16, 2, 64, 8, 16, {40, 9, 3}}, {4, 5}},              // cap, window
   };
