@@ -1,7 +1,7 @@
 //===- AttentionBench.cpp - Paged attention kernels against ceilings ------===//
 //
 //   infer-attention-bench [--prefill 2048,8192] [--decode 1:32768,256:2048]
-//       [--rope 2048,8192]
+//       [--rope 2048,8192] [--mixed 8x128+1024:192]
 //       [--heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --layers 1]
 //       [--pools bf16,e4m3,e5m2] [--softcap 0] [--repeats 7]
 //
@@ -33,6 +33,12 @@
 //            launch (launchRopeQKVCacheWrite, kernel=rope_qkv_cache_write)
 //            and as the two launches it replaces, back to back
 //            (kernel=rope+rope_kv_cache_write).
+//   mixed    (only with --mixed) P prompts of L new tokens and B decode
+//            rows of C cached tokens in one batch, as chunked prefill makes
+//            them: launchPagedAttention of the whole batch (the prefill
+//            kernel on the prompts' rows, then the decode kernel), of the
+//            prompts alone (prefill_us, and prefill_mma_us on the mma.sync
+//            kernel) and of the decode rows alone (decode_us).
 // Beside them the ceilings measured in the same run: the device-to-device
 // copy bandwidth (1 GiB cudaMemcpy, read + write) and a bf16 GEMM of
 // 8192^3 through cuBLASLt (fp32 accumulation). Each figure is the median of
@@ -203,6 +209,12 @@ struct Options {
       {1, 32768},  {32, 1024},  {32, 8192}, {32, 32768},
       {128, 4096}, {256, 1024}, {256, 2048}};
   std::vector<int> rope;
+  /// Mixed batches as the engine's chunked prefill makes them: prompts x
+  /// prompt length + decode rows x context.
+  struct Mixed {
+    int prompts, promptLen, decodes, context;
+  };
+  std::vector<Mixed> mixed;
   std::vector<std::string> pools = {"bf16", "e4m3", "e5m2"};
   int heads = 32, kvHeads = 8, headDim = 128, blockSize = 16, repeats = 7;
   /// Layers of the pool (the kernels run on the last): a model's pool holds
@@ -242,6 +254,15 @@ Options parse(int argc, char **argv) {
           die("--decode takes BATCH:CONTEXT,...");
         o.decode.push_back(
             {std::stoi(bc.substr(0, colon)), std::stoi(bc.substr(colon + 1))});
+      }
+    } else if (flag == "--mixed") {
+      for (const std::string &m : split(value)) {
+        Options::Mixed x{};
+        if (std::sscanf(m.c_str(), "%dx%d+%d:%d", &x.prompts, &x.promptLen,
+                        &x.decodes, &x.context) != 4 ||
+            x.prompts < 1 || x.promptLen < 2 || x.decodes < 1 || x.context < 1)
+          die("--mixed takes PROMPTSxLENGTH+DECODES:CONTEXT,...");
+        o.mixed.push_back(x);
       }
     } else if (flag == "--rope") {
       o.rope.clear();
@@ -297,10 +318,20 @@ struct Batch {
   int64_t maxBlocks = 0, numSeqs = 0, t = 0;
 
   Batch(const Options &o, KVCacheDtype dtype, int64_t seqs, int context,
-        int newTokens, std::mt19937 &rng) {
+        int newTokens, std::mt19937 &rng)
+      : Batch(o, dtype,
+              std::vector<std::pair<int, int>>(seqs, {context, newTokens}),
+              rng) {}
+
+  /// One sequence per (context, new tokens) pair, in that order.
+  Batch(const Options &o, KVCacheDtype dtype,
+        const std::vector<std::pair<int, int>> &sequences, std::mt19937 &rng) {
+    const int64_t seqs = static_cast<int64_t>(sequences.size());
     numSeqs = seqs;
     dims = CacheDims{o.layers, o.kvHeads, o.headDim, o.blockSize};
-    maxBlocks = (context + o.blockSize - 1) / o.blockSize;
+    for (const auto &[context, newTokens] : sequences)
+      maxBlocks = std::max<int64_t>(maxBlocks,
+                                    (context + o.blockSize - 1) / o.blockSize);
     const int64_t blocks = seqs * maxBlocks;
     const int64_t elements =
         blocks * o.layers * 2 * int64_t(o.blockSize) * o.kvHeads * o.headDim;
@@ -337,10 +368,12 @@ struct Batch {
     std::vector<int32_t> order(blocks);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
-    std::vector<int32_t> lens(seqs, context), starts(seqs + 1);
-    for (int64_t s = 0; s <= seqs; ++s)
-      starts[s] = int32_t(s * newTokens);
-    t = seqs * newTokens;
+    std::vector<int32_t> lens(seqs), starts(seqs + 1, 0);
+    for (int64_t s = 0; s < seqs; ++s) {
+      lens[s] = sequences[s].first;
+      starts[s + 1] = starts[s] + sequences[s].second;
+    }
+    t = starts[seqs];
     tables = upload(order);
     contextLens = upload(lens);
     qsl = upload(starts);
@@ -595,6 +628,44 @@ int main(int argc, char **argv) {
           (mma ? mmaDecodeSplits : splitKVSplits)(a, o.blockSize, b.maxBlocks,
                                                   batch, workspaceBytes),
           ms * 1e3, gbps, 100 * gbps * 1e9 / copy);
+    }
+    // A mixed batch as one launch (the prompts' rows on the prefill
+    // kernel, then the decode rows), against its two parts alone: the
+    // prompts on the sm_90 kernel and on the mma.sync one, the decode rows.
+    for (const Options::Mixed &m : o.mixed) {
+      std::vector<std::pair<int, int>> prompts(m.prompts,
+                                               {m.promptLen, m.promptLen});
+      std::vector<std::pair<int, int>> decodes(m.decodes, {m.context, 1});
+      std::vector<std::pair<int, int>> all = prompts;
+      all.insert(all.end(), decodes.begin(), decodes.end());
+      Batch whole(o, dtype, all, rng), prefill(o, dtype, prompts, rng),
+          decode(o, dtype, decodes, rng);
+      const SplitKVWorkspace ws{workspace, workspaceBytes};
+      auto paged = [&](Batch &b) {
+        return timeLaunches(
+            [&](cudaStream_t s) {
+              return launchPagedAttention(b.q, b.pool, b.dims, a, b.tables,
+                                          b.maxBlocks, b.contextLens, b.qsl,
+                                          b.numSeqs, b.t, b.out, s, ws);
+            },
+            o.repeats);
+      };
+      const bool sm90 = prefillAttentionSm90Enabled() &&
+                        prefillAttentionSm90Supports(a, prefill.dims, dtype);
+      const double prefillMma = timeLaunches(
+          [&](cudaStream_t s) {
+            return launchPrefillAttention(
+                prefill.q, prefill.pool, prefill.dims, a, prefill.tables,
+                prefill.maxBlocks, prefill.contextLens, prefill.qsl,
+                prefill.numSeqs, prefill.t, prefill.out, s);
+          },
+          o.repeats);
+      std::printf("result mixed pool=%s prompts=%d prompt_len=%d decodes=%d "
+                  "context=%d us=%.1f prefill_us=%.1f prefill_kernel=%s "
+                  "prefill_mma_us=%.1f decode_us=%.1f\n",
+                  name.c_str(), m.prompts, m.promptLen, m.decodes, m.context,
+                  paged(whole) * 1e3, paged(prefill) * 1e3,
+                  sm90 ? "sm90" : "mma", prefillMma * 1e3, paged(decode) * 1e3);
     }
     cudaFree(workspace);
   }
