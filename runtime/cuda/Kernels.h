@@ -466,21 +466,24 @@ void setPrefillAttentionSm90Ctas(int ctas);
 /// launchPrefillAttention's function on Hopper (PrefillAttentionSm90.cu):
 /// wgmma tensor cores fed by TMA through the block tables, a producer
 /// warpgroup and two consumer warpgroups; bf16 q, K, V and probabilities,
-/// fp32 softmax and accumulation.
+/// fp32 softmax and accumulation. With a workspace (launchPagedAttention
+/// lends its split-KV one: the decode kernel runs after), a first launch
+/// lists the tiles of the sequences with two or more new tokens and the
+/// CTAs work through those alone, where a batch of many decode rows would
+/// leave most tiles of the flat batch empty; the same results either way.
 cudaError_t
 launchPrefillAttentionSm90(const float *q, KVCachePool pool, CacheDims dims,
                            AttentionDims attention, const int32_t *blockTables,
                            int64_t maxBlocksPerSeq, const int32_t *contextLens,
                            const int32_t *queryStartLoc, int64_t numSeqs,
-                           int64_t t, float *out, cudaStream_t stream);
-cudaError_t launchPrefillAttentionSm90(const __nv_bfloat16 *q, KVCachePool pool,
-                                       CacheDims dims, AttentionDims attention,
-                                       const int32_t *blockTables,
-                                       int64_t maxBlocksPerSeq,
-                                       const int32_t *contextLens,
-                                       const int32_t *queryStartLoc,
-                                       int64_t numSeqs, int64_t t,
-                                       __nv_bfloat16 *out, cudaStream_t stream);
+                           int64_t t, float *out, cudaStream_t stream,
+                           SplitKVWorkspace workspace = {});
+cudaError_t launchPrefillAttentionSm90(
+    const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
+    AttentionDims attention, const int32_t *blockTables,
+    int64_t maxBlocksPerSeq, const int32_t *contextLens,
+    const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
+    __nv_bfloat16 *out, cudaStream_t stream, SplitKVWorkspace workspace = {});
 
 } // namespace infer::cuda
 

@@ -351,13 +351,13 @@ cudaError_t pagedAttention(const TQ *q, KVCachePool pool, CacheDims dims,
   const bool splitKV = splitKVDecodeSupports(attention, dims);
   if (tensorCores) {
     const cudaError_t status =
-        sm90
-            ? launchPrefillAttentionSm90(q, pool, dims, attention, blockTables,
-                                         maxBlocksPerSeq, contextLens,
-                                         queryStartLoc, numSeqs, t, out, stream)
-            : launchPrefillAttention(q, pool, dims, attention, blockTables,
-                                     maxBlocksPerSeq, contextLens,
-                                     queryStartLoc, numSeqs, t, out, stream);
+        sm90 ? launchPrefillAttentionSm90(q, pool, dims, attention, blockTables,
+                                          maxBlocksPerSeq, contextLens,
+                                          queryStartLoc, numSeqs, t, out,
+                                          stream, workspace)
+             : launchPrefillAttention(q, pool, dims, attention, blockTables,
+                                      maxBlocksPerSeq, contextLens,
+                                      queryStartLoc, numSeqs, t, out, stream);
     if (status != cudaSuccess)
       return status;
   }

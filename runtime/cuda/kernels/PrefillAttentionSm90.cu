@@ -67,6 +67,14 @@ bool pingPongOn() {
   return on;
 }
 
+bool tileMapOn() {
+  static const bool on = [] {
+    const char *value = std::getenv("INFER_SM90_TILE_MAP");
+    return !(value && std::strcmp(value, "0") == 0);
+  }();
+  return on;
+}
+
 namespace {
 /// setPrefillAttentionSm90Ctas' value (< 0: the default).
 std::atomic<int> ctasOverride{-1};
@@ -148,15 +156,15 @@ bool prefillAttentionSm90Supports(const AttentionDims &attention,
          sm90::kernelRuns();
 }
 
-cudaError_t
-launchPrefillAttentionSm90(const __nv_bfloat16 *q, KVCachePool pool,
-                           CacheDims dims, AttentionDims attention,
-                           const int32_t *blockTables, int64_t maxBlocksPerSeq,
-                           const int32_t *contextLens,
-                           const int32_t *queryStartLoc, int64_t numSeqs,
-                           int64_t t, __nv_bfloat16 *out, cudaStream_t stream) {
+cudaError_t launchPrefillAttentionSm90(
+    const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
+    AttentionDims attention, const int32_t *blockTables,
+    int64_t maxBlocksPerSeq, const int32_t *contextLens,
+    const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
+    __nv_bfloat16 *out, cudaStream_t stream, SplitKVWorkspace workspace) {
   return sm90::launch(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
-                      contextLens, queryStartLoc, numSeqs, t, out, stream);
+                      contextLens, queryStartLoc, numSeqs, t, out, stream,
+                      workspace);
 }
 
 } // namespace infer::cuda

@@ -59,8 +59,13 @@
 // (last, causal) tiles first, and CTA i takes items i, 2G - 1 - i, 2G + i,
 // ... of a grid of G (snake order, so the CTAs' totals even out).
 // Everything is read on the device, so launches can be captured in CUDA
-// graphs. INFER_SM90_PINGPONG=0 and INFER_SM90_PERSISTENT=0 (or a CTA
-// count) turn the two schedules off for comparisons.
+// graphs. Given a workspace, a one-block launch first lists the row tiles
+// of the sequences with two or more new tokens (tileMapKernel), and the
+// items are those tiles alone: a batch of many decode rows and a few
+// prompts otherwise leaves most of the flat batch's tiles empty, each
+// costing a persistent CTA a search. INFER_SM90_PINGPONG=0,
+// INFER_SM90_PERSISTENT=0 (or a CTA count) and INFER_SM90_TILE_MAP=0 turn
+// the three off for comparisons.
 //
 // The kernels and launchers are templates of the q/out element type (fp32
 // or bf16); PrefillAttentionSm90.cu instantiates the bf16 ones,
@@ -160,9 +165,25 @@ struct Sm90Params {
   bool pingPong;
   /// Work items: (tile of kRows rows, kv head) pairs, numbered as
   /// locateTile reads them; a CTA takes items blockIdx.x, then the others
-  /// workItem gives it (one each with gridDim.x == numWork).
+  /// workItem gives it (one each with gridDim.x == numWork). With a tile
+  /// map, numWork is a bound and the map's count the number.
   int64_t numWork;
+  /// The row tiles of the sequences with two or more new tokens, in flat
+  /// order (tileMapKernel; null: every tile of the flat batch is an item,
+  /// those of decode rows empty): count [0] = items (tiles x kv heads),
+  /// tiles (sequence, tile of the sequence) from [2] as int2.
+  const int32_t *tileMap;
 };
+
+/// Bytes of a tile map of `numWork` items at most.
+inline size_t tileMapBytes(int64_t numWork, int numKVHeads) {
+  return sizeof(int32_t) * 2 + sizeof(int2) * size_t(numWork / numKVHeads);
+}
+
+/// Sm90Params::numWork, or the tile map's count.
+__device__ __forceinline__ int64_t workCount(const Sm90Params &p) {
+  return p.tileMap ? int64_t(p.tileMap[0]) : p.numWork;
+}
 
 __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -183,33 +204,18 @@ struct TileGeometry {
   const int32_t *table;
 };
 
-/// False when work item `w` has nothing to do (a decode sequence, or a
-/// tile past the sequence's rows).
-__device__ __forceinline__ bool locateTile(const Sm90Params &p, int64_t w,
-                                           TileGeometry &g) {
+/// The geometry of the row tile of sequence `seq` whose first flat row
+/// (query-major, the group's heads) is `flatBegin`; g.group set. False for
+/// a decode sequence or past the sequence's rows.
+__device__ __forceinline__ bool tileGeometryOf(const Sm90Params &p, int64_t seq,
+                                               int64_t flatBegin,
+                                               TileGeometry &g) {
   const AttentionDims &a = p.a;
-  g.group = a.numHeads / a.numKVHeads;
-  // int32 divisions (numWork < 2^31, checked by the launcher; rows of a
-  // sequence, t * group, fit too): 64-bit ones are calls that take more
-  // registers than the producer has.
-  const int item = static_cast<int>(w);
-  g.kvHead = item % a.numKVHeads;
-  const int tiles = static_cast<int>(p.numWork) / a.numKVHeads;
-  const int64_t tile = tiles - 1 - item / a.numKVHeads;
-  int64_t lo = 0, hi = p.numSeqs - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (int64_t(p.queryStartLoc[mid]) * g.group / kRows + mid <= tile)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int64_t seq = lo;
   g.seqStart = p.queryStartLoc[seq];
   const int64_t newTokens = p.queryStartLoc[seq + 1] - g.seqStart;
   if (newTokens < 2)
     return false;
-  g.flatBegin = (tile - (g.seqStart * g.group / kRows + seq)) * kRows;
+  g.flatBegin = flatBegin;
   const int64_t flatCount = newTokens * g.group;
   if (g.flatBegin >= flatCount)
     return false;
@@ -228,6 +234,116 @@ __device__ __forceinline__ bool locateTile(const Sm90Params &p, int64_t w,
   return true;
 }
 
+/// False when work item `w` has nothing to do (a decode sequence, or a
+/// tile past the sequence's rows).
+__device__ __forceinline__ bool locateTile(const Sm90Params &p, int64_t w,
+                                           TileGeometry &g) {
+  const AttentionDims &a = p.a;
+  g.group = a.numHeads / a.numKVHeads;
+  // int32 divisions (numWork < 2^31, checked by the launcher; rows of a
+  // sequence, t * group, fit too): 64-bit ones are calls that take more
+  // registers than the producer has.
+  const int item = static_cast<int>(w);
+  g.kvHead = item % a.numKVHeads;
+  const int tiles = static_cast<int>(workCount(p)) / a.numKVHeads;
+  const int64_t tile = tiles - 1 - item / a.numKVHeads;
+  if (p.tileMap) {
+    const int2 entry = reinterpret_cast<const int2 *>(p.tileMap + 2)[tile];
+    return tileGeometryOf(p, entry.x, int64_t(entry.y) * kRows, g);
+  }
+  int64_t lo = 0, hi = p.numSeqs - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (int64_t(p.queryStartLoc[mid]) * g.group / kRows + mid <= tile)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int64_t start = p.queryStartLoc[lo];
+  return tileGeometryOf(p, lo, (tile - (start * g.group / kRows + lo)) * kRows,
+                        g);
+}
+
+/// Bins of tileMapKernel's counting sort: tiles of more key tiles share the
+/// last.
+constexpr int kCostBins = 4096;
+
+/// The tile map of a launch (Sm90Params::tileMap, p's own null): the row
+/// tiles of the sequences with two or more new tokens, ordered by their
+/// count of key tiles (a counting sort in shared memory; one block, each
+/// thread a run of sequences). Items run from the map's end, so the CTAs
+/// take them longest first whatever the batch's order of sequences and
+/// lengths, which the snake order needs to even out their totals. Batches
+/// that mix decode rows with a few prompts leave most tiles of the flat
+/// batch empty; a persistent CTA walked those at ~2 us each.
+static __global__ void __launch_bounds__(1024)
+    tileMapKernel(const Sm90Params p, int32_t *map) {
+  const int threads = blockDim.x, tid = threadIdx.x;
+  const int group = p.a.numHeads / p.a.numKVHeads;
+  const int64_t per = (p.numSeqs + threads - 1) / threads;
+  const int64_t begin = tid * per < p.numSeqs ? tid * per : p.numSeqs;
+  const int64_t end = begin + per < p.numSeqs ? begin + per : p.numSeqs;
+  __shared__ int bins[kCostBins];
+  for (int i = tid; i < kCostBins; i += threads)
+    bins[i] = 0;
+  __syncthreads();
+  // Each tile of this thread's sequences with its bin: f(seq, tile, bin).
+  auto forTiles = [&](auto f) {
+    for (int64_t s = begin; s < end; ++s) {
+      TileGeometry g;
+      g.group = group;
+      for (int j = 0; tileGeometryOf(p, s, int64_t(j) * kRows, g); ++j)
+        f(s, j, g.numTiles < kCostBins ? g.numTiles : kCostBins - 1);
+    }
+  };
+  forTiles([&](int64_t, int, int bin) { atomicAdd(&bins[bin], 1); });
+  __syncthreads();
+  // Exclusive scan of the bins: each thread kCostBins / threads of them,
+  // then over the warps and the warps' totals.
+  constexpr int kMaxThreads = 1024;
+  static_assert(kCostBins % kMaxThreads == 0, "whole runs of bins");
+  const int run = kCostBins / threads;
+  int mine = 0;
+  for (int i = 0; i < run; ++i)
+    mine += bins[tid * run + i];
+  __shared__ int warpTotals[32];
+  const int lane = tid % 32, warp = tid / 32;
+  int inclusive = mine;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+    if (lane >= d)
+      inclusive += v;
+  }
+  if (lane == 31)
+    warpTotals[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    int total = lane < threads / 32 ? warpTotals[lane] : 0;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int v = __shfl_up_sync(0xffffffffu, total, d);
+      if (lane >= d)
+        total += v;
+    }
+    warpTotals[lane] = total; // inclusive over warps
+  }
+  __syncthreads();
+  int offset = inclusive - mine + (warp > 0 ? warpTotals[warp - 1] : 0);
+  for (int i = 0; i < run; ++i) {
+    const int count = bins[tid * run + i];
+    bins[tid * run + i] = offset;
+    offset += count;
+  }
+  __syncthreads();
+  int2 *tiles = reinterpret_cast<int2 *>(map + 2);
+  forTiles([&](int64_t s, int j, int bin) {
+    tiles[atomicAdd(&bins[bin], 1)] = make_int2(static_cast<int>(s), j);
+  });
+  if (tid == 0)
+    map[0] = warpTotals[threads / 32 - 1] * p.a.numKVHeads;
+}
+
 /// The `k`-th work item of this CTA (k = 0, 1, ...): rounds of gridDim.x
 /// items, CTA i taking item i of even rounds and item gridDim.x - 1 - i of
 /// odd ones. Items run longest first (locateTile), so the snake order
@@ -237,7 +353,7 @@ __device__ __forceinline__ int64_t workItem(const Sm90Params &p, int k) {
   const int64_t round = int64_t(k) * gridDim.x;
   const int64_t w =
       round + (k % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x);
-  return w < p.numWork ? w : -1;
+  return w < workCount(p) ? w : -1;
 }
 
 /// Advances `k` to this CTA's next work item with rows (from item k on) and
@@ -1048,6 +1164,11 @@ cudaError_t encodePoolMap(CUtensorMap *map, const void *pool,
 /// INFER_SM90_PINGPONG is 0 (read once; for comparisons in the benchmark).
 bool pingPongOn();
 
+/// Whether a launch with a workspace makes a tile map (Sm90Params::
+/// tileMap): on unless INFER_SM90_TILE_MAP is 0 (read once; for
+/// comparisons in the benchmark).
+bool tileMapOn();
+
 /// CTAs of a persistent launch (0: one CTA per work item):
 /// setPrefillAttentionSm90Ctas' value, else INFER_SM90_PERSISTENT's (read
 /// once), else the current device's SM count.
@@ -1123,7 +1244,7 @@ cudaError_t launch(const TQ *q, KVCachePool pool, CacheDims dims,
                    AttentionDims attention, const int32_t *blockTables,
                    int64_t maxBlocksPerSeq, const int32_t *contextLens,
                    const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
-                   TQ *out, cudaStream_t stream) {
+                   TQ *out, cudaStream_t stream, SplitKVWorkspace workspace) {
   if (t <= 0 || numSeqs <= 0)
     return cudaSuccess;
   if (!prefillAttentionSm90Supports(attention, dims, pool.dtype) ||
@@ -1133,9 +1254,21 @@ cudaError_t launch(const TQ *q, KVCachePool pool, CacheDims dims,
   // per sequence beyond t * group / kRows) per kv head.
   const int64_t group = attention.numHeads / attention.numKVHeads;
   const int64_t numWork = (t * group / kRows + numSeqs) * attention.numKVHeads;
-  const Sm90Params p{q,           out,           blockTables,  maxBlocksPerSeq,
-                     contextLens, queryStartLoc, numSeqs,      pool.scales,
-                     dims,        attention,     pingPongOn(), numWork};
+  // With room in the workspace, the items of the prompts' tiles alone
+  // (tileMapKernel), where decode rows would leave most of them empty.
+  Sm90Params p{q,           out,           blockTables,  maxBlocksPerSeq,
+               contextLens, queryStartLoc, numSeqs,      pool.scales,
+               dims,        attention,     pingPongOn(), numWork,
+               nullptr};
+  if (numSeqs > 1 && workspace.data && tileMapOn() &&
+      workspace.bytes >= tileMapBytes(numWork, attention.numKVHeads)) {
+    int32_t *map = reinterpret_cast<int32_t *>(workspace.data);
+    tileMapKernel<<<1, 1024, 0, stream>>>(p, map);
+    const cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess)
+      return status;
+    p.tileMap = map;
+  }
   if (attention.headDim == 64)
     return launchOfPool<64, TQ>(p, pool, stream);
   return launchOfPool<128, TQ>(p, pool, stream);

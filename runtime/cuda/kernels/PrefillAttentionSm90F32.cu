@@ -9,14 +9,14 @@
 
 namespace infer::cuda {
 
-cudaError_t
-launchPrefillAttentionSm90(const float *q, KVCachePool pool, CacheDims dims,
-                           AttentionDims attention, const int32_t *blockTables,
-                           int64_t maxBlocksPerSeq, const int32_t *contextLens,
-                           const int32_t *queryStartLoc, int64_t numSeqs,
-                           int64_t t, float *out, cudaStream_t stream) {
+cudaError_t launchPrefillAttentionSm90(
+    const float *q, KVCachePool pool, CacheDims dims, AttentionDims attention,
+    const int32_t *blockTables, int64_t maxBlocksPerSeq,
+    const int32_t *contextLens, const int32_t *queryStartLoc, int64_t numSeqs,
+    int64_t t, float *out, cudaStream_t stream, SplitKVWorkspace workspace) {
   return sm90::launch(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
-                      contextLens, queryStartLoc, numSeqs, t, out, stream);
+                      contextLens, queryStartLoc, numSeqs, t, out, stream,
+                      workspace);
 }
 
 } // namespace infer::cuda

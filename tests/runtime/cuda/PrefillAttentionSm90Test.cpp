@@ -64,16 +64,18 @@ protected:
   }
 
   /// launchPrefillAttentionSm90 of batch `b` over `pool`, q and out of
-  /// `type`; the rows of decode sequences stay NaN.
+  /// `type`; the rows of decode sequences stay NaN. `workspace`: the
+  /// launch's tile map (none: every tile of the flat batch an item).
   std::vector<float> run(QueryType type, const PagedBatch &b,
                          cuda::KVCachePool pool, const CacheDims &dims,
-                         const AttentionDims &a, cudaStream_t stream) {
+                         const AttentionDims &a, cudaStream_t stream,
+                         cuda::SplitKVWorkspace workspace = {}) {
     DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
     const int64_t numSeqs = b.contextLens.size();
     return runWithQueries(type, b.q, [&](auto q, auto out) {
       return cuda::launchPrefillAttentionSm90(
           q, pool, dims, a, tables.get(), b.maxBlocks, context.get(), qsl.get(),
-          numSeqs, b.t, out, stream);
+          numSeqs, b.t, out, stream, workspace);
     });
   }
 };
@@ -380,13 +382,26 @@ TEST_F(PrefillAttentionSm90Test, PersistentCtasTakeEveryItemOnce) {
   // items each, the K/V ring, the consumers' ping-pong and the next item's
   // Q rows going on from one item to the next: with 1, 3 or 7 CTAs (many
   // items a CTA, decode sequences' items skipped on the way) and with more
-  // CTAs than items, every result is bitwise the one-CTA-per-item launch's
-  // and within tolerance of the CPU kernel.
+  // CTAs than items, with and without a workspace for the tile map (the
+  // prompts' tiles alone as items), every result is bitwise the
+  // one-CTA-per-item launch's and within tolerance of the CPU kernel.
   struct Case {
     KVCacheDtype dtype;
     AttentionCase shape;
   };
+  // Prompts among many decode rows, as chunked prefill batches them.
+  std::vector<std::pair<int, int>> mixed;
+  for (int i = 0; i < 90; ++i)
+    mixed.push_back(i == 20   ? std::pair<int, int>{0, 200}
+                    : i == 61 ? std::pair<int, int>{33, 70}
+                    : i == 89 ? std::pair<int, int>{0, 5}
+                              : std::pair<int, int>{10 + i, 1});
+  const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(128);
+  auto workspace = DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
+  const cuda::SplitKVWorkspace ws{workspace.get(), workspaceBytes};
   const Case cases[] = {
+      {KVCacheDtype::kBf16, {32, 8, 128, 0, 16, mixed}},
+      {KVCacheDtype::kF8E4M3, {16, 4, 64, 0, 16, mixed}},
       {KVCacheDtype::kBf16,
        {32, 8, 128, 0, 16, {{0, 300}, {40, 1}, {150, 77}, {9, 2}}}},
       {KVCacheDtype::kBf16, {10, 2, 128, 0, 16, {{2000, 10}, {0, 260}}}},
@@ -431,6 +446,11 @@ TEST_F(PrefillAttentionSm90Test, PersistentCtasTakeEveryItemOnce) {
           EXPECT_EQ(relError(got, single), 0.0)
               << ctas << " ctas " << describe(c);
       }
+      const std::vector<float> mapped = rowsOfSequences(
+          run(QueryType::kBf16, b, pool.pool, dims, a, nullptr, ws), b.qsl,
+          width, false);
+      EXPECT_EQ(relError(mapped, single), 0.0)
+          << ctas << " ctas, tile map " << describe(c);
     }
     cuda::setPrefillAttentionSm90Ctas(-1);
   }
@@ -455,13 +475,16 @@ TEST_F(PrefillAttentionSm90Test, CapturedGraphReplaysTheEagerResult) {
   DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
   auto replayed = DeviceArray<__nv_bfloat16>::poisoned(b.q.size());
   cudaStream_t stream = nullptr;
+  // With the tile map: its kernel is captured too.
+  const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(128);
+  auto workspace = DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
             cudaSuccess);
   const cudaError_t launched = cuda::launchPrefillAttentionSm90(
       q.get(), cuda::KVCachePool(pool.get()), dims, a, tables.get(),
       b.maxBlocks, context.get(), qsl.get(), c.seqs.size(), b.t, replayed.get(),
-      stream);
+      stream, cuda::SplitKVWorkspace{workspace.get(), workspaceBytes});
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_EQ(launched, cudaSuccess);
