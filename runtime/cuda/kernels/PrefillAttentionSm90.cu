@@ -53,7 +53,7 @@ namespace {
 bool kernelRuns() {
   static const bool runs = deviceRunsSm90a(reinterpret_cast<const void *>(
       prefillAttentionSm90Kernel<128, KVCacheDtype::kBf16, false, false,
-                                 __nv_bfloat16>));
+                                 __nv_bfloat16, false>));
   return runs;
 }
 
