@@ -463,6 +463,17 @@ bool prefillAttentionSm90Supports(const AttentionDims &attention,
 /// off). For tests and comparisons; launches read it as they are made.
 void setPrefillAttentionSm90Ctas(int ctas);
 
+/// Whether the small kernels of a decode step (GEMV, norms, rope and cache
+/// writes, decode attention, silu_mul, row copies, sampling) are
+/// programmatic dependent launches (kernels/DependentLaunch.cuh): a device
+/// of compute capability 9.0 or newer and INFER_PDL not "0" (read once per
+/// process), or setDependentLaunches' override.
+bool dependentLaunchesOn();
+/// Overrides dependentLaunchesOn for the launches that follow: 0 off, 1 on
+/// (where the device has them), < 0 back to the default. For tests and
+/// comparisons.
+void setDependentLaunches(int mode);
+
 /// launchPrefillAttention's function on Hopper (PrefillAttentionSm90.cu):
 /// wgmma tensor cores fed by TMA through the block tables, a producer
 /// warpgroup and two consumer warpgroups; bf16 q, K, V and probabilities,

@@ -36,6 +36,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/CacheWriteKernels.h"
+#include "runtime/cuda/kernels/DependentLaunch.cuh"
 #include "runtime/cuda/kernels/Elements.cuh"
 #include "runtime/cuda/kernels/KVCache.cuh"
 #include "runtime/cuda/kernels/RopeFrequency.cuh"
@@ -397,6 +398,8 @@ __global__ void __launch_bounds__(kThreads, 4)
                                   const float *invFreq, int64_t t, int64_t kLd,
                                   int64_t vLd, int longFrom,
                                   DynamicRope dynamic, int rowLanes) {
+  waitForPriorGrids();
+  allowDependentGrids();
   __shared__ float factors[kMaxHeadDim]; // [half] cos, [half] sin
   const int d = dims.headDim, half = rotaryDim / 2;
   const int packsPerHead = (d - half) / kRopePack;
@@ -440,6 +443,8 @@ __global__ void __launch_bounds__(kThreads)
                             int rotaryDim, const float *invFreq, int64_t t,
                             int64_t kLd, int64_t vLd, int longFrom,
                             DynamicRope dynamic) {
+  waitForPriorGrids();
+  allowDependentGrids();
   __shared__ float factors[kMaxHeadDim]; // [half] cos, [half] sin
   const int d = dims.headDim, half = rotaryDim / 2;
   // Per query head: `half` rotated pairs, then d - rotaryDim copies.
@@ -501,17 +506,15 @@ cudaError_t launchQKVWrite(QueryRows<T> query, KVCachePool pool, CacheDims dims,
     const int64_t queryThreads = (int64_t(query.heads) * packs + 31) / 32 * 32;
     const int threads = static_cast<int>(std::clamp<int64_t>(
         std::max(cacheThreads, queryThreads), 32, kThreads));
-    ropeQKVCacheWritePackedKernel<D>
-        <<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-            query, pool, dims, layer, k, v, slots, positions, rotaryDim,
-            invFreq, t, kLd, vLd, longFrom, dynamic, rowLanes);
-    return cudaGetLastError();
+    return launchDependent(
+        ropeQKVCacheWritePackedKernel<D, T>, static_cast<unsigned>(blocks),
+        threads, 0, stream, query, pool, dims, layer, k, v, slots, positions,
+        rotaryDim, invFreq, t, kLd, vLd, longFrom, dynamic, rowLanes);
   }
-  ropeQKVCacheWriteKernel<D>
-      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          query, pool, dims, layer, k, v, slots, positions, rotaryDim, invFreq,
-          t, kLd, vLd, longFrom, dynamic);
-  return cudaGetLastError();
+  return launchDependent(ropeQKVCacheWriteKernel<D, T>,
+                         static_cast<unsigned>(blocks), kThreads, 0, stream,
+                         query, pool, dims, layer, k, v, slots, positions,
+                         rotaryDim, invFreq, t, kLd, vLd, longFrom, dynamic);
 }
 
 } // namespace

@@ -61,6 +61,7 @@
 #define INFER_RUNTIME_CUDA_KERNELS_DECODEATTENTION_CUH
 
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/kernels/DependentLaunch.cuh"
 #include "runtime/cuda/kernels/KVCache.cuh"
 
 #include <cuda_bf16.h>
@@ -193,6 +194,8 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
                         const int32_t *queryStartLoc, int splits, TQ *out,
                         float *partialOut, float *partialMax,
                         float *partialSum) {
+  waitForPriorGrids();
+  allowDependentGrids();
   constexpr int kLanesPerKey = D / 8;
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;
   constexpr int kGroups = kWarps * kKeysPerWarp; // lane groups per block
@@ -408,6 +411,8 @@ __global__ void __launch_bounds__(D)
     splitKVCombineKernel(const int32_t *queryStartLoc, int numHeads, int splits,
                          const float *partialOut, const float *partialMax,
                          const float *partialSum, TQ *out) {
+  waitForPriorGrids();
+  allowDependentGrids();
   const int64_t seq = blockIdx.x;
   const int head = blockIdx.y;
   const int64_t token = queryStartLoc[seq];
@@ -465,19 +470,18 @@ cudaError_t launchDecode(const Launch<TQ> &l) {
   dim3 grid(static_cast<unsigned>(l.splits),
             static_cast<unsigned>(a.numKVHeads * headTiles),
             static_cast<unsigned>(l.numSeqs));
-  splitKVDecodeKernel<D, kHeadTile, T, kRotate, kSoftcap, TQ>
-      <<<grid, kThreads, 0, l.stream>>>(l.q, l.pool, l.dims, a, l.blockTables,
-                                        l.maxBlocksPerSeq, l.contextLens,
-                                        l.queryStartLoc, l.splits, l.out,
-                                        partialOut, partialMax, partialSum);
-  if (l.splits == 1)
-    return cudaGetLastError();
+  const cudaError_t status = launchDependent(
+      splitKVDecodeKernel<D, kHeadTile, T, kRotate, kSoftcap, TQ>, grid,
+      kThreads, 0, l.stream, l.q, l.pool, l.dims, a, l.blockTables,
+      l.maxBlocksPerSeq, l.contextLens, l.queryStartLoc, l.splits, l.out,
+      partialOut, partialMax, partialSum);
+  if (status != cudaSuccess || l.splits == 1)
+    return status;
   dim3 combineGrid(static_cast<unsigned>(l.numSeqs),
                    static_cast<unsigned>(a.numHeads));
-  splitKVCombineKernel<D, TQ><<<combineGrid, D, 0, l.stream>>>(
-      l.queryStartLoc, a.numHeads, l.splits, partialOut, partialMax, partialSum,
-      l.out);
-  return cudaGetLastError();
+  return launchDependent(splitKVCombineKernel<D, TQ>, combineGrid, D, 0,
+                         l.stream, l.queryStartLoc, a.numHeads, l.splits,
+                         partialOut, partialMax, partialSum, l.out);
 }
 
 /// The kernel of the launch's score options (specializedScoreOptions: a

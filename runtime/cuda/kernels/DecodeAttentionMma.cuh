@@ -52,6 +52,7 @@
 
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/kernels/DecodeAttention.cuh"
+#include "runtime/cuda/kernels/DependentLaunch.cuh"
 #include "runtime/cuda/kernels/KVCache.cuh"
 #include "runtime/cuda/kernels/PrefillAttention.cuh"
 
@@ -114,6 +115,8 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHighRows))
                     const int32_t *queryStartLoc, int64_t units, int splits,
                     __nv_bfloat16 *out, float *partialOut, float *partialMax,
                     float *partialSum) {
+  waitForPriorGrids();
+  allowDependentGrids();
   constexpr int kChunks = D / 32; // 16-byte chunks a lane loads per key
   constexpr int kMTiles = D / 16; // of O^T = V^T P^T
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -379,20 +382,19 @@ cudaError_t launchOf(const decode::Launch<__nv_bfloat16> &l) {
   float *partialMax = partialOut + entries * D;
   float *partialSum = partialMax + entries;
   const int64_t blocks = (units * l.splits + kWarps - 1) / kWarps;
-  mmaDecodeKernel<D, T, kHighRows, kSoftcap>
-      <<<static_cast<unsigned>(blocks), kThreads, 0, l.stream>>>(
-          l.q, l.pool, l.dims, a, l.blockTables, l.maxBlocksPerSeq,
-          l.contextLens, l.queryStartLoc, units, l.splits, l.out, partialOut,
-          partialMax, partialSum);
-  if (l.splits == 1)
-    return cudaGetLastError();
+  const cudaError_t status = launchDependent(
+      mmaDecodeKernel<D, T, kHighRows, kSoftcap>, static_cast<unsigned>(blocks),
+      kThreads, 0, l.stream, l.q, l.pool, l.dims, a, l.blockTables,
+      l.maxBlocksPerSeq, l.contextLens, l.queryStartLoc, units, l.splits, l.out,
+      partialOut, partialMax, partialSum);
+  if (status != cudaSuccess || l.splits == 1)
+    return status;
   dim3 combineGrid(static_cast<unsigned>(l.numSeqs),
                    static_cast<unsigned>(a.numHeads));
-  decode::splitKVCombineKernel<D, __nv_bfloat16>
-      <<<combineGrid, D, 0, l.stream>>>(l.queryStartLoc, a.numHeads, l.splits,
-                                        partialOut, partialMax, partialSum,
-                                        l.out);
-  return cudaGetLastError();
+  return launchDependent(decode::splitKVCombineKernel<D, __nv_bfloat16>,
+                         combineGrid, D, 0, l.stream, l.queryStartLoc,
+                         a.numHeads, l.splits, partialOut, partialMax,
+                         partialSum, l.out);
 }
 
 template <int D, KVCacheDtype T>

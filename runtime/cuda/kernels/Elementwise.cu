@@ -15,6 +15,7 @@
 
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/QuantizingKernels.h"
+#include "runtime/cuda/kernels/DependentLaunch.cuh"
 #include "runtime/cuda/kernels/E4M3Rows.cuh"
 #include "runtime/cuda/kernels/Elements.cuh"
 
@@ -188,6 +189,8 @@ template <int N, bool Quantize, typename T, typename P>
 __global__ void rmsNormKernel(const T *x, const P *w, T *y, int64_t h,
                               float epsilon, float weightOffset, uint8_t *codes,
                               float *scales) {
+  waitForPriorGrids();
+  allowDependentGrids();
   const T *xr = x + blockIdx.x * h;
   T *yr = !Quantize || y ? y + blockIdx.x * h : unstoredRow<T>();
   float sum = 0.0f;
@@ -260,6 +263,8 @@ template <int N, typename T>
 __global__ void siluMulRowsKernel(const T *gate, int64_t gateLd, const T *up,
                                   int64_t upLd, T *y, int64_t rows,
                                   int64_t cols) {
+  waitForPriorGrids();
+  allowDependentGrids();
   const int64_t col = globalThread() * N;
   if (col >= cols)
     return;
@@ -282,6 +287,8 @@ template <int N, typename T>
 __global__ void
 siluMulQuantizeKernel(const T *gate, int64_t gateLd, const T *up, int64_t upLd,
                       T *y, int64_t cols, uint8_t *codes, float *scales) {
+  waitForPriorGrids();
+  allowDependentGrids();
   const int64_t r = blockIdx.x;
   T *yr = y ? y + r * cols : unstoredRow<T>();
   float amax = 0.0f;
@@ -323,6 +330,8 @@ template <int N, typename T>
 __global__ void copyRowsKernel(const T *x, int64_t ld, int64_t column,
                                const int32_t *indices, int64_t count,
                                int64_t width, T *y) {
+  waitForPriorGrids();
+  allowDependentGrids();
   const int64_t packsPerRow = width / N;
   for (int64_t p = globalThread(); p < count * packsPerRow;
        p += gridThreads()) {
@@ -341,12 +350,12 @@ cudaError_t launchCopyRows(const T *x, int64_t ld, int64_t column,
   constexpr int N = kPack<T>;
   if (width % N == 0 && ld % N == 0 && column % N == 0 && packAligned(x) &&
       packAligned(y))
-    copyRowsKernel<N><<<blocksFor(count * width / N), kThreads, 0, stream>>>(
-        x, ld, column, indices, count, width, y);
-  else
-    copyRowsKernel<1><<<blocksFor(count * width), kThreads, 0, stream>>>(
-        x, ld, column, indices, count, width, y);
-  return cudaGetLastError();
+    return launchDependent(copyRowsKernel<N, T>, blocksFor(count * width / N),
+                           kThreads, 0, stream, x, ld, column, indices, count,
+                           width, y);
+  return launchDependent(copyRowsKernel<1, T>, blocksFor(count * width),
+                         kThreads, 0, stream, x, ld, column, indices, count,
+                         width, y);
 }
 
 /// y[i, :] = table[ids[i] - offset, :] converted to T, or zeros where that
@@ -437,12 +446,12 @@ cudaError_t launchRmsNorm(const T *x, const P *w, T *y, int64_t rows, int64_t h,
   constexpr int N = kPack<T, P>;
   const unsigned grid = static_cast<unsigned>(rows);
   if (h % N == 0 && packAligned(x) && packAligned(w) && packAligned(y))
-    rmsNormKernel<N, false><<<grid, kThreads, 0, stream>>>(
-        x, w, y, h, epsilon, weightOffset, nullptr, nullptr);
-  else
-    rmsNormKernel<1, false><<<grid, kThreads, 0, stream>>>(
-        x, w, y, h, epsilon, weightOffset, nullptr, nullptr);
-  return cudaGetLastError();
+    return launchDependent(rmsNormKernel<N, false, T, P>, grid, kThreads, 0,
+                           stream, x, w, y, h, epsilon, weightOffset, nullptr,
+                           nullptr);
+  return launchDependent(rmsNormKernel<1, false, T, P>, grid, kThreads, 0,
+                         stream, x, w, y, h, epsilon, weightOffset, nullptr,
+                         nullptr);
 }
 
 template <typename P>
@@ -463,9 +472,8 @@ cudaError_t launchRmsNormFp8(const __nv_bfloat16 *x, const P *w,
         unstoredRowBytes(kernel, y, h, sizeof(__nv_bfloat16), bytes);
     if (status != cudaSuccess)
       return status;
-    kernel<<<grid, kThreads, bytes, stream>>>(x, w, y, h, epsilon, weightOffset,
-                                              codes, scales);
-    return cudaGetLastError();
+    return launchDependent(kernel, grid, kThreads, bytes, stream, x, w, y, h,
+                           epsilon, weightOffset, codes, scales);
   };
   if (h % N == 0 && packAligned(x) && packAligned(w) && packAligned(y))
     return launch(rmsNormKernel<N, true, __nv_bfloat16, P>);
@@ -577,15 +585,13 @@ cudaError_t launchSiluMul(const T *gate, int64_t gateLd, const T *up,
     const int64_t packs = cols / N;
     const dim3 grid(static_cast<unsigned>((packs + kThreads - 1) / kThreads),
                     rowBlocks);
-    siluMulRowsKernel<N>
-        <<<grid, kThreads, 0, stream>>>(gate, gateLd, up, upLd, y, rows, cols);
-  } else {
-    const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
-                    rowBlocks);
-    siluMulRowsKernel<1>
-        <<<grid, kThreads, 0, stream>>>(gate, gateLd, up, upLd, y, rows, cols);
+    return launchDependent(siluMulRowsKernel<N, T>, grid, kThreads, 0, stream,
+                           gate, gateLd, up, upLd, y, rows, cols);
   }
-  return cudaGetLastError();
+  const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
+                  rowBlocks);
+  return launchDependent(siluMulRowsKernel<1, T>, grid, kThreads, 0, stream,
+                         gate, gateLd, up, upLd, y, rows, cols);
 }
 
 cudaError_t launchSiluMulFp8(const __nv_bfloat16 *gate, int64_t gateLd,
@@ -607,9 +613,8 @@ cudaError_t launchSiluMulFp8(const __nv_bfloat16 *gate, int64_t gateLd,
         unstoredRowBytes(kernel, y, cols, sizeof(__nv_bfloat16), bytes);
     if (status != cudaSuccess)
       return status;
-    kernel<<<grid, kThreads, bytes, stream>>>(gate, gateLd, up, upLd, y, cols,
-                                              codes, scales);
-    return cudaGetLastError();
+    return launchDependent(kernel, grid, kThreads, bytes, stream, gate, gateLd,
+                           up, upLd, y, cols, codes, scales);
   };
   if (cols % N == 0 && packed(gate, gateLd) && packed(up, upLd) &&
       packed(y, cols))

@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/GemvKernels.h"
+#include "runtime/cuda/kernels/DependentLaunch.cuh"
 #include "runtime/cuda/kernels/Elements.cuh"
 
 #include <cuda_fp16.h>
@@ -164,6 +165,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < R; ++r)
     rows[r] = w + static_cast<int64_t>(min(row0 + r, n - 1)) * k;
+
+  waitForPriorGrids();
+  allowDependentGrids();
 
   float acc[R][T];
 #pragma unroll
@@ -323,6 +327,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
     gemvMmaKernel(const X *__restrict__ x, const W *__restrict__ w,
                   const float *__restrict__ rowScales, GemvOutput out, int t,
                   int n, int k) {
+  waitForPriorGrids();
+  allowDependentGrids();
   constexpr int E = WeightTraits<W>::kVec;
   constexpr int KI = 4 * E; // k per warp iteration
   constexpr int U = 2;      // iterations loaded before the first use
@@ -424,10 +430,9 @@ cudaError_t launchMma(const X *x, const W *w, const float *rowScales,
       reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return cudaErrorInvalidValue;
   const int blocks = static_cast<int>((n + kMmaRows - 1) / kMmaRows);
-  gemvMmaKernel<X, W><<<blocks, kMmaWarps * 32, 0, stream>>>(
-      x, w, rowScales, out, static_cast<int>(t), static_cast<int>(n),
-      static_cast<int>(k));
-  return cudaGetLastError();
+  return launchDependent(gemvMmaKernel<X, W>, blocks, kMmaWarps * 32, 0, stream,
+                         x, w, rowScales, out, static_cast<int>(t),
+                         static_cast<int>(n), static_cast<int>(k));
 }
 
 template <typename X, typename W, int T>
@@ -439,13 +444,9 @@ cudaError_t launchT(const X *x, const W *w, const float *rowScales,
   const bool vector = k % WeightTraits<W>::kVec == 0 &&
                       reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  if (vector)
-    gemvKernel<X, W, T, R, true>
-        <<<blocks, kThreads, 0, stream>>>(x, w, rowScales, out, n, k);
-  else
-    gemvKernel<X, W, T, R, false>
-        <<<blocks, kThreads, 0, stream>>>(x, w, rowScales, out, n, k);
-  return cudaGetLastError();
+  return launchDependent(
+      vector ? gemvKernel<X, W, T, R, true> : gemvKernel<X, W, T, R, false>,
+      blocks, kThreads, 0, stream, x, w, rowScales, out, n, k);
 }
 
 template <typename X, typename W>

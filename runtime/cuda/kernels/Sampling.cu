@@ -21,6 +21,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/SamplingKernels.h"
+#include "runtime/cuda/kernels/DependentLaunch.cuh"
 
 #include "runtime/backend/FiniteLogits.h"
 
@@ -151,6 +152,8 @@ __device__ uint32_t selectTopP(const RowWeights &row, int64_t vocab,
 __global__ void __launch_bounds__(kThreads)
     sampleRowsKernel(const float *logits, int64_t vocab,
                      const DeviceRowSampling *params, int32_t *tokens) {
+  waitForPriorGrids();
+  allowDependentGrids();
   using Reduce = cub::BlockReduce<Mass, kThreads>;
   using Scan = cub::BlockScan<Mass, kThreads>;
   __shared__ union {
@@ -279,9 +282,8 @@ cudaError_t launchSampleRows(const float *logits, int64_t rows, int64_t vocab,
                              cudaStream_t stream) {
   if (rows == 0)
     return cudaSuccess;
-  sampleRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      logits, vocab, params, tokens);
-  return cudaGetLastError();
+  return launchDependent(sampleRowsKernel, static_cast<unsigned>(rows),
+                         kThreads, 0, stream, logits, vocab, params, tokens);
 }
 
 namespace {
