@@ -255,20 +255,26 @@ const Gemm::Shape *Gemm::findShape(const ShapeKey &key) const {
   return it == shapes_.end() ? nullptr : it->second.get();
 }
 
-const char *Gemm::fp8Scaling(int64_t t, int64_t n, int64_t k,
-                             cudaDataType_t yType, bool epilogueBias,
-                             bool residual) const {
+Gemm::ShapeKey Gemm::fp8OuterKey(int64_t t, int64_t n, int64_t k,
+                                 cudaDataType_t y, bool bias, bool residual) {
   ShapeKey key;
   key.fp8 = true;
-  key.y = yType;
-  key.bias = epilogueBias;
+  key.y = y;
+  key.bias = bias;
   key.residual = residual;
   key.scaling = Scaling::kOuterVectors;
   key.n = n;
   key.t = t;
   key.k = k;
   key.ldy = n;
-  const Shape *outer = findShape(key);
+  return key;
+}
+
+const char *Gemm::fp8Scaling(int64_t t, int64_t n, int64_t k,
+                             cudaDataType_t yType, bool epilogueBias,
+                             bool residual) const {
+  const Shape *outer =
+      findShape(fp8OuterKey(t, n, k, yType, epilogueBias, residual));
   if (!outer)
     return nullptr;
   if (!outer->candidates.empty())
@@ -542,19 +548,11 @@ StatusOr<bool> Gemm::fp8OperandSuffices(int64_t t, int64_t n, int64_t k,
                                         bool residual) {
   if (!fp8Operand(t, n, k, w, sizeof(__nv_bfloat16), bias != nullptr, residual))
     return false;
-  // The key runFp8Chunks makes for these rows (one chunk, a bf16 y).
-  ShapeKey key;
-  key.fp8 = true;
-  key.y = CUDA_R_16BF;
-  key.bias = bias != nullptr;
-  key.residual = residual;
-  key.scaling = Scaling::kOuterVectors;
-  key.n = n;
-  key.t = t;
-  key.k = k;
-  key.ldy = n;
+  // The shape runFp8Chunks takes for these rows (one chunk, a bf16 y).
   INFER_ASSIGN_OR_RETURN(
-      Shape * s, shape(key, bias, w.rowScales, fp8ChunkOperand(t).scales));
+      Shape * s,
+      shape(fp8OuterKey(t, n, k, CUDA_R_16BF, bias != nullptr, residual), bias,
+            w.rowScales, fp8ChunkOperand(t).scales));
   return !s->candidates.empty();
 }
 
@@ -602,16 +600,8 @@ Status Gemm::runFp8Chunks(const X *x, const GemmWeight &w, const Y *bias, Y *y,
     const int64_t rows = std::min(chunk, t - r);
     Y *yr = y + r * n;
     const Y *rr = residual ? residual + r * n : nullptr;
-    ShapeKey key;
-    key.fp8 = true;
-    key.y = cudaTypeOf<Y>();
-    key.bias = epilogueBias;
-    key.residual = epilogueResidual;
-    key.scaling = Scaling::kOuterVectors;
-    key.n = n;
-    key.t = rows;
-    key.k = k;
-    key.ldy = n;
+    ShapeKey key = fp8OuterKey(rows, n, k, cudaTypeOf<Y>(), epilogueBias,
+                               epilogueResidual);
     INFER_ASSIGN_OR_RETURN(Shape * s, shape(key, bias, w.rowScales, xScales));
     const bool outer = !s->candidates.empty();
     if (!outer) {

@@ -302,6 +302,10 @@ private:
                       o.ldy);
     }
   };
+  /// The key of fp8 cuBLASLt with outer-vector scales over `t` rows (y
+  /// contiguous, ldy = n).
+  static ShapeKey fp8OuterKey(int64_t t, int64_t n, int64_t k, cudaDataType_t y,
+                              bool bias, bool residual);
 
   Gemm() = default;
   struct Shape;

@@ -19,6 +19,8 @@
 #include "runtime/cuda/kernels/E4M3Rows.cuh"
 #include "runtime/cuda/kernels/Elements.cuh"
 
+#include <utility>
+
 namespace infer::cuda {
 
 namespace {
@@ -39,30 +41,35 @@ __device__ __forceinline__ int64_t gridThreads() {
 }
 
 /// The row a quantizing producer keeps where y is not stored (null y): the
-/// block's dynamic shared memory, unstoredRowBytes() of it.
+/// block's dynamic shared memory (launchQuantizing).
 template <typename T> __device__ __forceinline__ T *unstoredRow() {
   extern __shared__ uint4 unstoredRowWords[];
   return reinterpret_cast<T *>(unstoredRowWords);
 }
 
-/// Dynamic shared memory of a quantizing producer's launch: none where it
-/// stores y, else its row (raising the kernel's limit past the default 48
-/// KiB where the row needs it). cudaErrorInvalidValue past
-/// kMaxUnstoredRowElements.
-template <typename Kernel>
-cudaError_t unstoredRowBytes(Kernel kernel, const void *y, int64_t cols,
-                             size_t elementBytes, size_t &bytes) {
-  bytes = 0;
-  if (y)
-    return cudaSuccess;
-  if (cols > kMaxUnstoredRowElements)
-    return cudaErrorInvalidValue;
-  bytes = static_cast<size_t>(cols) * elementBytes;
-  if (bytes > 48 * 1024)
-    return cudaFuncSetAttribute(kernel,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(bytes));
-  return cudaSuccess;
+/// A quantizing producer's launch, one block of kThreads per row: its row
+/// in dynamic shared memory where y is null (raising the kernel's limit
+/// past the default 48 KiB where the row needs it), none where it stores
+/// y. cudaErrorInvalidValue for a null y past kMaxUnstoredRowElements.
+template <typename... Params, typename... Args>
+cudaError_t launchQuantizing(void (*kernel)(Params...), const void *y,
+                             int64_t cols, int64_t rows, cudaStream_t stream,
+                             Args &&...args) {
+  size_t bytes = 0;
+  if (!y) {
+    if (cols > kMaxUnstoredRowElements)
+      return cudaErrorInvalidValue;
+    bytes = static_cast<size_t>(cols) * sizeof(__nv_bfloat16);
+    if (bytes > 48 * 1024) {
+      const cudaError_t status = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(bytes));
+      if (status != cudaSuccess)
+        return status;
+    }
+  }
+  return launchDependent(kernel, static_cast<unsigned>(rows), kThreads, bytes,
+                         stream, std::forward<Args>(args)...);
 }
 
 __device__ __forceinline__ float siluOf(float v) {
@@ -465,19 +472,12 @@ cudaError_t launchRmsNormFp8(const __nv_bfloat16 *x, const P *w,
     return cudaErrorInvalidValue;
   // launchRmsNorm's choice of N: it fixes the order of the sum of squares.
   constexpr int N = kPack<__nv_bfloat16, P>;
-  const unsigned grid = static_cast<unsigned>(rows);
-  const auto launch = [&](auto kernel) {
-    size_t bytes;
-    const cudaError_t status =
-        unstoredRowBytes(kernel, y, h, sizeof(__nv_bfloat16), bytes);
-    if (status != cudaSuccess)
-      return status;
-    return launchDependent(kernel, grid, kThreads, bytes, stream, x, w, y, h,
-                           epsilon, weightOffset, codes, scales);
-  };
-  if (h % N == 0 && packAligned(x) && packAligned(w) && packAligned(y))
-    return launch(rmsNormKernel<N, true, __nv_bfloat16, P>);
-  return launch(rmsNormKernel<1, true, __nv_bfloat16, P>);
+  const bool packs =
+      h % N == 0 && packAligned(x) && packAligned(w) && packAligned(y);
+  return launchQuantizing(packs ? rmsNormKernel<N, true, __nv_bfloat16, P>
+                                : rmsNormKernel<1, true, __nv_bfloat16, P>,
+                          y, h, rows, stream, x, w, y, h, epsilon, weightOffset,
+                          codes, scales);
 }
 
 template <typename T>
@@ -606,20 +606,12 @@ cudaError_t launchSiluMulFp8(const __nv_bfloat16 *gate, int64_t gateLd,
   const auto packed = [](const __nv_bfloat16 *p, int64_t ld) {
     return packAligned(p) && ld % N == 0;
   };
-  const unsigned grid = static_cast<unsigned>(rows);
-  const auto launch = [&](auto kernel) {
-    size_t bytes;
-    const cudaError_t status =
-        unstoredRowBytes(kernel, y, cols, sizeof(__nv_bfloat16), bytes);
-    if (status != cudaSuccess)
-      return status;
-    return launchDependent(kernel, grid, kThreads, bytes, stream, gate, gateLd,
-                           up, upLd, y, cols, codes, scales);
-  };
-  if (cols % N == 0 && packed(gate, gateLd) && packed(up, upLd) &&
-      packed(y, cols))
-    return launch(siluMulQuantizeKernel<N, __nv_bfloat16>);
-  return launch(siluMulQuantizeKernel<1, __nv_bfloat16>);
+  const bool packs = cols % N == 0 && packed(gate, gateLd) &&
+                     packed(up, upLd) && packed(y, cols);
+  return launchQuantizing(packs ? siluMulQuantizeKernel<N, __nv_bfloat16>
+                                : siluMulQuantizeKernel<1, __nv_bfloat16>,
+                          y, cols, rows, stream, gate, gateLd, up, upLd, y,
+                          cols, codes, scales);
 }
 
 cudaError_t launchFused(const FusedProgram &program, int64_t n,
