@@ -3,10 +3,9 @@
 #include "runtime/cuda/NcclCommunicator.h"
 #include "runtime/cuda/QuantizingKernels.h"
 #include "runtime/cuda/backend/CudaBackendImpl.h"
+#include "runtime/support/Env.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace infer::cuda {
 
@@ -141,13 +140,10 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
   profileSteps_ = options.profileSteps;
   communicator_ = options.communicator;
   copyLogits_ = options.copyLogits;
-  const char *warmUp = std::getenv("INFER_CUDA_GRAPH_WARMUP");
-  warmUpGraphs_ = communicator_ || !(warmUp && std::strcmp(warmUp, "0") == 0);
-  const char *fuseFp8 = std::getenv("INFER_FUSE_FP8_QUANTIZE");
+  warmUpGraphs_ = communicator_ || envSwitchOn("INFER_CUDA_GRAPH_WARMUP");
   fuseFp8Quantize_ =
-      options.fuseFp8Quantize && !(fuseFp8 && std::strcmp(fuseFp8, "0") == 0);
-  const char *unstored = std::getenv("INFER_FP8_UNSTORED_ROWS");
-  unstoredFp8Rows_ = !(unstored && std::strcmp(unstored, "0") == 0);
+      options.fuseFp8Quantize && envSwitchOn("INFER_FUSE_FP8_QUANTIZE");
+  unstoredFp8Rows_ = envSwitchOn("INFER_FP8_UNSTORED_ROWS");
   INFER_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   INFER_CUDA_RETURN_IF_ERROR(
       cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

@@ -1,10 +1,9 @@
 //===- DependentLaunch.cu - Programmatic dependent launches ---------------===//
 
 #include "runtime/cuda/kernels/DependentLaunch.cuh"
+#include "runtime/support/Env.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 namespace infer::cuda {
 
@@ -25,10 +24,7 @@ bool deviceHasThem() {
 } // namespace
 
 bool dependentLaunchesOn() {
-  static const bool byDefault = [] {
-    const char *value = std::getenv("INFER_PDL");
-    return !(value && std::strcmp(value, "0") == 0);
-  }();
+  static const bool byDefault = envSwitchOn("INFER_PDL");
   const int mode = modeOverride.load(std::memory_order_relaxed);
   return (mode < 0 ? byDefault : mode > 0) && deviceHasThem();
 }

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/kernels/PrefillAttentionSm90.cuh"
+#include "runtime/support/Env.h"
 
 #include <cudaTypedefs.h>
 
@@ -60,18 +61,12 @@ bool kernelRuns() {
 } // namespace
 
 bool pingPongOn() {
-  static const bool on = [] {
-    const char *value = std::getenv("INFER_SM90_PINGPONG");
-    return !(value && std::strcmp(value, "0") == 0);
-  }();
+  static const bool on = envSwitchOn("INFER_SM90_PINGPONG");
   return on;
 }
 
 bool tileMapOn() {
-  static const bool on = [] {
-    const char *value = std::getenv("INFER_SM90_TILE_MAP");
-    return !(value && std::strcmp(value, "0") == 0);
-  }();
+  static const bool on = envSwitchOn("INFER_SM90_TILE_MAP");
   return on;
 }
 
