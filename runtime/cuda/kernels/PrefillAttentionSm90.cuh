@@ -982,6 +982,25 @@ consume(const Sm90Params &p, int k, const TileGeometry &first, uint8_t *smem,
   auto parityOf = [&](int t) { return uint32_t((it0 + t) / kStages) & 1; };
   mbarrierWait(&fullK[stageOf(0)], parityOf(0));
   takeTurn();
+  // bf16 q: the next item's Q rows by cp.async (no registers); fp32 q, which
+  // needs rounding, through registers.
+  constexpr bool kCopyQ = std::is_same_v<TQ, __nv_bfloat16>;
+  // The next item (`next`, `more`) is looked up, and its bf16 Q rows copied
+  // in, once this item's last S product is done (its Q rows are then dead)
+  // and packed into P, at the end of its last tile's step: the lookup's
+  // dependent loads and the copy's latency pass under the wait for the last
+  // tile's values and the boundary's bookkeeping rather than with the tensor
+  // cores waiting. The soft-capped variants, whose consumers spill with it
+  // there, look ahead at the boundary.
+  constexpr bool kEarly = !kSoftcap;
+  int next = k + 1;
+  bool more = false;
+  auto lookAhead = [&] {
+    TileGeometry g;
+    more = V::kPersistent && nextWork<kMapped>(p, next, g);
+    if (kCopyQ && more)
+      copyQRows<D>(p, g, wg, smem + L::kQ);
+  };
   issueS(stageOf(0));
   passTurn(false);
   wgmmaWait<0>();
@@ -989,9 +1008,8 @@ consume(const Sm90Params &p, int k, const TileGeometry &first, uint8_t *smem,
   release(emptyK, stageOf(0));
   softmax(0);
   rescaleAndPack();
-  // bf16 q: the next item's Q rows by cp.async (no registers); fp32 q, which
-  // needs rounding, through registers.
-  constexpr bool kCopyQ = std::is_same_v<TQ, __nv_bfloat16>;
+  if (kEarly && numTiles == 1)
+    lookAhead();
   for (;;) {
     for (int t = 1; t < numTiles; ++t) {
       const int stage = stageOf(t), previous = stageOf(t - 1);
@@ -1012,19 +1030,15 @@ consume(const Sm90Params &p, int k, const TileGeometry &first, uint8_t *smem,
       fenceRegisters(o);
       release(emptyV, previous);
       rescaleAndPack();
+      if (kEarly && t == numTiles - 1)
+        lookAhead();
     }
-    // Every S product of the item is done: its Q rows are dead, and the
-    // next item's are copied in under the last tile's values.
+    // Every S product of the item is done, and the next item's Q rows are
+    // on their way (lookAhead).
     const int done = k;
     const int last = stageOf(numTiles - 1);
-    int next = k + 1;
-    bool more;
-    {
-      TileGeometry g;
-      more = V::kPersistent && nextWork<kMapped>(p, next, g);
-      if (kCopyQ && more)
-        copyQRows<D>(p, g, wg, smem + L::kQ);
-    }
+    if (!kEarly)
+      lookAhead();
     mbarrierWait(&fullV[last], parityOf(numTiles - 1));
     prepareValues(numTiles - 1);
     if (!more) {
@@ -1039,6 +1053,7 @@ consume(const Sm90Params &p, int k, const TileGeometry &first, uint8_t *smem,
     }
     it0 += numTiles;
     k = next;
+    next = k + 1;
     {
       TileGeometry g;
       locateTile<kMapped>(p, workItem<kMapped>(p, k), g);
@@ -1082,6 +1097,8 @@ consume(const Sm90Params &p, int k, const TileGeometry &first, uint8_t *smem,
 #pragma unroll
     for (int i = 0; i < D / 2; ++i)
       o[i] = 0.0f;
+    if (kEarly && numTiles == 1)
+      lookAhead();
   }
 }
 
