@@ -189,6 +189,13 @@ def Infer_LinearOp : Infer_Op<"linear", [Pure, AttrSizedOperandSegments,
     thus rounds once where `infer.linear` followed by `infer.add` rounds
     twice.
 
+    An fp8 weight's product on the CUDA backend, past 8 rows, runs on the
+    FP8 tensor cores: x is quantized per token to E4M3 and the tensor cores
+    keep the partial sums (fast accumulation, as vLLM's FP8 kernels do), so
+    that product departs from fp32 accumulation of `decode(code) * scale`
+    by the quantization of x (about 2.5% of the largest output) and a tenth
+    of that again for the sums (runtime/cuda/Gemm.h).
+
     `parallel` (`#infer.parallel`, set by the importer) says how
     `infer-shard-tensor-parallel` splits the layer; a linear without one is
     replicated on every rank. Its `parts` add up to the weight's rows. A

@@ -3,6 +3,7 @@
 #include "runtime/cuda/Gemm.h"
 #include "runtime/cuda/CudaStatus.h"
 #include "runtime/cuda/Kernels.h"
+#include "runtime/support/Env.h"
 
 #include <cuda_runtime_api.h>
 
@@ -228,6 +229,11 @@ StatusOr<Gemm::Shape *> Gemm::shape(const ShapeKey &key, const void *bias,
         sizeof(biasType)));
     INFER_RETURN_IF_ERROR(setBias(s->op, bias));
   }
+  if (key.fp8 && fp8FastAccumulation()) {
+    const int8_t fast = 1;
+    INFER_CUDA_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        s->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  }
   const cudaDataType_t operands = key.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   INFER_CUDA_RETURN_IF_ERROR(
       cublasLtMatrixLayoutCreate(&s->w, operands, key.k, key.n, key.k));
@@ -248,6 +254,11 @@ StatusOr<Gemm::Shape *> Gemm::shape(const ShapeKey &key, const void *bias,
   Shape *raw = s.get();
   shapes_[key] = std::move(s);
   return raw;
+}
+
+bool Gemm::fp8FastAccumulation() {
+  static const bool on = envSwitchOn("INFER_FP8_FAST_ACCUM");
+  return on;
 }
 
 const Gemm::Shape *Gemm::findShape(const ShapeKey &key) const {

@@ -36,8 +36,18 @@
 //                       tokens' scales applied in cuBLASLt's epilogue
 //                       (outer-vector scaling; on an H100 with CUDA 13 the
 //                       heuristic has it for every shape tried), and a bf16
-//                       y's bias with them. fp32 y: the bias (fp8 cuBLASLt
-//                       takes only a bf16 one) and, where the heuristic
+//                       y's bias with them. The tensor cores keep the
+//                       partial sums (fast accumulation: no periodic
+//                       promotion to fp32 registers), as vLLM's CUTLASS
+//                       FP8FastAccum kernels do: 5-7% off Llama-3-8B's
+//                       fp8 steps on an H100, for
+//                       2e-3 to 5e-3 of max |y| against the product of the
+//                       quantized operands in fp32 (K 4096-14336,
+//                       CudaFp8GemmTest), a tenth of what quantizing x
+//                       costs (2e-2 to 4e-2 against fp32 x);
+//                       INFER_FP8_FAST_ACCUM=0 promotes. fp32 y: the
+//                       bias (fp8 cuBLASLt takes only a bf16 one) and,
+//                       where the heuristic
 //                       has no outer-vector algorithm, the scales are
 //                       applied by a kernel after it; bf16 y: such a chunk
 //                       runs the skinny kernels below instead. Needs
@@ -145,6 +155,11 @@ public:
     const Path p = path(t, n, k, w);
     return p == Path::kCublasLt || p == Path::kDequantCublasLt;
   }
+  /// Whether fp8 cuBLASLt accumulates in the tensor cores alone
+  /// (CUBLASLT_MATMUL_DESC_FAST_ACCUM; see the file comment): on unless
+  /// INFER_FP8_FAST_ACCUM is 0 (read once).
+  static bool fp8FastAccumulation();
+
   /// Whether fp8 cuBLASLt takes [N, K] codes at `codes` with y elements of
   /// `yBytes`: K % 16 == 0 (its operands' leading dimension), 16-byte rows
   /// of y (N * yBytes % 16 == 0), codes 16-byte aligned.

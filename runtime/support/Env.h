@@ -2,7 +2,8 @@
 //
 // The runtime's off switches for comparisons (INFER_PDL, INFER_SM90_PINGPONG,
 // INFER_SM90_TILE_MAP, INFER_FUSE_FP8_QUANTIZE, INFER_FP8_UNSTORED_ROWS,
-// INFER_CUDA_GRAPH_WARMUP): each is on unless its variable is "0".
+// INFER_FP8_FAST_ACCUM, INFER_CUDA_GRAPH_WARMUP): each is on unless its
+// variable is "0".
 //
 //===----------------------------------------------------------------------===//
 

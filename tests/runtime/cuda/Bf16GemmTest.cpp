@@ -20,9 +20,9 @@
 // scale. A residual joins the CPU's fp32 sum before its one rounding (the
 // step linear_residual), so the same bound holds with it.
 // fp8 cuBLASLt (x quantized per token to E4M3) is compared with linearFp8
-// on x rounded through the same quantization, within ulp_y + 1e-3 of the
-// largest |y| (Fp8GemmTest's kQuantizedTol: the FP8 tensor cores'
-// accumulation); a bf16 y for which the heuristic has no outer-vector
+// on x rounded through the same quantization, within ulp_y +
+// fp8QuantizedTolerance() of the largest |y| (Fp8Tolerance.h: the FP8 tensor
+// cores' accumulation); a bf16 y for which the heuristic has no outer-vector
 // algorithm takes the skinny kernels instead (Gemm::fp8Scaling says so and
 // the test prints it) and is held to the first bound. Products of the sizes
 // the backend captures (T <= 256) replay from a CUDA graph bit for bit.
@@ -37,6 +37,7 @@
 #include "runtime/support/Fp8.h"
 #include "tests/runtime/cuda/DeviceArray.h"
 #include "tests/runtime/cuda/ElementCheck.h"
+#include "tests/runtime/cuda/Fp8Tolerance.h"
 
 #include <gtest/gtest.h>
 
@@ -54,7 +55,6 @@ using cuda::Gemm;
 using Path = cuda::Gemm::Path;
 
 constexpr double kAccumulation = 0x1p-14;
-constexpr double kQuantizedTol = 1e-3;
 
 std::vector<float> absolute(std::vector<float> v) {
   for (float &x : v)
@@ -257,7 +257,7 @@ protected:
       const std::vector<float> want =
           withBiasAdded(o.cpuProduct(q.values, false, pool_));
       const std::vector<double> absEach(want.size(),
-                                        kQuantizedTol * maxAbs(want));
+                                        fp8QuantizedTolerance() * maxAbs(want));
       EXPECT_TRUE(withinBound(got, want, Bound{1.0, 0.0, 0.0}, s.n, absEach))
           << where;
       return;
@@ -457,8 +457,8 @@ TEST_F(Bf16GemmTest, ResidualOfFp32Activations) {
         std::vector<float> quantized = o.cpuProduct(q.values, false, pool_);
         for (size_t i = 0; i < quantized.size(); ++i)
           quantized[i] += o.bias[i % s.n] + o.residual[i];
-        const std::vector<double> absEach(quantized.size(),
-                                          kQuantizedTol * maxAbs(quantized));
+        const std::vector<double> absEach(
+            quantized.size(), fp8QuantizedTolerance() * maxAbs(quantized));
         EXPECT_TRUE(withinBound(y.download(), quantized, Bound{1.0, 0.0, 0.0},
                                 s.n, absEach))
             << where;
