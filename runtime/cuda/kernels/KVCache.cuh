@@ -38,6 +38,18 @@ __device__ __forceinline__ int64_t kvSlotOffset(CacheDims d, int64_t slot,
          inBlock * slotElements;
 }
 
+/// The index in the pool's E4M3 scales of the key of kv head `kvHead` in
+/// slot `inBlock` of pool block `block` (kvSlotOffset's element offset of
+/// that head vector over headDim); its value's is blockSize * numKVHeads
+/// further on. int32 arguments: no 64-bit divisions.
+__device__ __forceinline__ int64_t kvScaleIndex(CacheDims d, int block,
+                                                int inBlock, int layer,
+                                                int kvHead) {
+  return (int64_t(block) * d.numLayers + layer) * 2 * d.blockSize *
+             d.numKVHeads +
+         inBlock * d.numKVHeads + kvHead;
+}
+
 template <KVCacheDtype T> struct KVElement;
 
 template <> struct KVElement<KVCacheDtype::kBf16> {

@@ -119,6 +119,13 @@ template <KVCacheDtype T, bool kRope> struct Variant {
   static constexpr int kStages = kStaged ? 2 : 3;
   static constexpr int kProducerRegs = kStaged ? 56 : 40;
   static constexpr int kConsumerRegs = kStaged ? 224 : 232;
+  // setmaxnreg moves registers between the warpgroups of a CTA: the
+  // consumers' raise waits for registers the producer gave back, so the
+  // three may not ask for more than the launch gave each thread (65536 /
+  // kThreads, in steps of 8: 168), or the raise never returns.
+  static_assert(kProducerRegs + kConsumers * kConsumerRegs <=
+                    (1 + kConsumers) * (65536 / kThreads / 8 * 8),
+                "the warpgroups ask for more registers than the CTA has");
   /// Whether a CTA works through several items (persistentCtas): not with
   /// rotated keys, whose producer has no registers to spare for the loop.
   static constexpr bool kPersistent = !kRope;
@@ -593,23 +600,34 @@ produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
     if (g.numTiles > 1)
       issueRaw(1);
   }
+  // E4M3 scales of this thread's row of tile t: its key's and its value's.
+  // A tile's are loaded once the tile before it has its keys converted, so
+  // that their dependent loads (the block table, then the scales) pass
+  // under the conversion of its values rather than hold up the tile's own
+  // (with 56 registers, the producer spills if it loads them earlier).
+  // Positions fit in int32 (as context_lens do): no 64-bit divisions,
+  // which are calls that take more registers than the producer has.
+  auto loadScales = [&](int t, float &kScale, float &vScale) {
+    kScale = 1.0f;
+    vScale = 1.0f;
+    if constexpr (KVElement<T>::kScaled) {
+      const int key = static_cast<int>(g.tileBegin) + t * kKeys + tid;
+      if (key >= g.keyBegin && key < g.keyEnd) {
+        const int64_t k = kvScaleIndex(p.dims, g.table[key / blockSize],
+                                       key % blockSize, a.layer, g.kvHead);
+        kScale = p.scales[k];
+        vScale = p.scales[k + blockSize * p.dims.numKVHeads];
+      }
+    }
+  };
+  float nextKScale, nextVScale;
+  loadScales(0, nextKScale, nextVScale);
   for (int t = 0; t < g.numTiles; ++t) {
     const int it = it0 + t, stage = it % kStages, buffer = it % 2;
     const uint32_t phase = (it / kStages) & 1;
     const int64_t key = g.tileBegin + int64_t(t) * kKeys + tid;
     const bool valid = key >= g.keyBegin && key < g.keyEnd;
-    // E4M3 scales of this row's key and value, loaded before the waits.
-    float kScale = 1.0f, vScale = 1.0f;
-    if constexpr (KVElement<T>::kScaled) {
-      if (valid) {
-        const int64_t slot =
-            int64_t(g.table[key / blockSize]) * blockSize + key % blockSize;
-        const int64_t k =
-            kvSlotOffset(p.dims, slot, a.layer, 0) + int64_t(g.kvHead) * D;
-        kScale = p.scales[k / D];
-        vScale = p.scales[k / D + int64_t(blockSize) * p.dims.numKVHeads];
-      }
-    }
+    const float kScale = nextKScale, vScale = nextVScale;
     if constexpr (!V::kStagedV) {
       if (warp == 0)
         issueDirectV(t);
@@ -622,6 +640,8 @@ produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
                             kScale, a, key);
     fenceProxyAsync();
     mbarrierArrive(&fullK[stage]);
+    if (t + 1 < g.numTiles)
+      loadScales(t + 1, nextKScale, nextVScale);
     if constexpr (V::kStagedV) {
       mbarrierWait(&emptyV[stage], phase ^ 1);
       convertRow<D, T, false>(
