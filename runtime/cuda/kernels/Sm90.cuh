@@ -41,6 +41,24 @@ __device__ __forceinline__ uint32_t smemAddress(const void *p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+/// 8 bytes of shared memory at `address` (a shared-window address,
+/// smemAddress). volatile: the loads keep their place among the barrier
+/// waits, which the compiler does not see them depend on.
+__device__ __forceinline__ uint2 loadShared8(uint32_t address) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+               : "=r"(v.x), "=r"(v.y)
+               : "r"(address));
+  return v;
+}
+
+/// Stores 16 bytes at shared-window `address`.
+__device__ __forceinline__ void storeShared16(uint32_t address, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 /// Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a 128-byte
 /// swizzled tile.
 __device__ __forceinline__ uint32_t swizzle128(int row, int chunk) {
