@@ -70,7 +70,27 @@ std::atomic<DecodeKernel> &decodeKernelOverride() {
   return kernel;
 }
 
+DecodePrefetch decodePrefetchFromEnvironment() {
+  const char *prefetch = std::getenv("INFER_DECODE_PREFETCH");
+  if (prefetch && std::strcmp(prefetch, "0") == 0)
+    return DecodePrefetch::kNone;
+  if (prefetch && std::strcmp(prefetch, "all") == 0)
+    return DecodePrefetch::kAll;
+  return DecodePrefetch::kBf16;
+}
+
+std::atomic<DecodePrefetch> &decodePrefetchSetting() {
+  static std::atomic<DecodePrefetch> prefetch{decodePrefetchFromEnvironment()};
+  return prefetch;
+}
+
 } // namespace
+
+void setDecodePrefetch(DecodePrefetch prefetch) {
+  decodePrefetchSetting().store(prefetch);
+}
+
+DecodePrefetch decodePrefetch() { return decodePrefetchSetting().load(); }
 
 bool mmaDecodeSupports(const AttentionDims &attention, const CacheDims &dims,
                        KVCacheDtype dtype, bool bf16Queries) {

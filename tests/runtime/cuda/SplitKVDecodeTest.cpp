@@ -342,44 +342,54 @@ TEST_F(SplitKVDecodeTest, TensorCoreDecodeMatchesCpuAttention) {
   const int layer = 1, numLayers = 2;
   const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(128);
   auto workspace = DeviceArray<float>::poisoned(workspaceBytes / sizeof(float));
-  for (KVCacheDtype dtype :
-       {KVCacheDtype::kBf16, KVCacheDtype::kF8E5M2, KVCacheDtype::kF8E4M3})
-    for (const MmaCase &k : cases) {
-      const Case &c = k.shape;
-      const std::string what = describe(c, dtype) + " " + describe(k.scores);
-      PagedBatch b = make(c, dtype, layer, numLayers, k.scores);
-      const int64_t numSeqs = c.contexts.size();
-      const AttentionDims a = attentionDims(layer, c.heads, c.kvHeads,
-                                            c.headDim, c.window, k.scores);
-      const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
-      ASSERT_EQ(
-          cuda::decodeKernelOf(a, dims, dtype, true, b.maxBlocks, numSeqs),
-          cuda::DecodeKernel::kMma)
-          << what;
-      DevicePool pool(b, dtype);
-      DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
-      const int splits = cuda::mmaDecodeSplits(a, c.blockSize, b.maxBlocks,
-                                               numSeqs, workspaceBytes);
-      for (bool split : {true, false}) {
-        const cuda::SplitKVWorkspace ws =
-            split ? cuda::SplitKVWorkspace{workspace.get(), workspaceBytes}
-                  : cuda::SplitKVWorkspace{};
-        const std::vector<float> got =
-            runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
-              return cuda::launchPagedAttention(
-                  q, pool.pool, dims, a, tables.get(), b.maxBlocks,
-                  context.get(), qsl.get(), numSeqs, numSeqs, out, nullptr, ws);
-            });
-        const double err = relError(got, b.ref);
-        std::cout << "[ kernel   ] mma_decode " << what << " splits "
-                  << (split ? splits : 1) << " max rel err " << err << "\n";
-        EXPECT_LT(err, kMmaTol) << what << " split " << split;
+  const cuda::DecodePrefetch initial = cuda::decodePrefetch();
+  // Every pool with its steps loaded one ahead and without.
+  for (cuda::DecodePrefetch prefetch :
+       {cuda::DecodePrefetch::kAll, cuda::DecodePrefetch::kNone})
+    for (KVCacheDtype dtype :
+         {KVCacheDtype::kBf16, KVCacheDtype::kF8E5M2, KVCacheDtype::kF8E4M3})
+      for (const MmaCase &k : cases) {
+        cuda::setDecodePrefetch(prefetch);
+        const Case &c = k.shape;
+        const std::string what =
+            describe(c, dtype) + " " + describe(k.scores) +
+            (prefetch == cuda::DecodePrefetch::kAll ? " prefetch" : "");
+        PagedBatch b = make(c, dtype, layer, numLayers, k.scores);
+        const int64_t numSeqs = c.contexts.size();
+        const AttentionDims a = attentionDims(layer, c.heads, c.kvHeads,
+                                              c.headDim, c.window, k.scores);
+        const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+        ASSERT_EQ(
+            cuda::decodeKernelOf(a, dims, dtype, true, b.maxBlocks, numSeqs),
+            cuda::DecodeKernel::kMma)
+            << what;
+        DevicePool pool(b, dtype);
+        DeviceArray<int32_t> tables(b.tables), context(b.contextLens),
+            qsl(b.qsl);
+        const int splits = cuda::mmaDecodeSplits(a, c.blockSize, b.maxBlocks,
+                                                 numSeqs, workspaceBytes);
+        for (bool split : {true, false}) {
+          const cuda::SplitKVWorkspace ws =
+              split ? cuda::SplitKVWorkspace{workspace.get(), workspaceBytes}
+                    : cuda::SplitKVWorkspace{};
+          const std::vector<float> got =
+              runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
+                return cuda::launchPagedAttention(
+                    q, pool.pool, dims, a, tables.get(), b.maxBlocks,
+                    context.get(), qsl.get(), numSeqs, numSeqs, out, nullptr,
+                    ws);
+              });
+          const double err = relError(got, b.ref);
+          std::cout << "[ kernel   ] mma_decode " << what << " splits "
+                    << (split ? splits : 1) << " max rel err " << err << "\n";
+          EXPECT_LT(err, kMmaTol) << what << " split " << split;
+        }
+        // Long contexts of few sequences are split, short ragged ones among
+        // them too (splits with no keys).
+        if (c.contexts[0] >= 3000)
+          EXPECT_GT(splits, 8) << what;
       }
-      // Long contexts of few sequences are split, short ragged ones among
-      // them too (splits with no keys).
-      if (c.contexts[0] >= 3000)
-        EXPECT_GT(splits, 8) << what;
-    }
+  cuda::setDecodePrefetch(initial);
 }
 
 TEST_F(SplitKVDecodeTest, BigShortBatchTakesTensorCores) {
