@@ -100,6 +100,10 @@ void resetStepProfile(Backend &backend);
 /// Whether a CUDA device can be used; `why` says why not.
 bool cudaDeviceAvailable(std::string *why = nullptr);
 
+/// The total memory of CUDA device `device` in bytes; 0 where there is no
+/// usable device.
+size_t cudaDeviceMemoryBytes(int device = 0);
+
 /// Checks the plan's rank against what this backend implements (ops and
 /// attributes; an op it does not know is an Unimplemented error), uploads
 /// `params` and allocates the pool.

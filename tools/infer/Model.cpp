@@ -201,6 +201,19 @@ createBackend(const Artifact &artifact, const std::string &name,
   return cpu::createCpuBackend(artifact.plan, 0, std::move(params), options);
 }
 
+int64_t autoMaxNumBatchedTokens(const std::string &name, bool offline) {
+  if (name != "cuda")
+    return 2048;
+#ifdef INFER_HAS_CUDA
+  constexpr size_t kLargeDeviceBytes = size_t(70) << 30;
+  if (offline && cuda::cudaDeviceMemoryBytes(0) >= kLargeDeviceBytes)
+    return 16384;
+#else
+  (void)offline;
+#endif
+  return 8192;
+}
+
 std::string stepProfileReport(const Backend &backend) {
 #ifdef INFER_HAS_CUDA
   return cuda::stepProfileReport(backend);

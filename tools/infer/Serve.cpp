@@ -202,7 +202,8 @@ Status runServe(const ParsedArgs &args) {
     INFER_ASSIGN_OR_RETURN(config.scheduler.maxNumSeqs,
                            args.getInt("--max-num-seqs", 0));
   }
-  config.scheduler.maxNumBatchedTokens = backendName == "cuda" ? 8192 : 2048;
+  config.scheduler.maxNumBatchedTokens =
+      autoMaxNumBatchedTokens(backendName, /*offline=*/false);
   if (args.get("--max-num-batched-tokens", "auto") != "auto") {
     INFER_ASSIGN_OR_RETURN(config.scheduler.maxNumBatchedTokens,
                            args.getInt("--max-num-batched-tokens", 0));

@@ -451,7 +451,8 @@ Status runBench(const ParsedArgs &args) {
   if (!autoSeqs) {
     INFER_ASSIGN_OR_RETURN(sched.maxNumSeqs, args.getInt("--max-num-seqs", 0));
   }
-  sched.maxNumBatchedTokens = backendName == "cuda" ? 8192 : 2048;
+  sched.maxNumBatchedTokens =
+      autoMaxNumBatchedTokens(backendName, /*offline=*/true);
   if (args.get("--max-num-batched-tokens", "auto") != "auto") {
     INFER_ASSIGN_OR_RETURN(sched.maxNumBatchedTokens,
                            args.getInt("--max-num-batched-tokens", 0));
@@ -1028,7 +1029,8 @@ std::vector<Command> commands() {
        "up to 1024); --num-blocks says otherwise. --max-num-seqs auto (the\n"
        "default) runs as many sequences as the pool holds whole requests, up\n"
        "to 1024;\n"
-       "--max-num-batched-tokens auto is 8192 on cuda, 2048 on cpu. A\n"
+       "--max-num-batched-tokens auto is 2048 on cpu, 8192 on cuda, 16384\n"
+       "on a GPU of 70 GiB or more (vLLM's offline default there). A\n"
        "progress bar goes to stderr when it is a terminal. Speculative\n"
        "decoding options are generate's; acceptance_rate is then accepted per\n"
        "judged draft token. --profile (one-GPU cuda) runs every forward call\n"

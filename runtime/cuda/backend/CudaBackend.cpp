@@ -529,6 +529,16 @@ bool cudaDeviceAvailable(std::string *why) {
   return true;
 }
 
+size_t cudaDeviceMemoryBytes(int device) {
+  cudaDeviceProp properties{};
+  if (!cudaDeviceAvailable() ||
+      cudaGetDeviceProperties(&properties, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return properties.totalGlobalMem;
+}
+
 StatusOr<std::unique_ptr<Backend>>
 createCudaBackend(const plan::Plan &plan, int rank, const ParamTable &params,
                   const CudaBackendOptions &options) {
