@@ -2,7 +2,7 @@
 //
 //   infer-gemm-search [--rows 256,1024,2048] [--shapes 6144x4096,...]
 //       [--split-k 1,2,3,4,6,8] [--heuristic 32] [--top 3] [--no-search]
-//       [--fp32-y] [--sustained MS]
+//       [--fp32-y] [--sustained MS] [--round R]
 //
 // For each y[T,N] = x[T,K] * w[N,K]^T in bf16 with fp32 accumulation and a
 // bf16 y (--fp32-y: an fp32 y, as the logits, without the search) (the
@@ -28,6 +28,8 @@
 // that none stays in L2 (no flush between runs); the median of the rounds'
 // mean times. A 700 W board runs sustained bf16 GEMMs at ~1.4-1.6 GHz instead
 // of the ~1.98 GHz a short burst gets, so configurations can rank otherwise.
+// --round R adds the heuristic's first choice for the rows rounded up to a
+// multiple of R as the last candidate (where cuBLASLt takes it for T rows).
 // Operands are random bf16 values (constant ones draw less power and run
 // faster than a model's), the weights flushed from L2 before every timed
 // run; each time is the minimum of 3 runs (search) or the median of 7
@@ -313,6 +315,7 @@ int main(int argc, char **argv) {
   int heuristicCount = 32, top = 3;
   bool search = true, fp32Y = false;
   double sustainedMs = 0;
+  int64_t roundRows = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto next = [&]() -> std::string {
@@ -334,6 +337,8 @@ int main(int argc, char **argv) {
       fp32Y = true;
     else if (arg == "--sustained")
       sustainedMs = std::stod(next());
+    else if (arg == "--round")
+      roundRows = std::stoll(next());
     else if (arg == "--shapes") {
       shapes.clear();
       const std::string text = next();
@@ -353,7 +358,7 @@ int main(int argc, char **argv) {
     } else {
       die("unknown argument " + arg +
           " (--rows, --shapes, --split-k, --heuristic, --top, "
-          "--no-search, --fp32-y, --sustained)");
+          "--no-search, --fp32-y, --sustained, --round)");
     }
   }
 
@@ -432,13 +437,42 @@ int main(int argc, char **argv) {
               "reduction preference");
       std::vector<cublasLtMatmulHeuristicResult_t> results(heuristicCount);
       int count = 0;
-      check(cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.wl, p.xl, p.yl,
-                                           p.yl, preference, heuristicCount,
+      check(cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.wl, p.xl, p.yl, p.yl,
+                                           preference, heuristicCount,
                                            results.data(), &count),
             "heuristic");
-      cublasLtMatmulPreferenceDestroy(preference);
       if (count == 0)
         die("no heuristic algorithm");
+      // --round R: the heuristic's first choice for the rows rounded up to
+      // a multiple of R, run on these rows (where cuBLASLt takes it), as
+      // the last candidate.
+      if (roundRows > 0 && t % roundRows != 0) {
+        const int64_t rounded = (t + roundRows - 1) / roundRows * roundRows;
+        cublasLtMatrixLayout_t xr, yr;
+        check(cublasLtMatrixLayoutCreate(&xr, CUDA_R_16BF, k, rounded, k), "x");
+        check(cublasLtMatrixLayoutCreate(&yr, CUDA_R_16BF, n, rounded, n), "y");
+        cublasLtMatmulHeuristicResult_t first{};
+        int found = 0;
+        cublasLtMatmulHeuristicResult_t checked{};
+        if (cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.wl, xr, yr, yr,
+                                           preference, 1, &first,
+                                           &found) == CUBLAS_STATUS_SUCCESS &&
+            found == 1 &&
+            cublasLtMatmulAlgoCheck(handle, p.op, p.wl, p.xl, p.yl, p.yl,
+                                    &first.algo,
+                                    &checked) == CUBLAS_STATUS_SUCCESS &&
+            checked.workspaceSize <= workspaceBytes) {
+          results.resize(count + 1);
+          results[count++] = first;
+          std::printf("T=%lld %lldx%lld: candidate #%d is the first choice "
+                      "for %lld rows\n",
+                      (long long)t, (long long)n, (long long)k, count - 1,
+                      (long long)rounded);
+        }
+        cublasLtMatrixLayoutDestroy(xr);
+        cublasLtMatrixLayoutDestroy(yr);
+      }
+      cublasLtMatmulPreferenceDestroy(preference);
       // Warm up the clocks and the library.
       for (int i = 0; i < 20; ++i)
         timeOnce(handle, p, results[0].algo, workspace, workspaceBytes, timer,
