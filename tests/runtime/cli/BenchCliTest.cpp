@@ -44,6 +44,9 @@ TEST(InferBench, ReportsThroughputAndLatencies) {
     // 4 prompts of 9 tokens, then 4 decodes of each.
     EXPECT_EQ(j["num_computed_tokens"], 4 * 9 + 4 * 4);
     EXPECT_TRUE(j["acceptance_rate"].is_null());
+    // auto: the cpu's budget (cuda's is 8192, or 16384 offline on a GPU of
+    // 70 GiB or more: autoMaxNumBatchedTokens).
+    EXPECT_EQ(j["max_num_batched_tokens"], 2048);
   }
   ToolRun run =
       runTool(INFER_TOOL_PATH, {"bench", dir, "--input-len", "4",
