@@ -154,6 +154,39 @@ __device__ __forceinline__ void tmaLoad2dMulticast(void *dst,
       : "memory");
 }
 
+/// Stores the box of `map` at coordinates (c0 innermost, c1) from shared
+/// memory at `src` (in the map's swizzle) as one bulk-async group member;
+/// rows and columns past the tensor's end are not written.
+__device__ __forceinline__ void tmaStore2d(const CUtensorMap *map,
+                                           const void *src, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], "
+      "[%1];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+      "r"(smemAddress(src)), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+__device__ __forceinline__ void bulkCommit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+/// Waits until at most `pending` of this thread's bulk groups still read
+/// their shared memory (their buffers may be written again).
+template <int pending> __device__ __forceinline__ void bulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(pending) : "memory");
+}
+
+/// Waits until at most `pending` of this thread's bulk groups are not
+/// complete.
+template <int pending> __device__ __forceinline__ void bulkWait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+
+/// Stores 4 bytes at shared-window `address`.
+__device__ __forceinline__ void storeShared4(uint32_t address, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(v) : "memory");
+}
+
 /// This CTA's rank in its cluster.
 __device__ __forceinline__ uint32_t clusterRank() {
   uint32_t rank;
@@ -289,6 +322,10 @@ template <int N> __device__ __forceinline__ void fenceRegisters(float (&d)[N]) {
   INFER_ACC8(d, 0), INFER_ACC8(d, 8), INFER_ACC8(d, 16), INFER_ACC8(d, 24),    \
       INFER_ACC8(d, 32), INFER_ACC8(d, 40), INFER_ACC8(d, 48),                 \
       INFER_ACC8(d, 56)
+#define INFER_ACC64_AT(d, i)                                                   \
+  INFER_ACC8(d, i), INFER_ACC8(d, i + 8), INFER_ACC8(d, i + 16),               \
+      INFER_ACC8(d, i + 24), INFER_ACC8(d, i + 32), INFER_ACC8(d, i + 40),     \
+      INFER_ACC8(d, i + 48), INFER_ACC8(d, i + 56)
 
 /// d[64 x 128] (+)= A[64 x 16] * B[16 x 128], bf16 operands in shared memory,
 /// both K-major; d is the accumulator fragment (PTX "wgmma .m64nNk16 D"):
@@ -309,6 +346,34 @@ __device__ __forceinline__ void wgmmaSS128(float (&d)[64], uint64_t a,
       "%64, %65, p, 1, 1, 0, 0;\n"
       "}\n"
       : INFER_ACC64(d)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+/// wgmmaSS128 with a 256-column B: d[64 x 256], 128 registers a thread in
+/// the same layout (column 8c + 2 (l%4) + e%2 for c < 32).
+__device__ __forceinline__ void wgmmaSS256(float (&d)[128], uint64_t a,
+                                           uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
+      "%14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, "
+      "%28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "
+      "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "
+      "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+      "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, "
+      "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, "
+      "%110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, "
+      "%124, %125, "
+      "%126, %127}, "
+      "%128, %129, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : INFER_ACC64(d), INFER_ACC64_AT(d, 64)
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
@@ -346,6 +411,7 @@ __device__ __forceinline__ void wgmmaRS64(float (&d)[32],
 #undef INFER_ACC8
 #undef INFER_ACC32
 #undef INFER_ACC64
+#undef INFER_ACC64_AT
 
 } // namespace infer::cuda::sm90
 

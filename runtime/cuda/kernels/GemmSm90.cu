@@ -1,0 +1,360 @@
+//===- GemmSm90.cu - Hopper GEMM with a SwiGLU epilogue -------------------===//
+//
+// y = x[T, K] * w[N, K]^T (GemmSm90.h). A persistent, warp-specialized
+// kernel, one CTA an SM: a CTA owns tiles of 128 tokens x 256 weight rows;
+// a producer warp streams 64-wide K tiles of x (128 rows, past T
+// zero-filled by the TMA unit) and w (256 rows: with kSwiGlu 128 gate rows
+// and the same 128 up rows) through a ring of 4 stages in the 128-byte
+// swizzle wgmma reads (Sm90.cuh), full/empty mbarriers between it and two
+// consumer warpgroups, each owning 64 tokens x 256 rows (m64n256k16, 128
+// fp32 accumulators a thread) and keeping one stage's wgmma group in
+// flight. Tiles go out in groups of 16 token tiles, the tokens fastest
+// within a group, so the CTAs at work share a few weight tiles and the
+// group's x in L2.
+//
+// The producer runs ahead into the next tile while the consumers write
+// their accumulators: thread (warp, lane) holds d[4c + e] = y[token 16 warp
+// + lane / 4 + 8 (e / 2)][row 8c + 2 (lane % 4) + e % 2], so with the gate
+// rows in chunks 0-15 and the up rows in chunks 16-31 the gate and up
+// values of an output element are the same thread's (d[4c + e] and
+// d[4 (c + 16) + e]). A warpgroup writes y in boxes of 64 tokens x 64
+// columns through its own 8 KiB buffer in the 128-byte swizzle (one 4-byte
+// store a thread per 16-byte chunk: no bank conflicts), then one thread
+// hands the box to the TMA unit, which stores it asynchronously and clips
+// rows past T.
+//
+// Measured on an H100 (infer-swiglu-gemm, bench/RESULTS.md), the plain
+// product runs within 1-2% of cuBLASLt's first choice at 2048-8192 rows
+// and 6-7% ahead at 1000 and 3200; the SwiGLU epilogue saves the [T, 2I]
+// product's write and read and the silu_mul pass: 5-17% over cuBLASLt +
+// silu_mul at the board's power limit from 256 to 8192 rows. Clusters of
+// two CTAs sharing the weight tile by TMA multicast ran at half the rate
+// (not kept); direct stores from registers lost 10% to the store.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/cuda/GemmSm90.h"
+#include "runtime/cuda/kernels/Sm90.cuh"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace infer::cuda {
+
+namespace {
+
+using namespace sm90;
+
+constexpr int kTokensPerTile = 128;
+constexpr int kRowsPerTile = 256;
+constexpr int kKTile = 64;
+constexpr int kStages = 4;
+/// x tile (128 rows) then w tile (256 rows) of 128 bytes each.
+constexpr int kXBytes = kTokensPerTile * 128;
+constexpr int kWBytes = kRowsPerTile * 128;
+constexpr int kStageBytes = kXBytes + kWBytes;
+/// A consumer warpgroup's epilogue buffer: 64 tokens x 64 columns of y.
+constexpr int kOutBytes = 64 * 128;
+constexpr int kOutOffset = kStages * kStageBytes;
+constexpr int kBarriers = kOutOffset + 2 * kOutBytes;
+constexpr int kSmemBytes = kBarriers + 2 * kStages * 8 + 1024;
+constexpr int kThreads = 384;
+constexpr int kConsumerWarps = 8;
+/// Token tiles a group of tiles spans: the CTAs at work share its x (16 MB
+/// at K = 4096) and a few weight tiles in L2.
+constexpr int kGroupTokenTiles = 16;
+/// swiGluKernelMinRows' default: Llama-3-8B's gate/up on the H100
+/// (infer-swiglu-gemm, bench/RESULTS.md): the epilogue kernel is 2-4%
+/// slower than cuBLASLt's GEMV-like choices and silu_mul at 1-16 rows, even
+/// at 32 and 1-9% faster from 64 to 8192.
+constexpr int64_t kDefaultSwiGluMinRows = 32;
+
+struct Params {
+  int t, n, kTiles, tokenTiles, rowTiles, units;
+};
+
+__device__ __forceinline__ float silu(float v) {
+  return __fdividef(v, 1.0f + __expf(-v));
+}
+
+__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&pair);
+}
+
+/// Unit `unit`'s tiles: groups of kGroupTokenTiles token tiles, each over
+/// every row tile with the tokens fastest.
+__device__ __forceinline__ void tileOf(const Params &p, int unit,
+                                       int &tokenTile, int &rowTile) {
+  const int perGroup = kGroupTokenTiles * p.rowTiles;
+  const int group = unit / perGroup, within = unit % perGroup;
+  const int tiles =
+      min(kGroupTokenTiles, p.tokenTiles - group * kGroupTokenTiles);
+  tokenTile = group * kGroupTokenTiles + within % tiles;
+  rowTile = within / tiles;
+}
+
+template <GemmSm90Epilogue kEpilogue>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemmSm90Kernel(const __grid_constant__ CUtensorMap wMap,
+                   const __grid_constant__ CUtensorMap xMap,
+                   const __grid_constant__ CUtensorMap yMap, const Params p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t sharedRaw[];
+  uint8_t *smem = reinterpret_cast<uint8_t *>(
+      (reinterpret_cast<uintptr_t>(sharedRaw) + 1023) & ~uintptr_t(1023));
+  uint64_t *full = reinterpret_cast<uint64_t *>(smem + kBarriers);
+  uint64_t *empty = full + kStages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrierInit(&full[s], 1);
+      mbarrierInit(&empty[s], kConsumerWarps);
+    }
+    fenceBarrierInit();
+  }
+  if (threadIdx.x == 32) {
+    prefetchTensorMap(&wMap);
+    prefetchTensorMap(&xMap);
+    prefetchTensorMap(&yMap);
+  }
+  __syncthreads();
+
+  const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
+  if (warpgroup == 0) {
+    lowerRegisters<40>();
+    if (threadIdx.x == 0) {
+      int i = 0;
+      for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
+        int tokenTile, rowTile;
+        tileOf(p, unit, tokenTile, rowTile);
+        for (int kt = 0; kt < p.kTiles; ++kt, ++i) {
+          const int stage = i % kStages;
+          // A fresh barrier is in phase 0: the first round's waits return.
+          mbarrierWait(&empty[stage], ((i / kStages) & 1) ^ 1);
+          uint8_t *base = smem + stage * kStageBytes;
+          mbarrierArriveExpectTx(&full[stage], kStageBytes);
+          tmaLoad2d(base, &xMap, &full[stage], kt * kKTile,
+                    tokenTile * kTokensPerTile);
+          if constexpr (kEpilogue == GemmSm90Epilogue::kSwiGlu) {
+            // 128 gate rows, then the same 128 up rows (n / 2 further).
+            tmaLoad2d(base + kXBytes, &wMap, &full[stage], kt * kKTile,
+                      rowTile * (kRowsPerTile / 2));
+            tmaLoad2d(base + kXBytes + kWBytes / 2, &wMap, &full[stage],
+                      kt * kKTile, p.n / 2 + rowTile * (kRowsPerTile / 2));
+          } else {
+            tmaLoad2d(base + kXBytes, &wMap, &full[stage], kt * kKTile,
+                      rowTile * kRowsPerTile);
+          }
+        }
+      }
+    }
+  } else {
+    raiseRegisters<232>();
+    const int wg = warpgroup - 1;
+    const int local = threadIdx.x % 128;
+    const int warp = local / 32, lane = threadIdx.x % 32;
+    const uint32_t smemBase = smemAddress(smem);
+    uint8_t *out = smem + kOutOffset + wg * kOutBytes;
+    const uint32_t outBase = smemAddress(out);
+    float d[128];
+    int i = 0;
+    for (int unit = blockIdx.x; unit < p.units; unit += gridDim.x) {
+      int tokenTile, rowTile;
+      tileOf(p, unit, tokenTile, rowTile);
+      int previous = -1;
+      for (int kt = 0; kt < p.kTiles; ++kt, ++i) {
+        const int stage = i % kStages;
+        mbarrierWait(&full[stage], (i / kStages) & 1);
+        const uint32_t base = smemBase + stage * kStageBytes;
+        const uint64_t a = matrixDescriptor(base + wg * 64 * 128, 16, 1024);
+        const uint64_t b = matrixDescriptor(base + kXBytes, 16, 1024);
+        wgmmaFence();
+#pragma unroll
+        for (int k = 0; k < kKTile / 16; ++k)
+          wgmmaSS256(d, advance(a, k * 32), advance(b, k * 32),
+                     kt > 0 || k > 0);
+        wgmmaCommit();
+        // The previous stage's group is done once at most this one is
+        // pending.
+        wgmmaWait<1>();
+        if (previous >= 0 && lane == 0)
+          mbarrierArrive(&empty[previous]);
+        previous = stage;
+      }
+      wgmmaWait<0>();
+      fenceRegisters(d);
+      if (lane == 0)
+        mbarrierArrive(&empty[previous]);
+
+      // y in boxes of 64 tokens x 64 columns through the warpgroup's
+      // buffer, in the 128-byte swizzle of yMap: thread (warp, lane) writes
+      // rows 16 warp + lane / 4 (+ 8), 4 bytes of each 16-byte chunk.
+      constexpr int kBoxes = kEpilogue == GemmSm90Epilogue::kSwiGlu ? 2 : 4;
+#pragma unroll
+      for (int box = 0; box < kBoxes; ++box) {
+        // The buffer is free once the previous box's store has read it.
+        if (local == 0)
+          bulkWaitRead<0>();
+        namedBarrier(1 + wg, 128);
+#pragma unroll
+        for (int chunk = 0; chunk < 8; ++chunk)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int row = 16 * warp + lane / 4 + 8 * r;
+            uint32_t v;
+            if constexpr (kEpilogue == GemmSm90Epilogue::kSwiGlu) {
+              const float *gate = d + 4 * (8 * box + chunk) + 2 * r;
+              const float *up = gate + 4 * 16;
+              v = packBf16(silu(gate[0]) * up[0], silu(gate[1]) * up[1]);
+            } else {
+              const float *e = d + 4 * (8 * box + chunk) + 2 * r;
+              v = packBf16(e[0], e[1]);
+            }
+            storeShared4(outBase + swizzle128(row, chunk) + 4 * (lane % 4), v);
+          }
+        fenceProxyAsync();
+        namedBarrier(1 + wg, 128);
+        if (local == 0) {
+          constexpr int kColumns = kEpilogue == GemmSm90Epilogue::kSwiGlu
+                                       ? kRowsPerTile / 2
+                                       : kRowsPerTile;
+          tmaStore2d(&yMap, out, rowTile * kColumns + 64 * box,
+                     tokenTile * kTokensPerTile + 64 * wg);
+          bulkCommit();
+        }
+      }
+    }
+    if (local == 0)
+      bulkWait<0>();
+  }
+#else
+  __trap();
+#endif
+}
+
+bool kernelRuns() {
+  static const bool runs = deviceRunsSm90a(reinterpret_cast<const void *>(
+                               gemmSm90Kernel<GemmSm90Epilogue::kStore>)) &&
+                           tensorMapEncoder() != nullptr;
+  return runs;
+}
+
+/// A row-major [rows, cols] bf16 matrix in boxes of `boxRows` rows x 64
+/// elements, 128-byte swizzled; rows past the end read as zeros and are not
+/// written.
+cudaError_t encodeRowsMap(CUtensorMap *map, const __nv_bfloat16 *data,
+                          int64_t rows, int64_t cols, int boxRows) {
+  const cuuint64_t globalDim[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t globalStrides[1] = {cuuint64_t(cols) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(boxRows)};
+  const cuuint32_t elementStrides[2] = {1, 1};
+  const CUresult result = tensorMapEncoder()(
+      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+      const_cast<__nv_bfloat16 *>(data), globalDim, globalStrides, box,
+      elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+/// The SMs of the current device (132 where the query fails).
+int multiprocessors() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
+          cudaSuccess)
+    sms = 132;
+  return sms;
+}
+
+template <GemmSm90Epilogue kEpilogue>
+cudaError_t launchEpilogue(const CUtensorMap &wMap, const CUtensorMap &xMap,
+                           const CUtensorMap &yMap, const Params &p,
+                           cudaStream_t stream) {
+  static_assert(kSmemBytes <= 227 * 1024, "the stages do not fit");
+  auto *kernel = gemmSm90Kernel<kEpilogue>;
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (configured != cudaSuccess)
+    return configured;
+  const int ctas = std::min(p.units, multiprocessors());
+  kernel<<<ctas, kThreads, kSmemBytes, stream>>>(wMap, xMap, yMap, p);
+  return cudaGetLastError();
+}
+
+} // namespace
+
+namespace {
+
+int64_t initialSwiGluMinRows() {
+  const char *text = std::getenv("INFER_SWIGLU_MIN_ROWS");
+  if (!text || !*text)
+    return kDefaultSwiGluMinRows;
+  if (std::string(text) == "off")
+    return INT64_MAX;
+  char *end = nullptr;
+  const long long rows = std::strtoll(text, &end, 10);
+  if (*end != '\0' || rows < 0) {
+    std::fprintf(stderr,
+                 "infer: INFER_SWIGLU_MIN_ROWS=%s is not a row count or "
+                 "\"off\"; using %lld\n",
+                 text, static_cast<long long>(kDefaultSwiGluMinRows));
+    return kDefaultSwiGluMinRows;
+  }
+  return rows;
+}
+
+std::atomic<int64_t> &swiGluMinRows() {
+  static std::atomic<int64_t> rows{initialSwiGluMinRows()};
+  return rows;
+}
+
+} // namespace
+
+int64_t swiGluKernelMinRows() { return swiGluMinRows().load(); }
+
+void setSwiGluKernelMinRows(int64_t rows) { swiGluMinRows().store(rows); }
+
+bool gemmSm90Supports(int64_t t, int64_t n, int64_t k) {
+  return t >= 1 && t <= INT32_MAX && n >= kRowsPerTile &&
+         n % kRowsPerTile == 0 && n <= INT32_MAX && k >= kKTile &&
+         k % kKTile == 0 && k <= INT32_MAX && kernelRuns();
+}
+
+cudaError_t launchGemmSm90(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
+                           __nv_bfloat16 *y, int64_t t, int64_t n, int64_t k,
+                           GemmSm90Epilogue epilogue, cudaStream_t stream) {
+  if (t == 0)
+    return cudaSuccess;
+  auto aligned16 = [](const void *q) {
+    return reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  };
+  if (!gemmSm90Supports(t, n, k) || !aligned16(x) || !aligned16(w) ||
+      !aligned16(y))
+    return cudaErrorInvalidValue;
+  const bool swiglu = epilogue == GemmSm90Epilogue::kSwiGlu;
+  CUtensorMap wMap, xMap, yMap;
+  cudaError_t status =
+      encodeRowsMap(&wMap, w, n, k, swiglu ? kRowsPerTile / 2 : kRowsPerTile);
+  if (status == cudaSuccess)
+    status = encodeRowsMap(&xMap, x, t, k, kTokensPerTile);
+  if (status == cudaSuccess)
+    status = encodeRowsMap(&yMap, y, t, swiglu ? n / 2 : n, 64);
+  if (status != cudaSuccess)
+    return status;
+  Params p{};
+  p.t = static_cast<int>(t);
+  p.n = static_cast<int>(n);
+  p.kTiles = static_cast<int>(k / kKTile);
+  p.tokenTiles = static_cast<int>((t + kTokensPerTile - 1) / kTokensPerTile);
+  p.rowTiles = static_cast<int>(n / kRowsPerTile);
+  p.units = p.tokenTiles * p.rowTiles;
+  return swiglu ? launchEpilogue<GemmSm90Epilogue::kSwiGlu>(wMap, xMap, yMap, p,
+                                                            stream)
+                : launchEpilogue<GemmSm90Epilogue::kStore>(wMap, xMap, yMap, p,
+                                                           stream);
+}
+
+} // namespace infer::cuda
