@@ -257,6 +257,24 @@ LogicalResult LinearOp::verify() {
                            "input rows, weight rows");
 }
 
+LogicalResult LinearSwiGluOp::verify() {
+  if (failed(verifyProjectionWeight(*this, getInput(), getWeight())))
+    return failure();
+  if (failed(verifyElementType(*this, getResult(), "the result",
+                               elementTypeOf(getInput()), "the input's")))
+    return failure();
+  int64_t rows = getWeight().getType().getDimSize(0);
+  if (!ShapedType::isDynamic(rows) && rows % 2 != 0)
+    return emitOpError() << "expects an even number of weight rows (gate "
+                            "rows, then as many up rows), got "
+                         << rows;
+  return verifyResultShape(
+      *this,
+      {getInput().getType().getDimSize(0),
+       ShapedType::isDynamic(rows) ? ShapedType::kDynamic : rows / 2},
+      "input rows, half the weight rows");
+}
+
 LogicalResult BiasAddOp::verify() {
   if (failed(verifyNotFp8(*this, getBias(), "bias")))
     return failure();

@@ -555,6 +555,39 @@ def Infer_SiluOp : Infer_Op<"silu", [Pure, SameOperandsAndResultType]> {
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
+def Infer_LinearSwiGluOp : Infer_Op<"linear_swiglu", [Pure]> {
+  let summary = "The gate/up projection and SwiGLU of an MLP in one GEMM";
+  let description = [{
+    `silu(x * w_gate^T) * (x * w_up^T)` for a `[2I, K]` weight whose first
+    `I` rows are the gate projection's and the rest the up projection's (the
+    `infer.concat_weights` of the two that `infer-fuse` makes): what
+    `infer.linear` of that weight, `infer.split` of its result in halves and
+    `infer.silu_mul` of the halves compute, as one op. `infer-fuse` forms
+    it, so that the CUDA backend runs one GEMM whose epilogue applies the
+    activation: gate and up never leave the accumulators, and the `[T, 2I]`
+    product is neither written nor read back.
+
+    Precision: the input and the result share one element type; the weight
+    may be of another float type (FP8 E4M3 as for `infer.linear`). Both
+    products accumulate in fp32, `silu(gate) * up` is computed in fp32 and
+    rounded once to the result's type: a bf16 program rounds once where
+    linear, split and silu_mul round twice.
+
+    ```mlir
+    %y = infer.linear_swiglu %x, %w
+        : tensor<?x128xbf16>, tensor<512x128xbf16> -> tensor<?x256xbf16>
+    ```
+  }];
+
+  let arguments = (ins Infer_Activation:$input, 2DTensorOf<[AnyFloat]>:$weight);
+  let results = (outs Infer_Activation:$result);
+  let assemblyFormat = [{
+    $input `,` $weight attr-dict `:` type($input) `,` type($weight) `->`
+    type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def Infer_SiluMulOp : Infer_Op<"silu_mul", [Pure, SameOperandsAndResultType]> {
   let summary = "Gated activation: silu(gate) * up";
   let description = [{

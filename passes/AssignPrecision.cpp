@@ -105,6 +105,9 @@ std::optional<Precision> precisionOf(Operation *op) {
           precision.activations.push_back(&residual[0]);
         return precision;
       })
+      .Case<LinearSwiGluOp>([](LinearSwiGluOp linear) {
+        return Precision{Rule::kActivation, {&linear.getInputMutable()}};
+      })
       .Case<RMSNormOp>([](RMSNormOp norm) {
         return Precision{Rule::kActivation, {&norm.getInputMutable()}};
       })

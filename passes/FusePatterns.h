@@ -24,7 +24,9 @@ void populateFuseNormalizationPatterns(RewritePatternSet &patterns);
 /// single-use linear likewise where the add would join no elementwise region.
 void populateFuseResidualPatterns(RewritePatternSet &patterns);
 
-/// `infer.mul(infer.silu(g), u)` -> `infer.silu_mul(g, u)`.
+/// `infer.mul(infer.silu(g), u)` -> `infer.silu_mul(g, u)`, and
+/// `infer.silu_mul` of the halves of a gate/up `infer.linear` ->
+/// `infer.linear_swiglu`.
 void populateFuseActivationPatterns(RewritePatternSet &patterns);
 
 /// `infer.kv_cache_write(c, infer.rope(k), v)` ->

@@ -349,7 +349,13 @@ def FusePass : Pass<"infer-fuse", "::mlir::func::FuncOp"> {
       (`infer-fuse-residual`, which wins over the add+rmsnorm and
       elementwise fusions);
     - `infer.mul` of an `infer.silu` used only there becomes
-      `infer.silu_mul`;
+      `infer.silu_mul`, and an `infer.silu_mul` of the two halves of an
+      `infer.split` of a merged gate/up `infer.linear` (no bias, residual or
+      `parallel` style, a weight that is not FP8, nothing else reading the
+      product or its halves) becomes one `infer.linear_swiglu` of the same
+      weight, whose GEMM applies the activation in its epilogue (an FP8
+      MLP keeps its silu_mul, which writes the down projection's FP8
+      operand);
     - `infer.kv_cache_write` of keys from an `infer.rope` used only there
       becomes `infer.rope_kv_cache_write` (run it after
       `infer-page-kv-cache`), and that with the `infer.rope` of the queries
@@ -382,9 +388,7 @@ def FusePass : Pass<"infer-fuse", "::mlir::func::FuncOp"> {
     %wg = infer.weight "mlp.gate_proj.weight" : tensor<256x128xbf16>
     %wu = infer.weight "mlp.up_proj.weight" : tensor<256x128xbf16>
     %w = infer.concat_weights %wg, %wu : tensor<256x128xbf16>, tensor<256x128xbf16> -> tensor<512x128xbf16>
-    %gu = infer.linear %x, %w : tensor<?x128xf32>, tensor<512x128xbf16> -> tensor<?x512xf32>
-    %g, %u = infer.split %gu : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
-    %y = infer.silu_mul %g, %u : tensor<?x256xf32>
+    %y = infer.linear_swiglu %x, %w : tensor<?x128xf32>, tensor<512x128xbf16> -> tensor<?x256xf32>
     ```
   }];
 

@@ -281,6 +281,38 @@ func.func @linear_result(%x: tensor<?x384xf32>, %w: tensor<128x384xbf16>) {
 
 // -----
 
+func.func @linear_swiglu_result(%x: tensor<?x384xbf16>, %w: tensor<128x384xbf16>) {
+  // expected-error @+1 {{'infer.linear_swiglu' op expects result shape [?, 64] (input rows, half the weight rows), got 'tensor<?x128xbf16>'}}
+  %y = infer.linear_swiglu %x, %w : tensor<?x384xbf16>, tensor<128x384xbf16> -> tensor<?x128xbf16>
+  return
+}
+
+// -----
+
+func.func @linear_swiglu_odd_rows(%x: tensor<?x384xbf16>, %w: tensor<127x384xbf16>) {
+  // expected-error @+1 {{'infer.linear_swiglu' op expects an even number of weight rows (gate rows, then as many up rows), got 127}}
+  %y = infer.linear_swiglu %x, %w : tensor<?x384xbf16>, tensor<127x384xbf16> -> tensor<?x63xbf16>
+  return
+}
+
+// -----
+
+func.func @linear_swiglu_weight(%x: tensor<?x384xbf16>, %w: tensor<128x256xbf16>) {
+  // expected-error @+1 {{'infer.linear_swiglu' op expects weight of shape [N, 384] to match the input features, got 'tensor<128x256xbf16>'}}
+  %y = infer.linear_swiglu %x, %w : tensor<?x384xbf16>, tensor<128x256xbf16> -> tensor<?x64xbf16>
+  return
+}
+
+// -----
+
+func.func @linear_swiglu_type(%x: tensor<?x384xbf16>, %w: tensor<128x384xbf16>) {
+  // expected-error @+1 {{'infer.linear_swiglu' op expects the result to have the input's element type 'bf16' (convert with infer.cast), got 'f32'}}
+  %y = infer.linear_swiglu %x, %w : tensor<?x384xbf16>, tensor<128x384xbf16> -> tensor<?x64xf32>
+  return
+}
+
+// -----
+
 func.func @linear_residual_type(%x: tensor<?x384xbf16>, %w: tensor<128x384xbf16>, %r: tensor<?x128xf32>) {
   // expected-error @+1 {{'infer.linear' op failed to verify that residual has the result's type}}
   %y = "infer.linear"(%x, %w, %r) <{operandSegmentSizes = array<i32: 1, 1, 0, 1>}> : (tensor<?x384xbf16>, tensor<128x384xbf16>, tensor<?x128xf32>) -> tensor<?x128xbf16>

@@ -221,6 +221,8 @@ func.func @fused_ops(%x: tensor<?x128xf32>, %r: tensor<?x128xf32>, %pos: tensor<
   %sum, %y = infer.add_rms_norm %x, %r, %n {epsilon = 1.0e-05 : f64} : tensor<?x128xf32>, tensor<?x128xf32>, tensor<128xbf16> -> tensor<?x128xf32>, tensor<?x128xf32>
   // CHECK: infer.silu_mul %[[SUM]], %[[Y]] : tensor<?x128xf32>
   %g = infer.silu_mul %sum, %y : tensor<?x128xf32>
+  // CHECK: infer.linear_swiglu %[[X]], %[[W]] : tensor<?x128xf32>, tensor<128x128xbf16> -> tensor<?x64xf32>
+  %sw = infer.linear_swiglu %x, %w : tensor<?x128xf32>, tensor<128x128xbf16> -> tensor<?x64xf32>
   // CHECK: infer.fused ins(%{{.+}}, %[[QKV]]#0 : tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32> {
   // CHECK-NEXT: ^bb0(%[[A:[^:]+]]: tensor<?x64xf32>, %[[B:[^:]+]]: tensor<?x64xf32>):
   // CHECK-NEXT: %[[M:.+]] = infer.mul %[[A]], %[[B]] : tensor<?x64xf32>

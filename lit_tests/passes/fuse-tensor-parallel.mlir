@@ -33,17 +33,17 @@ func.func @sharded_qkv_with_bias(%x: tensor<?x128xf32>) -> (tensor<?x64xf32>, te
 
 // -----
 
-// The column-parallel MLP of a tp = 2 program: the gate/up shards merge and
-// silu(gate) * up fuses; the row-parallel down projection stays alone.
+// The column-parallel MLP of a tp = 2 program: the gate/up shards merge and,
+// with silu(gate) * up, become one infer.linear_swiglu of the merged weight
+// (each rank's [gate shard; up shard], halves of its rows); the row-parallel
+// down projection stays alone.
 
 // CHECK-LABEL: func.func @sharded_gate_up
 // CHECK-SAME: (%[[X:[^:]+]]: tensor<?x128xf32>)
 // CHECK-NEXT: %[[WG:.+]] = infer.weight "gate.weight" {shard = #infer.shard<dim = 0, shards = 2>}
 // CHECK-NEXT: %[[WU:.+]] = infer.weight "up.weight" {shard = #infer.shard<dim = 0, shards = 2>}
 // CHECK-NEXT: %[[W:.+]] = infer.concat_weights %[[WG]], %[[WU]] : tensor<128x128xf32>, tensor<128x128xf32> -> tensor<256x128xf32>
-// CHECK-NEXT: %[[GU:.+]] = infer.linear %[[X]], %[[W]] : tensor<?x128xf32>, tensor<256x128xf32> -> tensor<?x256xf32>
-// CHECK-NEXT: %[[PARTS:.+]]:2 = infer.split %[[GU]] : tensor<?x256xf32> -> tensor<?x128xf32>, tensor<?x128xf32>
-// CHECK-NEXT: %[[H:.+]] = infer.silu_mul %[[PARTS]]#0, %[[PARTS]]#1 : tensor<?x128xf32>
+// CHECK-NEXT: %[[H:.+]] = infer.linear_swiglu %[[X]], %[[W]] : tensor<?x128xf32>, tensor<256x128xf32> -> tensor<?x128xf32>
 // CHECK-NEXT: %[[WD:.+]] = infer.weight "down.weight" {shard = #infer.shard<dim = 1, shards = 2>}
 // CHECK-NEXT: %[[Y:.+]] = infer.linear %[[H]], %[[WD]] : tensor<?x128xf32>, tensor<128x128xf32> -> tensor<?x128xf32>
 // CHECK-NEXT: %[[SUM:.+]] = infer.all_reduce %[[Y]]

@@ -33,16 +33,16 @@ func.func @qkv_with_bias(%x: tensor<?x128xf32>) -> (tensor<?x128xf32>, tensor<?x
 // -----
 
 // The Llama MLP: gate/up merge into one GEMM, silu(gate) * up into
-// infer.silu_mul; the down projection reads another input and stays alone.
+// infer.silu_mul, and the GEMM, its split and the silu_mul into one
+// infer.linear_swiglu of the concatenated weight; the down projection reads
+// another input and stays alone.
 
 // CHECK-LABEL: func.func @gate_up_mlp
 // CHECK-SAME: (%[[X:[^:]+]]: tensor<?x128xf32>)
 // CHECK-NEXT: %[[WG:.+]] = infer.weight "gate.weight"
 // CHECK-NEXT: %[[WU:.+]] = infer.weight "up.weight"
 // CHECK-NEXT: %[[W:.+]] = infer.concat_weights %[[WG]], %[[WU]] : tensor<256x128xbf16>, tensor<256x128xbf16> -> tensor<512x128xbf16>
-// CHECK-NEXT: %[[GU:.+]] = infer.linear %[[X]], %[[W]] : tensor<?x128xf32>, tensor<512x128xbf16> -> tensor<?x512xf32>
-// CHECK-NEXT: %[[PARTS:.+]]:2 = infer.split %[[GU]] : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
-// CHECK-NEXT: %[[H:.+]] = infer.silu_mul %[[PARTS]]#0, %[[PARTS]]#1 : tensor<?x256xf32>
+// CHECK-NEXT: %[[H:.+]] = infer.linear_swiglu %[[X]], %[[W]] : tensor<?x128xf32>, tensor<512x128xbf16> -> tensor<?x256xf32>
 // CHECK-NEXT: %[[WD:.+]] = infer.weight "down.weight"
 // CHECK-NEXT: %[[Y:.+]] = infer.linear %[[H]], %[[WD]] : tensor<?x256xf32>, tensor<128x256xbf16> -> tensor<?x128xf32>
 // CHECK-NEXT: return %[[Y]]
@@ -56,6 +56,35 @@ func.func @gate_up_mlp(%x: tensor<?x128xf32>) -> tensor<?x128xf32> {
   %wd = infer.weight "down.weight" : tensor<128x256xbf16>
   %y = infer.linear %h, %wd : tensor<?x256xf32>, tensor<128x256xbf16> -> tensor<?x128xf32>
   return %y : tensor<?x128xf32>
+}
+
+// -----
+
+// What stays linear, split and silu_mul: a half read elsewhere, a bias, an
+// fp8 weight, halves in the other order.
+
+// CHECK-LABEL: func.func @swiglu_that_stays_apart
+// CHECK-NOT: infer.linear_swiglu
+// CHECK: infer.silu_mul %{{.+}}#0, %{{.+}}#1
+// CHECK: infer.silu_mul %{{.+}}#0, %{{.+}}#1
+// CHECK: infer.silu_mul %{{.+}}#0, %{{.+}}#1
+// CHECK: infer.silu_mul %{{.+}}#1, %{{.+}}#0
+// CHECK-NOT: infer.linear_swiglu
+// CHECK: return
+func.func @swiglu_that_stays_apart(%x: tensor<?x128xf32>, %w: tensor<512x128xbf16>, %b: tensor<512xbf16>, %w8: tensor<512x128xf8E4M3FN>) -> (tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>) {
+  %gu0 = infer.linear %x, %w : tensor<?x128xf32>, tensor<512x128xbf16> -> tensor<?x512xf32>
+  %p0:2 = infer.split %gu0 : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
+  %y0 = infer.silu_mul %p0#0, %p0#1 : tensor<?x256xf32>
+  %gu1 = infer.linear %x, %w, %b : tensor<?x128xf32>, tensor<512x128xbf16>, tensor<512xbf16> -> tensor<?x512xf32>
+  %p1:2 = infer.split %gu1 : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
+  %y1 = infer.silu_mul %p1#0, %p1#1 : tensor<?x256xf32>
+  %gu2 = infer.linear %x, %w8 : tensor<?x128xf32>, tensor<512x128xf8E4M3FN> -> tensor<?x512xf32>
+  %p2:2 = infer.split %gu2 : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
+  %y2 = infer.silu_mul %p2#0, %p2#1 : tensor<?x256xf32>
+  %gu3 = infer.linear %x, %w : tensor<?x128xf32>, tensor<512x128xbf16> -> tensor<?x512xf32>
+  %p3:2 = infer.split %gu3 : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
+  %y3 = infer.silu_mul %p3#1, %p3#0 : tensor<?x256xf32>
+  return %y0, %p0#1, %y1, %y2, %y3 : tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>
 }
 
 // -----

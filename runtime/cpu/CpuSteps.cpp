@@ -158,6 +158,22 @@ Status CpuBackend::runLinearResidual(const PreparedStep &s, const Batch &,
   return Status::ok();
 }
 
+Status CpuBackend::runLinearSwiGlu(const PreparedStep &s, const Batch &,
+                                   std::vector<Matrix> &values) {
+  const Matrix &x = in(s, values, 0), &w = in(s, values, 1);
+  const int64_t half = w.rows / 2;
+  // gate | up for every row in fp32, then silu(gate) * up, which the step
+  // runner rounds once to the result's dtype.
+  std::vector<float> product2(static_cast<size_t>(x.rows * w.rows));
+  product(x, w, nullptr, product2.data(), pool_);
+  float *y = result(s, values).allocate(x.rows, half);
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const float *row = product2.data() + t * w.rows;
+    siluMul(row, row + half, y + t * half, half);
+  }
+  return Status::ok();
+}
+
 Status CpuBackend::runLogits(const PreparedStep &s, const Batch &batch,
                              std::vector<Matrix> &values) {
   INFER_RETURN_IF_ERROR(runLinear(s, batch, values));

@@ -207,6 +207,13 @@ cudaError_t launchSiluMul(const T *gate, int64_t gateLd, const T *up,
                           int64_t upLd, T *y, int64_t rows, int64_t cols,
                           cudaStream_t stream);
 
+/// launchSiluMul of fp32 gate and up rows into bf16 y: linear_swiglu's GEMM
+/// and silu_mul path, which keeps the products in fp32 as the SwiGLU
+/// epilogue does (one rounding, whichever path a batch takes).
+cudaError_t launchSiluMulF32(const float *gate, int64_t gateLd, const float *up,
+                             int64_t upLd, __nv_bfloat16 *y, int64_t rows,
+                             int64_t cols, cudaStream_t stream);
+
 /// The ops of a `fused` step's register program (plan::ElementwiseOp).
 enum class FusedOp : int8_t { kAdd, kMul, kSilu, kGeluTanh, kSiluMul, kGelu };
 

@@ -944,6 +944,20 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
         differ(width(out(1)), width(in(0))))
       return mismatch("the operands' or results' widths differ");
     return Status::ok();
+  case StepOp::kLinearSwiGlu: {
+    const Value &w = *byId_[in(1)];
+    if (w.shape.size() != 2 || w.shape[0].isDynamic() || w.shape[1].isDynamic())
+      return mismatch("the weight must be 2-D [2I, K] with static I and K");
+    if (differ(width(in(1)), width(in(0))))
+      return mismatch("weight [" + std::to_string(rows(in(1))) + ", " +
+                      std::to_string(width(in(1))) +
+                      "] does not match the input width " +
+                      std::to_string(width(in(0))));
+    if (rows(in(1)) % 2 != 0 || differ(width(out(0)), rows(in(1)) / 2))
+      return mismatch("the result width must be half the weight's rows "
+                      "(gate rows, then as many up rows)");
+    return Status::ok();
+  }
   case StepOp::kLinear:
   case StepOp::kLinearResidual:
   case StepOp::kLogits: {

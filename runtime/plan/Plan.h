@@ -66,6 +66,10 @@
 //   add_rms_norm     (a[T,H], b[T,H], w[H]) -> sum[T,H], y[T,H]; epsilon:
 //                    sum = a + b, y = rms_norm(sum, w)
 //   silu_mul         (gate, up) -> same shape: silu(gate) * up
+//   linear_swiglu    (x[T,K], w[2I,K]) -> [T,I]: silu(x * w_gate^T) *
+//                    (x * w_up^T) in fp32, rounded once, where w_gate is
+//                    w's first I rows and w_up the rest (a gate/up
+//                    concat_weights); linear, split and silu_mul in one
 //   rope_kv_cache_write (cache, k, v, slot_mapping[T], positions[T],
 //                    query_start_loc?) -> ();
 //                    the attributes of rope and kv_cache_write: writes

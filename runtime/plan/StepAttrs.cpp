@@ -451,6 +451,7 @@ StatusOr<DecodedStep> decodeStep(const Step &step) {
   case StepOp::kCast:
   case StepOp::kGatherRows:
   case StepOp::kSiluMul:
+  case StepOp::kLinearSwiGlu:
   case StepOp::kAllReduce:
     break;
   }

@@ -221,7 +221,9 @@ Status CudaBackend::prepareStep(const plan::Step &step,
   // The GEMMs and attention read bf16 activations (what infer compile
   // --target cuda makes); other ops take f32, bf16 and f16.
   auto dtypeOf = [&](int id) { return rank_.values[id].dtype; };
-  const bool gemm = d.op == StepOp::kLinear || d.op == StepOp::kLinearResidual;
+  const bool gemm = d.op == StepOp::kLinear ||
+                    d.op == StepOp::kLinearResidual ||
+                    d.op == StepOp::kLinearSwiGlu;
   const bool bf16Input =
       gemm || d.op == StepOp::kLogits || d.op == StepOp::kPagedAttention;
   if (bf16Input && dtypeOf(d.operands[0]) != DType::kBF16)

@@ -9,6 +9,8 @@
 
 #include "runtime/cuda/backend/CudaBackendImpl.h"
 
+#include "runtime/cuda/GemmSm90.h"
+
 namespace infer::cuda {
 
 using plan::DType;
@@ -147,6 +149,49 @@ Status CudaBackend::runLinearResidual(const PreparedStep &s, const Batch &) {
   const bool quantized = fp8Quantized_ == &s;
   fp8Quantized_ = nullptr;
   return runGemm<__nv_bfloat16>(*gemm_, x, w, bias, y, stream_, &r, quantized);
+}
+
+/// linear_swiglu: on an sm_90a device the Hopper GEMM's SwiGLU epilogue
+/// (GemmSm90.h) for a bf16 weight of 256-row multiples and at least
+/// swiGluKernelMinRows() rows; otherwise the linear's GEMM into an fp32
+/// scratch [T, 2I] and silu_mul of its column halves (small batches, fp8
+/// weights, other GPUs). Both round once, from the fp32 products, as the
+/// CPU backend does: a sequence's logits do not depend on which path the
+/// batch it is in takes.
+Status CudaBackend::runLinearSwiGlu(const PreparedStep &s, const Batch &) {
+  const Tensor &x = operand(s, 0), &w = operand(s, 1);
+  const int64_t half = w.rows / 2;
+  Tensor &y = result(s);
+  INFER_RETURN_IF_ERROR(allocate(y, x.rows, half, DType::kBF16));
+  fp8Quantized_ = nullptr;
+  if (x.rows == 0)
+    return Status::ok();
+  if (w.dtype == DType::kBF16 && !w.fp8 && x.stride() == x.cols &&
+      x.rows >= swiGluKernelMinRows() &&
+      gemmSm90Supports(x.rows, w.rows, w.cols)) {
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchGemmSm90(x.as<const __nv_bfloat16>(), w.as<const __nv_bfloat16>(),
+                       y.as<__nv_bfloat16>(), x.rows, w.rows, w.cols,
+                       GemmSm90Epilogue::kSwiGlu, stream_));
+    return Status::ok();
+  }
+  Tensor gateUp;
+  gateUp.rows = x.rows;
+  gateUp.cols = w.rows;
+  gateUp.dtype = DType::kF32;
+  INFER_RETURN_IF_ERROR(
+      allocateBytes(size_t(x.rows) * w.rows * sizeof(float), &gateUp.data));
+  Status status = runGemm<float>(*gemm_, x, w, nullptr, gateUp, stream_);
+  if (status.isOk()) {
+    const auto *gu = gateUp.as<const float>();
+    const cudaError_t launched =
+        launchSiluMulF32(gu, w.rows, gu + half, w.rows, y.as<__nv_bfloat16>(),
+                         x.rows, half, stream_);
+    if (launched != cudaSuccess)
+      status = cudaStatus(launched, "launchSiluMul", __FILE__, __LINE__);
+  }
+  freeBytes(gateUp.data);
+  return status;
 }
 
 Status CudaBackend::runLogits(const PreparedStep &s, const Batch &) {

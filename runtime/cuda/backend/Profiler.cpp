@@ -26,6 +26,7 @@ Status CudaBackend::recordStepStart(size_t index) {
   std::string label = rank_.steps[index].op;
   if (s.step.op == plan::StepOp::kLinear ||
       s.step.op == plan::StepOp::kLinearResidual ||
+      s.step.op == plan::StepOp::kLinearSwiGlu ||
       s.step.op == plan::StepOp::kLogits) {
     const Tensor &w = params_[s.step.operands[1]];
     label += " " + std::to_string(w.rows) + "x" + std::to_string(w.cols) +

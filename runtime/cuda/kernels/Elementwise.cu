@@ -265,10 +265,11 @@ __global__ void addRmsNormKernel(const T *a, const T *b, const P *w, T *sum,
 
 /// silu_mul over rows whose operands have their own row strides (in
 /// elements, multiples of N): grid.x covers the columns in packs of N,
-/// grid.y strides over the rows.
-template <int N, typename T>
+/// grid.y strides over the rows. Y: the result's type (T's, or bf16 of fp32
+/// operands).
+template <int N, typename T, typename Y = T>
 __global__ void siluMulRowsKernel(const T *gate, int64_t gateLd, const T *up,
-                                  int64_t upLd, T *y, int64_t rows,
+                                  int64_t upLd, Y *y, int64_t rows,
                                   int64_t cols) {
   waitForPriorGrids();
   allowDependentGrids();
@@ -592,6 +593,30 @@ cudaError_t launchSiluMul(const T *gate, int64_t gateLd, const T *up,
                   rowBlocks);
   return launchDependent(siluMulRowsKernel<1, T>, grid, kThreads, 0, stream,
                          gate, gateLd, up, upLd, y, rows, cols);
+}
+
+cudaError_t launchSiluMulF32(const float *gate, int64_t gateLd, const float *up,
+                             int64_t upLd, __nv_bfloat16 *y, int64_t rows,
+                             int64_t cols, cudaStream_t stream) {
+  if (rows == 0 || cols == 0)
+    return cudaSuccess;
+  if (gateLd < cols || upLd < cols)
+    return cudaErrorInvalidValue;
+  constexpr int N = kPack<float, __nv_bfloat16>;
+  const unsigned rowBlocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+  if (cols % N == 0 && gateLd % N == 0 && upLd % N == 0 && packAligned(gate) &&
+      packAligned(up) && packAligned(y)) {
+    const dim3 grid(static_cast<unsigned>((cols / N + kThreads - 1) / kThreads),
+                    rowBlocks);
+    return launchDependent(siluMulRowsKernel<N, float, __nv_bfloat16>, grid,
+                           kThreads, 0, stream, gate, gateLd, up, upLd, y, rows,
+                           cols);
+  }
+  const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
+                  rowBlocks);
+  return launchDependent(siluMulRowsKernel<1, float, __nv_bfloat16>, grid,
+                         kThreads, 0, stream, gate, gateLd, up, upLd, y, rows,
+                         cols);
 }
 
 cudaError_t launchSiluMulFp8(const __nv_bfloat16 *gate, int64_t gateLd,

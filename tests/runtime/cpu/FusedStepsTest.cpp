@@ -1,8 +1,8 @@
 //===- FusedStepsTest.cpp - the fused steps of infer-fuse vs references ---===//
 //
 // Hand-built plans run the steps infer-fuse produces (split, add_rms_norm,
-// silu_mul, fused, linear_residual) on the CPU backend; naive loops compute
-// the same thing.
+// silu_mul, fused, linear_residual, linear_swiglu) on the CPU backend; naive
+// loops compute the same thing.
 //
 //===----------------------------------------------------------------------===//
 
@@ -345,6 +345,127 @@ TEST(FusedSteps, LinearResidualRejectsAMismatchedResidual) {
       << status.message();
   EXPECT_TRUE(
       plan::verifyPlan(linearResidualPlan(plan::DType::kF32, true)).isOk());
+}
+
+/// token ids -> x = embedding(x_table) -> y = linear_swiglu(x, w[2 kOut,
+/// kIn]) (`width` wide) -> cast to f32.
+plan::Plan linearSwiGluPlan(plan::DType dtype, int64_t width = kOut) {
+  using plan::Dim;
+  using plan::ValueKind;
+  const Dim t = Dim::dynamic("T");
+  plan::RankPlan rank;
+  rank.values = {
+      makeValue(0, ValueKind::kInput, "token_ids", {t}, plan::DType::kI32),
+      makeValue(1, ValueKind::kParam, "x_table",
+                {Dim::fixed(kVocab), Dim::fixed(kIn)}),
+      makeValue(2, ValueKind::kParam, "w",
+                {Dim::fixed(2 * kOut), Dim::fixed(kIn)}),
+      makeValue(3, ValueKind::kActivation, "%x", {t, Dim::fixed(kIn)}, dtype),
+      makeValue(4, ValueKind::kActivation, "%y", {t, Dim::fixed(width)}, dtype),
+      makeValue(5, ValueKind::kActivation, "%out", {t, Dim::fixed(width)}),
+  };
+  rank.steps = {{"embedding", {1, 0}, {3}, {}},
+                {"linear_swiglu", {3, 2}, {4}, {}},
+                {"cast", {4}, {5}, {}}};
+  rank.outputs = {5};
+  plan::Plan p;
+  p.kvCache.numLayers = 1;
+  p.kvCache.numKVHeads = 1;
+  p.kvCache.headDim = 4;
+  p.kvCache.blockSize = 16;
+  p.ranks.push_back(std::move(rank));
+  return p;
+}
+
+class LinearSwiGluTest : public ::testing::TestWithParam<plan::DType> {};
+
+TEST_P(LinearSwiGluTest, RoundsOnceAfterTheActivation) {
+  const plan::DType dtype = GetParam();
+  StatusOr<plan::Plan> parsed =
+      plan::parsePlanJson(plan::planToJson(linearSwiGluPlan(dtype)));
+  ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+  ParamTable params;
+  params[1] = makeParam({kVocab, kIn}, 0.1f);
+  params[2] = makeParam({2 * kOut, kIn}, 1.9f);
+  auto rounded = std::make_shared<HostTensor>(*params[1]);
+  for (float &v : rounded->data)
+    v = roundTo(dtype, v);
+  params[1] = rounded;
+  cpu::CpuBackendOptions options;
+  options.numBlocks = 1;
+  options.numThreads = 2;
+  StatusOr<std::unique_ptr<Backend>> backend =
+      cpu::createCpuBackend(*parsed, 0, params, options);
+  ASSERT_TRUE(backend.isOk()) << backend.status().message();
+
+  Batch batch;
+  batch.tokenIds = {3, 0, 5, 1, 4, 2};
+  for (int32_t i = 0; i < kRows; ++i) {
+    batch.positions.push_back(i);
+    batch.slotMapping.push_back(i);
+    batch.logitsIndices.push_back(i);
+  }
+  batch.queryStartLoc = {0, static_cast<int32_t>(kRows)};
+  batch.contextLens = {static_cast<int32_t>(kRows)};
+  batch.blockTables = {0};
+  batch.maxBlocksPerSeq = 1;
+  StatusOr<Logits> out = (*backend)->forward(batch);
+  ASSERT_TRUE(out.isOk()) << out.status().message();
+  ASSERT_EQ(out->rows, kRows);
+  ASSERT_EQ(out->vocab, kOut);
+
+  // silu(gate) * up of the fp32 products, rounded once; and the same with
+  // gate and up rounded first (linear, split, silu_mul), which the fused
+  // step must not be. The bound: half an ulp of the result plus the fp32
+  // sums' error (another summation order) carried through silu(g) * u.
+  int roundedTwiceDiffers = 0;
+  for (int64_t i = 0; i < kRows; ++i) {
+    const int32_t id = batch.tokenIds[i];
+    for (int64_t j = 0; j < kOut; ++j) {
+      float gate = 0.0f, up = 0.0f, gateSize = 0.0f, upSize = 0.0f;
+      for (int64_t k = 0; k < kIn; ++k) {
+        const float x = params[1]->data[id * kIn + k];
+        const float wg = params[2]->data[j * kIn + k];
+        const float wu = params[2]->data[(kOut + j) * kIn + k];
+        gate += x * wg;
+        up += x * wu;
+        gateSize += std::abs(x * wg);
+        upSize += std::abs(x * wu);
+      }
+      const float once = roundTo(dtype, silu(gate) * up);
+      const float twice =
+          roundTo(dtype, silu(roundTo(dtype, gate)) * roundTo(dtype, up));
+      const float sums = 0x1p-20f * (1.1f * std::abs(up) * gateSize +
+                                     std::abs(silu(gate)) * upSize);
+      const float got = out->data[i * kOut + j], exact = silu(gate) * up;
+      EXPECT_LE(std::abs(got - exact), halfUlp(dtype, once) + sums)
+          << "row " << i << ", column " << j << ": " << got << " vs " << once;
+      if (std::abs(twice - once) > halfUlp(dtype, once))
+        ++roundedTwiceDiffers;
+    }
+  }
+  if (dtype != plan::DType::kF32)
+    EXPECT_GT(roundedTwiceDiffers, 0)
+        << "no element tells one rounding from two";
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, LinearSwiGluTest,
+                         ::testing::Values(plan::DType::kF32,
+                                           plan::DType::kBF16,
+                                           plan::DType::kF16),
+                         [](const ::testing::TestParamInfo<plan::DType> &info) {
+                           return std::string(plan::dtypeName(info.param));
+                         });
+
+TEST(FusedSteps, LinearSwiGluRejectsAWrongWidth) {
+  const Status status =
+      plan::verifyPlan(linearSwiGluPlan(plan::DType::kF32, 2 * kOut));
+  ASSERT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("the result width must be half the "
+                                  "weight's rows"),
+            std::string::npos)
+      << status.message();
+  EXPECT_TRUE(plan::verifyPlan(linearSwiGluPlan(plan::DType::kF32)).isOk());
 }
 
 TEST(FusedSteps, RejectsMalformedBodies) {
