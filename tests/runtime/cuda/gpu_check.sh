@@ -71,8 +71,16 @@ PY
   exit 0
 fi
 
-if [ -f "$ROOT/.gpu/gpu.tar.xz" ] && [ ! -d "$ROOT/.gpu/fixtures" ]; then
+# Unpacked again whenever the tarball is newer than the last unpacking: a
+# stale .gpu/fixtures (from an older tarball, or carried without the
+# artifacts) would otherwise leave every artifact test skipping.
+STAMP=$ROOT/.gpu/.unpacked
+if [ -f "$ROOT/.gpu/gpu.tar.xz" ] &&
+  { [ ! -f "$STAMP" ] || [ "$ROOT/.gpu/gpu.tar.xz" -nt "$STAMP" ]; }; then
+  rm -rf "$ROOT/.gpu/fixtures" "$ROOT/.gpu/artifacts" "$ROOT/.gpu/fp8" \
+    "$ROOT/.gpu/fp8kv"
   tar -C "$ROOT/.gpu" -xJf "$ROOT/.gpu/gpu.tar.xz" || exit 1
+  touch "$STAMP"
 fi
 OUT=${OUT:-/tmp/gpu-check}
 BUILD=${BUILD:-/tmp/infer-build}
