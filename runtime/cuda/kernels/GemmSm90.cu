@@ -275,7 +275,9 @@ cudaError_t launchEpilogue(const CUtensorMap &wMap, const CUtensorMap &xMap,
                            cudaStream_t stream) {
   static_assert(kSmemBytes <= 227 * 1024, "the stages do not fit");
   auto *kernel = gemmSm90Kernel<kEpilogue>;
-  static const cudaError_t configured = cudaFuncSetAttribute(
+  // Every launch: the attribute is the current device's (tensor-parallel
+  // ranks in one process run on several).
+  const cudaError_t configured = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (configured != cudaSuccess)
     return configured;
