@@ -42,6 +42,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "bench/GemmBenchSupport.cuh"
 #include "runtime/cuda/GemvKernels.h"
 
 #include <algorithm>
@@ -53,6 +54,9 @@
 #include <vector>
 
 namespace {
+
+using infer::bench::fillKernel;
+using infer::bench::parseList;
 
 [[noreturn]] void die(const std::string &message) {
   std::fprintf(stderr, "infer-gemm-search: %s\n", message.c_str());
@@ -68,32 +72,6 @@ void check(cublasStatus_t status, const char *what) {
   if (status != CUBLAS_STATUS_SUCCESS)
     die(std::string(what) + ": cuBLAS status " +
         std::to_string(static_cast<int>(status)));
-}
-
-std::vector<int64_t> parseList(const std::string &text) {
-  std::vector<int64_t> values;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find(',', pos);
-    if (end == std::string::npos)
-      end = text.size();
-    values.push_back(std::stoll(text.substr(pos, end - pos)));
-    pos = end + 1;
-  }
-  return values;
-}
-
-__global__ void fillKernel(__nv_bfloat16 *p, int64_t n, uint32_t seed,
-                           float scale) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16((static_cast<float>(h & 0xffff) / 32768.0f - 1.0f) *
-                            scale);
-  }
 }
 
 struct Problem {

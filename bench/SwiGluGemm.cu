@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "bench/GemmBenchSupport.cuh"
 #include "runtime/cuda/GemmSm90.h"
 #include "runtime/cuda/Kernels.h"
 
@@ -36,6 +37,9 @@
 #include <vector>
 
 namespace {
+
+using infer::bench::fillKernel;
+using infer::bench::parseList;
 
 using infer::cuda::GemmSm90Epilogue;
 
@@ -53,32 +57,6 @@ void check(cublasStatus_t status, const char *what) {
   if (status != CUBLAS_STATUS_SUCCESS)
     die(std::string(what) + ": cuBLAS status " +
         std::to_string(static_cast<int>(status)));
-}
-
-std::vector<int64_t> parseList(const std::string &text) {
-  std::vector<int64_t> values;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find(',', pos);
-    if (end == std::string::npos)
-      end = text.size();
-    values.push_back(std::stoll(text.substr(pos, end - pos)));
-    pos = end + 1;
-  }
-  return values;
-}
-
-__global__ void fillKernel(__nv_bfloat16 *p, int64_t n, uint32_t seed,
-                           float scale) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16((static_cast<float>(h & 0xffff) / 32768.0f - 1.0f) *
-                            scale);
-  }
 }
 
 /// max |a - b| / max |b| over n elements (on the host).

@@ -47,6 +47,20 @@ bool deviceRunsSm90a(const void *kernel) {
   return major == 9 && minor == 0 && attributes.binaryVersion == 90;
 }
 
+cudaError_t encodeRowsMap(CUtensorMap *map, const void *data, int64_t rows,
+                          int64_t cols, int boxRows) {
+  const cuuint64_t globalDim[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t globalStrides[1] = {cuuint64_t(cols) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(boxRows)};
+  const cuuint32_t elementStrides[2] = {1, 1};
+  const CUresult result = tensorMapEncoder()(
+      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(data),
+      globalDim, globalStrides, box, elementStrides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 namespace {
 
 /// Whether this build holds sm_90a code of the kernels and the current

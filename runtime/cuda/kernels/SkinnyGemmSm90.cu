@@ -271,22 +271,6 @@ bool kernelRuns() {
   return runs;
 }
 
-/// A row-major [rows, k] bf16 matrix in boxes of `boxRows` rows x 64
-/// elements, 128-byte swizzled; rows past the end read as zeros.
-cudaError_t encodeRowsMap(CUtensorMap *map, const __nv_bfloat16 *data,
-                          int64_t rows, int64_t k, int boxRows) {
-  const cuuint64_t globalDim[2] = {cuuint64_t(k), cuuint64_t(rows)};
-  const cuuint64_t globalStrides[1] = {cuuint64_t(k) * 2};
-  const cuuint32_t box[2] = {kKTile, cuuint32_t(boxRows)};
-  const cuuint32_t elementStrides[2] = {1, 1};
-  const CUresult result = tensorMapEncoder()(
-      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-      const_cast<__nv_bfloat16 *>(data), globalDim, globalStrides, box,
-      elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
 bool aligned16(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }

@@ -24,6 +24,7 @@
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -36,6 +37,13 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder();
 /// Whether the current device (compute capability 9.0) runs `kernel` and
 /// this build holds its sm_90a code (binary version 90).
 bool deviceRunsSm90a(const void *kernel);
+
+/// The tensor map of a row-major [rows, cols] 2-byte matrix (bf16) in boxes
+/// of `boxRows` rows x 64 elements (one 128-byte row), 128-byte swizzled:
+/// rows past the end read as zeros and are not written.
+/// cudaErrorInvalidValue where the driver refuses it.
+cudaError_t encodeRowsMap(CUtensorMap *map, const void *data, int64_t rows,
+                          int64_t cols, int boxRows);
 
 __device__ __forceinline__ uint32_t smemAddress(const void *p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

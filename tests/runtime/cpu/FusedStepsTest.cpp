@@ -202,6 +202,22 @@ float halfUlp(plan::DType dtype, float x) {
   return std::ldexp(1.0f, std::ilogb(magnitude) - bits);
 }
 
+/// One sequence of kRows tokens in one block, logits of every row.
+Batch rowsBatch() {
+  Batch batch;
+  batch.tokenIds = {3, 0, 5, 1, 4, 2};
+  for (int32_t i = 0; i < kRows; ++i) {
+    batch.positions.push_back(i);
+    batch.slotMapping.push_back(i);
+    batch.logitsIndices.push_back(i);
+  }
+  batch.queryStartLoc = {0, static_cast<int32_t>(kRows)};
+  batch.contextLens = {static_cast<int32_t>(kRows)};
+  batch.blockTables = {0};
+  batch.maxBlocksPerSeq = 1;
+  return batch;
+}
+
 /// token ids -> x = embedding(x_table), r = embedding(r_table) ->
 /// y = linear_residual(x, w, r, b?) -> cast to f32. The residual's width
 /// and dtype may be made wrong.
@@ -272,17 +288,7 @@ TEST_P(LinearResidualTest, RoundsOnceAfterTheResidual) {
       cpu::createCpuBackend(*parsed, 0, params, options);
   ASSERT_TRUE(backend.isOk()) << backend.status().message();
 
-  Batch batch;
-  batch.tokenIds = {3, 0, 5, 1, 4, 2};
-  for (int32_t i = 0; i < kRows; ++i) {
-    batch.positions.push_back(i);
-    batch.slotMapping.push_back(i);
-    batch.logitsIndices.push_back(i);
-  }
-  batch.queryStartLoc = {0, static_cast<int32_t>(kRows)};
-  batch.contextLens = {static_cast<int32_t>(kRows)};
-  batch.blockTables = {0};
-  batch.maxBlocksPerSeq = 1;
+  const Batch batch = rowsBatch();
   StatusOr<Logits> out = (*backend)->forward(batch);
   ASSERT_TRUE(out.isOk()) << out.status().message();
   ASSERT_EQ(out->rows, kRows);
@@ -398,17 +404,7 @@ TEST_P(LinearSwiGluTest, RoundsOnceAfterTheActivation) {
       cpu::createCpuBackend(*parsed, 0, params, options);
   ASSERT_TRUE(backend.isOk()) << backend.status().message();
 
-  Batch batch;
-  batch.tokenIds = {3, 0, 5, 1, 4, 2};
-  for (int32_t i = 0; i < kRows; ++i) {
-    batch.positions.push_back(i);
-    batch.slotMapping.push_back(i);
-    batch.logitsIndices.push_back(i);
-  }
-  batch.queryStartLoc = {0, static_cast<int32_t>(kRows)};
-  batch.contextLens = {static_cast<int32_t>(kRows)};
-  batch.blockTables = {0};
-  batch.maxBlocksPerSeq = 1;
+  const Batch batch = rowsBatch();
   StatusOr<Logits> out = (*backend)->forward(batch);
   ASSERT_TRUE(out.isOk()) << out.status().message();
   ASSERT_EQ(out->rows, kRows);
