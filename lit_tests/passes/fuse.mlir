@@ -61,7 +61,7 @@ func.func @gate_up_mlp(%x: tensor<?x128xf32>) -> tensor<?x128xf32> {
 // -----
 
 // What stays linear, split and silu_mul: a half read elsewhere, a bias, an
-// fp8 weight, halves in the other order.
+// fp8 weight, halves in the other order, a residual.
 
 // CHECK-LABEL: func.func @swiglu_that_stays_apart
 // CHECK-NOT: infer.linear_swiglu
@@ -69,9 +69,11 @@ func.func @gate_up_mlp(%x: tensor<?x128xf32>) -> tensor<?x128xf32> {
 // CHECK: infer.silu_mul %{{.+}}#0, %{{.+}}#1
 // CHECK: infer.silu_mul %{{.+}}#0, %{{.+}}#1
 // CHECK: infer.silu_mul %{{.+}}#1, %{{.+}}#0
+// CHECK: infer.linear %{{.+}}, %{{.+}} residual(%{{.+}})
+// CHECK: infer.silu_mul %{{.+}}#0, %{{.+}}#1
 // CHECK-NOT: infer.linear_swiglu
 // CHECK: return
-func.func @swiglu_that_stays_apart(%x: tensor<?x128xf32>, %w: tensor<512x128xbf16>, %b: tensor<512xbf16>, %w8: tensor<512x128xf8E4M3FN>) -> (tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>) {
+func.func @swiglu_that_stays_apart(%x: tensor<?x128xf32>, %w: tensor<512x128xbf16>, %b: tensor<512xbf16>, %w8: tensor<512x128xf8E4M3FN>, %r: tensor<?x512xf32>) -> (tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>) {
   %gu0 = infer.linear %x, %w : tensor<?x128xf32>, tensor<512x128xbf16> -> tensor<?x512xf32>
   %p0:2 = infer.split %gu0 : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
   %y0 = infer.silu_mul %p0#0, %p0#1 : tensor<?x256xf32>
@@ -84,7 +86,10 @@ func.func @swiglu_that_stays_apart(%x: tensor<?x128xf32>, %w: tensor<512x128xbf1
   %gu3 = infer.linear %x, %w : tensor<?x128xf32>, tensor<512x128xbf16> -> tensor<?x512xf32>
   %p3:2 = infer.split %gu3 : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
   %y3 = infer.silu_mul %p3#1, %p3#0 : tensor<?x256xf32>
-  return %y0, %p0#1, %y1, %y2, %y3 : tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>
+  %gu4 = infer.linear %x, %w residual(%r) : tensor<?x128xf32>, tensor<512x128xbf16> -> tensor<?x512xf32>
+  %p4:2 = infer.split %gu4 : tensor<?x512xf32> -> tensor<?x256xf32>, tensor<?x256xf32>
+  %y4 = infer.silu_mul %p4#0, %p4#1 : tensor<?x256xf32>
+  return %y0, %p0#1, %y1, %y2, %y3, %y4 : tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>, tensor<?x256xf32>
 }
 
 // -----

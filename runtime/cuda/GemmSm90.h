@@ -1,8 +1,7 @@
 //===- GemmSm90.h - Hopper GEMM with a SwiGLU epilogue ----------*- C++ -*-===//
 //
-// y = x * w^T on sm_90a (TMA, wgmma, clusters of two CTAs sharing the weight
-// tile), bf16 operands, fp32 accumulation, bf16 y, with one of two
-// epilogues:
+// y = x * w^T on sm_90a (a persistent TMA + wgmma kernel), bf16 operands,
+// fp32 accumulation, bf16 y, with one of two epilogues:
 //   kStore   y[T, N]: the product rounded once.
 //   kSwiGlu  y[T, N / 2] = silu(x w_gate^T) * (x w_up^T), where w = [w_gate;
 //            w_up] (gate rows first, as infer.concat_weights stacks them)
@@ -28,8 +27,9 @@ namespace infer::cuda {
 enum class GemmSm90Epilogue { kStore, kSwiGlu };
 
 /// Whether the current device and build run launchGemmSm90 for this shape:
-/// an sm_90a device, N a multiple of 256, K of 64, T >= 1 (kSwiGlu as
-/// kStore: N / 2 a multiple of 128).
+/// an sm_90a device (the first one asked about: the answer is kept), N a
+/// multiple of 256, K of 64, T >= 1, and the tile counts within int
+/// (kSwiGlu as kStore: N / 2 a multiple of 128).
 bool gemmSm90Supports(int64_t t, int64_t n, int64_t k);
 
 /// y = x[T, K] * w[N, K]^T through `epilogue` (see the file comment); x, w
@@ -42,7 +42,8 @@ cudaError_t launchGemmSm90(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
 /// The fewest rows for which linear_swiglu runs launchGemmSm90's SwiGLU
 /// epilogue; smaller batches take the linear's GEMM (cuBLASLt, the GEMV
 /// kernels) and silu_mul. INFER_SWIGLU_MIN_ROWS sets it at start ("off":
-/// never); setSwiGluKernelMinRows after.
+/// never); setSwiGluKernelMinRows after, for the steps run after it (a
+/// captured CUDA graph replays the path it captured).
 int64_t swiGluKernelMinRows();
 void setSwiGluKernelMinRows(int64_t rows);
 

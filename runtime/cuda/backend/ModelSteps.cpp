@@ -152,12 +152,13 @@ Status CudaBackend::runLinearResidual(const PreparedStep &s, const Batch &) {
 }
 
 /// linear_swiglu: on an sm_90a device the Hopper GEMM's SwiGLU epilogue
-/// (GemmSm90.h) for a bf16 weight of 256-row multiples and at least
-/// swiGluKernelMinRows() rows; otherwise the linear's GEMM into an fp32
-/// scratch [T, 2I] and silu_mul of its column halves (small batches, fp8
-/// weights, other GPUs). Both round once, from the fp32 products, as the
-/// CPU backend does: a sequence's logits do not depend on which path the
-/// batch it is in takes.
+/// (GemmSm90.h) for a bf16 weight of 256-row multiples, 16-byte aligned
+/// operands and at least swiGluKernelMinRows() rows; otherwise (small
+/// batches, fp8 weights, other GPUs) the linear's GEMM into an fp32 scratch
+/// of at most kSwiGluScratchRows rows of [gate | up] at a time and silu_mul
+/// of its halves. Both round once, from the fp32 products, as the CPU
+/// backend does: the paths differ only in the products' summation order and
+/// the exponential's last bits, not in where they round.
 Status CudaBackend::runLinearSwiGlu(const PreparedStep &s, const Batch &) {
   const Tensor &x = operand(s, 0), &w = operand(s, 1);
   const int64_t half = w.rows / 2;
@@ -166,8 +167,12 @@ Status CudaBackend::runLinearSwiGlu(const PreparedStep &s, const Batch &) {
   fp8Quantized_ = nullptr;
   if (x.rows == 0)
     return Status::ok();
+  auto aligned16 = [](const void *p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  };
   if (w.dtype == DType::kBF16 && !w.fp8 && x.stride() == x.cols &&
-      x.rows >= swiGluKernelMinRows() &&
+      x.rows >= swiGluKernelMinRows() && aligned16(x.data) &&
+      aligned16(w.data) && aligned16(y.data) &&
       gemmSm90Supports(x.rows, w.rows, w.cols)) {
     INFER_CUDA_RETURN_IF_ERROR(
         launchGemmSm90(x.as<const __nv_bfloat16>(), w.as<const __nv_bfloat16>(),
@@ -175,22 +180,37 @@ Status CudaBackend::runLinearSwiGlu(const PreparedStep &s, const Batch &) {
                        GemmSm90Epilogue::kSwiGlu, stream_));
     return Status::ok();
   }
-  Tensor gateUp;
-  gateUp.rows = x.rows;
-  gateUp.cols = w.rows;
-  gateUp.dtype = DType::kF32;
+  // Chunks of rows bound the scratch (Llama-3-8B: 117 MB), below the bf16
+  // [T, 2I] product a long prefill wrote before linear_swiglu.
+  constexpr int64_t kSwiGluScratchRows = 1024;
+  const int64_t chunk = std::min(x.rows, kSwiGluScratchRows);
+  void *scratch = nullptr;
   INFER_RETURN_IF_ERROR(
-      allocateBytes(size_t(x.rows) * w.rows * sizeof(float), &gateUp.data));
-  Status status = runGemm<float>(*gemm_, x, w, nullptr, gateUp, stream_);
-  if (status.isOk()) {
+      allocateBytes(size_t(chunk) * w.rows * sizeof(float), &scratch));
+  Status status = Status::ok();
+  for (int64_t row = 0; row < x.rows && status.isOk(); row += chunk) {
+    const int64_t rows = std::min(chunk, x.rows - row);
+    Tensor xRows = x;
+    xRows.owned = false;
+    xRows.rows = rows;
+    xRows.data = const_cast<__nv_bfloat16 *>(x.as<const __nv_bfloat16>() +
+                                             row * x.stride());
+    Tensor gateUp;
+    gateUp.rows = rows;
+    gateUp.cols = w.rows;
+    gateUp.dtype = DType::kF32;
+    gateUp.data = scratch;
+    status = runGemm<float>(*gemm_, xRows, w, nullptr, gateUp, stream_);
+    if (!status.isOk())
+      break;
     const auto *gu = gateUp.as<const float>();
-    const cudaError_t launched =
-        launchSiluMulF32(gu, w.rows, gu + half, w.rows, y.as<__nv_bfloat16>(),
-                         x.rows, half, stream_);
+    const cudaError_t launched = launchSiluMulF32(
+        gu, w.rows, gu + half, w.rows, y.as<__nv_bfloat16>() + row * half, rows,
+        half, stream_);
     if (launched != cudaSuccess)
-      status = cudaStatus(launched, "launchSiluMul", __FILE__, __LINE__);
+      status = cudaStatus(launched, "launchSiluMulF32", __FILE__, __LINE__);
   }
-  freeBytes(gateUp.data);
+  freeBytes(scratch);
   return status;
 }
 

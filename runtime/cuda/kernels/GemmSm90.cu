@@ -303,9 +303,13 @@ int64_t swiGluKernelMinRows() { return swiGluMinRows().load(); }
 void setSwiGluKernelMinRows(int64_t rows) { swiGluMinRows().store(rows); }
 
 bool gemmSm90Supports(int64_t t, int64_t n, int64_t k) {
-  return t >= 1 && t <= INT32_MAX && n >= kRowsPerTile &&
-         n % kRowsPerTile == 0 && n <= INT32_MAX && k >= kKTile &&
-         k % kKTile == 0 && k <= INT32_MAX && kernelRuns();
+  if (t < 1 || t > INT32_MAX - kTokensPerTile || n < kRowsPerTile ||
+      n % kRowsPerTile != 0 || n > INT32_MAX || k < kKTile || k % kKTile != 0 ||
+      k > INT32_MAX)
+    return false;
+  const int64_t tiles =
+      (t + kTokensPerTile - 1) / kTokensPerTile * (n / kRowsPerTile);
+  return tiles <= INT32_MAX && kernelRuns();
 }
 
 cudaError_t launchGemmSm90(const __nv_bfloat16 *x, const __nv_bfloat16 *w,

@@ -268,7 +268,21 @@ TEST_P(CudaFixturesTest, LinearSwiGluStepsFollowTheCpu) {
   const Logits apartPrompt = promptLogits(*unfused, input);
   const Logits apartToken = promptLogits(*unfused, first);
   artifact_.plan = std::move(fusedPlan);
+  // The gate/up weight's shape, for the label of the path taken.
+  int64_t rows2I = 0, k = 0;
+  for (const plan::Step &step : artifact_.plan.ranks[0].steps)
+    if (step.op == "linear_swiglu") {
+      const plan::Value &w = artifact_.plan.ranks[0].values[step.operands[1]];
+      rows2I = w.shape[0].size;
+      k = w.shape[1].size;
+      break;
+    }
   const int64_t defaultMinRows = cuda::swiGluKernelMinRows();
+  // Restores the default however the loop ends.
+  struct Restore {
+    int64_t rows;
+    ~Restore() { cuda::setSwiGluKernelMinRows(rows); }
+  } restore{defaultMinRows};
   for (bool forceGemm : {false, true}) {
     cuda::setSwiGluKernelMinRows(forceGemm ? INT64_MAX : defaultMinRows);
     for (const std::vector<int32_t> *tokens : {&input, &first}) {
@@ -286,7 +300,7 @@ TEST_P(CudaFixturesTest, LinearSwiGluStepsFollowTheCpu) {
       const bool kernel =
           !forceGemm &&
           static_cast<int64_t>(tokens->size()) >= defaultMinRows &&
-          cuda::gemmSm90Supports(int64_t(tokens->size()), 512, 128);
+          cuda::gemmSm90Supports(int64_t(tokens->size()), rows2I, k);
       std::cout << "[ fixture  ] " << case_.name
                 << " linear_swiglu T=" << tokens->size()
                 << (kernel ? " (SwiGLU epilogue)" : " (GEMM + silu_mul)")
@@ -296,7 +310,6 @@ TEST_P(CudaFixturesTest, LinearSwiGluStepsFollowTheCpu) {
       EXPECT_LT(errApart, 2 * kGpuCpuTol);
     }
   }
-  cuda::setSwiGluKernelMinRows(defaultMinRows);
 }
 
 TEST_P(CudaFixturesTest, FusedRegionStepsEqualSiluMul) {

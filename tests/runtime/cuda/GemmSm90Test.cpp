@@ -3,8 +3,9 @@
 // launchGemmSm90 (kernels/GemmSm90.cu) on fresh random bf16 operands against
 // cpu::linear on the same values: T from 1 to several token tiles (rows past
 // T in the last tile, which the TMA store must not write), N of 1-6 tiles of
-// 256 rows, K of 1-40 tiles of 64, more tiles than SMs (the persistent loop
-// and the grouped tile order), with both epilogues:
+// 256 rows, K of 1-40 tiles of 64, and several hundred tiles (more than
+// SMs: the persistent loop and the grouped tile order), with both
+// epilogues:
 //   kStore   y = x w^T, within Bf16GemmTest's bound: ulp_y(cpu) + 2^-14
 //            sum_i |x_i w_ji| (y's one rounding plus fp32 accumulation in
 //            another order);
@@ -124,6 +125,15 @@ TEST_F(GemmSm90Test, SwiGluMatchesTheCpu) {
   };
   for (const auto &s : shapes)
     check(s[0], s[1], s[2], GemmSm90Epilogue::kSwiGlu);
+}
+
+TEST_F(GemmSm90Test, EachCtaRunsSeveralTiles) {
+  // 32 token tiles x 8 (4 with kSwiGlu: 16) row tiles, more than any GPU's
+  // SMs: the persistent loop carries its barrier phases and reuses its
+  // output buffers from tile to tile, and the producer runs ahead into the
+  // next tile.
+  check(4096, 2048, 512, GemmSm90Epilogue::kStore);
+  check(4000, 4096, 256, GemmSm90Epilogue::kSwiGlu);
 }
 
 TEST_F(GemmSm90Test, AGraphReplaysTheSameBits) {
