@@ -1232,5 +1232,42 @@ TYPED_TEST(Bf16KernelsTest, DynamicRopeKVCacheWriteFollowsEachSequencesLength) {
                           Bound{0.5, 0x1p-22, 0x1p-21 * maxAbs}, headDim));
 }
 
+TEST(SiluMulF32Test, Fp32HalvesOfMergedRowsRoundOnceToBf16) {
+  // linear_swiglu's GEMM path: the [gate | up] rows of an fp32 product, as
+  // column views, into bf16 rounded once (the SwiGLU epilogue's rounding).
+  std::string why;
+  if (!cuda::cudaDeviceAvailable(&why))
+    GTEST_SKIP() << "CUDA kernel tests need a GPU: " << why;
+  std::mt19937 rng(23);
+  for (auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{1, 1}, {3, 333}, {17, 5632}, {2000, 64}}) {
+    const int64_t n = rows * cols;
+    const std::vector<float> gate = uniform(size_t(n), 4.0f, rng),
+                             up = uniform(size_t(n), 1.0f, rng);
+    std::vector<float> merged(size_t(n) * 2);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(gate.begin() + r * cols, cols, merged.begin() + r * 2 * cols);
+      std::copy_n(up.begin() + r * cols, cols,
+                  merged.begin() + r * 2 * cols + cols);
+    }
+    DeviceArray<float> dMerged(merged);
+    auto y = DeviceArray<__nv_bfloat16>::poisoned(size_t(n));
+    ASSERT_EQ(cuda::launchSiluMulF32(dMerged.get(), 2 * cols,
+                                     dMerged.get() + cols, 2 * cols, y.get(),
+                                     rows, cols, nullptr),
+              cudaSuccess);
+    std::vector<float> want(static_cast<size_t>(n));
+    cpu::siluMul(gate.data(), up.data(), want.data(), n);
+    EXPECT_TRUE(withinBound(y.download(), want, Bound{0.5, 0x1p-20, 0.0}, cols))
+        << "silu_mul of fp32 rows " << rows << "x" << cols;
+  }
+  DeviceArray<float> x(std::vector<float>(64));
+  auto y = DeviceArray<__nv_bfloat16>::poisoned(64);
+  EXPECT_EQ(
+      cuda::launchSiluMulF32(x.get(), 4, x.get(), 8, y.get(), 2, 8, nullptr),
+      cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 } // namespace
 } // namespace infer::testing
