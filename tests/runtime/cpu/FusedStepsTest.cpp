@@ -218,6 +218,17 @@ Batch rowsBatch() {
   return batch;
 }
 
+/// `p` on the CPU backend (one block, two threads) over `batch`.
+StatusOr<Logits> runRows(const plan::Plan &p, const ParamTable &params,
+                         const Batch &batch) {
+  cpu::CpuBackendOptions options;
+  options.numBlocks = 1;
+  options.numThreads = 2;
+  INFER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                         cpu::createCpuBackend(p, 0, params, options));
+  return backend->forward(batch);
+}
+
 /// token ids -> x = embedding(x_table), r = embedding(r_table) ->
 /// y = linear_residual(x, w, r, b?) -> cast to f32. The residual's width
 /// and dtype may be made wrong.
@@ -281,15 +292,8 @@ TEST_P(LinearResidualTest, RoundsOnceAfterTheResidual) {
       v = roundTo(c.dtype, id == 2 ? 4.0f * v : v);
     params[id] = rounded;
   }
-  cpu::CpuBackendOptions options;
-  options.numBlocks = 1;
-  options.numThreads = 2;
-  StatusOr<std::unique_ptr<Backend>> backend =
-      cpu::createCpuBackend(*parsed, 0, params, options);
-  ASSERT_TRUE(backend.isOk()) << backend.status().message();
-
   const Batch batch = rowsBatch();
-  StatusOr<Logits> out = (*backend)->forward(batch);
+  StatusOr<Logits> out = runRows(*parsed, params, batch);
   ASSERT_TRUE(out.isOk()) << out.status().message();
   ASSERT_EQ(out->rows, kRows);
   ASSERT_EQ(out->vocab, kOut);
@@ -397,15 +401,8 @@ TEST_P(LinearSwiGluTest, RoundsOnceAfterTheActivation) {
   for (float &v : rounded->data)
     v = roundTo(dtype, v);
   params[1] = rounded;
-  cpu::CpuBackendOptions options;
-  options.numBlocks = 1;
-  options.numThreads = 2;
-  StatusOr<std::unique_ptr<Backend>> backend =
-      cpu::createCpuBackend(*parsed, 0, params, options);
-  ASSERT_TRUE(backend.isOk()) << backend.status().message();
-
   const Batch batch = rowsBatch();
-  StatusOr<Logits> out = (*backend)->forward(batch);
+  StatusOr<Logits> out = runRows(*parsed, params, batch);
   ASSERT_TRUE(out.isOk()) << out.status().message();
   ASSERT_EQ(out->rows, kRows);
   ASSERT_EQ(out->vocab, kOut);
