@@ -312,6 +312,50 @@ TEST_P(CudaFixturesTest, LinearSwiGluStepsFollowTheCpu) {
   }
 }
 
+TEST_P(CudaFixturesTest, LinearSwiGluChunksLongPrompts) {
+  // linear_swiglu's GEMM path takes at most 1,024 rows a time: a prompt of
+  // 2,040 tokens (the fixture's prompt repeated, within every fixture's
+  // max_position_embeddings) runs in two chunks, against the SwiGLU
+  // epilogue and the CPU backend on the same plan.
+  bool fused = false;
+  for (const plan::Step &step : artifact_.plan.ranks[0].steps)
+    fused = fused || step.op == "linear_swiglu";
+  if (!fused)
+    GTEST_SKIP() << "no linear_swiglu step in this plan";
+  const std::vector<int32_t> &prompt = case_.inputs.back();
+  std::vector<int32_t> tokens;
+  while (tokens.size() < 2040)
+    tokens.push_back(prompt[tokens.size() % prompt.size()]);
+  const int64_t defaultMinRows = cuda::swiGluKernelMinRows();
+  struct Restore {
+    int64_t rows;
+    ~Restore() { cuda::setSwiGluKernelMinRows(rows); }
+  } restore{defaultMinRows};
+  cuda::setSwiGluKernelMinRows(INT64_MAX);
+  std::unique_ptr<Backend> chunked = gpuBackend(blocksFor(tokens.size()));
+  ASSERT_TRUE(chunked);
+  const Logits apart = promptLogits(*chunked, tokens);
+  cuda::setSwiGluKernelMinRows(defaultMinRows);
+  std::unique_ptr<Backend> g = gpuBackend(blocksFor(tokens.size()));
+  std::unique_ptr<Backend> c = cpuBackend(blocksFor(tokens.size()));
+  ASSERT_TRUE(g && c);
+  const Logits kernel = promptLogits(*g, tokens),
+               cpu = promptLogits(*c, tokens);
+  ASSERT_EQ(apart.data.size(), cpu.data.size());
+  ASSERT_EQ(kernel.data.size(), cpu.data.size());
+  const double errChunked =
+      maxRelativeError(apart.data.data(), cpu.data.data(), cpu.data.size());
+  const double errKernel =
+      maxRelativeError(kernel.data.data(), cpu.data.data(), cpu.data.size());
+  std::cout << "[ fixture  ] " << case_.name
+            << " linear_swiglu T=" << tokens.size()
+            << ": GEMM + silu_mul in chunks " << errChunked
+            << ", SwiGLU epilogue " << errKernel
+            << " max rel err vs CPU backend\n";
+  EXPECT_LT(errChunked, kGpuCpuTol);
+  EXPECT_LT(errKernel, kGpuCpuTol);
+}
+
 TEST_P(CudaFixturesTest, FusedRegionStepsEqualSiluMul) {
   // No compiled llama plan has a `fused` region yet, nor (since
   // linear_swiglu) a silu_mul: unfuse the linear_swiglu steps, rewrite each
