@@ -908,6 +908,20 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
                       std::to_string(kv.numLayers) + " layers");
     return Status::ok();
   };
+  // A GEMM's weight (operand 1): static and 2-D (backends size the result
+  // by its rows), as wide as the input (operand 0). `shape`: how the error
+  // names it.
+  auto checkWeight = [&](const char *shape) -> Status {
+    const Value &w = *byId_[in(1)];
+    if (w.shape.size() != 2 || w.shape[0].isDynamic() || w.shape[1].isDynamic())
+      return mismatch(std::string("the weight must be 2-D ") + shape);
+    if (differ(width(in(1)), width(in(0))))
+      return mismatch("weight [" + std::to_string(rows(in(1))) + ", " +
+                      std::to_string(width(in(1))) +
+                      "] does not match the input width " +
+                      std::to_string(width(in(0))));
+    return Status::ok();
+  };
   switch (d.op) {
   case StepOp::kEmbedding: {
     const Value &table = *byId_[in(0)];
@@ -945,14 +959,7 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
       return mismatch("the operands' or results' widths differ");
     return Status::ok();
   case StepOp::kLinearSwiGlu: {
-    const Value &w = *byId_[in(1)];
-    if (w.shape.size() != 2 || w.shape[0].isDynamic() || w.shape[1].isDynamic())
-      return mismatch("the weight must be 2-D [2I, K] with static I and K");
-    if (differ(width(in(1)), width(in(0))))
-      return mismatch("weight [" + std::to_string(rows(in(1))) + ", " +
-                      std::to_string(width(in(1))) +
-                      "] does not match the input width " +
-                      std::to_string(width(in(0))));
+    INFER_RETURN_IF_ERROR(checkWeight("[2I, K] with static I and K"));
     if (rows(in(1)) % 2 != 0 || differ(width(out(0)), rows(in(1)) / 2))
       return mismatch("the result width must be half the weight's rows "
                       "(gate rows, then as many up rows)");
@@ -961,16 +968,9 @@ Status RankVerifier::verifyShapes(const std::string &at, const DecodedStep &d) {
   case StepOp::kLinear:
   case StepOp::kLinearResidual:
   case StepOp::kLogits: {
-    const Value &w = *byId_[in(1)];
     // Backends size the result by the weight's rows: a dynamic N (an
     // activation as the weight) would make it differ from the declared width.
-    if (w.shape.size() != 2 || w.shape[0].isDynamic() || w.shape[1].isDynamic())
-      return mismatch("the weight must be 2-D [N, K] with static N and K");
-    if (differ(width(in(1)), width(in(0))))
-      return mismatch("weight [" + std::to_string(rows(in(1))) + ", " +
-                      std::to_string(width(in(1))) +
-                      "] does not match the input width " +
-                      std::to_string(width(in(0))));
+    INFER_RETURN_IF_ERROR(checkWeight("[N, K] with static N and K"));
     if (differ(width(out(0)), rows(in(1))))
       return mismatch("the result width differs from the weight's rows");
     // The bias: linear's third operand, linear_residual's fourth.
