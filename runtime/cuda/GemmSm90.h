@@ -6,7 +6,8 @@
 //   kSwiGlu  y[T, N / 2] = silu(x w_gate^T) * (x w_up^T), where w = [w_gate;
 //            w_up] (gate rows first, as infer.concat_weights stacks them)
 //            and N / 2 is a multiple of 128: a CTA's weight tile is 128
-//            gate rows and the same 128 up rows, so one thread's
+//            (or 112: gemmSm90SwiGluTileRows) gate rows and the same up
+//            rows, so one thread's
 //            accumulators hold both of an output element; gate and up never
 //            leave registers and the result is rounded once from fp32.
 // What infer.linear_swiglu runs on the CUDA backend (the gate/up projection
@@ -38,6 +39,16 @@ bool gemmSm90Supports(int64_t t, int64_t n, int64_t k);
 cudaError_t launchGemmSm90(const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                            __nv_bfloat16 *y, int64_t t, int64_t n, int64_t k,
                            GemmSm90Epilogue epilogue, cudaStream_t stream);
+
+/// The weight rows of launchGemmSm90's kSwiGlu tiles for T x N: 256 (128
+/// gate + 128 up rows), or 224 (112 + 112, where N / 2 is a multiple of
+/// 112) where that leaves the last wave of tiles over the SMs fuller, as
+/// for Llama-3-8B's gate/up at up to 512 tokens on an H100 (bench/RESULTS.md).
+/// INFER_SWIGLU_TILE_ROWS=224|256|auto sets the choice at start;
+/// setSwiGluTileRows(224, 256 or 0: auto) after (224 stays 256 where N / 2
+/// is not a multiple of 112).
+int gemmSm90SwiGluTileRows(int64_t t, int64_t n);
+void setSwiGluTileRows(int rows);
 
 /// The fewest rows for which linear_swiglu runs launchGemmSm90's SwiGLU
 /// epilogue; smaller batches take the linear's GEMM (cuBLASLt, the GEMV

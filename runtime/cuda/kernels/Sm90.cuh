@@ -385,6 +385,34 @@ __device__ __forceinline__ void wgmmaSS256(float (&d)[128], uint64_t a,
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
+/// wgmmaSS256 with N = 224: d[64 x 224] (+)= A[64 x 16] * B[16 x 224], the
+/// same layouts (thread l of warp w holds d[4c + e] = row 16w + l/4 + 8
+/// (e/2), column 8c + 2 (l%4) + e%2, c < 28).
+__device__ __forceinline__ void wgmmaSS224(float (&d)[112], uint64_t a,
+                                           uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %114, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
+      "%14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, "
+      "%28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "
+      "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "
+      "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+      "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, "
+      "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, "
+      "%110, %111"
+      "}, "
+      "%112, %113, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : INFER_ACC64(d), INFER_ACC8(d, 64), INFER_ACC8(d, 72), INFER_ACC8(d, 80),
+        INFER_ACC8(d, 88), INFER_ACC8(d, 96), INFER_ACC8(d, 104)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
 /// d[64 x 128] += A[64 x 16] * B[16 x 128]: A from registers (the A fragment
 /// of PTX "wgmma .m64nNk16": a[0] = row l/4, columns 2 (l%4) + {0, 1};
 /// a[1] the same 8 rows down; a[2], a[3] columns 8 further), B in shared

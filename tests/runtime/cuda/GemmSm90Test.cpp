@@ -13,6 +13,8 @@
 //            within ulp_y plus that accumulation error carried through
 //            silu(g) * u (|silu'| <= 1.1): a gate and up from other rows or
 //            K tiles, or a missing activation, is far beyond it.
+// kSwiGlu runs in tiles of 256 or 224 weight rows (gemmSm90SwiGluTileRows);
+// both are checked on shapes that take either.
 // Also: a CUDA graph replays it bit for bit, y's rows past T are untouched,
 // and unsupported shapes are errors. Skips without an sm_90a device.
 //
@@ -125,6 +127,48 @@ TEST_F(GemmSm90Test, SwiGluMatchesTheCpu) {
   };
   for (const auto &s : shapes)
     check(s[0], s[1], s[2], GemmSm90Epilogue::kSwiGlu);
+}
+
+/// Restores the per-shape choice of SwiGLU tile rows when it leaves scope.
+struct TileRowsScope {
+  explicit TileRowsScope(int rows) { cuda::setSwiGluTileRows(rows); }
+  ~TileRowsScope() { cuda::setSwiGluTileRows(0); }
+};
+
+TEST_F(GemmSm90Test, SwiGluInTilesOf224And256Rows) {
+  // N / 2 a multiple of both 112 and 128 (896, 1792): either tile fits.
+  const int64_t shapes[][3] = {
+      {1, 1792, 64},    {77, 1792, 1024},  {128, 3584, 512},
+      {257, 1792, 704}, {4000, 3584, 256},
+  };
+  for (int rows : {224, 256}) {
+    TileRowsScope scope(rows);
+    for (const auto &s : shapes) {
+      ASSERT_EQ(cuda::gemmSm90SwiGluTileRows(s[0], s[1]), rows);
+      check(s[0], s[1], s[2], GemmSm90Epilogue::kSwiGlu);
+    }
+  }
+}
+
+TEST_F(GemmSm90Test, SwiGluTileRowsFollowTheShape) {
+  {
+    // 224 where N / 2 is not a multiple of 112 stays 256.
+    TileRowsScope scope(224);
+    EXPECT_EQ(cuda::gemmSm90SwiGluTileRows(256, 512), 256);
+    EXPECT_EQ(cuda::gemmSm90SwiGluTileRows(256, 28672), 224);
+  }
+  EXPECT_EQ(cuda::gemmSm90SwiGluTileRows(256, 512), 256);
+  // Llama-3-8B's gate/up (I = 14336 = 128 x 112): on 132 SMs, 256 tokens
+  // are 224 tiles of 256 rows (2 waves, 512 rows a CTA) or 256 of 224 (448).
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+      cudaSuccess);
+  if (sms == 132) {
+    EXPECT_EQ(cuda::gemmSm90SwiGluTileRows(256, 28672), 224);
+    EXPECT_EQ(cuda::gemmSm90SwiGluTileRows(4096, 28672), 256);
+  }
 }
 
 TEST_F(GemmSm90Test, EachCtaRunsSeveralTiles) {
