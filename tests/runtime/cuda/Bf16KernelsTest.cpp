@@ -202,14 +202,20 @@ TYPED_TEST(Bf16KernelsTest, EmbeddingConvertsTheTableRows) {
 }
 
 /// rms_norm with weights of type P (T or fp32) on aligned rows (h % 8 ==
-/// 0: packs) and odd ones, and x one element off 16-byte alignment.
+/// 0: packs) and odd ones, and x one element off 16-byte alignment; rows
+/// that stay in registers (up to 4 packs a thread: 8192 elements in packs
+/// of 8, 1024 unpacked), up to the last pack, and longer ones read twice.
 template <typename T, typename P> void checkRmsNorm(Bf16KernelsTest<T> &test) {
   const Bound bound{0.5, 0x1p-12, 0.0};
   for (auto [rows, h, misaligned] : {std::tuple{1, 64, false},
                                      {5, 2048, false},
                                      {7, 4096, false},
                                      {3, 100, false},
-                                     {4, 256, true}}) {
+                                     {4, 256, true},
+                                     {2, 3000, false},
+                                     {2, 8192, false},
+                                     {2, 12288, false},
+                                     {2, 1030, true}}) {
     const size_t n = size_t(rows) * h, pad = misaligned ? 1 : 0;
     std::vector<float> x = test.randomT(n + pad, 3.0f);
     const std::vector<float> w = roundedTo<P>(test.random(h));
