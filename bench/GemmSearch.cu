@@ -20,7 +20,10 @@
 //   skinny       the Hopper skinny kernel (launchSkinnyGemmSm90, T <= 256
 //                on an sm_90a device) at 1, 2 and skinnyGemmSm90Splits K
 //                splits in clusters of 1, 2 and 4 CTAs: the fastest, with
-//                its splits and cluster.
+//                its splits and cluster,
+//   sm90         the persistent Hopper GEMM (launchGemmSm90, kStore: what
+//                linear_swiglu runs with its SwiGLU epilogue) where it
+//                takes the shape (N % 256 == 0, an sm_90a device).
 // --sustained MS times the first --heuristic candidates the way a long
 // offline run meets them instead: the board first held at its power limit
 // (2 s of the heuristic's first choice), then each candidate run back to back
@@ -43,6 +46,7 @@
 #include <cuda_runtime.h>
 
 #include "bench/GemmBenchSupport.cuh"
+#include "runtime/cuda/GemmSm90.h"
 #include "runtime/cuda/GemvKernels.h"
 
 #include <algorithm>
@@ -371,8 +375,9 @@ int main(int argc, char **argv) {
       "| T | N x K | heuristic#0 us | best of %d heuristic us | "
       "search us | search / heuristic#0 | TFLOP/s (search) | weight "
       "GB/s (search) | configs timed | skinny sm90 us (splits x cluster) | "
-      "skinny / heuristic#0 | weight GB/s (skinny) |\n|---|---|---|"
-      "---|---|---|---|---|---|---|---|---|\n",
+      "skinny / heuristic#0 | weight GB/s (skinny) | sm90 us | sm90 / "
+      "heuristic#0 | TFLOP/s (sm90) |\n|---|---|---|"
+      "---|---|---|---|---|---|---|---|---|---|---|---|\n",
       heuristicCount);
   std::vector<std::string> details;
   for (int64_t t : rows)
@@ -566,16 +571,35 @@ int main(int argc, char **argv) {
             }
           }
       }
+      // The persistent Hopper GEMM (runtime/cuda/kernels/GemmSm90.cu).
+      float sm90 = -1.0f;
+      if (!fp32Y && infer::cuda::gemmSm90Supports(t, n, k)) {
+        std::vector<float> ms;
+        for (int r = 0; r < 7; ++r)
+          ms.push_back(timeLaunch(
+              [&] {
+                return infer::cuda::launchGemmSm90(
+                           p.x, p.w, static_cast<__nv_bfloat16 *>(p.y), p.t,
+                           p.n, p.k, infer::cuda::GemmSm90Epilogue::kStore,
+                           timer.stream) == cudaSuccess;
+              },
+              timer, r));
+        std::sort(ms.begin(), ms.end());
+        sm90 = ms[3];
+      }
       const double flops = 2.0 * t * n * k;
       std::printf("| %lld | %lld x %lld | %.1f | %.1f | %.1f | %.3f | %.0f | "
-                  "%.0f | %d | %.1f (%lld x %lld) | %.3f | %.0f |\n",
+                  "%.0f | %d | %.1f (%lld x %lld) | %.3f | %.0f | %.1f | "
+                  "%.3f | %.0f |\n",
                   (long long)t, (long long)n, (long long)k, h0 * 1e3, hb * 1e3,
                   sb * 1e3, sb > 0 ? sb / h0 : 0.0,
                   sb > 0 ? flops / (sb * 1e-3) / 1e12 : 0.0,
                   sb > 0 ? 2.0 * n * k / (sb * 1e-3) / 1e9 : 0.0, timed,
                   skinny * 1e3, (long long)skinnySplits,
                   (long long)skinnyCluster, skinny > 0 ? skinny / h0 : 0.0,
-                  skinny > 0 ? 2.0 * n * k / (skinny * 1e-3) / 1e9 : 0.0);
+                  skinny > 0 ? 2.0 * n * k / (skinny * 1e-3) / 1e9 : 0.0,
+                  sm90 * 1e3, sm90 > 0 ? sm90 / h0 : 0.0,
+                  sm90 > 0 ? flops / (sm90 * 1e-3) / 1e12 : 0.0);
       std::fflush(stdout);
       std::string text = "T=" + std::to_string(t) + " " + std::to_string(n) +
                          "x" + std::to_string(k) +
