@@ -188,19 +188,10 @@ __device__ float blockSum(float v, float *partial) {
   return partial[0];
 }
 
-/// Packs a thread of rmsNormKernel keeps in registers between its two
-/// passes (rows of up to kNormResidentPacks x blockDim.x x N elements:
-/// 4 x 256 x 8 = 8192 bf16).
-constexpr int kNormResidentPacks = 4;
-
 /// One block per row of h elements, in packs of N (h % N == 0). Quantize:
 /// the row's E4M3 codes and scale too, from the stored values
 /// (launchRmsNormFp8; a null y keeps them in shared memory, unstoredRow);
-/// the norm's arithmetic is the same either way. A row of at most
-/// kNormResidentPacks packs a thread stays in registers, its weights loaded
-/// beside it before the block's sum (their latency hidden behind the
-/// reduction); a longer one is read again. Both add each thread's packs in
-/// the same order: the same bits.
+/// the norm's arithmetic is the same either way.
 template <int N, bool Quantize, typename T, typename P>
 __global__ void rmsNormKernel(const T *x, const P *w, T *y, int64_t h,
                               float epsilon, float weightOffset, uint8_t *codes,
@@ -209,59 +200,28 @@ __global__ void rmsNormKernel(const T *x, const P *w, T *y, int64_t h,
   allowDependentGrids();
   const T *xr = x + blockIdx.x * h;
   T *yr = !Quantize || y ? y + blockIdx.x * h : unstoredRow<T>();
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x * int64_t(N); i < h; i += blockDim.x * N) {
+    float v[N];
+    loadFloats<N>(xr + i, v);
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      sum += v[e] * v[e];
+  }
   __shared__ float partial[32];
+  const float inv =
+      rsqrtf(blockSum(sum, partial) / static_cast<float>(h) + epsilon);
   [[maybe_unused]] float amax = 0.0f;
-  const int64_t stride = int64_t(blockDim.x) * N;
-  if (h <= kNormResidentPacks * stride) {
-    float v[kNormResidentPacks][N], wv[kNormResidentPacks][N];
-    float sum = 0.0f;
+  for (int64_t i = threadIdx.x * int64_t(N); i < h; i += blockDim.x * N) {
+    float v[N], wv[N];
+    loadFloats<N>(xr + i, v);
+    loadFloats<N>(w + i, wv);
 #pragma unroll
-    for (int p = 0; p < kNormResidentPacks; ++p) {
-      const int64_t i = threadIdx.x * int64_t(N) + p * stride;
-      if (i < h) {
-        loadFloats<N>(xr + i, v[p]);
-        loadFloats<N>(w + i, wv[p]);
-#pragma unroll
-        for (int e = 0; e < N; ++e)
-          sum += v[p][e] * v[p][e];
-      }
-    }
-    const float inv =
-        rsqrtf(blockSum(sum, partial) / static_cast<float>(h) + epsilon);
-#pragma unroll
-    for (int p = 0; p < kNormResidentPacks; ++p) {
-      const int64_t i = threadIdx.x * int64_t(N) + p * stride;
-      if (i < h) {
-#pragma unroll
-        for (int e = 0; e < N; ++e)
-          v[p][e] = (wv[p][e] + weightOffset) * (v[p][e] * inv);
-        storeFloats<N>(yr + i, v[p]);
-        if constexpr (Quantize)
-          amax = storedAmax<T>(amax, v[p]);
-      }
-    }
-  } else {
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x * int64_t(N); i < h; i += stride) {
-      float v[N];
-      loadFloats<N>(xr + i, v);
-#pragma unroll
-      for (int e = 0; e < N; ++e)
-        sum += v[e] * v[e];
-    }
-    const float inv =
-        rsqrtf(blockSum(sum, partial) / static_cast<float>(h) + epsilon);
-    for (int64_t i = threadIdx.x * int64_t(N); i < h; i += stride) {
-      float v[N], wv[N];
-      loadFloats<N>(xr + i, v);
-      loadFloats<N>(w + i, wv);
-#pragma unroll
-      for (int e = 0; e < N; ++e)
-        v[e] = (wv[e] + weightOffset) * (v[e] * inv);
-      storeFloats<N>(yr + i, v);
-      if constexpr (Quantize)
-        amax = storedAmax<T>(amax, v);
-    }
+    for (int e = 0; e < N; ++e)
+      v[e] = (wv[e] + weightOffset) * (v[e] * inv);
+    storeFloats<N>(yr + i, v);
+    if constexpr (Quantize)
+      amax = storedAmax<T>(amax, v);
   }
   if constexpr (Quantize)
     quantizeStoredRow<N>(yr, h, amax, codes + blockIdx.x * h,

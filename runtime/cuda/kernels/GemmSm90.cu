@@ -42,7 +42,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/GemmSm90.h"
-#include "runtime/cuda/kernels/DependentLaunch.cuh"
 #include "runtime/cuda/kernels/Sm90.cuh"
 
 #include <algorithm>
@@ -148,9 +147,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     prefetchTensorMap(&yMap);
   }
   __syncthreads();
-  // A programmatic launch gets here while the kernel before it drains: x
-  // is its output, y may be its input.
-  waitForPriorGrids();
 
   const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (warpgroup == 0) {
@@ -327,8 +323,8 @@ cudaError_t launchEpilogue(const CUtensorMap &wMap, const CUtensorMap &xMap,
   if (configured != cudaSuccess)
     return configured;
   const int ctas = std::min(p.units, multiprocessors());
-  return launchDependent(kernel, dim3(ctas), dim3(kThreads), kSmemBytes, stream,
-                         wMap, xMap, yMap, p);
+  kernel<<<ctas, kThreads, kSmemBytes, stream>>>(wMap, xMap, yMap, p);
+  return cudaGetLastError();
 }
 
 } // namespace

@@ -202,9 +202,8 @@ TYPED_TEST(Bf16KernelsTest, EmbeddingConvertsTheTableRows) {
 }
 
 /// rms_norm with weights of type P (T or fp32) on aligned rows (h % 8 ==
-/// 0: packs) and odd ones, and x one element off 16-byte alignment; rows
-/// that stay in registers (up to 4 packs a thread: 8192 elements in packs
-/// of 8, 1024 unpacked), up to the last pack, and longer ones read twice.
+/// 0: packs) and odd ones, and x one element off 16-byte alignment; rows of
+/// several packs a thread (up to 8192 elements in packs of 8) and longer.
 template <typename T, typename P> void checkRmsNorm(Bf16KernelsTest<T> &test) {
   const Bound bound{0.5, 0x1p-12, 0.0};
   for (auto [rows, h, misaligned] : {std::tuple{1, 64, false},

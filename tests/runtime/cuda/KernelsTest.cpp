@@ -103,7 +103,7 @@ TEST_F(CudaKernelsTest, Embedding) {
 }
 
 TEST_F(CudaKernelsTest, RmsNorm) {
-  // Rows kept in registers (up to 4096 fp32 in packs of 4) and longer ones.
+  // Rows of one to four packs of 4 a thread, and longer ones.
   for (auto [rows, h] :
        {std::pair{1, 64}, {5, 2048}, {33, 4096}, {3, 100}, {2, 16384}}) {
     std::vector<float> x = random(size_t(rows) * h, 3.0f), w = random(h);
