@@ -59,24 +59,10 @@
 
 namespace {
 
+using infer::bench::check;
+using infer::bench::die;
 using infer::bench::fillKernel;
 using infer::bench::parseList;
-
-[[noreturn]] void die(const std::string &message) {
-  std::fprintf(stderr, "infer-gemm-search: %s\n", message.c_str());
-  std::exit(1);
-}
-
-void check(cudaError_t status, const char *what) {
-  if (status != cudaSuccess)
-    die(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
-void check(cublasStatus_t status, const char *what) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    die(std::string(what) + ": cuBLAS status " +
-        std::to_string(static_cast<int>(status)));
-}
 
 struct Problem {
   int64_t t, n, k;
@@ -290,6 +276,7 @@ struct Found {
 } // namespace
 
 int main(int argc, char **argv) {
+  infer::bench::benchTool = "infer-gemm-search";
   std::vector<int64_t> rows = {256, 1024, 2048};
   std::vector<std::pair<int64_t, int64_t>> shapes = {
       {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};

@@ -38,26 +38,12 @@
 
 namespace {
 
+using infer::bench::check;
+using infer::bench::die;
 using infer::bench::fillKernel;
 using infer::bench::parseList;
 
 using infer::cuda::GemmSm90Epilogue;
-
-[[noreturn]] void die(const std::string &message) {
-  std::fprintf(stderr, "infer-swiglu-gemm: %s\n", message.c_str());
-  std::exit(1);
-}
-
-void check(cudaError_t status, const char *what) {
-  if (status != cudaSuccess)
-    die(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
-void check(cublasStatus_t status, const char *what) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    die(std::string(what) + ": cuBLAS status " +
-        std::to_string(static_cast<int>(status)));
-}
 
 /// max |a - b| / max |b| over n elements (on the host).
 double relativeError(const __nv_bfloat16 *a, const __nv_bfloat16 *b,
@@ -79,6 +65,7 @@ double relativeError(const __nv_bfloat16 *a, const __nv_bfloat16 *b,
 } // namespace
 
 int main(int argc, char **argv) {
+  infer::bench::benchTool = "infer-swiglu-gemm";
   std::vector<int64_t> rows = {256, 2048, 8192};
   std::vector<std::pair<int64_t, int64_t>> shapes = {{28672, 4096}};
   double sustainedMs = 0;

@@ -431,13 +431,7 @@ TYPED_TEST(Bf16KernelsTest, SiluMulOnRowsAndColumnViews) {
     EXPECT_TRUE(withinBound(got, want, Bound{0.5, 0x1p-20, 0.0}, cols))
         << "silu_mul " << rows << "x" << cols;
     // gate and up as the column views of one merged gate/up row.
-    std::vector<float> merged(size_t(n) * 2);
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(gate.begin() + r * cols, cols, merged.begin() + r * 2 * cols);
-      std::copy_n(up.begin() + r * cols, cols,
-                  merged.begin() + r * 2 * cols + cols);
-    }
-    DeviceArray<T> dMerged(narrowAll<T>(merged));
+    DeviceArray<T> dMerged(narrowAll<T>(mergedHalves(gate, up, rows, cols)));
     auto yView = DeviceArray<T>::poisoned(n);
     ASSERT_EQ(cuda::launchSiluMul(dMerged.get(), 2 * cols, dMerged.get() + cols,
                                   2 * cols, yView.get(), rows, cols, nullptr),
@@ -1249,13 +1243,7 @@ TEST(SiluMulF32Test, Fp32HalvesOfMergedRowsRoundOnceToBf16) {
     const int64_t n = rows * cols;
     const std::vector<float> gate = uniform(size_t(n), 4.0f, rng),
                              up = uniform(size_t(n), 1.0f, rng);
-    std::vector<float> merged(size_t(n) * 2);
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(gate.begin() + r * cols, cols, merged.begin() + r * 2 * cols);
-      std::copy_n(up.begin() + r * cols, cols,
-                  merged.begin() + r * 2 * cols + cols);
-    }
-    DeviceArray<float> dMerged(merged);
+    DeviceArray<float> dMerged(mergedHalves(gate, up, rows, cols));
     auto y = DeviceArray<__nv_bfloat16>::poisoned(size_t(n));
     ASSERT_EQ(cuda::launchSiluMulF32(dMerged.get(), 2 * cols,
                                      dMerged.get() + cols, 2 * cols, y.get(),

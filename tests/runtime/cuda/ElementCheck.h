@@ -84,6 +84,20 @@ inline std::vector<float> uniform(size_t n, float scale, std::mt19937 &rng) {
   return v;
 }
 
+/// Rows of [a_r | b_r], each half `cols` wide: a merged gate/up projection's
+/// output, whose halves silu_mul reads as column views.
+inline std::vector<float> mergedHalves(const std::vector<float> &a,
+                                       const std::vector<float> &b,
+                                       int64_t rows, int64_t cols) {
+  std::vector<float> merged(size_t(rows * cols) * 2);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(a.begin() + r * cols, cols, merged.begin() + r * 2 * cols);
+    std::copy_n(b.begin() + r * cols, cols,
+                merged.begin() + r * 2 * cols + cols);
+  }
+  return merged;
+}
+
 /// v rounded to T and back: the values a T tensor holds.
 template <typename T>
 std::vector<float> roundedTo(const std::vector<float> &v) {

@@ -18,6 +18,7 @@
 #include "runtime/cuda/Kernels.h"
 #include "tests/runtime/cuda/AttentionTestSupport.h"
 #include "tests/runtime/cuda/DeviceArray.h"
+#include "tests/runtime/cuda/ElementCheck.h"
 
 #include <gtest/gtest.h>
 
@@ -337,13 +338,7 @@ TEST_F(CudaKernelsTest, SiluMul) {
     report("silu_mul", std::to_string(rows) + "x" + std::to_string(cols), err);
     EXPECT_LT(err, kF32Tol);
 
-    std::vector<float> merged(size_t(n) * 2);
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(gate.begin() + r * cols, cols, merged.begin() + r * 2 * cols);
-      std::copy_n(up.begin() + r * cols, cols,
-                  merged.begin() + r * 2 * cols + cols);
-    }
-    DeviceArray<float> dMerged(merged);
+    DeviceArray<float> dMerged(mergedHalves(gate, up, rows, cols));
     auto yView = DeviceArray<float>::poisoned(n);
     ASSERT_EQ(cuda::launchSiluMul(dMerged.get(), 2 * cols, dMerged.get() + cols,
                                   2 * cols, yView.get(), rows, cols, nullptr),
