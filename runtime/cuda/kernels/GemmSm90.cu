@@ -277,11 +277,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 bool kernelRuns() {
-  static const bool runs =
-      deviceRunsSm90a(reinterpret_cast<const void *>(
-          gemmSm90Kernel<GemmSm90Epilogue::kStore, kRowsPerTile>)) &&
-      tensorMapEncoder() != nullptr;
-  return runs;
+  static Sm90aSupport support(reinterpret_cast<const void *>(
+      gemmSm90Kernel<GemmSm90Epilogue::kStore, kRowsPerTile>));
+  return tensorMapEncoder() != nullptr && support.onCurrentDevice();
 }
 
 /// The SMs of the current device (132 where the query fails).

@@ -265,10 +265,9 @@ __global__ void addSplitsKernel(const float *partials, int splits,
 /// Whether this build holds the kernel's sm_90a code, the current device
 /// runs it, and the driver encodes tensor maps.
 bool kernelRuns() {
-  static const bool runs = deviceRunsSm90a(reinterpret_cast<const void *>(
-                               skinnyGemmSm90Kernel<1, 1>)) &&
-                           tensorMapEncoder() != nullptr;
-  return runs;
+  static Sm90aSupport support(
+      reinterpret_cast<const void *>(skinnyGemmSm90Kernel<1, 1>));
+  return tensorMapEncoder() != nullptr && support.onCurrentDevice();
 }
 
 bool aligned16(const void *p) {
