@@ -37,8 +37,14 @@
 // size the time per forward call by op, GEMMs by weight shape
 // (stepProfileReport); the warm-up calls are left out.
 // Each figure is the median over `repeats` runs (each run's median of its
-// steps for decode); the runs are printed too. An ARTIFACT is what `infer
-// compile` wrote (the fused pipeline users run); a MODEL_DIR is built into
+// steps for decode); the runs are printed too. A decode point's runs follow
+// each other without rewinding: after two warm-up steps, run r's steps read
+// context + 3 + r * steps keys and up, so the runs climb with the KV they
+// read (Llama-3-8B at batch 256: ~0.4 ms a run of 32 steps), the median is
+// the middle run's, the roofline is at the mean context, and the last
+// column gives the contexts the runs covered. Compare decode figures at
+// equal --repeats and --steps. An ARTIFACT is what `infer compile` wrote
+// (the fused pipeline users run); a MODEL_DIR is built into
 // the unfused test plan (tests/runtime/support/LlamaPlan.h). A
 // tensor-parallel artifact (`infer compile --tp N`) runs on N GPUs; its
 // rooflines are per rank (each GPU reads its shard in parallel).
@@ -631,8 +637,9 @@ int main(int argc, char **argv) {
   std::vector<std::string> profiles;
   if (!decodePoints.empty()) {
     std::printf("| decode batch | context | ms/step (median of %lld runs) | "
-                "tokens/s | roofline ms/step | %% of roofline | runs |\n"
-                "|---|---|---|---|---|---|---|\n",
+                "tokens/s | roofline ms/step | %% of roofline | runs | "
+                "contexts |\n"
+                "|---|---|---|---|---|---|---|---|\n",
                 (long long)options.repeats);
     for (auto [batch, context] : decodePoints) {
       const int64_t decodeBlocksPerSeq = blocksPerSeq(context);
@@ -665,15 +672,20 @@ int main(int argc, char **argv) {
         runs.push_back(median(ms));
       }
       const double stepMs = median(runs);
-      const double avgContext =
-          context + 1 + options.repeats * options.steps / 2.0;
+      // The timed steps read context + 3 .. context + 2 + repeats * steps
+      // keys (after the two warm-up steps).
+      const int64_t firstKeys = context + 3;
+      const int64_t lastKeys = context + 2 + options.repeats * options.steps;
+      const double avgContext = (firstKeys + lastKeys) / 2.0;
       const double rooflineMs =
           (cost.weightBytes + batch * avgContext * cost.kvBytesPerToken) /
           bandwidth * 1e3;
-      std::printf("| %lld | %lld | %.3f | %.0f | %.3f | %.0f%% | %s |\n",
+      std::printf("| %lld | %lld | %.3f | %.0f | %.3f | %.0f%% | %s | "
+                  "%lld-%lld |\n",
                   (long long)batch, (long long)context, stepMs,
                   batch / stepMs * 1e3, rooflineMs, 100.0 * rooflineMs / stepMs,
-                  joined(runs).c_str());
+                  joined(runs).c_str(), (long long)firstKeys,
+                  (long long)lastKeys);
       std::fflush(stdout);
       if (options.profile)
         profiles.push_back("decode batch " + std::to_string(batch) +
