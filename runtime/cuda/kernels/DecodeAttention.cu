@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/cuda/kernels/CurrentDevice.h"
 #include "runtime/cuda/kernels/DecodeAttention.cuh"
 #include "runtime/cuda/kernels/DecodeAttentionMma.cuh"
 
@@ -19,14 +20,7 @@ namespace infer::cuda {
 
 namespace {
 
-int smCount() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess)
-    return 1;
-  return sms;
-}
+int smCount() { return currentDeviceSms(1); }
 
 /// Fewest warps (units times splits) per SM for the tensor-core decode on
 /// its own choice: with fewer, its serial steps are bare latency.

@@ -1,5 +1,6 @@
 //===- DependentLaunch.cu - Programmatic dependent launches ---------------===//
 
+#include "runtime/cuda/kernels/CurrentDevice.h"
 #include "runtime/cuda/kernels/DependentLaunch.cuh"
 #include "runtime/support/Env.h"
 
@@ -12,14 +13,13 @@ namespace {
 std::atomic<int> modeOverride{-1};
 
 bool deviceHasThem() {
-  static const bool has = [] {
-    int device = 0, major = 0;
-    return cudaGetDevice(&device) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                                  device) == cudaSuccess &&
+  static PerDeviceFlag has;
+  return has.get([] {
+    int major = 0;
+    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                  currentDeviceOrdinal()) == cudaSuccess &&
            major >= 9;
-  }();
-  return has;
+  });
 }
 } // namespace
 

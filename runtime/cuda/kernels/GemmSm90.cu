@@ -42,6 +42,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/GemmSm90.h"
+#include "runtime/cuda/kernels/CurrentDevice.h"
 #include "runtime/cuda/kernels/Sm90.cuh"
 
 #include <algorithm>
@@ -277,20 +278,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 bool kernelRuns() {
-  static Sm90aSupport support(reinterpret_cast<const void *>(
-      gemmSm90Kernel<GemmSm90Epilogue::kStore, kRowsPerTile>));
-  return tensorMapEncoder() != nullptr && support.onCurrentDevice();
+  static PerDeviceFlag runs;
+  return tensorMapEncoder() != nullptr && runs.get([] {
+    return deviceRunsSm90a(reinterpret_cast<const void *>(
+        gemmSm90Kernel<GemmSm90Epilogue::kStore, kRowsPerTile>));
+  });
 }
 
 /// The SMs of the current device (132 where the query fails).
-int multiprocessors() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess)
-    sms = 132;
-  return sms;
-}
+int multiprocessors() { return currentDeviceSms(132); }
 
 /// The tensor map of y's boxes of 64 rows x `boxCols` (< 64) columns,
 /// unswizzled (the 224-row SwiGLU tiles' 56 columns).

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/cuda/kernels/CurrentDevice.h"
 #include "runtime/cuda/kernels/PrefillAttentionSm90.cuh"
 #include "runtime/support/Env.h"
 
@@ -47,20 +48,6 @@ bool deviceRunsSm90a(const void *kernel) {
   return major == 9 && minor == 0 && attributes.binaryVersion == 90;
 }
 
-bool Sm90aSupport::onCurrentDevice() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess)
-    return false;
-  if (device < 0 || device >= kDevices)
-    return deviceRunsSm90a(kernel_);
-  int8_t known = known_[device].load(std::memory_order_relaxed);
-  if (known == 0) {
-    known = deviceRunsSm90a(kernel_) ? 2 : 1;
-    known_[device].store(known, std::memory_order_relaxed);
-  }
-  return known == 2;
-}
-
 cudaError_t encodeRowsMap(CUtensorMap *map, const void *data, int64_t rows,
                           int64_t cols, int boxRows) {
   const cuuint64_t globalDim[2] = {cuuint64_t(cols), cuuint64_t(rows)};
@@ -80,10 +67,12 @@ namespace {
 /// Whether this build holds sm_90a code of the kernels and the current
 /// device runs it (compute capability 9.0).
 bool kernelRuns() {
-  static Sm90aSupport support(reinterpret_cast<const void *>(
-      prefillAttentionSm90Kernel<128, KVCacheDtype::kBf16, false, false,
-                                 __nv_bfloat16, false>));
-  return support.onCurrentDevice();
+  static PerDeviceFlag runs;
+  return runs.get([] {
+    return deviceRunsSm90a(reinterpret_cast<const void *>(
+        prefillAttentionSm90Kernel<128, KVCacheDtype::kBf16, false, false,
+                                   __nv_bfloat16, false>));
+  });
 }
 
 } // namespace
@@ -113,13 +102,7 @@ int persistentCtas() {
   }();
   if (fromEnvironment >= 0)
     return fromEnvironment;
-  // The current device's SMs (asked each time: devices may differ).
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess)
-    return 0;
-  return sms;
+  return currentDeviceSms(0);
 }
 
 cudaError_t encodePoolMap(CUtensorMap *map, const void *pool,

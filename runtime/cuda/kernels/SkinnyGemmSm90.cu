@@ -34,6 +34,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/GemvKernels.h"
+#include "runtime/cuda/kernels/CurrentDevice.h"
 #include "runtime/cuda/kernels/Sm90.cuh"
 
 #include <cuda_bf16.h>
@@ -265,9 +266,11 @@ __global__ void addSplitsKernel(const float *partials, int splits,
 /// Whether this build holds the kernel's sm_90a code, the current device
 /// runs it, and the driver encodes tensor maps.
 bool kernelRuns() {
-  static Sm90aSupport support(
-      reinterpret_cast<const void *>(skinnyGemmSm90Kernel<1, 1>));
-  return tensorMapEncoder() != nullptr && support.onCurrentDevice();
+  static PerDeviceFlag runs;
+  return tensorMapEncoder() != nullptr && runs.get([] {
+    return deviceRunsSm90a(
+        reinterpret_cast<const void *>(skinnyGemmSm90Kernel<1, 1>));
+  });
 }
 
 bool aligned16(const void *p) {

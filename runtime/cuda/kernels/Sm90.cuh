@@ -26,7 +26,6 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 
 namespace infer::cuda::sm90 {
@@ -38,22 +37,6 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder();
 /// Whether the current device (compute capability 9.0) runs `kernel` and
 /// this build holds its sm_90a code (binary version 90).
 bool deviceRunsSm90a(const void *kernel);
-
-/// deviceRunsSm90a(kernel) on the current device, each device's answer
-/// kept after its first query: launches ask every time, and one process
-/// may drive devices of several kinds (a static answer would be the first
-/// device's for all of them).
-class Sm90aSupport {
-public:
-  explicit Sm90aSupport(const void *kernel) : kernel_(kernel) {}
-
-  bool onCurrentDevice();
-
-private:
-  static constexpr int kDevices = 64; // past this, asked every time
-  const void *kernel_;
-  std::atomic<int8_t> known_[kDevices] = {}; // 0 unknown, 1 no, 2 yes
-};
 
 /// The tensor map of a row-major [rows, cols] 2-byte matrix (bf16) in boxes
 /// of `boxRows` rows x 64 elements (one 128-byte row), 128-byte swizzled:
