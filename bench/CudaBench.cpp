@@ -4,6 +4,7 @@
 //       [--decode-batches 1,8,32] [--context 128] [--steps 32]
 //       [--prefill 128,512,2048] [--repeats 3] [--graph-tokens 1024]
 //       [--sample greedy] [--long-context 1:8192,1:32768] [--profile]
+//       [--rewind]
 //
 // Times forward calls of the CUDA backend alone (no scheduler, no sampling;
 // with --sample greedy, forwardSample calls that choose each row's token on
@@ -43,11 +44,14 @@
 // read (Llama-3-8B at batch 256: ~0.4 ms a run of 32 steps), the median is
 // the middle run's, the roofline is at the mean context, and the last
 // column gives the contexts the runs covered. Compare decode figures at
-// equal --repeats and --steps. An ARTIFACT is what `infer compile` wrote
-// (the fused pipeline users run); a MODEL_DIR is built into
-// the unfused test plan (tests/runtime/support/LlamaPlan.h). A
-// tensor-parallel artifact (`infer compile --tp N`) runs on N GPUs; its
-// rooflines are per rank (each GPU reads its shard in parallel).
+// equal --repeats and --steps. --rewind starts every run at the first one's
+// context instead (the sequences' later slots written again), so the runs
+// are samples of one step and their median and spread are the noise's. An
+// ARTIFACT is what `infer compile` wrote (the fused pipeline users run); a
+// MODEL_DIR is built into the unfused test plan
+// (tests/runtime/support/LlamaPlan.h). A tensor-parallel artifact (`infer
+// compile --tp N`) runs on N GPUs; its rooflines are per rank (each GPU reads
+// its shard in parallel).
 //
 //===----------------------------------------------------------------------===//
 
@@ -145,6 +149,8 @@ struct Options {
   bool sampleGreedy = false;
   /// Per-step timing (CudaBackendOptions::profileSteps).
   bool profile = false;
+  /// Every decode run starts at the first run's context.
+  bool rewind = false;
 };
 
 Options parseArgs(int argc, char **argv) {
@@ -190,6 +196,8 @@ Options parseArgs(int argc, char **argv) {
       options.graphTokens = std::atoll(next());
     else if (arg == "--profile")
       options.profile = true;
+    else if (arg == "--rewind")
+      options.rewind = true;
     else if (arg == "--no-decode")
       options.decodeBatches.clear();
     else if (arg == "--sample") {
@@ -209,7 +217,7 @@ Options parseArgs(int argc, char **argv) {
         "[--decode-batches 1,8] [--context N] [--steps N] [--prefill "
         "128,512] [--gemms 1,16] [--repeats N] [--graph-tokens N] "
         "[--no-decode] [--sample greedy] [--long-context B:C,...] "
-        "[--profile]");
+        "[--profile] [--rewind]");
   return options;
 }
 
@@ -665,7 +673,10 @@ int main(int argc, char **argv) {
         runner.step(lengths, everyone, 1, decodeBlocksPerSeq);
       std::vector<double> runs;
       cuda::resetStepProfile(**backend);
+      const std::vector<int64_t> atStart = lengths;
       for (int64_t r = 0; r < options.repeats; ++r) {
+        if (options.rewind)
+          lengths = atStart;
         std::vector<double> ms;
         for (int64_t i = 0; i < options.steps; ++i)
           ms.push_back(runner.step(lengths, everyone, 1, decodeBlocksPerSeq));
@@ -673,9 +684,11 @@ int main(int argc, char **argv) {
       }
       const double stepMs = median(runs);
       // The timed steps read context + 3 .. context + 2 + repeats * steps
-      // keys (after the two warm-up steps).
+      // keys (after the two warm-up steps; with --rewind, each run reads
+      // context + 3 .. context + 2 + steps).
       const int64_t firstKeys = context + 3;
-      const int64_t lastKeys = context + 2 + options.repeats * options.steps;
+      const int64_t lastKeys =
+          context + 2 + (options.rewind ? 1 : options.repeats) * options.steps;
       const double avgContext = (firstKeys + lastKeys) / 2.0;
       const double rooflineMs =
           (cost.weightBytes + batch * avgContext * cost.kvBytesPerToken) /
