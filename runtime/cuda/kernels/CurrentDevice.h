@@ -1,5 +1,4 @@
 //===- CurrentDevice.h - The launchers' questions of a device --*- C++ -*-===//
-//-*-===//
 //
 // The launchers' questions about the device they launch on: its SM count
 // (asked at every launch: cudaDeviceGetAttribute is cheap) and yes/no
