@@ -1,9 +1,8 @@
-//===- GemmBenchSupport.cuh - What the GEMM benchmarks share ----*- CUDA
-//-*-===//
+//===- GemmBenchSupport.cuh - What the GEMM benchmarks share -*- CUDA -*-===//
 //
 // infer-gemm-search and infer-swiglu-gemm: their fatal errors (die, check),
-// comma-separated integer lists of their flags, and the random bf16
-// operands they time (constant ones draw less power and run faster than a
+// comma-separated integer lists and NxK shapes of their flags, and the random
+// bf16 operands they time (constant ones draw less power and run faster than a
 // model's).
 //
 //===----------------------------------------------------------------------===//
@@ -19,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace infer::bench {
@@ -56,6 +56,27 @@ inline std::vector<int64_t> parseList(const std::string &text) {
     pos = end + 1;
   }
   return values;
+}
+
+/// "6144x4096,4096x4096" -> {{6144, 4096}, {4096, 4096}} (--shapes: the
+/// weights' N x K).
+inline std::vector<std::pair<int64_t, int64_t>>
+parseShapes(const std::string &text) {
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos)
+      end = text.size();
+    const std::string item = text.substr(pos, end - pos);
+    const size_t x = item.find('x');
+    if (x == std::string::npos)
+      die("--shapes takes NxK,...");
+    shapes.push_back(
+        {std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1))});
+    pos = end + 1;
+  }
+  return shapes;
 }
 
 /// p[i] = a hash of (i, seed) spread uniformly over [-scale, scale).

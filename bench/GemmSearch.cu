@@ -63,6 +63,7 @@ using infer::bench::check;
 using infer::bench::die;
 using infer::bench::fillKernel;
 using infer::bench::parseList;
+using infer::bench::parseShapes;
 
 struct Problem {
   int64_t t, n, k;
@@ -309,21 +310,7 @@ int main(int argc, char **argv) {
     else if (arg == "--round")
       roundRows = std::stoll(next());
     else if (arg == "--shapes") {
-      shapes.clear();
-      const std::string text = next();
-      size_t pos = 0;
-      while (pos < text.size()) {
-        size_t end = text.find(',', pos);
-        if (end == std::string::npos)
-          end = text.size();
-        const std::string item = text.substr(pos, end - pos);
-        const size_t x = item.find('x');
-        if (x == std::string::npos)
-          die("--shapes takes NxK,...");
-        shapes.push_back(
-            {std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1))});
-        pos = end + 1;
-      }
+      shapes = parseShapes(next());
     } else {
       die("unknown argument " + arg +
           " (--rows, --shapes, --split-k, --heuristic, --top, "
