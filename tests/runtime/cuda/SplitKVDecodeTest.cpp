@@ -308,8 +308,7 @@ TEST_F(SplitKVDecodeTest, TensorCoreDecodeMatchesCpuAttention) {
   // Forced onto the tensor-core kernel, every pool, with the workspace
   // (long contexts split) and without: ragged short contexts and a few long
   // ones, every group size it takes, head_dim 64/128, windows, block sizes
-  // 24 and 8 (two blocks a step; the lanes' window of 32 block-table entries
-  // refilled every 256 keys), soft-caps.
+  // 24 and 8 (two blocks a step), soft-caps.
   std::uniform_int_distribution<int> shortContext(1, 200);
   auto ragged = [&](int n) {
     std::vector<int> contexts;
