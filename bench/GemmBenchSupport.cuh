@@ -1,8 +1,9 @@
 //===- GemmBenchSupport.cuh - What the GEMM benchmarks share -*- CUDA -*-===//
 //
 // infer-gemm-search and infer-swiglu-gemm: their fatal errors (die, check),
-// comma-separated integer lists and NxK shapes of their flags, and the random
-// bf16 operands they time (constant ones draw less power and run faster than a
+// comma-separated integer lists and NxK shapes of their flags, the cuBLASLt
+// descriptor and preferences the CUDA backend uses, and the random bf16
+// operands they time (constant ones draw less power and run faster than a
 // model's).
 //
 //===----------------------------------------------------------------------===//
@@ -56,6 +57,42 @@ inline std::vector<int64_t> parseList(const std::string &text) {
     pos = end + 1;
   }
   return values;
+}
+
+/// The product y^T[N, T] = w[K, N]^T x^T[K, T] as the CUDA backend asks
+/// cuBLASLt for it (runtime/cuda/Gemm.cpp): fp32 compute and scale, w
+/// transposed.
+inline cublasLtMatmulDesc_t backendMatmulDesc() {
+  cublasLtMatmulDesc_t op;
+  check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+  const cublasOperation_t transW = CUBLAS_OP_T, transX = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transW,
+                                       sizeof(transW)),
+        "transa");
+  check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &transX,
+                                       sizeof(transX)),
+        "transb");
+  return op;
+}
+
+/// The backend's heuristic preferences: its workspace and, for bf16 outputs
+/// (restrictReduction), split-K partial sums reduced in fp32 only.
+inline cublasLtMatmulPreference_t backendPreference(size_t workspaceBytes,
+                                                    bool restrictReduction) {
+  cublasLtMatmulPreference_t preference;
+  check(cublasLtMatmulPreferenceCreate(&preference), "preference");
+  check(cublasLtMatmulPreferenceSetAttribute(
+            preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            &workspaceBytes, sizeof(workspaceBytes)),
+        "workspace preference");
+  const uint32_t schemes =
+      CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  if (restrictReduction)
+    check(cublasLtMatmulPreferenceSetAttribute(
+              preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+              sizeof(schemes)),
+          "reduction preference");
+  return preference;
 }
 
 /// "6144x4096,4096x4096" -> {{6144, 4096}, {4096, 4096}} (--shapes: the

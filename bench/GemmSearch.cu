@@ -59,6 +59,8 @@
 
 namespace {
 
+using infer::bench::backendMatmulDesc;
+using infer::bench::backendPreference;
 using infer::bench::check;
 using infer::bench::die;
 using infer::bench::fillKernel;
@@ -363,15 +365,7 @@ int main(int argc, char **argv) {
       fillKernel<<<1024, 256, 0, timer.stream>>>(p.x, t * k, 1, 1.0f);
       fillKernel<<<1024, 256, 0, timer.stream>>>(p.w, n * k, 2, 0.02f);
       check(cudaGetLastError(), "fill");
-      check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-            "desc");
-      const cublasOperation_t transW = CUBLAS_OP_T, transX = CUBLAS_OP_N;
-      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                           &transW, sizeof(transW)),
-            "transa");
-      check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB,
-                                           &transX, sizeof(transX)),
-            "transb");
+      p.op = backendMatmulDesc();
       check(cublasLtMatrixLayoutCreate(&p.wl, CUDA_R_16BF, k, n, k), "w");
       check(cublasLtMatrixLayoutCreate(&p.xl, CUDA_R_16BF, k, t, k), "x");
       check(cublasLtMatrixLayoutCreate(&p.yl, fp32Y ? CUDA_R_32F : CUDA_R_16BF,
@@ -379,19 +373,9 @@ int main(int argc, char **argv) {
             "y");
 
       // The heuristic, with the backend's preferences.
-      cublasLtMatmulPreference_t preference;
-      check(cublasLtMatmulPreferenceCreate(&preference), "preference");
-      check(cublasLtMatmulPreferenceSetAttribute(
-                preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                &workspaceBytes, sizeof(workspaceBytes)),
-            "workspace preference");
-      const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE |
-                               CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-      if (!fp32Y) // as Gemm.cpp: only bf16 outputs restrict the reduction
-        check(cublasLtMatmulPreferenceSetAttribute(
-                  preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                  &schemes, sizeof(schemes)),
-              "reduction preference");
+      // As Gemm.cpp: only bf16 outputs restrict the reduction.
+      cublasLtMatmulPreference_t preference =
+          backendPreference(workspaceBytes, /*restrictReduction=*/!fp32Y);
       std::vector<cublasLtMatmulHeuristicResult_t> results(heuristicCount);
       int count = 0;
       check(cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.wl, p.xl, p.yl, p.yl,

@@ -38,6 +38,8 @@
 
 namespace {
 
+using infer::bench::backendMatmulDesc;
+using infer::bench::backendPreference;
 using infer::bench::check;
 using infer::bench::die;
 using infer::bench::fillKernel;
@@ -124,32 +126,13 @@ int main(int argc, char **argv) {
       check(cudaGetLastError(), "fill");
 
       // cuBLASLt as Gemm.cpp calls it: y^T[N, T] = w[K, N]^T x^T[K, T].
-      cublasLtMatmulDesc_t op;
+      cublasLtMatmulDesc_t op = backendMatmulDesc();
       cublasLtMatrixLayout_t wl, xl, yl;
-      check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-            "desc");
-      const cublasOperation_t transW = CUBLAS_OP_T, transX = CUBLAS_OP_N;
-      check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA,
-                                           &transW, sizeof(transW)),
-            "transa");
-      check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB,
-                                           &transX, sizeof(transX)),
-            "transb");
       check(cublasLtMatrixLayoutCreate(&wl, CUDA_R_16BF, k, n, k), "w");
       check(cublasLtMatrixLayoutCreate(&xl, CUDA_R_16BF, k, t, k), "x");
       check(cublasLtMatrixLayoutCreate(&yl, CUDA_R_16BF, n, t, n), "y");
-      cublasLtMatmulPreference_t preference;
-      check(cublasLtMatmulPreferenceCreate(&preference), "preference");
-      check(cublasLtMatmulPreferenceSetAttribute(
-                preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                &workspaceBytes, sizeof(workspaceBytes)),
-            "workspace preference");
-      const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE |
-                               CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-      check(cublasLtMatmulPreferenceSetAttribute(
-                preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                &schemes, sizeof(schemes)),
-            "reduction preference");
+      cublasLtMatmulPreference_t preference =
+          backendPreference(workspaceBytes, /*restrictReduction=*/true);
       cublasLtMatmulHeuristicResult_t first{};
       int found = 0;
       check(cublasLtMatmulAlgoGetHeuristic(handle, op, wl, xl, yl, yl,
