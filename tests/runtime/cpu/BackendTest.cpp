@@ -90,6 +90,20 @@ TEST_F(LlamaGqa, LinearResidualStepsEqualSeparateAdds) {
   StatusOr<Logits> got = (*withResidual)->forward(batch);
   ASSERT_TRUE(want.isOk() && got.isOk());
   EXPECT_EQ(got->data, want->data);
+
+  // Split again (as the GPU fixture test splits a compiled plan's): the
+  // same six, and the same bits.
+  plan::Plan splitPlan = fusedPlan;
+  EXPECT_EQ(unfuseResidualSteps(splitPlan.ranks[0]), 6);
+  ASSERT_TRUE(plan::verifyPlan(splitPlan).isOk())
+      << plan::verifyPlan(splitPlan).message();
+  for (const plan::Step &step : splitPlan.ranks[0].steps)
+    EXPECT_NE(step.op, "linear_residual");
+  StatusOr<std::unique_ptr<Backend>> split = create(splitPlan);
+  ASSERT_TRUE(split.isOk()) << split.status().message();
+  StatusOr<Logits> again = (*split)->forward(batch);
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(again->data, want->data);
 }
 
 TEST_F(LlamaGqa, RejectsPlansItCannotRun) {

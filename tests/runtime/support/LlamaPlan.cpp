@@ -423,6 +423,32 @@ int fuseResidualSteps(plan::RankPlan &rank) {
   return fused;
 }
 
+int unfuseResidualSteps(plan::RankPlan &rank) {
+  std::vector<plan::Step> steps;
+  int split = 0;
+  for (plan::Step &step : rank.steps) {
+    if (step.op != "linear_residual") {
+      steps.push_back(std::move(step));
+      continue;
+    }
+    plan::Value product = rank.values[step.results[0]];
+    product.id = static_cast<int>(rank.values.size());
+    product.name += ".unfused" + std::to_string(product.id);
+    product.workspaceOffset = -1;
+    rank.values.push_back(product);
+    plan::Step linear{
+        "linear", {step.operands[0], step.operands[1]}, {product.id}, {}};
+    if (step.operands.size() == 4)
+      linear.operands.push_back(step.operands[3]);
+    steps.push_back(std::move(linear));
+    steps.push_back(
+        plan::Step{"add", {step.operands[2], product.id}, step.results, {}});
+    ++split;
+  }
+  rank.steps = std::move(steps);
+  return split;
+}
+
 double maxRelativeError(const float *actual, const float *expected, int64_t n) {
   double maxDiff = 0.0, maxRef = 0.0;
   for (int64_t i = 0; i < n; ++i) {

@@ -46,6 +46,12 @@ plan::Plan withActivationType(plan::Plan plan, plan::DType dtype);
 /// Returns how many it rewrote.
 int fuseResidualSteps(plan::RankPlan &rank);
 
+/// The inverse, for plans compiled with infer-fuse-residual: each
+/// linear_residual(x, w, r, bias?) step becomes linear(x, w, bias?) into a
+/// new activation of its result's type and shape, then add(r, product) into
+/// its result. Returns how many it rewrote.
+int unfuseResidualSteps(plan::RankPlan &rank);
+
 /// A buildLlamaArtifact plan with infer-fuse's rope steps: each layer's
 /// rope of k and its kv_cache_write become rope_kv_cache_write, and with
 /// `queries` the rope of q that the layer's paged_attention reads joins them
