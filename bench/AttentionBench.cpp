@@ -50,6 +50,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/BenchSupport.h"
 #include "runtime/cuda/CacheWriteKernels.h"
 #include "runtime/cuda/Kernels.h"
 
@@ -68,19 +69,10 @@
 #include <string>
 #include <vector>
 
+using namespace infer::bench;
 using namespace infer::cuda;
 
 namespace {
-
-[[noreturn]] void die(const std::string &message) {
-  std::fprintf(stderr, "infer-attention-bench: %s\n", message.c_str());
-  std::exit(1);
-}
-
-void check(cudaError_t status, const char *what) {
-  if (status != cudaSuccess)
-    die(std::string(what) + ": " + cudaGetErrorString(status));
-}
 
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -374,9 +366,9 @@ struct Batch {
       starts[s + 1] = starts[s] + sequences[s].second;
     }
     t = starts[seqs];
-    tables = upload(order);
-    contextLens = upload(lens);
-    qsl = upload(starts);
+    tables = uploadInts(order);
+    contextLens = uploadInts(lens);
+    qsl = uploadInts(starts);
     const int64_t qElements = t * o.heads * o.headDim;
     std::vector<__nv_bfloat16> hq(qElements);
     std::normal_distribution<float> normal;
@@ -396,15 +388,6 @@ struct Batch {
         cudaFree(p);
   }
   Batch(const Batch &) = delete;
-
-  static int32_t *upload(const std::vector<int32_t> &host) {
-    int32_t *device = nullptr;
-    check(cudaMalloc(&device, host.size() * 4), "table");
-    check(cudaMemcpy(device, host.data(), host.size() * 4,
-                     cudaMemcpyHostToDevice),
-          "table upload");
-    return device;
-  }
 };
 
 AttentionDims attentionOf(const Options &o) {
@@ -561,6 +544,7 @@ void benchRope(const Options &o, double copy, std::mt19937 &rng) {
 } // namespace
 
 int main(int argc, char **argv) {
+  benchTool = "infer-attention-bench";
   const Options o = parse(argc, argv);
   cudaDeviceProp prop;
   check(cudaGetDeviceProperties(&prop, 0), "device");

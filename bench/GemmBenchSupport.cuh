@@ -1,15 +1,17 @@
 //===- GemmBenchSupport.cuh - What the GEMM benchmarks share -*- CUDA -*-===//
 //
-// infer-gemm-search and infer-swiglu-gemm: their fatal errors (die, check),
-// comma-separated integer lists and NxK shapes of their flags, the cuBLASLt
-// descriptor and preferences the CUDA backend uses, and the random bf16
-// operands they time (constant ones draw less power and run faster than a
-// model's).
+// infer-gemm-search, infer-swiglu-gemm and infer-overlap-bench:
+// BenchSupport.h's fatal errors and cuBLAS's (check), comma-separated integer
+// lists and NxK shapes of their flags, the cuBLASLt descriptor and preferences
+// the CUDA backend uses, and the random bf16 operands they time (constant ones
+// draw less power and run faster than a model's).
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef INFER_BENCH_GEMMBENCHSUPPORT_CUH
 #define INFER_BENCH_GEMMBENCHSUPPORT_CUH
+
+#include "bench/BenchSupport.h"
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -23,21 +25,6 @@
 #include <vector>
 
 namespace infer::bench {
-
-/// The benchmark's name, which die() puts before its message; each main
-/// sets it first.
-inline const char *benchTool = "infer-bench";
-
-/// Prints "<benchTool>: message" to stderr and exits with 1.
-[[noreturn]] inline void die(const std::string &message) {
-  std::fprintf(stderr, "%s: %s\n", benchTool, message.c_str());
-  std::exit(1);
-}
-
-inline void check(cudaError_t status, const char *what) {
-  if (status != cudaSuccess)
-    die(std::string(what) + ": " + cudaGetErrorString(status));
-}
 
 inline void check(cublasStatus_t status, const char *what) {
   if (status != CUBLAS_STATUS_SUCCESS)

@@ -250,9 +250,9 @@ struct DecodeBatch {
     std::shuffle(order.begin(), order.end(), rng);
     std::vector<int32_t> contextLens(seqs, context), queryStarts(seqs + 1);
     std::iota(queryStarts.begin(), queryStarts.end(), 0);
-    tables = upload(order);
-    lens = upload(contextLens);
-    starts = upload(queryStarts);
+    tables = uploadInts(order);
+    lens = uploadInts(contextLens);
+    starts = uploadInts(queryStarts);
     workspaceBytes = splitKVWorkspaceBytes(dims.headDim);
     check(cudaMalloc(&workspace, workspaceBytes), "split-KV workspace");
   }
@@ -264,15 +264,6 @@ struct DecodeBatch {
       cudaFree(p);
   }
   DecodeBatch(const DecodeBatch &) = delete;
-
-  static int32_t *upload(const std::vector<int32_t> &host) {
-    int32_t *device = nullptr;
-    check(cudaMalloc(&device, host.size() * 4), "table");
-    check(cudaMemcpy(device, host.data(), host.size() * 4,
-                     cudaMemcpyHostToDevice),
-          "table upload");
-    return device;
-  }
 
   void run(cudaStream_t stream) {
     check(launchPagedAttention(q, KVCachePool(pool), dims, attention, tables,
@@ -433,6 +424,44 @@ int main(int argc, char **argv) {
   check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "event");
   check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "event");
 
+  // The two lanes (the decode rows' own GEMMs, their attention on
+  // attentionStream, a forward call's dependencies) against serial, the
+  // lanes' GEMMs chosen for `sms` SMs (0: the device's).
+  const int64_t prefillRows = o.rows - o.decodeSeqs;
+  auto measureLanes = [&](int sms, cudaStream_t gemmStream,
+                          cudaStream_t attentionStream,
+                          const std::string &attentionSms,
+                          const std::string &gemmSms) {
+    LayerGemms full(o.rows, 1, 0, x, w, y);
+    auto serialLayer = [&](cudaStream_t s) {
+      full.run(s);
+      decode.run(s);
+    };
+    LayerGemms prefillGemms(prefillRows, 1, sms, x, w, y);
+    LayerGemms decodeGemms(o.decodeSeqs, 1, sms, x + prefillRows * 14336, w,
+                           y + prefillRows * 28672);
+    auto prefillAlone = [&](cudaStream_t s) { prefillGemms.run(s); };
+    auto decodeAlone = [&](cudaStream_t s) { decodeGemms.run(s); };
+    std::vector<double> lanes, serial, pa, da;
+    for (int r = 0; r < o.repeats; ++r) {
+      lanes.push_back(timeLanes(o.layers, prefillGemms, decodeGemms, decode,
+                                gemmStream, attentionStream, ready, done));
+      pa.push_back(
+          timeLayers(o.layers, gemmStream, prefillAlone, nullptr, nullptr));
+      da.push_back(
+          timeLayers(o.layers, gemmStream, decodeAlone, nullptr, nullptr));
+      serial.push_back(
+          timeLayers(o.layers, stream, serialLayer, nullptr, nullptr));
+    }
+    const double la = median(lanes), sl = median(serial);
+    std::printf("result lanes attention_sms=%s gemm_sms=%s prefill_rows=%lld "
+                "decode_rows=%d prefill_gemm_ms=%.3f decode_gemm_ms=%.3f "
+                "lanes_ms=%.3f serial_ms=%.3f lanes_vs_serial=%.3f\n",
+                attentionSms.c_str(), gemmSms.c_str(),
+                static_cast<long long>(prefillRows), o.decodeSeqs, median(pa),
+                median(da), la, sl, la / sl);
+  };
+
   for (int64_t pieces : o.pieces) {
     LayerGemms full(o.rows, pieces, 0, x, w, y);
     auto gemm = [&](cudaStream_t s) { full.run(s); };
@@ -486,62 +515,13 @@ int main(int argc, char **argv) {
                   "serial_ms=%.3f split_vs_serial=%.3f\n",
                   static_cast<long long>(pieces), partition.attentionSms,
                   partition.gemmSms, median(gp), median(ap), sp, se, sp / se);
-      if (pieces != 1)
-        continue;
-      // The two lanes: the decode rows' own GEMMs, their attention on the
-      // small partition, with the dependencies of a forward call.
-      const int64_t prefillRows = o.rows - o.decodeSeqs;
-      LayerGemms prefillGemms(prefillRows, 1,
-                              static_cast<int>(partition.gemmSms), x, w, y);
-      LayerGemms decodeGemms(
-          o.decodeSeqs, 1, static_cast<int>(partition.gemmSms),
-          x + prefillRows * 14336, w, y + prefillRows * 28672);
-      auto prefillAlone = [&](cudaStream_t st) { prefillGemms.run(st); };
-      auto decodeAlone = [&](cudaStream_t st) { decodeGemms.run(st); };
-      std::vector<double> lanes, serialLanes, pa, da;
-      for (int r = 0; r < o.repeats; ++r) {
-        lanes.push_back(timeLanes(o.layers, prefillGemms, decodeGemms, decode,
-                                  gs, as, ready, done));
-        pa.push_back(timeLayers(o.layers, gs, prefillAlone, nullptr, nullptr));
-        da.push_back(timeLayers(o.layers, gs, decodeAlone, nullptr, nullptr));
-        serialLanes.push_back(
-            timeLayers(o.layers, stream, serialLayer, nullptr, nullptr));
-      }
-      const double la = median(lanes), sl = median(serialLanes);
-      std::printf("result lanes attention_sms=%u gemm_sms=%u prefill_rows=%lld "
-                  "decode_rows=%d prefill_gemm_ms=%.3f decode_gemm_ms=%.3f "
-                  "lanes_ms=%.3f serial_ms=%.3f lanes_vs_serial=%.3f\n",
-                  partition.attentionSms, partition.gemmSms,
-                  static_cast<long long>(prefillRows), o.decodeSeqs, median(pa),
-                  median(da), la, sl, la / sl);
+      if (pieces == 1)
+        measureLanes(static_cast<int>(partition.gemmSms), gs, as,
+                     std::to_string(partition.attentionSms),
+                     std::to_string(partition.gemmSms));
     }
-    if (pieces == 1) {
-      // The two lanes on the whole GPU, two plain streams.
-      const int64_t prefillRows = o.rows - o.decodeSeqs;
-      LayerGemms prefillGemms(prefillRows, 1, 0, x, w, y);
-      LayerGemms decodeGemms(o.decodeSeqs, 1, 0, x + prefillRows * 14336, w,
-                             y + prefillRows * 28672);
-      auto prefillAlone = [&](cudaStream_t st) { prefillGemms.run(st); };
-      auto decodeAlone = [&](cudaStream_t st) { decodeGemms.run(st); };
-      std::vector<double> lanes, serialLanes, pa, da;
-      for (int r = 0; r < o.repeats; ++r) {
-        lanes.push_back(timeLanes(o.layers, prefillGemms, decodeGemms, decode,
-                                  stream, second, ready, done));
-        pa.push_back(
-            timeLayers(o.layers, stream, prefillAlone, nullptr, nullptr));
-        da.push_back(
-            timeLayers(o.layers, stream, decodeAlone, nullptr, nullptr));
-        serialLanes.push_back(
-            timeLayers(o.layers, stream, serialLayer, nullptr, nullptr));
-      }
-      const double la = median(lanes), sl = median(serialLanes);
-      std::printf("result lanes attention_sms=all gemm_sms=all "
-                  "prefill_rows=%lld decode_rows=%d prefill_gemm_ms=%.3f "
-                  "decode_gemm_ms=%.3f lanes_ms=%.3f serial_ms=%.3f "
-                  "lanes_vs_serial=%.3f\n",
-                  static_cast<long long>(prefillRows), o.decodeSeqs, median(pa),
-                  median(da), la, sl, la / sl);
-    }
+    if (pieces == 1)
+      measureLanes(0, stream, second, "all", "all");
   }
   cudaEventDestroy(ready);
   cudaEventDestroy(done);

@@ -224,19 +224,11 @@ int unfuseLinearSwiGlu(plan::RankPlan &rank) {
       steps.push_back(std::move(step));
       continue;
     }
-    const plan::Value &y = rank.values[step.results[0]];
-    const int64_t half = y.shape[1].size;
-    auto addValue = [&](int64_t width) {
-      plan::Value v = y;
-      v.id = static_cast<int>(rank.values.size());
-      v.name = y.name + ".unfused" + std::to_string(v.id);
-      v.shape[1] = plan::Dim::fixed(width);
-      v.workspaceOffset = -1; // its own memory, not y's
-      rank.values.push_back(v);
-      return v.id;
-    };
-    const int product = addValue(2 * half), gate = addValue(half),
-              up = addValue(half);
+    const int y = step.results[0];
+    const int64_t half = rank.values[y].shape[1].size;
+    const int product = addActivationLike(rank, y, 2 * half),
+              gate = addActivationLike(rank, y, half),
+              up = addActivationLike(rank, y, half);
     plan::Step split{"split", {product}, {gate, up}, {}};
     split.attrs["sizes"] = std::vector<int64_t>{half, half};
     steps.push_back({"linear", step.operands, {product}, {}});

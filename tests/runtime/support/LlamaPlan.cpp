@@ -423,6 +423,17 @@ int fuseResidualSteps(plan::RankPlan &rank) {
   return fused;
 }
 
+int addActivationLike(plan::RankPlan &rank, int like, int64_t cols) {
+  plan::Value v = rank.values[like];
+  v.id = static_cast<int>(rank.values.size());
+  v.name += ".unfused" + std::to_string(v.id);
+  if (cols >= 0)
+    v.shape[1] = plan::Dim::fixed(cols);
+  v.workspaceOffset = -1;
+  rank.values.push_back(std::move(v));
+  return static_cast<int>(rank.values.size()) - 1;
+}
+
 int unfuseResidualSteps(plan::RankPlan &rank) {
   std::vector<plan::Step> steps;
   int split = 0;
@@ -431,18 +442,14 @@ int unfuseResidualSteps(plan::RankPlan &rank) {
       steps.push_back(std::move(step));
       continue;
     }
-    plan::Value product = rank.values[step.results[0]];
-    product.id = static_cast<int>(rank.values.size());
-    product.name += ".unfused" + std::to_string(product.id);
-    product.workspaceOffset = -1;
-    rank.values.push_back(product);
+    const int product = addActivationLike(rank, step.results[0]);
     plan::Step linear{
-        "linear", {step.operands[0], step.operands[1]}, {product.id}, {}};
+        "linear", {step.operands[0], step.operands[1]}, {product}, {}};
     if (step.operands.size() == 4)
       linear.operands.push_back(step.operands[3]);
     steps.push_back(std::move(linear));
     steps.push_back(
-        plan::Step{"add", {step.operands[2], product.id}, step.results, {}});
+        plan::Step{"add", {step.operands[2], product}, step.results, {}});
     ++split;
   }
   rank.steps = std::move(steps);

@@ -46,6 +46,11 @@ plan::Plan withActivationType(plan::Plan plan, plan::DType dtype);
 /// Returns how many it rewrote.
 int fuseResidualSteps(plan::RankPlan &rank);
 
+/// A new activation value of `like`'s dtype and shape (`cols` columns
+/// where given), named "<like's name>.unfused<id>", in its own memory (no
+/// workspace offset): for tests that split a fused step. Returns its id.
+int addActivationLike(plan::RankPlan &rank, int like, int64_t cols = -1);
+
 /// The inverse, for plans compiled with infer-fuse-residual: each
 /// linear_residual(x, w, r, bias?) step becomes linear(x, w, bias?) into a
 /// new activation of its result's type and shape, then add(r, product) into

@@ -1,0 +1,50 @@
+//===- BenchSupport.h - What the CUDA benchmarks share on the host
+//---------===//
+//
+// The CUDA benchmark tools' fatal errors (die, check) and their int32
+// uploads (block tables, context lengths, query starts). Host code only, so
+// that .cpp tools include it as well as GemmBenchSupport.cuh does.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef INFER_BENCH_BENCHSUPPORT_H
+#define INFER_BENCH_BENCHSUPPORT_H
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace infer::bench {
+
+/// The benchmark's name, which die() puts before its message; each main
+/// sets it first.
+inline const char *benchTool = "infer-bench";
+
+/// Prints "<benchTool>: message" to stderr and exits with 1.
+[[noreturn]] inline void die(const std::string &message) {
+  std::fprintf(stderr, "%s: %s\n", benchTool, message.c_str());
+  std::exit(1);
+}
+
+inline void check(cudaError_t status, const char *what) {
+  if (status != cudaSuccess)
+    die(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+/// A device copy of `host` (cudaFree it); dies where that fails.
+inline int32_t *uploadInts(const std::vector<int32_t> &host) {
+  int32_t *device = nullptr;
+  check(cudaMalloc(&device, host.size() * sizeof(int32_t)), "int32 buffer");
+  check(cudaMemcpy(device, host.data(), host.size() * sizeof(int32_t),
+                   cudaMemcpyHostToDevice),
+        "int32 upload");
+  return device;
+}
+
+} // namespace infer::bench
+
+#endif // INFER_BENCH_BENCHSUPPORT_H
