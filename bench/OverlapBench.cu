@@ -425,18 +425,15 @@ int main(int argc, char **argv) {
   check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "event");
 
   // The two lanes (the decode rows' own GEMMs, their attention on
-  // attentionStream, a forward call's dependencies) against serial, the
-  // lanes' GEMMs chosen for `sms` SMs (0: the device's).
+  // attentionStream, a forward call's dependencies) against serialLayer
+  // (the whole rows in one piece), the lanes' GEMMs chosen for `sms` SMs
+  // (0: the device's).
   const int64_t prefillRows = o.rows - o.decodeSeqs;
-  auto measureLanes = [&](int sms, cudaStream_t gemmStream,
+  auto measureLanes = [&](const std::function<void(cudaStream_t)> &serialLayer,
+                          int sms, cudaStream_t gemmStream,
                           cudaStream_t attentionStream,
                           const std::string &attentionSms,
                           const std::string &gemmSms) {
-    LayerGemms full(o.rows, 1, 0, x, w, y);
-    auto serialLayer = [&](cudaStream_t s) {
-      full.run(s);
-      decode.run(s);
-    };
     LayerGemms prefillGemms(prefillRows, 1, sms, x, w, y);
     LayerGemms decodeGemms(o.decodeSeqs, 1, sms, x + prefillRows * 14336, w,
                            y + prefillRows * 28672);
@@ -516,12 +513,12 @@ int main(int argc, char **argv) {
                   static_cast<long long>(pieces), partition.attentionSms,
                   partition.gemmSms, median(gp), median(ap), sp, se, sp / se);
       if (pieces == 1)
-        measureLanes(static_cast<int>(partition.gemmSms), gs, as,
+        measureLanes(serialLayer, static_cast<int>(partition.gemmSms), gs, as,
                      std::to_string(partition.attentionSms),
                      std::to_string(partition.gemmSms));
     }
     if (pieces == 1)
-      measureLanes(0, stream, second, "all", "all");
+      measureLanes(serialLayer, 0, stream, second, "all", "all");
   }
   cudaEventDestroy(ready);
   cudaEventDestroy(done);
