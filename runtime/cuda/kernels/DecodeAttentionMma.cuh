@@ -140,8 +140,6 @@ __global__ void __launch_bounds__(kThreads,
                     const int32_t *queryStartLoc, int64_t units, int splits,
                     __nv_bfloat16 *out, float *partialOut, float *partialMax,
                     float *partialSum) {
-  waitForPriorGrids();
-  allowDependentGrids();
   constexpr int kChunks = D / 32; // 16-byte chunks a lane loads per key
   constexpr int kMTiles = D / 16; // of O^T = V^T P^T
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -149,7 +147,7 @@ __global__ void __launch_bounds__(kThreads,
   // Warps of one unit's splits side by side.
   const int64_t task = int64_t(blockIdx.x) * kWarps + warp;
   if (task >= units * splits)
-    return;
+    return; // an exit counts as allowDependentGrids
   const int64_t unit = task / splits;
   const int split = int(task % splits);
   const int64_t seq = unit / a.numKVHeads;
@@ -198,14 +196,28 @@ __global__ void __launch_bounds__(kThreads,
       }
     }
   };
-  // The first step's loads go out before the row check and q (a short
-  // context has few steps: the prologue's latencies overlap); the rows of
-  // prefill sequences have keys to read too.
-  Step<T, kChunks> kv;
-  loadStep(keyBegin, kv);
+  // A decode row's keys before its last (position) were written by
+  // earlier forward calls; so where its first step holds no key of this
+  // call, that step's loads go out before waitForPriorGrids, while the
+  // kernel before this one drains. Of the grids that may still run (that
+  // one: each launchDependent kernel waits before it allows the next), none
+  // writes them: the batch inputs (contextLens, blockTables, queryStartLoc)
+  // were copied before the call's first kernel, prefix-cache blocks are
+  // published after the call that computes them, and block copies
+  // synchronize. Otherwise the loads go out after the wait, before q (a
+  // short context has few steps: the prologue's latencies overlap).
   const int64_t token = queryStartLoc[seq];
-  if (queryStartLoc[seq + 1] - token != 1)
+  const bool decodeRow = queryStartLoc[seq + 1] - token == 1;
+  const bool loadsEarly = decodeRow && keyBegin + kStepKeys <= position;
+  Step<T, kChunks> kv;
+  if (loadsEarly)
+    loadStep(keyBegin, kv);
+  waitForPriorGrids();
+  allowDependentGrids();
+  if (!decodeRow)
     return;
+  if (!loadsEarly)
+    loadStep(keyBegin, kv);
   if (keyBegin >= keyEnd) {
     // An empty split weighs nothing in the combine.
     if (lane < group)
