@@ -182,7 +182,9 @@ public:
   virtual double deviceIdleSeconds() const { return -1.0; }
   /// Copies whole blocks of the pool, every layer's keys and values, from
   /// the first of each pair to the second (copy-on-write of a block that
-  /// forked sequences share).
+  /// forked sequences share), after the forward calls already launched and
+  /// before the next one: a backend may enqueue the copies in that order
+  /// rather than finish them before it returns (the CUDA backend does).
   virtual Status
   copyBlocks(const std::vector<std::pair<int32_t, int32_t>> &copies) {
     return unimplemented(std::string(name()) +

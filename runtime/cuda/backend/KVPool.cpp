@@ -73,6 +73,11 @@ Status CudaBackend::copyBlocks(
   // A block's codes and, for E4M3, its scales.
   const std::pair<void *, size_t> arrays[] = {
       {pool_.get(), blockDataBytes()}, {poolScales_.get(), blockScaleBytes()}};
+  // Enqueued, not waited for: the copies follow the launches in flight in
+  // stream order (whose writes into a source block they see) and precede
+  // the next forward call's kernels (which read the destinations), so the
+  // host need not stall an asynchronous step on them. The device is busy,
+  // not idle, between the last launch and the next one.
   for (const auto &[from, to] : copies)
     for (const auto &[base, bytes] : arrays)
       if (bytes > 0)
@@ -80,7 +85,8 @@ Status CudaBackend::copyBlocks(
             cudaMemcpyAsync(static_cast<char *>(base) + to * bytes,
                             static_cast<const char *>(base) + from * bytes,
                             bytes, cudaMemcpyDeviceToDevice, stream_));
-  INFER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  if (!copies.empty())
+    otherWorkSinceLaunch_ = true;
   return Status::ok();
 }
 
