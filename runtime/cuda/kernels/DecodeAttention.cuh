@@ -194,8 +194,6 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
                         const int32_t *queryStartLoc, int splits, TQ *out,
                         float *partialOut, float *partialMax,
                         float *partialSum) {
-  waitForPriorGrids();
-  allowDependentGrids();
   constexpr int kLanesPerKey = D / 8;
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;
   constexpr int kGroups = kWarps * kKeysPerWarp; // lane groups per block
@@ -206,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
   const int64_t seq = blockIdx.z;
   const int64_t token = queryStartLoc[seq];
   if (queryStartLoc[seq + 1] - token != 1)
-    return;
+    return; // an exit counts as allowDependentGrids
   const int split = blockIdx.x;
   const int group = a.numHeads / a.numKVHeads;
   const int headTiles = (group + kHeadTile - 1) / kHeadTile;
@@ -231,27 +229,6 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
   const KeyAddress<D> address(dims, a.layer, kvHead, table);
   const int64_t valueDelta = address.valueDelta;
   auto keyOffset = [&](int j) { return address(j); };
-
-  // q in base-2 units: scores come out as scale * log2(e) * q.k.
-  const float qScale = a.scale * 1.4426950408889634f;
-  const float capLog2 = a.logitSoftcap * 1.4426950408889634f;
-  const float inverseCapLog2 = kSoftcap ? 1.0f / capLog2 : 0.0f;
-  float qv[kHeadTile][8], acc[kHeadTile][8];
-  float runningMax[kHeadTile], runningSum[kHeadTile];
-#pragma unroll
-  for (int h = 0; h < kHeadTile; ++h) {
-    runningMax[h] = -INFINITY;
-    runningSum[h] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      acc[h][e] = 0.0f;
-      qv[h][e] =
-          h < heads
-              ? qScale * toFloat(q[(token * a.numHeads + firstHead + h) * D +
-                                   sub * 8 + e])
-              : 0.0f;
-    }
-  }
 
   // The raw keys and values of one iteration's kUnroll slots per lane
   // group; keys at or past keyEnd are not read (zeros, invalid).
@@ -281,6 +258,44 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
       }
     }
   };
+
+  // The warp's first iteration reads keys firstBase .. firstBase + kStep -
+  // 1 at most. Where none of them is the row's last (position, which the
+  // kernel before this one writes), its loads go out before
+  // waitForPriorGrids, as mmaDecodeKernel's first step does (see there why
+  // no grid that may still run writes the others).
+  constexpr int kStep = kUnroll * kGroups;
+  const int firstBase = keyBegin + warp * kKeysPerWarp;
+  const bool loadsEarly = firstBase + kStep <= position;
+  Slots current;
+  if (loadsEarly && firstBase < keyEnd)
+    load(current, firstBase);
+  waitForPriorGrids();
+  allowDependentGrids();
+  if (!loadsEarly && firstBase < keyEnd)
+    load(current, firstBase);
+
+  // q in base-2 units: scores come out as scale * log2(e) * q.k.
+  const float qScale = a.scale * 1.4426950408889634f;
+  const float capLog2 = a.logitSoftcap * 1.4426950408889634f;
+  const float inverseCapLog2 = kSoftcap ? 1.0f / capLog2 : 0.0f;
+  float qv[kHeadTile][8], acc[kHeadTile][8];
+  float runningMax[kHeadTile], runningSum[kHeadTile];
+#pragma unroll
+  for (int h = 0; h < kHeadTile; ++h) {
+    runningMax[h] = -INFINITY;
+    runningSum[h] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      acc[h][e] = 0.0f;
+      qv[h][e] =
+          h < heads
+              ? qScale * toFloat(q[(token * a.numHeads + firstHead + h) * D +
+                                   sub * 8 + e])
+              : 0.0f;
+    }
+  }
+
   auto consume = [&](const Slots &b, int base) {
     // Scores of every slot, reduced over the key's lanes.
     float score[kHeadTile][kUnroll];
@@ -351,11 +366,7 @@ __global__ void __launch_bounds__(kThreads, blocksPerSmOf(kHeadTile))
   // Software-pipelined: the loads of the next iteration (table entries,
   // keys, values) are issued before this one's arithmetic, so every warp
   // keeps its bytes in flight while it computes.
-  constexpr int kStep = kUnroll * kGroups;
-  const int firstBase = keyBegin + warp * kKeysPerWarp;
   if (firstBase < keyEnd) {
-    Slots current;
-    load(current, firstBase);
     for (int base = firstBase; base < keyEnd; base += kStep) {
       Slots next;
       load(next, base + kStep);
