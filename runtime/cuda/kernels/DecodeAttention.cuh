@@ -39,6 +39,12 @@
 // live on the device), so launches read the batch on the device only and
 // can be captured in a CUDA graph.
 //
+// A warp's first iteration goes out before griddepcontrol.wait where it
+// holds no key of this forward call (see the kernel), while the kernel
+// before it drains: H100, infer-attention-bench --layers 32, bf16, us: 1 x
+// 128 6.5 against 7.3-7.9, 1 x 2048 10.9 against 11.6, 8 x 2048 34.5
+// against 36.0, 1 x 32768 69.0 against 70.1.
+//
 // Streaming plans (AttentionDims::keyRotaryDim > 0): each lane rotates its
 // 8 elements of key j at position j as it loads them (ropeKeyElement, the
 // fp32 kernel's arithmetic; the partner elements are read from the pool).
