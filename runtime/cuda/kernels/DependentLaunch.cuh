@@ -9,8 +9,12 @@
 // waitForPriorGrids() before it touches memory the previous kernels write
 // or read, then allowDependentGrids(), so at most two grids overlap: the
 // next one's blocks are placed, run their prologue (index arithmetic) and
-// wait while this one drains, in place of the launch latency between them. In a
-// captured graph the edges become programmatic ones. A kernel launched without
+// wait while this one drains, in place of the launch latency between them.
+// Since each waits before it allows the next, only the kernel just before a
+// waiting one may still be running; so a kernel may read, before it waits,
+// what that kernel does not write (the decode attention kernels load the
+// first keys of earlier forward calls that way, DecodeAttentionMma.cuh). In
+// a captured graph the edges become programmatic ones. A kernel launched without
 // the attribute (and every cuBLASLt kernel) waits as before; the device calls
 // are no-ops there. INFER_PDL=0 turns the attribute off (read once; for
 // comparisons).
