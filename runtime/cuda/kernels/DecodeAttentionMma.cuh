@@ -208,10 +208,10 @@ __global__ void __launch_bounds__(kThreads,
   // kernel before this one drains. Of the grids that may still run (that
   // one: each launchDependent kernel waits before it allows the next), none
   // writes them: the batch inputs (contextLens, blockTables, queryStartLoc)
-  // were copied before the call's first kernel, prefix-cache blocks are
-  // published after the call that computes them, and block copies
-  // synchronize. Otherwise the loads go out after the wait, before q (a
-  // short context has few steps: the prologue's latencies overlap).
+  // and copy-on-write block copies precede the call's first kernel in
+  // stream order, and prefix-cache blocks are published after the call
+  // that computes them. Otherwise the loads go out after the wait, before q
+  // (a short context has few steps: the prologue's latencies overlap).
   const int64_t token = queryStartLoc[seq];
   const bool decodeRow = queryStartLoc[seq + 1] - token == 1;
   const bool loadsEarly = decodeRow && keyBegin + kStepKeys <= position;
