@@ -6,11 +6,11 @@
 // are packed as in PrefillAttention.cuh, (query, head of the kv head's
 // group) query-major, so the heads sharing a kv head read each K/V tile
 // once. A work item is a (tile of 128 rows, kv head); CTAs of three
-// warpgroups, one per SM, work through the items as one stream of tiles
-// (persistent: the producer fills the ring with the next item's K/V while
-// the consumers finish the last one; a consumer copies the next item's Q
-// rows in once the last S product of an item is done, and issues the next
-// item's first S with the last P V, so the epilogue runs under them):
+// warpgroups (four with fp8 pools), one per SM, work through the items as one
+// stream of tiles (persistent: the producer fills the ring with the next item's
+// K/V while the consumers finish the last one; a consumer copies the next
+// item's Q rows in once the last S product of an item is done, and issues the
+// next item's first S with the last P V, so the epilogue runs under them):
 //
 //   warpgroup 0 (producer)   loads K/V tiles of 128 keys into a ring of
 //                            Variant::kStages shared-memory stages (bf16
@@ -21,14 +21,16 @@
 //                            2, rescaled lazily: the base moves only when a
 //                            tile raises a row's max past 2^8), O += P V
 //                            (wgmma, P from registers as bf16)
+//   warpgroup 3 (converter)  fp8 pools: converts the value rows of each
+//                            staged tile to bf16 (below)
 //
 // Handshakes are mbarriers: full[stage] (the producer's TMA bytes or 128
-// producer arrivals) and empty[stage] (one arrival per consumer warp), for K
-// and V apart so S of the next tile can start before V lands. Each consumer
-// overlaps its softmax with its own P V product: it issues S(t) = Q K(t)^T
-// and O += P(t-1) V(t-1), waits for S(t) alone, computes P(t), and rescales
-// O once the product is done (FA3's intra-warpgroup pipelining). The two
-// consumers take turns issuing their products (FA3's ping-pong: named
+// converting threads' arrivals) and empty[stage] (one arrival per consumer
+// warp), for K and V apart so S of the next tile can start before V lands. Each
+// consumer overlaps its softmax with its own P V product: it issues S(t) = Q
+// K(t)^T and O += P(t-1) V(t-1), waits for S(t) alone, computes P(t), and
+// rescales O once the product is done (FA3's intra-warpgroup pipelining). The
+// two consumers take turns issuing their products (FA3's ping-pong: named
 // barriers), so one's softmax runs while the other's wgmma keep the tensor
 // cores busy.
 //
@@ -43,9 +45,14 @@
 // that need a conversion (fp8 codes, E4M3 scales; keys rotated at their
 // cache index for streaming plans) are staged: TMA brings the raw rows into
 // one of two staging buffers, and the producer's 128 threads convert one
-// row each to bf16 (decode and scale, rotate keys in fp32 as
-// ropeKeyElement does, round) into the stage. fp8 codes are not fed to the
-// tensor cores as fp8: that would need q and P rounded to fp8 too.
+// key row each to bf16 (decode and scale, rotate keys in fp32 as
+// ropeKeyElement does, round) into the stage. With fp8 pools a fourth
+// warpgroup, the converter, converts the value rows meanwhile (the
+// producer leaves it each row's scale): one warpgroup doing both was what
+// held the consumers (H100, infer-attention-bench, TFLOP/s: E4M3 2048
+// tokens 253 against 211, 8192 315 against 250; E5M2 275 / 344 against
+// 248 / 300). fp8 codes are not fed to the tensor cores as fp8: that would
+// need q and P rounded to fp8 too.
 // Soft-capped plans (AttentionDims::logitSoftcap > 0, a template flag of
 // the consumers) cap S in place before the masks, in the raw units the
 // consumers keep it in: s -> (cap / scale) tanh(s scale / cap), which the
@@ -95,7 +102,6 @@ constexpr int kConsumers = 2; ///< Consumer warpgroups.
 /// How far (base 2) a tile may raise a row's running max before the
 /// consumers move the softmax base and rescale O (lazy rescaling).
 constexpr float kLazyRescaleLog2 = 8.0f;
-constexpr int kThreads = 128 * (1 + kConsumers);
 /// Bytes of one 64-column half of a Q or K/V tile (128 rows of 128 bytes).
 constexpr uint32_t kHalfBytes = 128 * 128;
 static_assert(kRows == 128 && kKeys == 128, "halves assume 128 rows");
@@ -117,14 +123,27 @@ template <KVCacheDtype T, bool kRope> struct Variant {
   /// pool (two left the consumers waiting for K a fifth of their time at
   /// 8192 tokens, ncu), two where the staging buffers take the room.
   static constexpr int kStages = kStaged ? 2 : 3;
-  static constexpr int kProducerRegs = kStaged ? 56 : 40;
-  static constexpr int kConsumerRegs = kStaged ? 224 : 232;
+  /// fp8 pools: a fourth warpgroup converts the values while the producer
+  /// converts the keys. One warpgroup converting both held the consumers
+  /// (they waited for K a third of their time, ncu): its 4 warps, one a
+  /// scheduler, issue a conversion's dependent chain with little to hide
+  /// its latencies.
+  static constexpr bool kConverter = kStagedV;
+  static constexpr int kWarpgroups = 1 + kConsumers + (kConverter ? 1 : 0);
+  static constexpr int kThreads = 128 * kWarpgroups;
+  // With a converter, 48 + 32 + 2 x 216 of the four warpgroups' 4 x 128
+  // (ptxas: 40 spills the producer, 24 the converter, 208 the consumers;
+  // this split spills 8 bytes in the D = 128 launches without a tile map).
+  static constexpr int kProducerRegs = kConverter ? 48 : kStaged ? 56 : 40;
+  static constexpr int kConverterRegs = kConverter ? 32 : 0;
+  static constexpr int kConsumerRegs = kConverter ? 216 : kStaged ? 224 : 232;
   // setmaxnreg moves registers between the warpgroups of a CTA: the
-  // consumers' raise waits for registers the producer gave back, so the
-  // three may not ask for more than the launch gave each thread (65536 /
-  // kThreads, in steps of 8: 168), or the raise never returns.
-  static_assert(kProducerRegs + kConsumers * kConsumerRegs <=
-                    (1 + kConsumers) * (65536 / kThreads / 8 * 8),
+  // consumers' raise waits for registers the others gave back, so together
+  // they may not ask for more than the launch gave each thread (65536 /
+  // kThreads, in steps of 8: 168 for three warpgroups, 128 for four), or
+  // the raise never returns.
+  static_assert(kProducerRegs + kConverterRegs + kConsumers * kConsumerRegs <=
+                    kWarpgroups * (65536 / kThreads / 8 * 8),
                 "the warpgroups ask for more registers than the CTA has");
   /// Whether a CTA works through several items (persistentCtas): not with
   /// rotated keys, whose producer has no registers to spare for the loop.
@@ -135,7 +154,11 @@ template <KVCacheDtype T, bool kRope> struct Variant {
 ///   q        [halves][kRows][128 B]
 ///   k, v     [kStages][halves][kKeys][128 B]
 ///   staging  [2][k raw rows (, v raw rows)]   (staged variants)
+///   values   [2][kKeys] float scales, [2] int   (the converter's: each
+///            value row's scale, -inf for rows out of range; whether the
+///            producer is done)
 ///   barriers fullK, fullV, emptyK, emptyV [kStages], stagingFull [2]
+///            (, valuesFull [2]: the producer wrote a tile's value scales)
 template <int D, KVCacheDtype T, bool kRope> struct SharedLayout {
   using V = Variant<T, kRope>;
   static constexpr int kStages = V::kStages;
@@ -148,8 +171,12 @@ template <int D, KVCacheDtype T, bool kRope> struct SharedLayout {
   static constexpr uint32_t kStagingBytes =
       V::kStaged ? kRawTileBytes * (V::kStagedV ? 2 : 1) : 0;
   static constexpr uint32_t kStaging = kV + kStages * kTileBytes;
-  static constexpr uint32_t kBarriers = kStaging + 2 * kStagingBytes;
-  static constexpr uint32_t kBarrierCount = 4 * kStages + 2;
+  static constexpr uint32_t kValues = kStaging + 2 * kStagingBytes;
+  static constexpr uint32_t kValuesBytes =
+      V::kConverter ? 2 * kKeys * sizeof(float) + 2 * sizeof(int) : 0;
+  static constexpr uint32_t kBarriers = (kValues + kValuesBytes + 7) / 8 * 8;
+  static constexpr uint32_t kBarrierCount =
+      4 * kStages + 2 + (V::kConverter ? 2 : 0);
   /// Dynamic shared memory to ask for: the pieces, and slack to align the
   /// base to 1024 bytes.
   static constexpr uint32_t kBytes = kBarriers + 8 * kBarrierCount + 1024;
@@ -521,13 +548,16 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p, int k,
 /// whose 64-bit address arithmetic took more of the producer's instructions
 /// than the conversion (ncu, E5M2 pool, 2048 tokens). Groups of chunks:
 /// their loads issue together, then their conversions and stores.
-template <int D, KVCacheDtype T>
+template <int D, KVCacheDtype T, int kMaxGroup = 4>
 __device__ __forceinline__ void
 convertFp8Row(uint32_t src, uint32_t dst, int row, bool valid, float scale) {
   static_assert(T != KVCacheDtype::kBf16, "fp8 rows");
   // E4M3's scale multiplies take the registers of two more chunks in
   // flight (the 56-register producer spilled with 4).
-  constexpr int kChunks = D / 8, kGroup = KVElement<T>::kScaled ? 2 : 4;
+  constexpr int kChunks = D / 8,
+                kGroup = (KVElement<T>::kScaled ? 2 : 4) < kMaxGroup
+                             ? (KVElement<T>::kScaled ? 2 : 4)
+                             : kMaxGroup;
   static_assert(kChunks % kGroup == 0, "whole groups of chunks");
 #pragma unroll 1
   for (int i = 0; i < kChunks; i += kGroup) {
@@ -576,13 +606,16 @@ convertRow(const uint8_t *src, uint8_t *dst, int row, bool valid, float scale,
 
 /// The producer of the staged variants: warp 0 issues the raw K (and V)
 /// rows of tile t + 2 into staging buffer t % 2 once tile t is converted;
-/// each of the 128 threads converts row threadIdx.x of every tile.
+/// each of the 128 threads converts key row threadIdx.x of every tile, and
+/// with fp8 pools hands the converter (convertValues) its value row's scale
+/// first.
 template <int D, KVCacheDtype T, bool kRope>
 __device__ __forceinline__ void
 produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
               const Sm90Params &p, const TileGeometry &g, uint8_t *smem,
               uint64_t *fullK, uint64_t *fullV, uint64_t *emptyK,
-              uint64_t *emptyV, uint64_t *stagingFull, int it0) {
+              uint64_t *emptyV, uint64_t *stagingFull, uint64_t *valuesFull,
+              int it0) {
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
   constexpr int kStages = V::kStages;
@@ -640,7 +673,8 @@ produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
   // A tile's are loaded once the tile before it has its keys converted, so
   // that their dependent loads (the block table, then the scales) pass
   // under the conversion of its values rather than hold up the tile's own
-  // (with 56 registers, the producer spills if it loads them earlier).
+  // (with its 48-56 registers, the producer spills if it loads them
+  // earlier).
   // Positions fit in int32 (as context_lens do): no 64-bit divisions,
   // which are calls that take more registers than the producer has.
   auto loadScales = [&](int t, float &kScale, float &vScale) {
@@ -664,7 +698,12 @@ produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
     const int64_t key = g.tileBegin + int64_t(t) * kKeys + tid;
     const bool valid = key >= g.keyBegin && key < g.keyEnd;
     const float kScale = nextKScale, vScale = nextVScale;
-    if constexpr (!V::kStagedV) {
+    if constexpr (V::kConverter) {
+      // This slot's last reader (tile it - 2) is past the barrier below.
+      reinterpret_cast<float *>(smem + L::kValues)[buffer * kKeys + tid] =
+          valid ? vScale : -INFINITY;
+      mbarrierArrive(&valuesFull[buffer]);
+    } else {
       if (warp == 0)
         issueDirectV(t);
     }
@@ -678,18 +717,46 @@ produceStaged(const CUtensorMap &direct, const CUtensorMap &raw,
     mbarrierArrive(&fullK[stage]);
     if (t + 1 < g.numTiles)
       loadScales(t + 1, nextKScale, nextVScale);
-    if constexpr (V::kStagedV) {
-      mbarrierWait(&emptyV[stage], phase ^ 1);
-      convertRow<D, T, false>(
-          staging + L::kRawTileBytes + tid * L::kRawRowBytes,
-          smem + L::kV + stage * L::kTileBytes, tid, valid, vScale, a, key);
-      fenceProxyAsync();
-      mbarrierArrive(&fullV[stage]);
-    }
-    // Every thread is done with this staging buffer before TMA refills it.
-    namedBarrier(kProducerBarrier, 128);
+    // Every thread (the converter's too) is done with this staging buffer
+    // before TMA refills it.
+    namedBarrier(kProducerBarrier, 128 * (V::kConverter ? 2 : 1));
     if (warp == 0 && t + 2 < g.numTiles)
       issueRaw(t + 2);
+  }
+}
+
+/// The converter of fp8 pools (Variant::kConverter, the last warpgroup):
+/// thread i converts value row i of every tile the producer stages, in the
+/// producer's order (the CTA's items one after another), with the scale the
+/// producer left for it, until the producer marks the next slot done.
+template <int D, KVCacheDtype T, bool kRope>
+__device__ __forceinline__ void
+convertValues(uint8_t *smem, uint64_t *fullV, uint64_t *emptyV,
+              uint64_t *stagingFull, uint64_t *valuesFull) {
+  using L = SharedLayout<D, T, kRope>;
+  constexpr int kStages = L::kStages;
+  const int row = threadIdx.x % 128;
+  const float *scales = reinterpret_cast<const float *>(smem + L::kValues);
+  const int *done = reinterpret_cast<const int *>(scales + 2 * kKeys);
+  const uint32_t staging = smemAddress(smem + L::kStaging + L::kRawTileBytes +
+                                       row * L::kRawRowBytes);
+  const uint32_t values = smemAddress(smem + L::kV);
+  for (int it = 0;; ++it) {
+    const int stage = it % kStages, buffer = it % 2;
+    mbarrierWait(&valuesFull[buffer], (it / 2) & 1);
+    if (done[buffer])
+      return;
+    // A row out of range reads as zeros (not 0 x -inf).
+    const float scale = scales[buffer * kKeys + row];
+    const bool valid = scale != -INFINITY;
+    mbarrierWait(&stagingFull[buffer], (it / 2) & 1);
+    mbarrierWait(&emptyV[stage], ((it / kStages) & 1) ^ 1);
+    convertFp8Row<D, T, 2>(staging + buffer * L::kStagingBytes,
+                           values + stage * L::kTileBytes, row, valid,
+                           valid ? scale : 1.0f);
+    fenceProxyAsync();
+    mbarrierArrive(&fullV[stage]);
+    namedBarrier(kProducerBarrier, 256);
   }
 }
 
@@ -1160,7 +1227,7 @@ consume(const Sm90Params &p, int k, const TileGeometry &first, uint8_t *smem,
 
 template <int D, KVCacheDtype T, bool kRope, bool kSoftcap, typename TQ,
           bool kMapped>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(Variant<T, kRope>::kThreads, 1)
     prefillAttentionSm90Kernel(const __grid_constant__ CUtensorMap direct,
                                const __grid_constant__ CUtensorMap raw,
                                const Sm90Params p) {
@@ -1179,6 +1246,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t *fullK = bars, *fullV = bars + kStages;
   uint64_t *emptyK = bars + 2 * kStages, *emptyV = bars + 3 * kStages;
   uint64_t *stagingFull = bars + 4 * kStages;
+  uint64_t *valuesFull = bars + 4 * kStages + 2;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       // Arrivals: the 128 converting threads (staged), the one warp
@@ -1190,6 +1258,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbarrierInit(&stagingFull[0], 1);
     mbarrierInit(&stagingFull[1], 1);
+    if constexpr (V::kConverter) {
+      mbarrierInit(&valuesFull[0], 128);
+      mbarrierInit(&valuesFull[1], 128);
+      int *done = reinterpret_cast<int *>(smem + L::kValues) + 2 * kKeys;
+      done[0] = done[1] = 0;
+    }
     fenceBarrierInit();
   }
   if (threadIdx.x == 32) {
@@ -1210,13 +1284,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       int it = 0;
       do {
         produceStaged<D, T, kRope>(direct, raw, p, g, smem, fullK, fullV,
-                                   emptyK, emptyV, stagingFull, it);
+                                   emptyK, emptyV, stagingFull, valuesFull, it);
         it += g.numTiles;
         ++k;
       } while (V::kPersistent && nextWork<kMapped>(p, k, g));
+      if constexpr (V::kConverter) {
+        // The converter's next slot says done (its last reader, tile it -
+        // 2, is past the producer's barrier).
+        if (threadIdx.x == 0)
+          reinterpret_cast<int *>(smem + L::kValues)[2 * kKeys + it % 2] = 1;
+        mbarrierArrive(&valuesFull[it % 2]);
+      }
     } else {
       produceDirect<D, V::kStages, V::kPersistent, kMapped>(
           direct, p, k, g, smem, fullK, fullV, emptyK, emptyV, L::kK, L::kV);
+    }
+  } else if (V::kConverter && warpgroup == 1 + kConsumers) {
+    if constexpr (V::kConverter) {
+      lowerRegisters<V::kConverterRegs>();
+      convertValues<D, T, kRope>(smem, fullV, emptyV, stagingFull, valuesFull);
     }
   } else {
     raiseRegisters<V::kConsumerRegs>();
@@ -1294,7 +1380,7 @@ cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool,
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
   if (status != cudaSuccess)
     return status;
-  kernel<<<static_cast<unsigned>(blocks), kThreads, L::kBytes, stream>>>(
+  kernel<<<static_cast<unsigned>(blocks), V::kThreads, L::kBytes, stream>>>(
       direct, raw, p);
   return cudaGetLastError();
 }
