@@ -553,11 +553,10 @@ __device__ __forceinline__ void
 convertFp8Row(uint32_t src, uint32_t dst, int row, bool valid, float scale) {
   static_assert(T != KVCacheDtype::kBf16, "fp8 rows");
   // E4M3's scale multiplies take the registers of two more chunks in
-  // flight (the 56-register producer spilled with 4).
-  constexpr int kChunks = D / 8,
-                kGroup = (KVElement<T>::kScaled ? 2 : 4) < kMaxGroup
-                             ? (KVElement<T>::kScaled ? 2 : 4)
-                             : kMaxGroup;
+  // flight (the 56-register producer spilled with 4); kMaxGroup caps it
+  // further (the 32-register converter).
+  constexpr int kChunks = D / 8, kPoolGroup = KVElement<T>::kScaled ? 2 : 4,
+                kGroup = kPoolGroup < kMaxGroup ? kPoolGroup : kMaxGroup;
   static_assert(kChunks % kGroup == 0, "whole groups of chunks");
 #pragma unroll 1
   for (int i = 0; i < kChunks; i += kGroup) {
