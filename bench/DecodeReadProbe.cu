@@ -290,6 +290,33 @@ std::vector<Shape> parseShapes(const std::string &s) {
   return out;
 }
 
+/// The median over `repeats` runs (after one warm-up) of a run's time a
+/// layer, us: a run launches layer 0 .. layers - 1 in turn
+/// (launchLayer(l)), back to back on the default stream.
+template <typename LaunchLayer>
+float timeLayers(int layers, int repeats, LaunchLayer launchLayer) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> times;
+  for (int r = 0; r < repeats + 1; ++r) {
+    CHECK(cudaEventRecord(a));
+    for (int l = 0; l < layers; ++l)
+      launchLayer(l);
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (r > 0)
+      times.push_back(ms * 1000.0f / layers);
+  }
+  CHECK(cudaGetLastError());
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 template <bool kHeadMajor, int kAhead>
 float timeProbe(const uint16_t *pool, const int32_t *tables, int maxBlocks,
                 Shape shape, int layers, int warpsPerSm, int repeats,
@@ -313,25 +340,10 @@ float timeProbe(const uint16_t *pool, const int32_t *tables, int maxBlocks,
   }
   const int tasks = shape.batch * kHeads;
   const int grid = (tasks + kWarps - 1) / kWarps;
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> times;
-  for (int r = 0; r < repeats + 1; ++r) {
-    CHECK(cudaEventRecord(a));
-    for (int l = 0; l < layers; ++l)
-      kernel<<<grid, 32 * kWarps, reserve>>>(
-          pool, tables, maxBlocks, shape.context, l, layers, tasks, sink);
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (r > 0)
-      times.push_back(ms * 1000.0f / layers);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return timeLayers(layers, repeats, [&](int l) {
+    kernel<<<grid, 32 * kWarps, reserve>>>(
+        pool, tables, maxBlocks, shape.context, l, layers, tasks, sink);
+  });
 }
 
 CUtensorMap poolMap(const uint16_t *pool, int64_t blocks, int layers) {
@@ -373,25 +385,10 @@ float timeBulk(const CUtensorMap &map, const uint16_t *pool,
   *warpsPerSm = fits * kWarps;
   const int tasks = shape.batch * kHeads;
   const int grid = (tasks + kWarps - 1) / kWarps;
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> times;
-  for (int r = 0; r < repeats + 1; ++r) {
-    CHECK(cudaEventRecord(a));
-    for (int l = 0; l < layers; ++l)
-      kernel<<<grid, 32 * kWarps, smem>>>(
-          map, pool, tables, maxBlocks, shape.context, l, layers, tasks, sink);
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (r > 0)
-      times.push_back(ms * 1000.0f / layers);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return timeLayers(layers, repeats, [&](int l) {
+    kernel<<<grid, 32 * kWarps, smem>>>(map, pool, tables, maxBlocks,
+                                        shape.context, l, layers, tasks, sink);
+  });
 }
 
 } // namespace
@@ -455,26 +452,12 @@ int main(int argc, char **argv) {
                        cudaMemcpyHostToDevice));
       // The plain read of one layer's bytes, layer after layer.
       const int64_t vecs = layerBytes / 16;
-      cudaEvent_t a, b;
-      CHECK(cudaEventCreate(&a));
-      CHECK(cudaEventCreate(&b));
-      std::vector<float> st;
-      for (int r = 0; r < repeats + 1; ++r) {
-        CHECK(cudaEventRecord(a));
-        for (int l = 0; l < layers; ++l)
-          streamKernel<<<prop.multiProcessorCount * 8, 256>>>(
-              reinterpret_cast<const uint4 *>(
-                  reinterpret_cast<const uint8_t *>(pool) + l * layerBytes),
-              vecs, sink);
-        CHECK(cudaEventRecord(b));
-        CHECK(cudaEventSynchronize(b));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, a, b));
-        if (r > 0)
-          st.push_back(ms * 1000.0f / layers);
-      }
-      std::sort(st.begin(), st.end());
-      const double us = st[st.size() / 2];
+      const double us = timeLayers(layers, repeats, [&](int l) {
+        streamKernel<<<prop.multiProcessorCount * 8, 256>>>(
+            reinterpret_cast<const uint4 *>(
+                reinterpret_cast<const uint8_t *>(pool) + l * layerBytes),
+            vecs, sink);
+      });
       const double gb = double(layerBytes) / 1e9;
       // The probe reads only the keys before `context` (all of them here:
       // the contexts are multiples of 16).
