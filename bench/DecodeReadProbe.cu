@@ -27,14 +27,19 @@
 // head-major layout; boxes: two boxes of a 4-d tensor map of the pool as it
 // is), and the lanes read the stage.
 //
+// Then the boxes' 4-stage ring with what a decode kernel adds, one thing at
+// a time: the kernel's reads of a stage (2-way bank conflicts), --work FMAS
+// dependent FMAs a lane a step (its arithmetic's latency), and a
+// persistent grid whose warps' rings run on from task to task.
+//
 // Beside them, a plain streaming read of the same bytes (each thread
 // 16-byte loads, grid-stride) gives the device's read ceiling in the same
 // run. The pool holds each shape's keys and values over enough layers to
 // outgrow L2, under 24 GB; a layer is a launch, as in the model.
 //
 // infer-decode-read-probe [--shapes B:C,...] [--tables sequential,shuffled]
-// [--repeats N]; bench/RESULTS.md (fifteenth session) has what it found on
-// an H100.
+// [--repeats N] [--work FMAS]; bench/RESULTS.md (fifteenth session) has what it
+// found on an H100.
 //
 //===----------------------------------------------------------------------===//
 
@@ -192,6 +197,29 @@ __device__ __forceinline__ void bulkCopy(void *dst, const void *src,
                : "memory");
 }
 
+/// A warp's ring of kStages steps in the block's dynamic shared memory (the
+/// warps' rings, then their mbarriers).
+template <int kStages> struct WarpRing {
+  static constexpr int kStepBytes = 2 * 16 * kD * 2;
+  uint8_t *stages;
+  uint64_t *bars;
+
+  __device__ WarpRing(uint8_t *smem, int warp)
+      : stages(smem + warp * kStages * kStepBytes),
+        bars(
+            reinterpret_cast<uint64_t *>(smem + kWarps * kStages * kStepBytes) +
+            warp * kStages) {}
+  /// Every lane of the warp, before its first step.
+  __device__ void init(int lane) const {
+    if (lane == 0) {
+      for (int s = 0; s < kStages; ++s)
+        infer::cuda::sm90::mbarrierInit(&bars[s], 1);
+      infer::cuda::sm90::fenceBarrierInit();
+    }
+    __syncwarp();
+  }
+};
+
 template <int kMode, int kStages>
 __global__ void __launch_bounds__(32 * kWarps)
     bulkProbeKernel(const __grid_constant__ CUtensorMap map,
@@ -201,19 +229,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   constexpr int kStepBytes = 2 * 16 * kD * 2;
   extern __shared__ __align__(1024) uint8_t smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  uint8_t *ring = smem + warp * kStages * kStepBytes;
-  uint64_t *bars =
-      reinterpret_cast<uint64_t *>(smem + kWarps * kStages * kStepBytes) +
-      warp * kStages;
+  const WarpRing<kStages> warpRing(smem, warp);
+  uint8_t *ring = warpRing.stages;
+  uint64_t *bars = warpRing.bars;
   const int task = blockIdx.x * kWarps + warp;
   if (task >= tasks)
     return;
-  if (lane == 0) {
-    for (int s = 0; s < kStages; ++s)
-      infer::cuda::sm90::mbarrierInit(&bars[s], 1);
-    infer::cuda::sm90::fenceBarrierInit();
-  }
-  __syncwarp();
+  warpRing.init(lane);
   const int seq = task / kHeads, head = task % kHeads;
   const int32_t *table = tables + int64_t(seq) * maxBlocks;
   const int steps = context / 16;
@@ -265,6 +287,89 @@ __global__ void __launch_bounds__(32 * kWarps)
     sink[task] = acc;
 }
 
+/// The tensor-map boxes again, with what a decode kernel adds, to find what
+/// keeps one from the boxes' rate:
+///   kernelReads  the lanes read the stage as the decode kernel does (lane
+///                (g, t): rows 8 h + g, chunks 4 i + t: two rows a quarter
+///                warp, a 2-way bank conflict) instead of linearly;
+///   work         that many dependent FMAs a lane after each step's reads
+///                (the arithmetic's latency, roughly);
+///   a grid of fewer warps than tasks: each warp takes task after task and
+///                its ring runs on across them (lane 0 gives the copy
+///                engine the next task's first steps while this task's last
+///                are read), a persistent decode's feed.
+template <int kStages>
+__global__ void __launch_bounds__(32 * kWarps)
+    ringProbeKernel(const __grid_constant__ CUtensorMap map,
+                    const int32_t *tables, int maxBlocks, int context,
+                    int layer, int layers, int tasks, bool kernelReads,
+                    int work, uint32_t *sink) {
+  constexpr int kStepBytes = 2 * 16 * kD * 2;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const WarpRing<kStages> warpRing(smem, warp);
+  uint8_t *ring = warpRing.stages;
+  uint64_t *bars = warpRing.bars;
+  const int first = blockIdx.x * kWarps + warp;
+  const int stride = gridDim.x * kWarps;
+  if (first >= tasks)
+    return;
+  warpRing.init(lane);
+  const int steps = context / 16;
+  // Lane 0's issue cursor: the next step to hand over, of task issueTask.
+  int issueTask = first, issueStep = 0, issued = 0;
+  auto issueNext = [&] {
+    if (issueTask >= tasks)
+      return;
+    const int seq = issueTask / kHeads, head = issueTask % kHeads;
+    const int block = tables[int64_t(seq) * maxBlocks + issueStep];
+    const int stage = issued % kStages;
+    infer::cuda::sm90::mbarrierArriveExpectTx(&bars[stage], kStepBytes);
+    for (int kv = 0; kv < 2; ++kv)
+      infer::cuda::sm90::tmaLoad4d(
+          ring + stage * kStepBytes + kv * (kStepBytes / 2), &map, &bars[stage],
+          0, head, 0, (block * layers + layer) * 2 + kv);
+    ++issued;
+    if (++issueStep == steps) {
+      issueStep = 0;
+      issueTask += stride;
+    }
+  };
+  if (lane == 0)
+    for (int s = 0; s < kStages; ++s)
+      issueNext();
+  uint32_t acc = 0;
+  float chain = float(lane);
+  int n = 0; // steps read
+  for (int task = first; task < tasks; task += stride) {
+    for (int step = 0; step < steps; ++step, ++n) {
+      const int stage = n % kStages;
+      infer::cuda::sm90::mbarrierWait(&bars[stage], (n / kStages) & 1);
+      const uint8_t *src = ring + stage * kStepBytes;
+#pragma unroll
+      for (int i = 0; i < kStepBytes / 16 / 32; ++i) {
+        // i = 8 kv + 4 half + chunk group, as the decode kernel's loop
+        // nest reads them.
+        const int kv = i / 8, half = (i / 4) % 2, c = i % 4;
+        const int offset = kernelReads
+                               ? kv * (kStepBytes / 2) +
+                                     (8 * half + g) * kD * 2 + (4 * c + t) * 16
+                               : (i * 32 + lane) * 16;
+        const uint4 x = *reinterpret_cast<const uint4 *>(src + offset);
+        acc ^= x.x ^ x.y ^ x.z ^ x.w;
+      }
+      __syncwarp();
+      if (lane == 0)
+        issueNext();
+      for (int k = 0; k < work; ++k)
+        chain = fmaf(chain, 0.999f, float(acc & 1));
+    }
+  }
+  if (acc == 0x12345678u || chain == 1.2345f)
+    sink[first] = acc;
+}
+
 std::vector<Shape> parseShapes(const std::string &s) {
   std::vector<Shape> out;
   size_t p = 0;
@@ -281,8 +386,10 @@ std::vector<Shape> parseShapes(const std::string &s) {
     }
     out.push_back({std::atoi(item.substr(0, colon).c_str()),
                    std::atoi(item.substr(colon + 1).c_str())});
-    if (out.back().batch <= 0 || out.back().context <= 0) {
-      std::fprintf(stderr, "a shape's batch and context must be > 0\n");
+    if (out.back().batch <= 0 || out.back().context <= 0 ||
+        out.back().context % 16 != 0) {
+      std::fprintf(stderr, "a shape's batch must be > 0 and its context a "
+                           "positive multiple of 16 (whole steps)\n");
       std::exit(2);
     }
     p = comma + 1;
@@ -391,12 +498,41 @@ float timeBulk(const CUtensorMap &map, const uint16_t *pool,
   });
 }
 
+/// ringProbeKernel at 4 stages, 1 block of 4 warps an SM; `persistent`:
+/// one wave of warps.
+float timeRing(const CUtensorMap &map, const int32_t *tables, int maxBlocks,
+               Shape shape, int layers, int repeats, uint32_t *sink,
+               bool kernelReads, int work, bool persistent) {
+  constexpr int kStages = 4;
+  auto kernel = ringProbeKernel<kStages>;
+  const int smem = kWarps * kStages * (2 * 16 * kD * 2 + 8) + 1024;
+  CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int fits = 0, sms = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fits, kernel,
+                                                      32 * kWarps, smem));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int tasks = shape.batch * kHeads;
+  int grid = (tasks + kWarps - 1) / kWarps;
+  if (persistent)
+    grid = std::min(grid, fits * sms);
+  return timeLayers(layers, repeats, [&](int l) {
+    kernel<<<grid, 32 * kWarps, smem>>>(map, tables, maxBlocks, shape.context,
+                                        l, layers, tasks, kernelReads, work,
+                                        sink);
+  });
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   std::string shapesArg = "256:128,1024:128,256:512,256:2048";
   std::string tableArg = "sequential,shuffled";
   int repeats = 5;
+  // Dependent FMAs a lane per step in the ring's last columns: about the
+  // decode kernel's arithmetic latency a step (24 mma, the softmax's
+  // shuffles and exponentials), a guess to vary.
+  int workFmas = 200;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--shapes" && i + 1 < argc)
@@ -405,10 +541,12 @@ int main(int argc, char **argv) {
       tableArg = argv[++i];
     else if (arg == "--repeats" && i + 1 < argc)
       repeats = std::max(1, std::atoi(argv[++i]));
+    else if (arg == "--work" && i + 1 < argc)
+      workFmas = std::max(0, std::atoi(argv[++i]));
     else {
       std::fprintf(stderr,
                    "usage: %s [--shapes B:C,...] [--tables "
-                   "sequential,shuffled] [--repeats N]\n",
+                   "sequential,shuffled] [--repeats N] [--work FMAS]\n",
                    argv[0]);
       return 2;
     }
@@ -505,6 +643,21 @@ int main(int argc, char **argv) {
           w[0], rate(b0s2), b0s2, w[1], rate(b0s4), b0s4, w[2], rate(b1s2),
           b1s2, w[3], rate(b1s4), b1s4, w[4], rate(b2s2), b2s2, w[5],
           rate(b2s4), b2s4);
+      // What a decode kernel adds to the 4-stage ring, one thing at a time.
+      const float linear = timeRing(map, tables, blocksPerSeq, shape, layers,
+                                    repeats, sink, false, 0, false);
+      const float reads = timeRing(map, tables, blocksPerSeq, shape, layers,
+                                   repeats, sink, true, 0, false);
+      const float work = timeRing(map, tables, blocksPerSeq, shape, layers,
+                                  repeats, sink, true, workFmas, false);
+      const float persistent =
+          timeRing(map, tables, blocksPerSeq, shape, layers, repeats, sink,
+                   true, workFmas, true);
+      std::printf("|   ring s4 4w | linear reads %.0f (%.1f) | the kernel's "
+                  "reads %.0f (%.1f) | and %d FMAs a step %.0f (%.1f) | "
+                  "and persistent %.0f (%.1f) |\n",
+                  rate(linear), linear, rate(reads), reads, workFmas,
+                  rate(work), work, rate(persistent), persistent);
       std::fflush(stdout);
       CHECK(cudaFree(tables));
     }
