@@ -215,18 +215,6 @@ struct Options {
   float softcap = 0.0f;
 };
 
-std::vector<std::string> split(const std::string &s) {
-  std::vector<std::string> parts;
-  size_t begin = 0;
-  while (begin <= s.size()) {
-    const size_t end = std::min(s.find(',', begin), s.size());
-    if (end > begin)
-      parts.push_back(s.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return parts;
-}
-
 Options parse(int argc, char **argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -236,11 +224,11 @@ Options parse(int argc, char **argv) {
     const std::string value = argv[++i];
     if (flag == "--prefill") {
       o.prefill.clear();
-      for (const std::string &n : split(value))
+      for (const std::string &n : splitCommas(value))
         o.prefill.push_back(std::stoi(n));
     } else if (flag == "--decode") {
       o.decode.clear();
-      for (const std::string &bc : split(value)) {
+      for (const std::string &bc : splitCommas(value)) {
         const size_t colon = bc.find(':');
         if (colon == std::string::npos)
           die("--decode takes BATCH:CONTEXT,...");
@@ -248,7 +236,7 @@ Options parse(int argc, char **argv) {
             {std::stoi(bc.substr(0, colon)), std::stoi(bc.substr(colon + 1))});
       }
     } else if (flag == "--mixed") {
-      for (const std::string &m : split(value)) {
+      for (const std::string &m : splitCommas(value)) {
         Options::Mixed x{};
         if (std::sscanf(m.c_str(), "%dx%d+%d:%d", &x.prompts, &x.promptLen,
                         &x.decodes, &x.context) != 4 ||
@@ -258,10 +246,10 @@ Options parse(int argc, char **argv) {
       }
     } else if (flag == "--rope") {
       o.rope.clear();
-      for (const std::string &n : split(value))
+      for (const std::string &n : splitCommas(value))
         o.rope.push_back(std::stoi(n));
     } else if (flag == "--pools") {
-      o.pools = split(value);
+      o.pools = splitCommas(value);
     } else if (flag == "--heads") {
       o.heads = std::stoi(value);
     } else if (flag == "--kv-heads") {

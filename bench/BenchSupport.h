@@ -1,8 +1,9 @@
 //===- BenchSupport.h - What the CUDA benchmarks share on the host
 //---------===//
 //
-// The CUDA benchmark tools' fatal errors (die, check) and their int32
-// uploads (block tables, context lengths, query starts). Host code only, so
+// The CUDA benchmark tools' fatal errors (die, check), their comma-separated
+// option lists and their int32 uploads (block tables, context lengths, query
+// starts). Host code only, so
 // that .cpp tools include it as well as GemmBenchSupport.cuh does.
 //
 //===----------------------------------------------------------------------===//
@@ -33,6 +34,20 @@ inline const char *benchTool = "infer-bench";
 inline void check(cudaError_t status, const char *what) {
   if (status != cudaSuccess)
     die(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+/// The non-empty items of a comma-separated list ("256:128,1024:128").
+inline std::vector<std::string> splitCommas(const std::string &s) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  while (begin <= s.size()) {
+    const size_t comma = s.find(',', begin);
+    const size_t end = comma == std::string::npos ? s.size() : comma;
+    if (end > begin)
+      parts.push_back(s.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return parts;
 }
 
 /// A device copy of `host` (cudaFree it); dies where that fails.

@@ -43,6 +43,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/BenchSupport.h"
 #include "runtime/cuda/kernels/Sm90.cuh"
 
 #include <cuda_runtime.h>
@@ -59,15 +60,8 @@
 
 namespace {
 
-#define CHECK(x)                                                               \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__,                  \
-                   cudaGetErrorString(e));                                     \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
+/// A CUDA call that must succeed (infer::bench::check names it).
+#define CHECK(x) infer::bench::check((x), #x)
 
 constexpr int kD = 128;
 constexpr int kHeads = 8;
@@ -372,12 +366,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 std::vector<Shape> parseShapes(const std::string &s) {
   std::vector<Shape> out;
-  size_t p = 0;
-  while (p < s.size()) {
-    size_t comma = s.find(',', p);
-    if (comma == std::string::npos)
-      comma = s.size();
-    const std::string item = s.substr(p, comma - p);
+  for (const std::string &item : infer::bench::splitCommas(s)) {
     const size_t colon = item.find(':');
     if (colon == std::string::npos) {
       std::fprintf(stderr, "a shape is BATCH:CONTEXT, got '%s'\n",
@@ -392,7 +381,6 @@ std::vector<Shape> parseShapes(const std::string &s) {
                            "positive multiple of 16 (whole steps)\n");
       std::exit(2);
     }
-    p = comma + 1;
   }
   return out;
 }
@@ -526,6 +514,7 @@ float timeRing(const CUtensorMap &map, const int32_t *tables, int maxBlocks,
 } // namespace
 
 int main(int argc, char **argv) {
+  infer::bench::benchTool = "infer-decode-read-probe";
   std::string shapesArg = "256:128,1024:128,256:512,256:2048";
   std::string tableArg = "sequential,shuffled";
   int repeats = 5;
@@ -584,10 +573,7 @@ int main(int argc, char **argv) {
       std::iota(ids.begin(), ids.end(), 0);
       if (shuffled)
         std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
-      int32_t *tables;
-      CHECK(cudaMalloc(&tables, ids.size() * sizeof(int32_t)));
-      CHECK(cudaMemcpy(tables, ids.data(), ids.size() * sizeof(int32_t),
-                       cudaMemcpyHostToDevice));
+      int32_t *tables = infer::bench::uploadInts(ids);
       // The plain read of one layer's bytes, layer after layer.
       const int64_t vecs = layerBytes / 16;
       const double us = timeLayers(layers, repeats, [&](int l) {
