@@ -2,7 +2,7 @@
 //
 //   infer-overlap-bench [--rows 3200] [--pieces 1,2] [--decode 190:2112]
 //       [--attention-sms 16,24,32,48] [--layers 200] [--repeats 3]
-//       [--warmup-s 4]
+//       [--warmup-s 4] [--lanes 1|0]
 //
 // How much of a mixed batch's decode attention could hide under its
 // GEMMs if the two ran at once. A long-prompt offline run (issue 11's
@@ -32,8 +32,17 @@
 //               the k SMs, which waited for their q/k/v) the decode rows'
 //               o, gate/up and down; against serial.
 //
+//   disagg k    the decode rows as their own forward pass on k SMs: their
+//               GEMMs (cuBLASLt's choice for k SMs) and their attention, one
+//               after the other on the k SMs' stream, while the prefill
+//               rows' GEMMs run on the rest, --layers of each lane with no
+//               event between them (decode and prefill rows are different
+//               sequences: nothing a lane computes is read by the other, so
+//               the two may run their layers apart); against serial.
+//
 // --pieces P cuts the rows into P equal GEMMs a projection, as a pipeline
-// of P nano-batches would run them (lanes only with P = 1). Every figure is ms
+// of P nano-batches would run them (lanes and disagg only with P = 1; --lanes
+// 0 skips lanes). Every figure is ms
 // a layer, the median of --repeats samples; a sample is the wall time of
 // --layers layers from an idle queue to both streams drained. Random operands
 // (GemmBenchSupport: constant ones draw less power), and --warmup-s seconds of
@@ -77,6 +86,7 @@ struct Options {
   std::vector<int64_t> attentionSms{16, 24, 32, 48};
   int layers = 200, repeats = 3;
   double warmupSeconds = 4.0;
+  bool lanes = true;
 };
 
 Options parse(int argc, char **argv) {
@@ -104,6 +114,8 @@ Options parse(int argc, char **argv) {
       o.repeats = std::stoi(value);
     else if (flag == "--warmup-s")
       o.warmupSeconds = std::stod(value);
+    else if (flag == "--lanes")
+      o.lanes = value != "0";
     else
       die("unknown flag " + flag);
   }
@@ -459,6 +471,38 @@ int main(int argc, char **argv) {
                 median(da), la, sl, la / sl);
   };
 
+  // Intra-GPU disaggregation: the decode rows' own GEMMs and attention on
+  // `partition`'s attention SMs, the prefill rows' GEMMs on the rest, no
+  // dependency between the lanes.
+  auto measureDisagg = [&](const std::function<void(cudaStream_t)> &serialLayer,
+                           const Partition &partition) {
+    LayerGemms prefillGemms(prefillRows, 1, int(partition.gemmSms), x, w, y);
+    LayerGemms decodeGemms(o.decodeSeqs, 1, int(partition.attentionSms),
+                           x + prefillRows * 14336, w, y + prefillRows * 28672);
+    auto prefillLane = [&](cudaStream_t s) { prefillGemms.run(s); };
+    auto decodeLane = [&](cudaStream_t s) {
+      decodeGemms.run(s);
+      decode.run(s);
+    };
+    cudaStream_t gs = reinterpret_cast<cudaStream_t>(partition.gemm);
+    cudaStream_t as = reinterpret_cast<cudaStream_t>(partition.attention);
+    std::vector<double> both, serial, pa, da;
+    for (int r = 0; r < o.repeats; ++r) {
+      pa.push_back(timeLayers(o.layers, gs, prefillLane, nullptr, nullptr));
+      da.push_back(timeLayers(o.layers, nullptr, nullptr, as, decodeLane));
+      both.push_back(timeLayers(o.layers, gs, prefillLane, as, decodeLane));
+      serial.push_back(
+          timeLayers(o.layers, stream, serialLayer, nullptr, nullptr));
+    }
+    const double b = median(both), sl = median(serial);
+    std::printf("result disagg decode_sms=%u prefill_sms=%u prefill_rows=%lld "
+                "decode_rows=%d prefill_lane_ms=%.3f decode_lane_ms=%.3f "
+                "disagg_ms=%.3f serial_ms=%.3f disagg_vs_serial=%.3f\n",
+                partition.attentionSms, partition.gemmSms,
+                static_cast<long long>(prefillRows), o.decodeSeqs, median(pa),
+                median(da), b, sl, b / sl);
+  };
+
   for (int64_t pieces : o.pieces) {
     LayerGemms full(o.rows, pieces, 0, x, w, y);
     auto gemm = [&](cudaStream_t s) { full.run(s); };
@@ -512,12 +556,15 @@ int main(int argc, char **argv) {
                   "serial_ms=%.3f split_vs_serial=%.3f\n",
                   static_cast<long long>(pieces), partition.attentionSms,
                   partition.gemmSms, median(gp), median(ap), sp, se, sp / se);
-      if (pieces == 1)
-        measureLanes(serialLayer, static_cast<int>(partition.gemmSms), gs, as,
-                     std::to_string(partition.attentionSms),
-                     std::to_string(partition.gemmSms));
+      if (pieces == 1) {
+        if (o.lanes)
+          measureLanes(serialLayer, static_cast<int>(partition.gemmSms), gs, as,
+                       std::to_string(partition.attentionSms),
+                       std::to_string(partition.gemmSms));
+        measureDisagg(serialLayer, partition);
+      }
     }
-    if (pieces == 1)
+    if (pieces == 1 && o.lanes)
       measureLanes(serialLayer, 0, stream, second, "all", "all");
   }
   cudaEventDestroy(ready);
