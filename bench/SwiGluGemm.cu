@@ -1,7 +1,7 @@
 //===- SwiGluGemm.cu - the MLP's gate/up projection and silu_mul, timed ---===//
 //
 //   infer-swiglu-gemm [--rows 256,2048,8192] [--shapes 28672x4096,...]
-//       [--sustained MS]
+//       [--sustained MS] [--residual]
 //
 // For y = silu(x w_gate^T) * (x w_up^T) with w = [w_gate; w_up] of N x K
 // (default Llama-3-8B's 28672 x 4096), times
@@ -16,6 +16,11 @@
 // rounds; the median of the rounds' mean times. Checks first: sm90's product
 // against cuBLASLt's and the fused result against silu_mul of cuBLASLt's
 // (max |difference| over max |reference|). TFLOP/s count the product.
+//
+// --residual times linear_residual's product instead: y = x w^T + r with r
+// a [T, N] bf16 matrix apart from y, through cuBLASLt as Gemm.cpp runs it
+// (r as C, beta 1: lt+res, the heuristic's first choice for that
+// problem), beside the plain products (lt, sm90); "vs" is then against lt.
 //
 //===----------------------------------------------------------------------===//
 
@@ -72,6 +77,7 @@ int main(int argc, char **argv) {
   std::vector<int64_t> rows = {256, 2048, 8192};
   std::vector<std::pair<int64_t, int64_t>> shapes = {{28672, 4096}};
   double sustainedMs = 0;
+  bool residual = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto next = [&]() -> std::string {
@@ -85,8 +91,11 @@ int main(int argc, char **argv) {
       sustainedMs = std::stod(next());
     } else if (arg == "--shapes") {
       shapes = parseShapes(next());
+    } else if (arg == "--residual") {
+      residual = true;
     } else {
-      die("unknown argument " + arg + " (--rows, --shapes, --sustained)");
+      die("unknown argument " + arg +
+          " (--rows, --shapes, --sustained, --residual)");
     }
   }
 
@@ -114,7 +123,9 @@ int main(int argc, char **argv) {
         die("launchGemmSm90 does not take T=" + std::to_string(t) + " " +
             std::to_string(n) + "x" + std::to_string(k) +
             " on this device and build");
-      __nv_bfloat16 *x, *w, *y, *y2, *h, *h2;
+      __nv_bfloat16 *x, *w, *y, *y2, *h, *h2, *r;
+      check(cudaMalloc(&r, size_t(t) * n * 2), "r");
+      fillKernel<<<1024, 256, 0, stream>>>(r, t * n, 3, 1.0f);
       check(cudaMalloc(&x, size_t(t) * k * 2), "x");
       check(cudaMalloc(&w, size_t(n) * k * 2), "w");
       check(cudaMalloc(&y, size_t(t) * n * 2), "y");
@@ -140,9 +151,23 @@ int main(int argc, char **argv) {
             "heuristic");
       if (found == 0)
         die("no heuristic algorithm");
+      // linear_residual's problem: the same layouts, beta 1 and C = r.
+      cublasLtMatmulHeuristicResult_t firstResidual{};
+      check(cublasLtMatmulAlgoGetHeuristic(handle, op, wl, xl, yl, yl,
+                                           preference, 1, &firstResidual,
+                                           &found),
+            "heuristic");
+      if (found == 0)
+        die("no heuristic algorithm for the residual");
       cublasLtMatmulPreferenceDestroy(preference);
 
-      const float alpha = 1.0f, beta = 0.0f;
+      const float alpha = 1.0f, beta = 0.0f, one = 1.0f;
+      auto ltResidual = [&] {
+        check(cublasLtMatmul(handle, op, &alpha, w, wl, x, xl, &one, r, yl, y,
+                             yl, &firstResidual.algo, workspace, workspaceBytes,
+                             stream),
+              "cublasLtMatmul");
+      };
       auto lt = [&] {
         check(cublasLtMatmul(handle, op, &alpha, w, wl, x, xl, &beta, y, yl, y,
                              yl, &first.algo, workspace, workspaceBytes,
@@ -164,7 +189,12 @@ int main(int argc, char **argv) {
         const char *name;
         std::function<void()> run;
       };
-      const std::vector<Variant> variants = {
+      const std::vector<Variant> residualVariants = {
+          {"lt", lt},
+          {"lt+res", ltResidual},
+          {"sm90", [&] { sm90(w, y2, GemmSm90Epilogue::kStore); }},
+      };
+      const std::vector<Variant> swigluVariants = {
           {"lt+silu",
            [&] {
              lt();
@@ -179,6 +209,8 @@ int main(int argc, char **argv) {
           {"lt", lt},
           {"sm90", [&] { sm90(w, y2, GemmSm90Epilogue::kStore); }},
       };
+      const std::vector<Variant> &variants =
+          residual ? residualVariants : swigluVariants;
 
       // The checks.
       lt();
@@ -187,7 +219,8 @@ int main(int argc, char **argv) {
       sm90(w, h2, GemmSm90Epilogue::kSwiGlu);
       check(cudaStreamSynchronize(stream), "check run");
       const double productError = relativeError(y2, y, t * n);
-      const double swigluError = relativeError(h2, h, t * n / 2);
+      const double swigluError =
+          residual ? 0.0 : relativeError(h2, h, t * n / 2);
 
       auto burst = [&](const Variant &v) {
         std::vector<float> ms;
@@ -230,7 +263,7 @@ int main(int argc, char **argv) {
         bursts.push_back(burst(v));
       std::vector<float> held(variants.size(), -1.0f);
       if (sustainedMs > 0) {
-        sustained(variants[3], 2000.0);
+        sustained(variants[residual ? 0 : 3], 2000.0);
         std::vector<std::vector<float>> rounds(variants.size());
         for (int r = 0; r < 3; ++r)
           for (size_t v = 0; v < variants.size(); ++v)
@@ -254,8 +287,8 @@ int main(int argc, char **argv) {
       cublasLtMatrixLayoutDestroy(xl);
       cublasLtMatrixLayoutDestroy(yl);
       cublasLtMatmulDescDestroy(op);
-      for (void *q :
-           {(void *)x, (void *)w, (void *)y, (void *)y2, (void *)h, (void *)h2})
+      for (void *q : {(void *)x, (void *)w, (void *)y, (void *)y2, (void *)h,
+                      (void *)h2, (void *)r})
         cudaFree(q);
     }
   return 0;
