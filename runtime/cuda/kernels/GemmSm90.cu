@@ -31,13 +31,16 @@
 // full, or 256 tiles of 224 rows, two waves of 12.5% less work a tile
 // (108.4 against 104.1 us on an H100; 179.6 against 161.4 at 512 tokens).
 //
-// Measured on an H100 (infer-swiglu-gemm, bench/RESULTS.md), the plain
-// product runs within 1-2% of cuBLASLt's first choice at 2048-8192 rows
-// and 6-7% ahead at 1000 and 3200; the SwiGLU epilogue saves the [T, 2I]
-// product's write and read and the silu_mul pass: 5-17% over cuBLASLt +
-// silu_mul at the board's power limit from 256 to 8192 rows. Clusters of
-// two CTAs sharing the weight tile by TMA multicast ran at half the rate
-// (not kept); direct stores from registers lost 10% to the store.
+// Measured (infer-swiglu-gemm, infer-gemm-search; bench/RESULTS.md), the
+// plain product is not ahead of cuBLASLt's first choice on Llama-3-8B's
+// other shapes: 0-5% behind from 1900 to 8192 rows in bursts on an H100
+// (26% for q/k/v at 1024; tenth session), 4-17% behind sustained at
+// 1925-5357 rows on an H200 (sixteenth), so only linear_swiglu runs it.
+// The SwiGLU epilogue saves the [T, 2I] product's write and read and the
+// silu_mul pass: 5-17% over cuBLASLt + silu_mul at the board's power limit
+// from 256 to 8192 rows (H100). Clusters of two CTAs sharing the weight
+// tile by TMA multicast ran at half the rate (not kept); direct stores from
+// registers lost 10% to the store.
 //
 //===----------------------------------------------------------------------===//
 
