@@ -335,6 +335,13 @@ struct Partition {
     cuGreenCtxDestroy(gemmCtx);
   }
   Partition(const Partition &) = delete;
+
+  cudaStream_t gemmStream() const {
+    return reinterpret_cast<cudaStream_t>(gemm);
+  }
+  cudaStream_t attentionStream() const {
+    return reinterpret_cast<cudaStream_t>(attention);
+  }
 };
 
 /// ms a layer: the wall time of `layers` calls of each non-null part, each
@@ -363,6 +370,29 @@ double timeLayers(int layers, cudaStream_t gemmStream,
   const auto end = std::chrono::steady_clock::now();
   return std::chrono::duration<double, std::milli>(end - start).count() /
          layers;
+}
+
+/// Medians over `repeats` rounds of ms a layer: `first` alone on
+/// firstStream, `second` alone on secondStream, both at once on their
+/// streams, and `serialLayer` on serialStream, in that order each round.
+struct PairTimes {
+  double first, second, both, serial;
+};
+PairTimes timePair(int layers, int repeats, cudaStream_t firstStream,
+                   const std::function<void(cudaStream_t)> &first,
+                   cudaStream_t secondStream,
+                   const std::function<void(cudaStream_t)> &second,
+                   cudaStream_t serialStream,
+                   const std::function<void(cudaStream_t)> &serialLayer) {
+  std::vector<double> f, s, b, serial;
+  for (int r = 0; r < repeats; ++r) {
+    f.push_back(timeLayers(layers, firstStream, first, nullptr, nullptr));
+    s.push_back(timeLayers(layers, nullptr, nullptr, secondStream, second));
+    b.push_back(timeLayers(layers, firstStream, first, secondStream, second));
+    serial.push_back(
+        timeLayers(layers, serialStream, serialLayer, nullptr, nullptr));
+  }
+  return {median(f), median(s), median(b), median(serial)};
 }
 
 /// ms a layer of the two-lane schedule: on gemmStream the prefill rows'
@@ -484,23 +514,15 @@ int main(int argc, char **argv) {
       decodeGemms.run(s);
       decode.run(s);
     };
-    cudaStream_t gs = reinterpret_cast<cudaStream_t>(partition.gemm);
-    cudaStream_t as = reinterpret_cast<cudaStream_t>(partition.attention);
-    std::vector<double> both, serial, pa, da;
-    for (int r = 0; r < o.repeats; ++r) {
-      pa.push_back(timeLayers(o.layers, gs, prefillLane, nullptr, nullptr));
-      da.push_back(timeLayers(o.layers, nullptr, nullptr, as, decodeLane));
-      both.push_back(timeLayers(o.layers, gs, prefillLane, as, decodeLane));
-      serial.push_back(
-          timeLayers(o.layers, stream, serialLayer, nullptr, nullptr));
-    }
-    const double b = median(both), sl = median(serial);
+    const PairTimes t =
+        timePair(o.layers, o.repeats, partition.gemmStream(), prefillLane,
+                 partition.attentionStream(), decodeLane, stream, serialLayer);
     std::printf("result disagg decode_sms=%u prefill_sms=%u prefill_rows=%lld "
                 "decode_rows=%d prefill_lane_ms=%.3f decode_lane_ms=%.3f "
                 "disagg_ms=%.3f serial_ms=%.3f disagg_vs_serial=%.3f\n",
                 partition.attentionSms, partition.gemmSms,
-                static_cast<long long>(prefillRows), o.decodeSeqs, median(pa),
-                median(da), b, sl, b / sl);
+                static_cast<long long>(prefillRows), o.decodeSeqs, t.first,
+                t.second, t.both, t.serial, t.both / t.serial);
   };
 
   for (int64_t pieces : o.pieces) {
@@ -540,22 +562,16 @@ int main(int argc, char **argv) {
       LayerGemms rest(o.rows, pieces, static_cast<int>(partition.gemmSms), x, w,
                       y);
       auto restGemm = [&](cudaStream_t st) { rest.run(st); };
-      cudaStream_t gs = reinterpret_cast<cudaStream_t>(partition.gemm);
-      cudaStream_t as = reinterpret_cast<cudaStream_t>(partition.attention);
-      std::vector<double> gp, ap, split, serialAgain;
-      for (int r = 0; r < o.repeats; ++r) {
-        gp.push_back(timeLayers(o.layers, gs, restGemm, nullptr, nullptr));
-        ap.push_back(timeLayers(o.layers, nullptr, nullptr, as, attend));
-        split.push_back(timeLayers(o.layers, gs, restGemm, as, attend));
-        serialAgain.push_back(
-            timeLayers(o.layers, stream, serialLayer, nullptr, nullptr));
-      }
-      const double sp = median(split), se = median(serialAgain);
+      cudaStream_t gs = partition.gemmStream();
+      cudaStream_t as = partition.attentionStream();
+      const PairTimes st = timePair(o.layers, o.repeats, gs, restGemm, as,
+                                    attend, stream, serialLayer);
       std::printf("result split pieces=%lld attention_sms=%u gemm_sms=%u "
                   "gemm_ms=%.3f attention_ms=%.3f split_ms=%.3f "
                   "serial_ms=%.3f split_vs_serial=%.3f\n",
                   static_cast<long long>(pieces), partition.attentionSms,
-                  partition.gemmSms, median(gp), median(ap), sp, se, sp / se);
+                  partition.gemmSms, st.first, st.second, st.both, st.serial,
+                  st.both / st.serial);
       if (pieces == 1) {
         if (o.lanes)
           measureLanes(serialLayer, static_cast<int>(partition.gemmSms), gs, as,
