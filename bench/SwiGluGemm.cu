@@ -19,8 +19,9 @@
 //
 // --residual times linear_residual's product instead: y = x w^T + r with r
 // a [T, N] bf16 matrix apart from y, through cuBLASLt as Gemm.cpp runs it
-// (r as C, beta 1: lt+res, the heuristic's first choice for that
-// problem), beside the plain products (lt, sm90); "vs" is then against lt.
+// (r as C, beta 1: lt+res; the heuristic sees the same layouts, so its
+// first choice is the plain product's, run with C apart from D), beside
+// the plain products (lt, sm90); "vs" is then against lt.
 //
 //===----------------------------------------------------------------------===//
 
