@@ -2,7 +2,7 @@
 //
 //   infer-overlap-bench [--rows 3200] [--pieces 1,2] [--decode 190:2112]
 //       [--attention-sms 16,24,32,48] [--layers 200] [--repeats 3]
-//       [--warmup-s 4] [--lanes 1|0]
+//       [--warmup-s 4] [--lanes 1|0] [--power-s S]
 //
 // How much of a mixed batch's decode attention could hide under its
 // GEMMs if the two ran at once. A long-prompt offline run (issue 11's
@@ -49,12 +49,27 @@
 // serial layers first, so the GEMMs run at the clock the board holds at its
 // power limit. "result" lines name their fields.
 //
+// --power-s S measures energy instead (and nothing else): S seconds each of
+// the idle board, the GEMMs alone, the attention alone and the serial layer,
+// the board's energy counter read through NVML (loaded at run time, so the
+// tool builds without NVML's header) before and after each phase. What it
+// is for: on a board held at its power limit, work that runs beside the
+// GEMMs takes its power from them. If the attention alone draws P_a watts
+// over t_a, the idle board P_0 and the limit P_cap, no schedule that runs
+// both at once (with the GEMMs' energy a FLOP unchanged) can take less than
+// t_g + t_a (P_a - P_0) / (P_cap - P_0) a layer; the tool prints that bound
+// beside the serial layer. It is not a hard bound: the attention on fewer
+// SMs may move its bytes for less energy, so --attention-sms's partitions
+// are measured too: the attention alone on k SMs, split k, and the serial
+// layer with its attention on k SMs.
+//
 //===----------------------------------------------------------------------===//
 
 #include "bench/GemmBenchSupport.cuh"
 #include "runtime/cuda/Kernels.h"
 
 #include <cuda.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -64,6 +79,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace infer::bench;
@@ -87,6 +103,7 @@ struct Options {
   int layers = 200, repeats = 3;
   double warmupSeconds = 4.0;
   bool lanes = true;
+  double powerSeconds = 0;
 };
 
 Options parse(int argc, char **argv) {
@@ -116,6 +133,8 @@ Options parse(int argc, char **argv) {
       o.warmupSeconds = std::stod(value);
     else if (flag == "--lanes")
       o.lanes = value != "0";
+    else if (flag == "--power-s")
+      o.powerSeconds = std::stod(value);
     else
       die("unknown flag " + flag);
   }
@@ -427,6 +446,129 @@ double timeLanes(int layers, LayerGemms &prefillRows, LayerGemms &decodeRows,
 
 } // namespace
 
+/// The board's energy counter, clocks and power limit through NVML, opened
+/// with dlopen: the driver ships libnvidia-ml.so.1 wherever a GPU runs, and
+/// the toolkit does not always ship nvml.h. The few entry points used here
+/// are declared by hand with NVML's C signatures.
+class Nvml {
+public:
+  explicit Nvml(int cudaDevice) {
+    library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!library)
+      die("--power-s needs NVML (libnvidia-ml.so.1): " +
+          std::string(dlerror()));
+    init = load<Init>("nvmlInit_v2");
+    shutdown = load<Shutdown>("nvmlShutdown");
+    byBusId = load<ByBusId>("nvmlDeviceGetHandleByPciBusId_v2");
+    energy = load<Energy>("nvmlDeviceGetTotalEnergyConsumption");
+    clock = load<Clock>("nvmlDeviceGetClockInfo");
+    limit = load<Limit>("nvmlDeviceGetEnforcedPowerLimit");
+    call(init(), "nvmlInit");
+    char busId[32] = {};
+    check(cudaDeviceGetPCIBusId(busId, sizeof(busId), cudaDevice), "bus id");
+    call(byBusId(busId, &device), "nvmlDeviceGetHandleByPciBusId");
+  }
+  ~Nvml() {
+    if (shutdown)
+      shutdown();
+    if (library)
+      dlclose(library);
+  }
+  Nvml(const Nvml &) = delete;
+  Nvml &operator=(const Nvml &) = delete;
+
+  /// Joules since the driver loaded (the counter counts mJ).
+  double joules() const {
+    unsigned long long millijoules = 0;
+    call(energy(device, &millijoules), "nvmlDeviceGetTotalEnergyConsumption");
+    return millijoules * 1e-3;
+  }
+  unsigned smClockMHz() const {
+    unsigned mhz = 0;
+    call(clock(device, /*NVML_CLOCK_SM=*/1, &mhz), "nvmlDeviceGetClockInfo");
+    return mhz;
+  }
+  double powerLimitWatts() const {
+    unsigned milliwatts = 0;
+    call(limit(device, &milliwatts), "nvmlDeviceGetEnforcedPowerLimit");
+    return milliwatts * 1e-3;
+  }
+
+private:
+  using Init = int (*)();
+  using Shutdown = int (*)();
+  using ByBusId = int (*)(const char *, void **);
+  using Energy = int (*)(void *, unsigned long long *);
+  using Clock = int (*)(void *, int, unsigned *);
+  using Limit = int (*)(void *, unsigned *);
+
+  template <typename F> F load(const char *name) {
+    void *symbol = dlsym(library, name);
+    if (!symbol)
+      die(std::string("NVML has no ") + name);
+    return reinterpret_cast<F>(symbol);
+  }
+  static void call(int status, const char *what) {
+    if (status != 0)
+      die(std::string(what) + " failed: NVML error " + std::to_string(status));
+  }
+
+  void *library = nullptr;
+  void *device = nullptr;
+  Init init = nullptr;
+  Shutdown shutdown = nullptr;
+  ByBusId byBusId = nullptr;
+  Energy energy = nullptr;
+  Clock clock = nullptr;
+  Limit limit = nullptr;
+};
+
+/// One --power-s phase: how long a layer took, what the board drew.
+struct PowerPhase {
+  double msPerLayer = 0, joulesPerLayer = 0, watts = 0;
+  unsigned smMHz = 0;
+};
+
+/// Runs `first` on firstStream and `second` on secondStream (either may be
+/// null; both null: the idle board) in batches of 20 layers for `seconds`,
+/// reading the energy counter before and after and the SM clock half way.
+PowerPhase
+measurePower(const Nvml &nvml, double seconds, cudaStream_t firstStream,
+             const std::function<void(cudaStream_t)> &first,
+             cudaStream_t secondStream = nullptr,
+             const std::function<void(cudaStream_t)> &second = nullptr) {
+  check(cudaDeviceSynchronize(), "sync");
+  const double startJoules = nvml.joules();
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+        .count();
+  };
+  int64_t layers = 0;
+  unsigned mhz = 0;
+  while (elapsed() < seconds) {
+    if (first || second) {
+      timeLayers(20, firstStream, first, secondStream, second);
+      layers += 20;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (mhz == 0 && elapsed() >= seconds / 2)
+      mhz = nvml.smClockMHz();
+  }
+  const double wall = elapsed();
+  const double joules = nvml.joules() - startJoules;
+  PowerPhase phase;
+  phase.watts = joules / wall;
+  phase.smMHz = mhz;
+  if (layers > 0) {
+    phase.msPerLayer = wall * 1e3 / layers;
+    phase.joulesPerLayer = joules / layers;
+  }
+  return phase;
+}
+
 int main(int argc, char **argv) {
   benchTool = "infer-overlap-bench";
   const Options o = parse(argc, argv);
@@ -524,6 +666,82 @@ int main(int argc, char **argv) {
                 static_cast<long long>(prefillRows), o.decodeSeqs, t.first,
                 t.second, t.both, t.serial, t.both / t.serial);
   };
+
+  if (o.powerSeconds > 0) {
+    Nvml nvml(0);
+    LayerGemms full(o.rows, 1, 0, x, w, y);
+    auto gemm = [&](cudaStream_t s) { full.run(s); };
+    auto serialLayer = [&](cudaStream_t s) {
+      full.run(s);
+      decode.run(s);
+    };
+    const PowerPhase idle = measurePower(nvml, o.powerSeconds, stream, nullptr);
+    // The board to its sustained clock before the GEMMs' phase.
+    measurePower(nvml, o.warmupSeconds, stream, serialLayer);
+    const PowerPhase g = measurePower(nvml, o.powerSeconds, stream, gemm);
+    const PowerPhase a = measurePower(nvml, o.powerSeconds, stream, attend);
+    const PowerPhase s =
+        measurePower(nvml, o.powerSeconds, stream, serialLayer);
+    // The attention alone on k SMs, and beside the GEMMs on the rest.
+    std::vector<std::pair<std::string, PowerPhase>> parts;
+    for (int64_t wanted : o.attentionSms) {
+      Partition partition(static_cast<unsigned>(wanted));
+      LayerGemms rest(o.rows, 1, static_cast<int>(partition.gemmSms), x, w, y);
+      auto restGemm = [&](cudaStream_t st) { rest.run(st); };
+      const std::string k = std::to_string(partition.attentionSms);
+      parts.emplace_back("attention_on_" + k,
+                         measurePower(nvml, o.powerSeconds, nullptr, nullptr,
+                                      partition.attentionStream(), attend));
+      parts.emplace_back("split_" + k,
+                         measurePower(nvml, o.powerSeconds,
+                                      partition.gemmStream(), restGemm,
+                                      partition.attentionStream(), attend));
+      // Serial still, the GEMMs on every SM, the attention on k of them: the
+      // same work one after the other, the attention's bytes moved by fewer
+      // SMs.
+      cudaStream_t as = partition.attentionStream();
+      auto serialOnK = [&](cudaStream_t st) {
+        full.run(st);
+        check(cudaEventRecord(ready, st), "event");
+        check(cudaStreamWaitEvent(as, ready), "wait");
+        decode.run(as);
+        check(cudaEventRecord(done, as), "event");
+        check(cudaStreamWaitEvent(st, done), "wait");
+      };
+      parts.emplace_back("serial_attention_on_" + k,
+                         measurePower(nvml, o.powerSeconds, stream, serialOnK));
+    }
+    auto line = [](const char *name, const PowerPhase &p) {
+      std::printf(
+          "result power phase=%s ms_per_layer=%.3f joules_per_layer=%.4f "
+          "watts=%.0f sm_mhz=%u\n",
+          name, p.msPerLayer, p.joulesPerLayer, p.watts, p.smMHz);
+    };
+    line("idle", idle);
+    line("gemm", g);
+    line("attention", a);
+    line("serial", s);
+    for (const auto &[name, phase] : parts)
+      line(name.c_str(), phase);
+    const double cap = nvml.powerLimitWatts();
+    const double bound = g.msPerLayer + a.msPerLayer * (a.watts - idle.watts) /
+                                            std::max(1.0, cap - idle.watts);
+    std::printf("result power_bound limit_w=%.0f gemm_tflops=%.0f "
+                "attention_gbps=%.0f serial_ms=%.3f sum_ms=%.3f "
+                "overlap_bound_ms=%.3f bound_vs_serial=%.3f\n",
+                cap, gemmFlops / (g.msPerLayer * 1e-3) / 1e12,
+                decode.kvBytes(o.context) / (a.msPerLayer * 1e-3) / 1e9,
+                s.msPerLayer, g.msPerLayer + a.msPerLayer, bound,
+                bound / s.msPerLayer);
+    cudaEventDestroy(ready);
+    cudaEventDestroy(done);
+    cudaStreamDestroy(stream);
+    cudaStreamDestroy(second);
+    cudaFree(x);
+    cudaFree(w);
+    cudaFree(y);
+    return 0;
+  }
 
   for (int64_t pieces : o.pieces) {
     LayerGemms full(o.rows, pieces, 0, x, w, y);
