@@ -96,7 +96,9 @@ public:
       self->responseStarted_ = true;
       std::string head = self->head(status, contentType, headers);
       head += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
-      self->enqueue(std::move(head) + body, true);
+      // HEAD: the headers GET would send, and no body.
+      self->enqueue(
+          self->headRequest_ ? std::move(head) : std::move(head) + body, true);
     });
   }
 
@@ -168,6 +170,7 @@ private:
     if (closed_)
       return;
     parser_.emplace();
+    headRequest_ = false;
     parser_->body_limit(shared_->options.maxBodyBytes);
     parser_->header_limit(64u << 10);
     reading_ = true;
@@ -239,6 +242,7 @@ private:
     parser_.reset();
     HttpRequest request;
     request.method = std::string(message.method_string());
+    headRequest_ = message.method() == http::verb::head;
     const std::string target(message.target());
     const size_t q = target.find('?');
     request.path = target.substr(0, q);
@@ -406,6 +410,7 @@ private:
   std::function<void()> onClose_;
   Clock::time_point lastWrite_ = Clock::now();
   bool keepAlive_ = true;
+  bool headRequest_ = false;
   bool reading_ = false;
   bool watching_ = false;
   bool writing_ = false;

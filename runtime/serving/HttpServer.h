@@ -51,7 +51,8 @@ using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 class HttpResponder {
 public:
   virtual ~HttpResponder() = default;
-  /// A whole response.
+  /// A whole response (its headers only, Content-Length included, when the
+  /// request was HEAD).
   virtual void send(int status, const std::string &contentType,
                     std::string body, const HttpHeaders &headers = {}) = 0;
   /// Starts a chunked 200 response (text/event-stream for SSE).

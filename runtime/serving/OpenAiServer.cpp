@@ -486,7 +486,7 @@ bool OpenAiServer::authorized(const HttpRequest &request) const {
 void OpenAiServer::handle(HttpRequest request,
                           std::shared_ptr<HttpResponder> responder) {
   const std::string &path = request.path;
-  const bool get = request.method == "GET";
+  const bool get = request.method == "GET" || request.method == "HEAD";
   const bool post = request.method == "POST";
   struct Route {
     const char *path;
