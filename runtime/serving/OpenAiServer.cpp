@@ -2,6 +2,8 @@
 
 #include "runtime/serving/OpenAiServer.h"
 
+#include "runtime/serving/ChatPage.h"
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -492,16 +494,19 @@ void OpenAiServer::handle(HttpRequest request,
     const char *path;
     bool post;
   };
-  static const Route routes[] = {{"/health", false},
+  static const Route routes[] = {{"/", false},
+                                 {"/index.html", false},
+                                 {"/health", false},
                                  {"/metrics", false},
                                  {"/v1/models", false},
                                  {"/v1/completions", true},
                                  {"/v1/chat/completions", true},
                                  {"/tokenize", true},
                                  {"/detokenize", true}};
+  const bool chatPage = path == "/" || path == "/index.html";
   const Route *route = nullptr;
   for (const Route &r : routes)
-    if (path == r.path)
+    if (path == r.path && (options_.chatPage || !chatPage))
       route = &r;
   int status = 200;
   auto fail = [&](const ApiError &e, const HttpHeaders &headers = {}) {
@@ -516,6 +521,14 @@ void OpenAiServer::handle(HttpRequest request,
           "method " + request.method + " is not allowed on " + path +
               (route->post ? " (use POST)" : " (use GET)"),
           "", "invalid_request_error", "method_not_allowed"});
+  } else if (chatPage) {
+    responder->send(200, "text/html; charset=utf-8",
+                    std::string(chatPageHtml()),
+                    {{"Content-Security-Policy",
+                      std::string(chatPageContentSecurityPolicy())},
+                     {"X-Content-Type-Options", "nosniff"},
+                     {"Referrer-Policy", "no-referrer"},
+                     {"Cache-Control", "no-cache"}});
   } else if (path == "/health") {
     Status health = engine_.health();
     if (health.isOk())

@@ -3,9 +3,14 @@
 // Routes HTTP requests to the AsyncEngine in OpenAI's protocol:
 //
 //   POST /v1/completions, /v1/chat/completions   whole or streamed (SSE)
-//   GET  /v1/models, /health, /metrics            the model, liveness,
-//   Prometheus POST /tokenize, /detokenize                    the model's
-//   tokenizer
+//   GET  /v1/models, /health, /metrics           the model, liveness and
+//                                                Prometheus metrics
+//   POST /tokenize, /detokenize                  the model's tokenizer
+//   GET  /, /index.html                          the chat page (ChatPage.h)
+//
+// HEAD is answered wherever GET is. The chat page needs no API key: it holds
+// no secret, and asks for the key when the API answers 401 (as llama.cpp's
+// web UI does).
 //
 // Every error is OpenAI's error object {"error": {message, type, param,
 // code}} with the field at fault in `param`: 400 for bad JSON or fields and
@@ -41,6 +46,8 @@ struct OpenAiServerOptions {
   int64_t vocabSize = 0;
   /// Seconds a refused client is told to wait (Retry-After).
   int retryAfterSeconds = 1;
+  /// Whether GET / serves the chat page (otherwise it is a 404).
+  bool chatPage = true;
 };
 
 class OpenAiServer {

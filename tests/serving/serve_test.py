@@ -2,13 +2,17 @@
 """`infer serve` on tiny-pycode-target (CPU): every error path (status and
 OpenAI error body), 429 under a full queue, a client disconnecting
 mid-stream (its KV blocks return), SIGTERM with requests in flight (all
-finish, exit 0), and texts equal to `infer generate`'s.
+finish, exit 0), texts equal to `infer generate`'s, and the chat page at /
+(its headers, public under --api-key, 404 with --no-chat-page).
 
 usage: serve_test.py --infer PATH --fixtures DIR --work DIR
 """
 import argparse
+import base64
+import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -263,7 +267,46 @@ def main():
                                   "ftp://x"], capture_output=True, text=True)
             check(bad.returncode == 1 and "http://" in bad.stderr, bad.stderr)
 
-    run_tests([test_error_paths, test_bench_base_url, test_texts_equal_generate, test_429_under_a_full_queue,
+    def test_chat_page():
+        with Server(a.infer, model, "--chat-template", template, "--api-key", "sekret") as s:
+            # The page needs no key; the API behind it does.
+            st, h, page = s.request("GET", "/")
+            check(st == 200, f"GET / is {st}")
+            check(h["content-type"] == "text/html; charset=utf-8", h)
+            check(h["x-content-type-options"] == "nosniff", h)
+            check(page.startswith("<!DOCTYPE html>") and "v1/chat/completions" in page,
+                  page[:200])
+            check(s.request("GET", "/v1/models")[0] == 401, "/v1/models without the key")
+            # The policy allows the page's inline style and script by their
+            # hashes (computed here independently of the build's), and nothing
+            # else inline.
+            csp = dict(d.strip().split(" ", 1) for d in h["content-security-policy"].split(";"))
+            check(csp["default-src"] == "'self'", csp)
+            check(csp["frame-ancestors"] == "'none'", csp)
+            for tag, directive in (("style", "style-src"), ("script", "script-src")):
+                inline = re.findall(f"<{tag}>(.*?)</{tag}>", page, re.S)
+                check(len(inline) == 1, f"{len(inline)} <{tag}> elements")
+                digest = base64.b64encode(hashlib.sha256(inline[0].encode()).digest()).decode()
+                check(csp[directive] == f"'sha256-{digest}'", f"{directive}: {csp[directive]}")
+            check("unsafe-inline" not in h["content-security-policy"], csp)
+            # /index.html is the same page; HEAD gives the headers alone.
+            st, _, same = s.request("GET", "/index.html")
+            check(st == 200 and same == page, "/index.html")
+            st, h, body = s.request("HEAD", "/")
+            check(st == 200 and body == "", f"HEAD / {st} {body!r}")
+            check(int(h["content-length"]) == len(page.encode()), h)
+            check(h["content-security-policy"] and h["content-type"].startswith("text/html"), h)
+            check(s.request("HEAD", "/health")[0] == 200, "HEAD /health")
+            # Other methods: the usual 405.
+            for method in ("POST", "PUT", "DELETE"):
+                error_of(*s.request(method, "/", {})[::2], 405)
+        with Server(a.infer, model, "--no-chat-page") as s:
+            for method, path in (("GET", "/"), ("GET", "/index.html"), ("HEAD", "/")):
+                st, _, body = s.request(method, path)
+                check(st == 404, f"{method} {path} with --no-chat-page: {st}")
+            check(s.request("GET", "/health")[0] == 200, "health")
+
+    run_tests([test_error_paths, test_chat_page, test_bench_base_url, test_texts_equal_generate, test_429_under_a_full_queue,
                test_disconnect_mid_stream_returns_the_blocks,
                test_sigterm_finishes_requests_in_flight])
 

@@ -32,7 +32,7 @@ const char *const kServeHelp =
     "usage: infer serve MODEL [--host 127.0.0.1] [--port 8000]\n"
     "           [--api-key KEY] [--served-model-name NAME]\n"
     "           [--max-queued-requests N] [--shutdown-timeout S]\n"
-    "           [--chat-template FILE] [--http-threads 2]\n"
+    "           [--chat-template FILE] [--no-chat-page] [--http-threads 2]\n"
     "           [--max-body-bytes 4194304] [--request-timeout 30]\n"
     "           [--backend cpu|cuda] [--weights DIR] [--skip-weight-check] "
     "[--threads N]\n"
@@ -47,9 +47,12 @@ const char *const kServeHelp =
     "(whole or streamed as server-sent events), GET /v1/models, GET /health\n"
     "(503 once the engine failed), GET /metrics (Prometheus), POST\n"
     "/tokenize and /detokenize. Listens on 127.0.0.1 unless --host says.\n"
+    "GET / is a chat page (streaming chat completions in the browser;\n"
+    "--no-chat-page answers 404 there instead).\n"
     "--api-key (or INFER_API_KEY) requires \"Authorization: Bearer KEY\" on\n"
-    "every endpoint but /health and /metrics. --served-model-name (default:\n"
-    "the MODEL directory's name) is the model clients name.\n"
+    "every endpoint but /health, /metrics and the page (which asks for the\n"
+    "key). --served-model-name (default: the MODEL directory's name) is\n"
+    "the model clients name.\n"
     "--max-queued-requests N (default 1024) answers 429 with Retry-After\n"
     "once N requests wait for the engine. Chat completions render the\n"
     "tokenizer's chat_template, or --chat-template FILE (a Jinja file).\n"
@@ -77,6 +80,7 @@ std::vector<OptionSpec> serveOptions() {
                                      {"--max-queued-requests"},
                                      {"--shutdown-timeout"},
                                      {"--chat-template"},
+                                     {"--no-chat-page", false},
                                      {"--http-threads"},
                                      {"--max-body-bytes"},
                                      {"--request-timeout"},
@@ -154,6 +158,7 @@ Status runServe(const ParsedArgs &args) {
 
   serving::OpenAiServerOptions api;
   api.apiKey = args.get("--api-key", "");
+  api.chatPage = !args.has("--no-chat-page");
   if (api.apiKey.empty())
     if (const char *key = std::getenv("INFER_API_KEY"))
       api.apiKey = key;
@@ -251,11 +256,11 @@ Status runServe(const ParsedArgs &args) {
   weights.weightsDirOverride = args.get("--weights", "");
   weights.verifyHash = !args.has("--skip-weight-check");
   weights.showProgress = true;
-  INFER_ASSIGN_OR_RETURN(
-      std::unique_ptr<Backend> backend,
-      createBackend(model.artifact, backendName, weights,
-                    poolFromMemory ? 0 : numBlocks, static_cast<int>(threads),
-                    memoryFraction));
+  INFER_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                         createBackend(model.artifact, backendName, weights,
+                                       poolFromMemory ? 0 : numBlocks,
+                                       static_cast<int>(threads),
+                                       memoryFraction));
   INFER_ASSIGN_OR_RETURN(
       Speculation speculation,
       createSpeculation(args, model.artifact, config.eosTokenIds, backendName,
