@@ -23,6 +23,9 @@ packages=(
 # The serving tests' OpenAI Node SDK client (skipped without them); a node
 # install of another origin (nodesource ships its own npm) is kept.
 command -v npm >/dev/null || packages+=(nodejs npm)
+# The chat page test's headless browser (skipped without it; about 30 s of
+# apt-get and 350 MB). A chromium installed another way is kept.
+command -v chromium >/dev/null || packages+=(chromium)
 
 if [ "${INFER_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null &&
    grep -q bookworm /etc/os-release 2>/dev/null; then
