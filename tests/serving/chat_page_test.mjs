@@ -290,6 +290,11 @@ await check('with --api-key the page is public and asks for the key', async () =
   await page.page.reload();
   await page.waitForModel();
   assert.ok(await page.page.isHidden('#key-form'));
+  // Forgetting it asks again.
+  await page.settings({});
+  await page.page.click('#forget-key');
+  await page.page.waitForSelector('#key-form:not([hidden])');
+  assert.ok(await page.page.isHidden('#forget-key'));
 });
 await stopServer(keyed);
 
