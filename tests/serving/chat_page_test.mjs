@@ -18,10 +18,18 @@ const [infer, artifact, chatTemplate, nodeModules, chromiumPath] =
 const require = createRequire(nodeModules + '/');
 const { chromium } = require('playwright-core');
 
+// Servers still running when the test exits (a failure outside check())
+// are killed with it.
+const running = new Set();
+process.on('exit', () => {
+  for (const proc of running) proc.kill('SIGKILL');
+});
+
 function startServer(...args) {
   return new Promise((resolve, reject) => {
     const proc = spawn(infer, ['serve', artifact, '--port', '0',
       '--chat-template', chatTemplate, '--served-model-name', 'tiny', ...args]);
+    running.add(proc);
     let log = '';
     proc.stderr.on('data', (d) => {
       log += d;
@@ -35,6 +43,7 @@ function startServer(...args) {
 async function stopServer(server) {
   server.proc.kill('SIGTERM');
   const code = await new Promise((resolve) => server.proc.on('exit', resolve));
+  running.delete(server.proc);
   assert.equal(code, 0);
 }
 
