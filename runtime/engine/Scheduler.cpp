@@ -19,6 +19,11 @@ bool isDecoding(const Request &r) { return pendingTokens(r) <= 1; }
 
 } // namespace
 
+bool Scheduler::waitsToFitWhole(int64_t pending, int64_t budget) const {
+  return !config_.enableChunkedPrefill && pending > budget &&
+         pending <= config_.maxNumBatchedTokens;
+}
+
 Scheduler::Scheduler(const SchedulerConfig &config, KVCacheManager &kvCache)
     : config_(config), kvCache_(kvCache) {}
 
@@ -66,7 +71,7 @@ void Scheduler::scheduleRunning(SchedulerOutput &out, int64_t &budget,
     // length ends when the token arrives: nothing more to compute.
     if ((r->hasPendingToken() && r->numTokens() >= r->maxTotalTokens) ||
         !(isDecoding(*r) ? decodes : prefills) ||
-        (!config_.enableChunkedPrefill && pending > budget)) {
+        waitsToFitWhole(pending, budget)) {
       ++i;
       continue;
     }
@@ -114,7 +119,7 @@ void Scheduler::scheduleWaiting(SchedulerOutput &out, int64_t &budget) {
     Request *r = waiting_.front();
     CachedPrefix prefix = kvCache_.findCachedPrefix(r->tokens);
     const int64_t pending = r->numTokens() - prefix.numTokens;
-    if (!config_.enableChunkedPrefill && pending > budget)
+    if (waitsToFitWhole(pending, budget))
       break;
     const int64_t numTokens = std::min(pending, budget);
     // Under the priority policy a waiting request displaces running ones

@@ -45,7 +45,9 @@ struct SchedulerConfig {
   int64_t maxNumSeqs = 256;
   int64_t maxNumBatchedTokens = 2048;
   /// Split prompts over steps to fill the token budget; without it a prompt
-  /// waits until it fits the budget whole.
+  /// waits until it fits the budget whole. Tokens no step holds (a prompt
+  /// longer than max_num_batched_tokens, or a preempted request that grew
+  /// past it and recomputes) are split all the same: they would wait forever.
   bool enableChunkedPrefill = true;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   /// 0 mixes prefill and decode tokens in every step; r > 0 makes each step
@@ -103,6 +105,10 @@ public:
   int64_t numQueriedTokens() const { return numQueriedTokens_; }
 
 private:
+  /// Whether a request with `pending` tokens to compute sits out a step
+  /// with `budget` tokens left, waiting for one that holds them whole
+  /// (chunked prefill off).
+  bool waitsToFitWhole(int64_t pending, int64_t budget) const;
   /// Whether `a` runs before `b` under the policy.
   bool before(const Request *a, const Request *b) const;
   void preempt(Request *request, SchedulerOutput &out);

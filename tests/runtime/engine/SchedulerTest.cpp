@@ -15,8 +15,9 @@ namespace {
 /// last token gains a new one.
 class SchedulerTest : public ::testing::Test {
 protected:
-  void init(int64_t numBlocks, SchedulerConfig config) {
-    kv_ = std::make_unique<KVCacheManager>(numBlocks, 4, true);
+  void init(int64_t numBlocks, SchedulerConfig config,
+            bool prefixCaching = true) {
+    kv_ = std::make_unique<KVCacheManager>(numBlocks, 4, prefixCaching);
     scheduler_ = std::make_unique<Scheduler>(config, *kv_);
   }
 
@@ -96,6 +97,39 @@ TEST_F(SchedulerTest, WithoutChunkingAPromptWaitsUntilItFitsWhole) {
   complete(out);
   out = scheduler_->schedule();
   EXPECT_EQ(summary(out), (Summary{{0, 1}, {1, 6}}));
+}
+
+TEST_F(SchedulerTest, WithoutChunkingWhatNoStepHoldsIsStillChunked) {
+  // Waiting for a step of more than max_num_batched_tokens would be waiting
+  // forever (found by EngineStressTest).
+  SchedulerConfig config;
+  config.maxNumBatchedTokens = 8;
+  config.enableChunkedPrefill = false;
+  init(64, config);
+  add(11, 0);
+  SchedulerOutput out = scheduler_->schedule();
+  EXPECT_EQ(summary(out), (Summary{{0, 8}})) << "a prompt longer than a step";
+  complete(out);
+  out = scheduler_->schedule();
+  EXPECT_EQ(summary(out), (Summary{{0, 3}}));
+
+  // A preempted request that grew past the budget recomputes in chunks.
+  requests_.clear();
+  init(4, config, /*prefixCaching=*/false);
+  Request *a = add(2, 0);
+  Request *b = add(6, 1);
+  for (int step = 0; step < 3; ++step)
+    complete(scheduler_->schedule());
+  out = scheduler_->schedule();
+  ASSERT_EQ(out.preempted, (std::vector<RequestId>{1}));
+  EXPECT_EQ(b->numTokens(), 9) << "more than a step holds";
+  complete(out);
+  scheduler_->finish(*a, FinishReason::kStop);
+  out = scheduler_->schedule();
+  EXPECT_EQ(summary(out), (Summary{{1, 8}}));
+  complete(out);
+  out = scheduler_->schedule();
+  EXPECT_EQ(summary(out), (Summary{{1, 1}}));
 }
 
 TEST_F(SchedulerTest, MaxNumSeqsCapsTheRunningRequests) {
