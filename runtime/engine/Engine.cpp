@@ -657,6 +657,8 @@ void Engine::spawnCompletions(Entry &parent, int64_t numComputedTokens,
     r = p;
     r.id = id;
     r.sampling = completionParams(parent.baseSampling, index);
+    // The prompt's preemptions were the parent's (as for fork()).
+    r.numPreemptions = 0;
     child.sampler =
         std::make_unique<Sampler>(r.sampling, config_.eosTokenIds, r.tokens);
     child.stop = std::make_unique<StopChecker>(r.sampling, config_.eosTokenIds,

@@ -15,6 +15,7 @@
 
 #include <filesystem>
 #include <map>
+#include <numeric>
 
 namespace infer::testing {
 namespace {
@@ -435,6 +436,45 @@ TEST_F(LlamaGqaEngine, SeededSamplingIsReproducibleAndBatchIndependent) {
   auto other = generate(*backend_, config_, {a});
   ASSERT_TRUE(other.isOk());
   EXPECT_NE((*alone)[0].outputTokenIds, (*other)[0].outputTokenIds);
+}
+
+TEST_F(LlamaGqaEngine, CompletionsDoNotInheritTheirPromptsPreemptions) {
+  // Three blocks of 16 and a budget of 8: the first request grows into the
+  // blocks the second one's prompt chunks need, which preempts the second
+  // (until the first ends); its second completion branches off once the
+  // prompt is computed.
+  StatusOr<std::unique_ptr<Backend>> b = createTestBackend(artifact_, 3, 2);
+  ASSERT_TRUE(b.isOk()) << b.status().message();
+  EngineConfig config = config_;
+  config.scheduler.maxNumBatchedTokens = 8;
+  Engine engine(**b, config);
+  SamplingParams params;
+  params.maxNewTokens = 20;
+  params.ignoreEos = true;
+  std::vector<int32_t> prompt(15);
+  std::iota(prompt.begin(), prompt.end(), 100);
+  ASSERT_TRUE(engine.addRequest(prompt, params).isOk());
+  params.maxNewTokens = 4;
+  params.n = 2;
+  prompt.resize(20, 7);
+  StatusOr<RequestId> second = engine.addRequest(prompt, params);
+  ASSERT_TRUE(second.isOk()) << second.status().message();
+  std::map<RequestId, int64_t> preemptions;
+  while (engine.hasUnfinished()) {
+    auto out = engine.step();
+    ASSERT_TRUE(out.isOk()) << out.status().message();
+    for (const RequestOutput &o : *out)
+      if (const Request *r = engine.request(o.id))
+        preemptions[o.id] = r->numPreemptions;
+  }
+  EXPECT_GT(engine.stats().numPreemptions, 0);
+  EXPECT_EQ(preemptions[*second], engine.stats().numPreemptions);
+  ASSERT_EQ(preemptions.size(), 3u) << "two requests, one more completion";
+  int64_t sum = 0;
+  for (const auto &[id, n] : preemptions)
+    sum += n;
+  EXPECT_EQ(sum, engine.stats().numPreemptions)
+      << "each preemption counted once, by the request preempted";
 }
 
 /// Counts the calls that reach the wrapped backend each way.
