@@ -186,24 +186,26 @@ SchedulerOutput Scheduler::schedule() {
     decodes = !prefills;
   }
 
+  SchedulerOutput out;
+  // Admitting new work right after preempting would only thrash.
+  bool preempted = false;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    SchedulerOutput out;
     int64_t budget = config_.maxNumBatchedTokens;
-    bool preempted = false;
     scheduleRunning(out, budget, decodes, prefills, preempted);
-    // Admitting new work right after preempting would only thrash.
     if (prefills && !preempted)
       scheduleWaiting(out, budget);
-    for (const ScheduledRequest &s : out.scheduled)
-      out.numScheduledTokens += s.numTokens;
-    // A one-kind step with nothing of its kind runs the other kind.
-    if (!out.scheduled.empty() || config_.prefillRatio <= 0 || attempt == 1 ||
-        !out.preempted.empty() || !out.finished.empty())
-      return out;
+    // A one-kind step with nothing of its kind runs the other kind, also
+    // when its kind only preempted or ended requests: the prefills that
+    // cannot grow would otherwise win every step while the decodes that
+    // hold the blocks they need never run.
+    if (!out.scheduled.empty() || config_.prefillRatio <= 0)
+      break;
     decodes = !decodes;
     prefills = !prefills;
   }
-  return {};
+  for (const ScheduledRequest &s : out.scheduled)
+    out.numScheduledTokens += s.numTokens;
+  return out;
 }
 
 void Scheduler::setComputed(Request &request, int64_t numComputedTokens) {

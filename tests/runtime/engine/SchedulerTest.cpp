@@ -273,6 +273,29 @@ TEST_F(SchedulerTest, PrefillRatioAlternatesPrefillAndDecodeSteps) {
   EXPECT_EQ(summary(out), (Summary{{2, 5}, {3, 5}}));
 }
 
+TEST_F(SchedulerTest, PrefillRatioDecodesWhenThePrefillsOnlyPreempt) {
+  // A prefill that cannot grow preempts itself; the decode holding the
+  // blocks it needs runs in the same step, or the prefill would be admitted
+  // and preempted again forever (found by EngineStressTest).
+  SchedulerConfig config;
+  config.maxNumBatchedTokens = 8;
+  config.prefillRatio = 1.0;
+  init(5, config, /*prefixCaching=*/false);
+  add(8, 0);
+  add(16, 1);
+  add(4, 2);
+  SchedulerOutput out = scheduler_->schedule();
+  EXPECT_EQ(summary(out), (Summary{{0, 8}}));
+  complete(out);
+  // 2 waiting / 1 decoding: prefill steps.
+  out = scheduler_->schedule();
+  EXPECT_EQ(summary(out), (Summary{{1, 8}}));
+  complete(out);
+  out = scheduler_->schedule();
+  EXPECT_EQ(out.preempted, (std::vector<RequestId>{1})) << "1 block free of 2";
+  EXPECT_EQ(summary(out), (Summary{{0, 1}}));
+}
+
 TEST_F(SchedulerTest, DraftTokensRideAlongAndAreTrimmedToTheBudget) {
   SchedulerConfig config;
   config.maxNumBatchedTokens = 6;
