@@ -576,10 +576,12 @@ void Engine::runSynchronous(const SchedulerOutput &scheduled,
     }
     const std::vector<int32_t> draft = r.draftTokens;
     // The other completions of an n > 1 request branch off here, sampling
-    // their first tokens from the same row.
+    // their first tokens from the same row. They share the prompt, not the
+    // drafts after it (a prompt whose last chunk is its last token decodes
+    // with drafts).
     if (entry.numPendingCompletions > 0)
-      spawnCompletions(entry, start + s.numTokens, logits.row(firstRow[i]),
-                       logits.vocab, outputs);
+      spawnCompletions(entry, start + s.numTokens - s.numDraftTokens,
+                       logits.row(firstRow[i]), logits.vocab, outputs);
     std::vector<int32_t> accepted;
     std::vector<TokenLogprobs> logprobs;
     if (onBackend) {

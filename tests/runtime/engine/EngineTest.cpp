@@ -357,6 +357,40 @@ TEST_F(TinyPycode, SpeculativeVerificationKeepsGreedyOutputs) {
   }
 }
 
+TEST_F(TinyPycode, CompletionsBranchOffBeforeTheirPromptsDrafts) {
+  // The prompt's last chunk is its last token: that step is a decode, with
+  // drafts. The second completion shares the prompt, not the first one's
+  // drafts (found by EngineStressTest).
+  const std::vector<int32_t> prompt = prompts_[0];
+  const std::vector<int32_t> expected = alone({prompt}, 12)[0];
+  std::unique_ptr<Backend> b = backend(16);
+  EngineConfig config = config_;
+  config.numSpeculativeTokens = 3;
+  config.scheduler.maxNumBatchedTokens =
+      static_cast<int64_t>(prompt.size()) - 1;
+  Engine engine(*b, config);
+  engine.setProposer(
+      std::make_unique<ScriptedProposer>(prompt, expected, /*wrong=*/false));
+  SamplingParams params = greedy(12);
+  params.n = 2;
+  ASSERT_TRUE(engine.addRequest(prompt, params).isOk());
+  std::map<int64_t, RequestOutput> byIndex;
+  while (engine.hasUnfinished()) {
+    auto out = engine.step();
+    ASSERT_TRUE(out.isOk()) << out.status().message();
+    for (const RequestOutput &o : *out)
+      if (o.finished)
+        byIndex[o.index] = o;
+  }
+  ASSERT_EQ(byIndex.size(), 2u);
+  for (const auto &[index, o] : byIndex) {
+    EXPECT_EQ(o.finishReason, FinishReason::kLength) << o.error;
+    EXPECT_EQ(o.outputTokenIds, expected) << "completion " << index;
+  }
+  EXPECT_GT(engine.stats().numAcceptedTokens, 0);
+  EXPECT_EQ(engine.kvCache().numFreeBlocks(), 16);
+}
+
 //===----------------------------------------------------------------------===//
 // Stop conditions and sampling on a random-weight model
 //===----------------------------------------------------------------------===//
