@@ -88,6 +88,13 @@ void Scheduler::scheduleRunning(SchedulerOutput &out, int64_t &budget,
     while (!(allocated =
                  kvCache_.allocateSlots(r->id, r->numComputedTokens, numTokens,
                                         nullptr, out.blockCopies))) {
+      // Drafts are guesses: they give way before any request does (a
+      // preempted request recomputes; one alone would end for them).
+      if (!r->draftTokens.empty()) {
+        numTokens -= static_cast<int64_t>(r->draftTokens.size());
+        r->draftTokens.clear();
+        continue;
+      }
       if (running_.size() == 1) {
         // Alone and still out of blocks: it can never grow, so it ends.
         running_.clear();

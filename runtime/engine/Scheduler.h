@@ -11,13 +11,14 @@
 //   step          A:1  B:1  C:6 (chunk 0..5)      = 8 tokens
 //   next step     A:1  B:1  C:6 (chunk 6..11)
 //
-// When a running request needs a block and the pool has none, the lowest
-// priority running request (the latest arrival under FCFS) is preempted: its
-// blocks are freed and it returns to the waiting queue, to be recomputed when
-// there is room again. Under the priority policy a waiting request also
-// displaces running requests of lower priority when the pool is full. With a
-// prefill ratio (Colossal-Inference), a step is either all prefill or all
-// decode: prefill when prefilling / decoding requests >= ratio.
+// When a running request needs a block and the pool has none, its draft
+// tokens are dropped, then the lowest priority running request (the latest
+// arrival under FCFS) is preempted: its blocks are freed and it returns to
+// the waiting queue, to be recomputed when there is room again. Under the
+// priority policy a waiting request also displaces running requests of lower
+// priority when the pool is full. With a prefill ratio (Colossal-Inference), a
+// step is either all prefill or all decode: prefill when prefilling / decoding
+// requests >= ratio.
 //
 //===----------------------------------------------------------------------===//
 

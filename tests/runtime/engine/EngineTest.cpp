@@ -391,6 +391,28 @@ TEST_F(TinyPycode, CompletionsBranchOffBeforeTheirPromptsDrafts) {
   EXPECT_EQ(engine.kvCache().numFreeBlocks(), 16);
 }
 
+TEST_F(TinyPycode, DraftsDoNotEndARequestThePoolStillHolds) {
+  // Two blocks of 16: a 17-token prompt grows to 32 computed tokens and
+  // one more sampled (16 new) before the pool cannot hold it. Drafts that
+  // do not fit give way; they do not end it sooner (found by
+  // EngineStressTest).
+  const std::vector<int32_t> prompt = prompts_[4];
+  ASSERT_EQ(prompt.size(), 17u);
+  std::vector<int32_t> expected = alone({prompt}, 24)[0];
+  expected.resize(16);
+  std::unique_ptr<Backend> b = backend(2);
+  EngineConfig config = config_;
+  config.numSpeculativeTokens = 3;
+  Engine engine(*b, config);
+  engine.setProposer(std::make_unique<ScriptedProposer>(
+      prompt, alone({prompt}, 24)[0], /*wrong=*/false));
+  auto out = runToCompletion(engine, {{prompt, greedy(24)}});
+  ASSERT_TRUE(out.isOk()) << out.status().message();
+  EXPECT_EQ((*out)[0].outputTokenIds, expected);
+  EXPECT_EQ((*out)[0].finishReason, FinishReason::kLength);
+  EXPECT_EQ(engine.kvCache().numFreeBlocks(), 2);
+}
+
 //===----------------------------------------------------------------------===//
 // Stop conditions and sampling on a random-weight model
 //===----------------------------------------------------------------------===//

@@ -323,5 +323,28 @@ TEST_F(SchedulerTest, DraftTokensRideAlongAndAreTrimmedToTheBudget) {
   EXPECT_EQ(a->draftTokens.size(), 5u);
 }
 
+TEST_F(SchedulerTest, DraftTokensGiveWayBeforeAnyRequestIsPreempted) {
+  // Preempting for a guess would cost a recomputation, and a request alone
+  // would end for it while the pool still holds its next token (found by
+  // EngineStressTest).
+  SchedulerConfig config;
+  init(4, config);
+  Request *a = add(4, 0);
+  Request *b = add(4, 1);
+  complete(scheduler_->schedule());
+  a->draftTokens = std::vector<int32_t>(8, 5);
+  SchedulerOutput out = scheduler_->schedule();
+  EXPECT_TRUE(out.preempted.empty());
+  EXPECT_EQ(summary(out), (Summary{{0, 1}, {1, 1}})) << "13 slots of 16";
+  EXPECT_TRUE(a->draftTokens.empty());
+  complete(out);
+
+  scheduler_->finish(*b, FinishReason::kStop);
+  a->draftTokens = std::vector<int32_t>(12, 5);
+  out = scheduler_->schedule();
+  EXPECT_TRUE(out.finished.empty()) << "alone, 6 + 1 tokens fit";
+  EXPECT_EQ(summary(out), (Summary{{0, 1}}));
+}
+
 } // namespace
 } // namespace infer
