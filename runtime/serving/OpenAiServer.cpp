@@ -17,37 +17,15 @@ namespace infer::serving {
 
 namespace {
 
-using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
-
-/// OpenAI's error object, with the HTTP status that carries it.
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string param;
-  std::string type = "invalid_request_error";
-  std::string code;
-};
 
 std::string dump(const ojson &j) {
   return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 
-std::string errorBody(const ApiError &e) {
-  ojson error{{"message", e.message},
-              {"type", e.type},
-              {"param", e.param.empty() ? ojson() : ojson(e.param)},
-              {"code", e.code.empty() ? ojson(e.status) : ojson(e.code)}};
-  return dump(ojson{{"error", error}});
-}
-
 void sendError(HttpResponder &responder, const ApiError &e,
                const HttpHeaders &headers = {}) {
   responder.send(e.status, "application/json", errorBody(e), headers);
-}
-
-ApiError badField(const std::string &param, const std::string &message) {
-  return {400, message, param};
 }
 
 /// The HTTP error of an engine Status.
@@ -69,140 +47,6 @@ std::string randomId(const char *prefix) {
                 static_cast<unsigned long long>(rng()),
                 static_cast<unsigned long long>(rng()));
   return std::string(prefix) + hex;
-}
-
-uint64_t randomSeed() {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  return rng() >> 1;
-}
-
-//===----------------------------------------------------------------------===//
-// Request fields
-//===----------------------------------------------------------------------===//
-
-/// Reads optional fields of a JSON body, keeping the first error.
-class Fields {
-public:
-  explicit Fields(const json &body) : body_(body) {}
-
-  const json *find(const char *name) const {
-    auto it = body_.find(name);
-    if (it == body_.end() || it->is_null())
-      return nullptr;
-    return &*it;
-  }
-
-  void number(const char *name, double &out, double lo, double hi) {
-    const json *v = find(name);
-    if (!v || error)
-      return;
-    if (!v->is_number() || !(v->get<double>() >= lo) ||
-        !(v->get<double>() <= hi)) {
-      fail(name, "'" + std::string(name) + "' must be a number in [" +
-                     trim(lo) + ", " + trim(hi) + "]");
-      return;
-    }
-    out = v->get<double>();
-  }
-
-  void integer(const char *name, int64_t &out, int64_t lo, int64_t hi) {
-    const json *v = find(name);
-    if (!v || error)
-      return;
-    if (!v->is_number_integer() || v->get<int64_t>() < lo ||
-        v->get<int64_t>() > hi) {
-      fail(name, "'" + std::string(name) + "' must be an integer in [" +
-                     std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      return;
-    }
-    out = v->get<int64_t>();
-  }
-
-  void boolean(const char *name, bool &out) {
-    const json *v = find(name);
-    if (!v || error)
-      return;
-    if (!v->is_boolean()) {
-      fail(name, "'" + std::string(name) + "' must be a boolean");
-      return;
-    }
-    out = v->get<bool>();
-  }
-
-  void fail(const std::string &param, const std::string &message) {
-    if (!error)
-      error = badField(param, message);
-  }
-
-  std::optional<ApiError> error;
-
-private:
-  static std::string trim(double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%g", v);
-    return buf;
-  }
-  const json &body_;
-};
-
-/// Sampling fields shared by both endpoints.
-void readSampling(Fields &f, SamplingParams &p, bool chat) {
-  p.temperature = 1.0;
-  f.number("temperature", p.temperature, 0.0, 100.0);
-  f.number("top_p", p.topP, 1e-9, 1.0);
-  int64_t topK = 0;
-  f.integer("top_k", topK, -1, int64_t(1) << 31);
-  p.topK = topK < 0 ? 0 : topK;
-  f.number("min_p", p.minP, 0.0, 1.0);
-  f.number("presence_penalty", p.presencePenalty, -2.0, 2.0);
-  f.number("frequency_penalty", p.frequencyPenalty, -2.0, 2.0);
-  f.number("repetition_penalty", p.repetitionPenalty, 1e-9, 100.0);
-  f.integer("n", p.n, 1, 128);
-  f.boolean("ignore_eos", p.ignoreEos);
-  int64_t seed = -1;
-  f.integer("seed", seed, std::numeric_limits<int64_t>::min(),
-            std::numeric_limits<int64_t>::max());
-  p.seed = f.find("seed") ? static_cast<uint64_t>(seed) : randomSeed();
-  if (const json *stop = f.find("stop")) {
-    if (stop->is_string()) {
-      p.stopStrings = {stop->get<std::string>()};
-    } else if (stop->is_array()) {
-      for (const json &s : *stop) {
-        if (!s.is_string()) {
-          f.fail("stop", "'stop' must be a string or a list of strings");
-          break;
-        }
-        p.stopStrings.push_back(s.get<std::string>());
-      }
-    } else {
-      f.fail("stop", "'stop' must be a string or a list of strings");
-    }
-    for (const std::string &s : p.stopStrings)
-      if (s.empty())
-        f.fail("stop", "'stop' strings must not be empty");
-  }
-  if (const json *ids = f.find("stop_token_ids")) {
-    if (!ids->is_array())
-      f.fail("stop_token_ids", "'stop_token_ids' must be a list of integers");
-    else
-      for (const json &id : *ids) {
-        if (!id.is_number_integer()) {
-          f.fail("stop_token_ids",
-                 "'stop_token_ids' must be a list of integers");
-          break;
-        }
-        p.stopTokenIds.push_back(id.get<int32_t>());
-      }
-  }
-  if (const json *bestOf = f.find("best_of"))
-    if (!bestOf->is_number_integer() || bestOf->get<int64_t>() != p.n)
-      f.fail("best_of", "'best_of' other than n is not supported");
-  bool echo = false;
-  f.boolean("echo", echo);
-  if (echo)
-    f.fail("echo", "'echo' is not supported");
-  if (const json *suffix = f.find("suffix"); suffix && !chat)
-    f.fail("suffix", "'suffix' is not supported");
 }
 
 //===----------------------------------------------------------------------===//
@@ -475,7 +319,10 @@ OpenAiServer::OpenAiServer(AsyncEngine &engine, const Tokenizer *tokenizer,
                            const ChatTemplate *chatTemplate,
                            OpenAiServerOptions options)
     : engine_(engine), tokenizer_(tokenizer), chatTemplate_(chatTemplate),
-      options_(std::move(options)),
+      options_(std::move(options)), model_{options_.servedModelName,
+                                           options_.maxModelLen,
+                                           options_.vocabSize, tokenizer,
+                                           chatTemplate},
       created_(static_cast<int64_t>(std::time(nullptr))) {}
 
 bool OpenAiServer::authorized(const HttpRequest &request) const {
@@ -580,45 +427,6 @@ void OpenAiServer::handle(HttpRequest request,
     engine_.metrics().countHttpResponse(status);
 }
 
-namespace {
-
-/// The JSON object of a request body, or the 400 that says why not.
-std::optional<ApiError> parseBody(const HttpRequest &request, json &body) {
-  body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded())
-    return ApiError{400, "the body is not valid JSON", ""};
-  if (!body.is_object())
-    return ApiError{400, "the body must be a JSON object", ""};
-  return std::nullopt;
-}
-
-/// Messages as the template expects them, checked.
-std::optional<ApiError> checkMessages(const json &messages) {
-  if (!messages.is_array() || messages.empty())
-    return badField("messages", "'messages' must be a non-empty list");
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const json &m = messages[i];
-    const std::string at = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      return badField(at + ".role",
-                      "'" + at + "' must be an object with a string 'role'");
-    if (m.contains("content") && !m["content"].is_string() &&
-        !m["content"].is_array() && !m["content"].is_null())
-      return badField(at + ".content", "'" + at +
-                                           ".content' must be a string or a "
-                                           "list of content parts");
-    if (m.contains("content") && m["content"].is_array())
-      for (const json &part : m["content"])
-        if (!part.is_object() || part.value("type", "") != "text" ||
-            !part.contains("text") || !part["text"].is_string())
-          return badField(at + ".content",
-                          "only text content parts are supported");
-  }
-  return std::nullopt;
-}
-
-} // namespace
-
 void OpenAiServer::completions(const HttpRequest &request,
                                const std::shared_ptr<HttpResponder> &responder,
                                bool chat) {
@@ -626,201 +434,39 @@ void OpenAiServer::completions(const HttpRequest &request,
     engine_.metrics().countHttpResponse(e.status);
     sendError(*responder, e, headers);
   };
-  json body;
-  if (std::optional<ApiError> e = parseBody(request, body))
+  CompletionCall parsed;
+  if (std::optional<ApiError> e =
+          readCompletionRequest(request.body, chat, model_, parsed))
     return fail(*e);
-  if (const auto it = body.find("model"); it != body.end() && !it->is_null()) {
-    if (!it->is_string())
-      return fail(badField("model", "'model' must be a string"));
-    if (it->get<std::string>() != options_.servedModelName)
-      return fail({404,
-                   "The model `" + it->get<std::string>() +
-                       "` does not exist (this server serves `" +
-                       options_.servedModelName + "`)",
-                   "model", "invalid_request_error", "model_not_found"});
-  }
-
-  // The prompts, as token ids.
-  std::vector<std::vector<int32_t>> prompts;
-  const char *promptField = chat ? "messages" : "prompt";
-  if (chat) {
-    if (!body.contains("messages"))
-      return fail(badField("messages", "'messages' is required"));
-    if (std::optional<ApiError> e = checkMessages(body["messages"]))
-      return fail(*e);
-    if (!chatTemplate_ || !tokenizer_)
-      return fail(badField("messages",
-                           "the model has no chat template (start the server "
-                           "with --chat-template FILE)"));
-    bool addGenerationPrompt = true;
-    Fields f(body);
-    f.boolean("add_generation_prompt", addGenerationPrompt);
-    if (f.error)
-      return fail(*f.error);
-    StatusOr<std::string> text =
-        chatTemplate_->render(body["messages"], addGenerationPrompt);
-    if (!text.isOk())
-      return fail(
-          badField("messages", "chat template: " + text.status().message()));
-    prompts.push_back(tokenizer_->encode(*text, false));
-  } else {
-    const json *prompt = body.contains("prompt") ? &body["prompt"] : nullptr;
-    auto badPrompt = [&] {
-      return fail(badField("prompt", "'prompt' must be a string, a list of "
-                                     "strings, a list of token ids or a "
-                                     "list of lists of token ids"));
-    };
-    auto ids = [&](const json &list, std::vector<int32_t> &out) {
-      for (const json &id : list) {
-        if (!id.is_number_integer())
-          return false;
-        out.push_back(id.get<int32_t>());
-      }
-      return true;
-    };
-    if (!prompt || prompt->is_null())
-      return fail(badField("prompt", "'prompt' is required"));
-    if (prompt->is_string()) {
-      if (!tokenizer_)
-        return fail(badField("prompt", "the model has no tokenizer: send "
-                                       "token ids"));
-      prompts.push_back(tokenizer_->encode(prompt->get<std::string>(), true));
-    } else if (prompt->is_array() && !prompt->empty() &&
-               (*prompt)[0].is_number_integer()) {
-      prompts.emplace_back();
-      if (!ids(*prompt, prompts.back()))
-        return badPrompt();
-    } else if (prompt->is_array() && !prompt->empty()) {
-      for (const json &p : *prompt) {
-        if (p.is_string() && tokenizer_) {
-          prompts.push_back(tokenizer_->encode(p.get<std::string>(), true));
-        } else if (p.is_array()) {
-          prompts.emplace_back();
-          if (!ids(p, prompts.back()))
-            return badPrompt();
-        } else {
-          return badPrompt();
-        }
-      }
-    } else {
-      return badPrompt();
-    }
-  }
-
-  // Sampling.
-  Fields f(body);
-  SamplingParams sampling;
-  readSampling(f, sampling, chat);
-  int64_t maxTokens = -1;
-  const int64_t maxAllowed = std::numeric_limits<int32_t>::max();
-  if (chat && f.find("max_completion_tokens"))
-    f.integer("max_completion_tokens", maxTokens, 1, maxAllowed);
-  else
-    f.integer("max_tokens", maxTokens, 1, maxAllowed);
-  int64_t priority = 0;
-  f.integer("priority", priority, std::numeric_limits<int32_t>::min(),
-            std::numeric_limits<int32_t>::max());
-  bool stream = false;
-  f.boolean("stream", stream);
-  bool includeUsage = false, continuousUsage = false;
-  if (const json *so = f.find("stream_options")) {
-    if (!so->is_object()) {
-      f.fail("stream_options", "'stream_options' must be an object");
-    } else {
-      Fields sf(*so);
-      sf.boolean("include_usage", includeUsage);
-      sf.boolean("continuous_usage_stats", continuousUsage);
-      if (sf.error)
-        f.fail("stream_options." + sf.error->param, sf.error->message);
-      if (!stream)
-        f.fail("stream_options",
-               "'stream_options' is only allowed when 'stream' is true");
-    }
-  }
-  int64_t logprobs = -1;
-  if (chat) {
-    bool want = false;
-    f.boolean("logprobs", want);
-    int64_t top = 0;
-    f.integer("top_logprobs", top, 0, 20);
-    if (f.find("top_logprobs") && !want)
-      f.fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-    if (want)
-      logprobs = top;
-  } else if (f.find("logprobs")) {
-    f.integer("logprobs", logprobs, 0, 20);
-  }
-  if (f.error)
-    return fail(*f.error);
-  sampling.logprobs = logprobs >= 0 ? std::max<int64_t>(logprobs, 1) : 0;
-
-  // Lengths against the context.
-  const int64_t context = options_.maxModelLen;
-  for (const std::vector<int32_t> &p : prompts) {
-    const int64_t length = static_cast<int64_t>(p.size());
-    if (length == 0)
-      return fail(badField(promptField, "the prompt is empty"));
-    if (options_.vocabSize > 0)
-      for (int32_t id : p)
-        if (id < 0 || id >= options_.vocabSize)
-          return fail(badField(
-              promptField, "token id " + std::to_string(id) +
-                               " is outside the vocabulary of " +
-                               std::to_string(options_.vocabSize) + " tokens"));
-    if (context > 0 &&
-        (length >= context || (maxTokens > 0 && length + maxTokens > context)))
-      return fail(badField(
-          maxTokens > 0 && length < context ? (chat && f.find("max_completion_"
-                                                              "tokens")
-                                                   ? "max_completion_tokens"
-                                                   : "max_tokens")
-                                            : promptField,
-          "This model's maximum context length is " + std::to_string(context) +
-              " tokens. However, you requested " +
-              std::to_string(length + std::max<int64_t>(maxTokens, 0)) +
-              " tokens (" + std::to_string(length) + " in the " +
-              (chat ? "messages" : "prompt") + ", " +
-              std::to_string(std::max<int64_t>(maxTokens, 0)) +
-              " in the completion). Please reduce the length of the " +
-              (chat ? "messages" : "prompt") + " or completion."));
-  }
 
   auto call = std::make_shared<Call>();
+  const size_t numPrompts = parsed.requests.size();
+  const int64_t n = parsed.requests.front().sampling.n;
   call->responder = responder;
   call->engine = &engine_;
   call->tokenizer = tokenizer_;
   call->chat = chat;
-  call->stream = stream;
-  call->includeUsage = includeUsage;
-  call->continuousUsage = continuousUsage;
-  call->logprobs = logprobs;
-  call->n = sampling.n;
+  call->stream = parsed.stream;
+  call->includeUsage = parsed.includeUsage;
+  call->continuousUsage = parsed.continuousUsage;
+  call->logprobs = parsed.logprobs;
+  call->n = n;
   call->id = randomId(chat ? "chatcmpl-" : "cmpl-");
   call->model = options_.servedModelName;
   call->created = static_cast<int64_t>(std::time(nullptr));
-  call->choices.resize(prompts.size() * static_cast<size_t>(sampling.n));
-  call->promptTokens.assign(prompts.size(), 0);
-  call->cachedTokens.assign(prompts.size(), 0);
-  for (size_t i = 0; i < prompts.size(); ++i)
-    call->promptTokens[i] = static_cast<int64_t>(prompts[i].size());
+  call->choices.resize(numPrompts * static_cast<size_t>(n));
+  call->promptTokens.assign(numPrompts, 0);
+  call->cachedTokens.assign(numPrompts, 0);
+  for (size_t i = 0; i < numPrompts; ++i)
+    call->promptTokens[i] =
+        static_cast<int64_t>(parsed.requests[i].promptTokenIds.size());
 
   responder->onClose([call] { call->abortAll(); });
   std::lock_guard<std::mutex> lock(call->mutex);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerationRequest g;
-    g.promptTokenIds = std::move(prompts[i]);
-    g.sampling = sampling;
-    const int64_t length = static_cast<int64_t>(g.promptTokenIds.size());
-    g.sampling.maxNewTokens = maxTokens > 0         ? maxTokens
-                              : chat && context > 0 ? context - length
-                              : context > 0
-                                  ? std::min<int64_t>(16, context - length)
-                                  : 16;
-    g.priority = priority;
-    StatusOr<AsyncEngine::Handle> handle =
-        engine_.submit(std::move(g), [call, i](StreamEvent event) {
-          call->onEvent(i, std::move(event));
-        });
+  for (size_t i = 0; i < numPrompts; ++i) {
+    StatusOr<AsyncEngine::Handle> handle = engine_.submit(
+        std::move(parsed.requests[i]),
+        [call, i](StreamEvent event) { call->onEvent(i, std::move(event)); });
     if (!handle.isOk()) {
       call->ended = true;
       for (AsyncEngine::Handle h : call->handles)
@@ -836,48 +482,17 @@ void OpenAiServer::completions(const HttpRequest &request,
     call->handles.push_back(*handle);
   }
   engine_.metrics().countHttpResponse(200);
-  if (stream)
+  if (parsed.stream)
     responder->startStream("text/event-stream; charset=utf-8");
 }
 
 void OpenAiServer::tokenize(const HttpRequest &request,
                             const std::shared_ptr<HttpResponder> &responder) {
-  auto fail = [&](const ApiError &e) {
-    engine_.metrics().countHttpResponse(e.status);
-    sendError(*responder, e);
-  };
-  json body;
-  if (std::optional<ApiError> e = parseBody(request, body))
-    return fail(*e);
-  if (!tokenizer_)
-    return fail({400, "the model has no tokenizer", ""});
-  Fields f(body);
   std::vector<int32_t> tokens;
-  if (body.contains("messages")) {
-    if (std::optional<ApiError> e = checkMessages(body["messages"]))
-      return fail(*e);
-    if (!chatTemplate_)
-      return fail(badField("messages", "the model has no chat template"));
-    bool addGenerationPrompt = true;
-    f.boolean("add_generation_prompt", addGenerationPrompt);
-    if (f.error)
-      return fail(*f.error);
-    StatusOr<std::string> text =
-        chatTemplate_->render(body["messages"], addGenerationPrompt);
-    if (!text.isOk())
-      return fail(
-          badField("messages", "chat template: " + text.status().message()));
-    tokens = tokenizer_->encode(*text, false);
-  } else {
-    const json *prompt = f.find("prompt");
-    if (!prompt || !prompt->is_string())
-      return fail(badField("prompt", "'prompt' (a string) or 'messages' is "
-                                     "required"));
-    bool addSpecialTokens = true;
-    f.boolean("add_special_tokens", addSpecialTokens);
-    if (f.error)
-      return fail(*f.error);
-    tokens = tokenizer_->encode(prompt->get<std::string>(), addSpecialTokens);
+  if (std::optional<ApiError> e =
+          readTokenizeRequest(request.body, model_, tokens)) {
+    engine_.metrics().countHttpResponse(e->status);
+    return sendError(*responder, *e);
   }
   engine_.metrics().countHttpResponse(200);
   responder->send(200, "application/json",
@@ -888,31 +503,12 @@ void OpenAiServer::tokenize(const HttpRequest &request,
 
 void OpenAiServer::detokenize(const HttpRequest &request,
                               const std::shared_ptr<HttpResponder> &responder) {
-  auto fail = [&](const ApiError &e) {
-    engine_.metrics().countHttpResponse(e.status);
-    sendError(*responder, e);
-  };
-  json body;
-  if (std::optional<ApiError> e = parseBody(request, body))
-    return fail(*e);
-  if (!tokenizer_)
-    return fail({400, "the model has no tokenizer", ""});
-  const auto it = body.find("tokens");
   std::vector<int32_t> tokens;
-  bool ok = it != body.end() && it->is_array();
-  if (ok)
-    for (const json &id : *it) {
-      ok = id.is_number_integer() && id.get<int64_t>() >= 0 &&
-           id.get<int64_t>() < tokenizer_->vocabSize();
-      if (!ok)
-        break;
-      tokens.push_back(id.get<int32_t>());
-    }
-  if (!ok)
-    return fail(
-        badField("tokens", "'tokens' must be a list of token ids "
-                           "below " +
-                               std::to_string(tokenizer_->vocabSize())));
+  if (std::optional<ApiError> e =
+          readDetokenizeRequest(request.body, model_, tokens)) {
+    engine_.metrics().countHttpResponse(e->status);
+    return sendError(*responder, *e);
+  }
   engine_.metrics().countHttpResponse(200);
   responder->send(200, "application/json",
                   dump(ojson{{"prompt", tokenizer_->decode(tokens, false)}}));

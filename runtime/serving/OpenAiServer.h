@@ -26,6 +26,7 @@
 
 #include "runtime/serving/AsyncEngine.h"
 #include "runtime/serving/HttpServer.h"
+#include "runtime/serving/OpenAiRequest.h"
 #include "runtime/serving/chat/ChatTemplate.h"
 #include "runtime/tokenizer/Tokenizer.h"
 
@@ -74,6 +75,7 @@ private:
   const Tokenizer *tokenizer_;
   const ChatTemplate *chatTemplate_;
   OpenAiServerOptions options_;
+  ServedModel model_;
   int64_t created_;
 };
 
