@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <limits>
+#include <optional>
 #include <unordered_map>
 
 namespace infer::serving::jinja {
@@ -146,11 +148,74 @@ std::vector<std::string> characters(const std::string &s) {
   return out;
 }
 
+/// len(range(start, stop, step)), `step` != 0, without overflow.
+uint64_t rangeLength(int64_t start, int64_t stop, int64_t step) {
+  // Differences and steps as unsigned magnitudes: each fits in 64 bits.
+  if (step > 0 ? start >= stop : start <= stop)
+    return 0;
+  const uint64_t span =
+      step > 0 ? static_cast<uint64_t>(stop) - static_cast<uint64_t>(start)
+               : static_cast<uint64_t>(start) - static_cast<uint64_t>(stop);
+  const uint64_t stride =
+      step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+  return (span - 1) / stride + 1;
+}
+
+/// Item `i` of range(start, stop, step), for i < its length.
+int64_t rangeItem(int64_t start, int64_t step, uint64_t i) {
+  // Two's complement wraps back into range: the item lies in [start, stop).
+  return static_cast<int64_t>(static_cast<uint64_t>(start) +
+                              i * static_cast<uint64_t>(step));
+}
+
 /// Python's index normalization for a sequence of `size`.
 bool normalizeIndex(int64_t &i, int64_t size) {
   if (i < 0)
     i += size;
   return i >= 0 && i < size;
+}
+
+/// Python's `x op y` on integers (`y` > 0 for **, != 0 for // and %),
+/// or nullopt where the result leaves int64 (Python's integers do not).
+std::optional<int64_t> integerArithmetic(const std::string &op, int64_t x,
+                                         int64_t y) {
+  int64_t r = 0;
+  if (op == "+")
+    return __builtin_add_overflow(x, y, &r) ? std::nullopt
+                                            : std::optional<int64_t>(r);
+  if (op == "-")
+    return __builtin_sub_overflow(x, y, &r) ? std::nullopt
+                                            : std::optional<int64_t>(r);
+  if (op == "*")
+    return __builtin_mul_overflow(x, y, &r) ? std::nullopt
+                                            : std::optional<int64_t>(r);
+  if (op == "**") {
+    // By squaring: 63 multiplications at most, whatever `y`.
+    int64_t result = 1, base = x;
+    for (int64_t e = y; e > 0; e >>= 1) {
+      if ((e & 1) && __builtin_mul_overflow(result, base, &result))
+        return std::nullopt;
+      if (e > 1 && __builtin_mul_overflow(base, base, &base))
+        return std::nullopt;
+    }
+    return result;
+  }
+  // Floor division and modulo; INT64_MIN // -1 is the one overflow.
+  if (y == -1)
+    return op == "%" ? std::optional<int64_t>(0)
+           : x == std::numeric_limits<int64_t>::min()
+               ? std::nullopt
+               : std::optional<int64_t>(-x);
+  if (op == "//") {
+    int64_t q = x / y;
+    if ((x % y != 0) && ((x < 0) != (y < 0)))
+      --q;
+    return q;
+  }
+  int64_t m = x % y;
+  if (m != 0 && ((m < 0) != (y < 0)))
+    m += y;
+  return m;
 }
 
 /// Scopes: the globals, then one per loop iteration or macro call.
@@ -220,12 +285,12 @@ private:
             }
             if (step == 0)
               return invalidArgument("range() step must not be zero");
+            const uint64_t n = rangeLength(start, stop, step);
+            if (n > 1000000)
+              return invalidArgument("range() too large");
             ValueList items;
-            for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-              items.push_back(Value::integer(i));
-              if (items.size() > 1000000)
-                return invalidArgument("range() too large");
-            }
+            for (uint64_t i = 0; i < n; ++i)
+              items.push_back(Value::integer(rangeItem(start, step, i)));
             return Value::list(std::move(items));
           }));
     scopes_.set("namespace",
@@ -521,8 +586,11 @@ private:
       INFER_ASSIGN_OR_RETURN(Value v, eval(*e.args[0]));
       if (e.name == "not")
         return Value::boolean(!v.truthy());
-      if (v.kind() == Value::Kind::kInt)
+      if (v.kind() == Value::Kind::kInt) {
+        if (e.name == "-" && v.asInt() == std::numeric_limits<int64_t>::min())
+          return error(e.line, "integer overflow in -" + v.repr());
         return Value::integer(e.name == "-" ? -v.asInt() : v.asInt());
+      }
       if (v.kind() == Value::Kind::kFloat)
         return Value::floating(e.name == "-" ? -v.asDouble() : v.asDouble());
       return error(e.line, "bad operand type for unary " + e.name + ": " +
@@ -617,8 +685,9 @@ private:
     const int64_t start = clamp(parts[0], step > 0 ? 0 : size - 1);
     const int64_t stop = clamp(parts[1], step > 0 ? size : -1);
     std::vector<int64_t> picks;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
-      picks.push_back(i);
+    const uint64_t n = rangeLength(start, stop, step);
+    for (uint64_t i = 0; i < n; ++i)
+      picks.push_back(rangeItem(start, step, i));
     if (object.isList()) {
       ValueList items;
       for (int64_t i : picks)
@@ -850,34 +919,14 @@ private:
         return error(e.line, "division by zero");
       return Value::floating(num(a) / num(b));
     }
-    if (ints) {
-      const int64_t x = intOf(a), y = intOf(b);
-      if ((op == "//" || op == "%") && y == 0)
-        return error(e.line, "division by zero");
-      if (op == "+")
-        return Value::integer(x + y);
-      if (op == "-")
-        return Value::integer(x - y);
-      if (op == "*")
-        return Value::integer(x * y);
-      if (op == "//") {
-        int64_t q = x / y;
-        if ((x % y != 0) && ((x < 0) != (y < 0)))
-          --q;
-        return Value::integer(q);
-      }
-      if (op == "%") {
-        int64_t r = x % y;
-        if (r != 0 && ((r < 0) != (y < 0)))
-          r += y;
-        return Value::integer(r);
-      }
-      if (op == "**" && y >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < y; ++i)
-          r *= x;
-        return Value::integer(r);
-      }
+    if ((op == "//" || op == "%") && num(b) == 0)
+      return error(e.line, "division by zero");
+    if (ints && (op != "**" || intOf(b) >= 0)) {
+      std::optional<int64_t> r = integerArithmetic(op, intOf(a), intOf(b));
+      if (!r)
+        return error(e.line, "integer overflow in " + a.repr() + " " + op +
+                                 " " + b.repr());
+      return Value::integer(*r);
     }
     const double x = num(a), y = num(b);
     if (op == "+")
@@ -941,8 +990,16 @@ private:
     if (name == "int") {
       if (v.kind() == Value::Kind::kInt)
         return v;
-      if (v.kind() == Value::Kind::kFloat)
-        return Value::integer(static_cast<int64_t>(v.asDouble()));
+      if (v.kind() == Value::Kind::kFloat) {
+        // Python's int() of a float, which truncates; NaN is jinja2's
+        // default 0. 2^63 is the first double past int64.
+        const double f = v.asDouble();
+        if (std::isnan(f))
+          return Value::integer(0);
+        if (!(f > -9223372036854775808.0 - 1024 && f < 9223372036854775808.0))
+          return error(line, "integer overflow in int(" + v.repr() + ")");
+        return Value::integer(static_cast<int64_t>(f));
+      }
       if (v.isString()) {
         char *end = nullptr;
         const long long i = std::strtoll(v.asString().c_str(), &end, 10);
@@ -958,8 +1015,11 @@ private:
       return Value::floating(0.0);
     }
     if (name == "abs") {
-      if (v.kind() == Value::Kind::kInt)
+      if (v.kind() == Value::Kind::kInt) {
+        if (v.asInt() == std::numeric_limits<int64_t>::min())
+          return error(line, "integer overflow in abs(" + v.repr() + ")");
         return Value::integer(std::llabs(v.asInt()));
+      }
       if (v.kind() == Value::Kind::kFloat)
         return Value::floating(std::fabs(v.asDouble()));
       return error(line, std::string("abs of ") + v.typeName());
@@ -1071,7 +1131,7 @@ private:
       if (v.kind() != K::kInt || args.empty() || args[0].kind() != K::kInt ||
           args[0].asInt() == 0)
         return error(line, "'divisibleby' needs integers");
-      return v.asInt() % args[0].asInt() == 0;
+      return args[0].asInt() == -1 || v.asInt() % args[0].asInt() == 0;
     }
     if (name == "eq" || name == "==" || name == "ne" || name == "!=") {
       if (args.empty())

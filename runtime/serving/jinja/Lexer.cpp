@@ -3,6 +3,7 @@
 #include "runtime/serving/jinja/Lexer.h"
 
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 
 namespace infer::serving::jinja {
@@ -187,10 +188,14 @@ private:
           if (src_[k] != '_')
             digits += src_[k];
         push(isFloat ? TokenKind::kFloat : TokenKind::kInteger, digits);
-        if (isFloat)
+        if (isFloat) {
           tokens_.back().floating = std::strtod(digits.c_str(), nullptr);
-        else
+        } else {
+          errno = 0;
           tokens_.back().integer = std::strtoll(digits.c_str(), nullptr, 10);
+          if (errno == ERANGE)
+            return error("integer literal " + digits + " is over 2^63 - 1");
+        }
         pos_ = end;
       } else if (c == '\'' || c == '"') {
         INFER_RETURN_IF_ERROR(lexString(c));
