@@ -2,6 +2,7 @@
 
 #include "runtime/serving/jinja/Parser.h"
 
+#include <algorithm>
 #include <set>
 
 namespace infer::serving::jinja {
@@ -116,6 +117,8 @@ private:
   }
 
   Status parseStatement(Body &body) {
+    Level level(nesting_);
+    INFER_RETURN_IF_ERROR(checkNesting());
     const Token &keyword = next();
     auto s = std::make_unique<Stmt>();
     s->line = keyword.line;
@@ -216,6 +219,40 @@ private:
     return Status::ok();
   }
 
+  /// `e` with its operands in: its depth, checked against kMaxNesting
+  /// (evaluating and destroying the tree recurse along it).
+  StatusOr<ExprPtr> finish(ExprPtr e) {
+    for (const ExprPtr &a : e->args)
+      if (a)
+        e->depth = std::max(e->depth, a->depth + 1);
+    for (const auto &[name, a] : e->kwargs)
+      e->depth = std::max(e->depth, a->depth + 1);
+    if (e->depth > kMaxNesting)
+      return invalidArgument("line " + std::to_string(e->line) +
+                             ": an expression nested more than " +
+                             std::to_string(kMaxNesting) + " deep");
+    return e;
+  }
+
+  /// One more level of the parser's recursion (a block in a block, an
+  /// expression in brackets or after an operator) while it lives.
+  class Level {
+  public:
+    explicit Level(int &nesting) : nesting_(nesting) { ++nesting_; }
+    ~Level() { --nesting_; }
+    Level(const Level &) = delete;
+    Level &operator=(const Level &) = delete;
+
+  private:
+    int &nesting_;
+  };
+  Status checkNesting() const {
+    if (nesting_ <= kMaxNesting)
+      return Status::ok();
+    return error("blocks and expressions nested more than " +
+                 std::to_string(kMaxNesting) + " deep");
+  }
+
   ExprPtr make(Expr::Kind kind, int line) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
@@ -234,12 +271,14 @@ private:
       INFER_ASSIGN_OR_RETURN(ExprPtr item, parseExpression());
       list->args.push_back(std::move(item));
     }
-    return list;
+    return finish(std::move(list));
   }
 
   StatusOr<ExprPtr> parseExpression() { return parseTernary(true); }
 
   StatusOr<ExprPtr> parseTernary(bool allowCondition) {
+    Level level(nesting_);
+    INFER_RETURN_IF_ERROR(checkNesting());
     INFER_ASSIGN_OR_RETURN(ExprPtr value, parseOr());
     while (allowCondition && isName("if")) {
       next();
@@ -252,7 +291,7 @@ private:
       e->args.push_back(std::move(value));
       e->args.push_back(std::move(cond));
       e->args.push_back(std::move(otherwise));
-      value = std::move(e);
+      INFER_ASSIGN_OR_RETURN(value, finish(std::move(e)));
     }
     return value;
   }
@@ -262,7 +301,7 @@ private:
     e->name = std::move(op);
     e->args.push_back(std::move(left));
     e->args.push_back(std::move(right));
-    return e;
+    return finish(std::move(e));
   }
 
   StatusOr<ExprPtr> parseOr() {
@@ -287,12 +326,14 @@ private:
 
   StatusOr<ExprPtr> parseNot() {
     if (isName("not")) {
+      Level level(nesting_);
+      INFER_RETURN_IF_ERROR(checkNesting());
       const int line = next().line;
       INFER_ASSIGN_OR_RETURN(ExprPtr operand, parseNot());
       ExprPtr e = make(Expr::Kind::kUnary, line);
       e->name = "not";
       e->args.push_back(std::move(operand));
-      return e;
+      return finish(std::move(e));
     }
     return parseCompare();
   }
@@ -365,11 +406,14 @@ private:
   StatusOr<ExprPtr> parseUnary(bool withFilter) {
     ExprPtr node;
     if (isOp("-") || isOp("+")) {
+      Level level(nesting_);
+      INFER_RETURN_IF_ERROR(checkNesting());
       const Token &op = next();
       INFER_ASSIGN_OR_RETURN(ExprPtr operand, parseUnary(false));
       node = make(Expr::Kind::kUnary, op.line);
       node->name = op.text;
       node->args.push_back(std::move(operand));
+      INFER_ASSIGN_OR_RETURN(node, finish(std::move(node)));
     } else {
       INFER_ASSIGN_OR_RETURN(node, parsePrimary());
     }
@@ -411,7 +455,7 @@ private:
           INFER_ASSIGN_OR_RETURN(e->name, expectName());
           e->args.push_back(std::move(node));
         }
-        node = std::move(e);
+        INFER_ASSIGN_OR_RETURN(node, finish(std::move(e)));
       } else if (acceptOp("[")) {
         ExprPtr parts[3];
         bool slice = false;
@@ -432,12 +476,12 @@ private:
           return error("empty subscript");
         for (int part = 0; part < (slice ? 3 : 1); ++part)
           e->args.push_back(std::move(parts[part]));
-        node = std::move(e);
+        INFER_ASSIGN_OR_RETURN(node, finish(std::move(e)));
       } else if (acceptOp("(")) {
         ExprPtr e = make(Expr::Kind::kCall, node->line);
         e->args.push_back(std::move(node));
         INFER_RETURN_IF_ERROR(parseArguments(*e));
-        node = std::move(e);
+        INFER_ASSIGN_OR_RETURN(node, finish(std::move(e)));
       } else {
         return node;
       }
@@ -456,7 +500,7 @@ private:
         e->args.push_back(std::move(node));
         if (acceptOp("("))
           INFER_RETURN_IF_ERROR(parseArguments(*e));
-        node = std::move(e);
+        INFER_ASSIGN_OR_RETURN(node, finish(std::move(e)));
       } else if (isName("is")) {
         next();
         ExprPtr e = make(Expr::Kind::kTest, node->line);
@@ -481,7 +525,7 @@ private:
           INFER_ASSIGN_OR_RETURN(ExprPtr arg, parsePrimary());
           e->args.push_back(std::move(arg));
         }
-        node = std::move(e);
+        INFER_ASSIGN_OR_RETURN(node, finish(std::move(e)));
       } else {
         return node;
       }
@@ -539,7 +583,7 @@ private:
           if (!isOp("]"))
             INFER_RETURN_IF_ERROR(expectOp(","));
         }
-        return e;
+        return finish(std::move(e));
       }
       if (acceptOp("{")) {
         ExprPtr e = make(Expr::Kind::kDict, t.line);
@@ -552,7 +596,7 @@ private:
           if (!isOp("}"))
             INFER_RETURN_IF_ERROR(expectOp(","));
         }
-        return e;
+        return finish(std::move(e));
       }
       break;
     default:
@@ -563,6 +607,7 @@ private:
 
   const std::vector<Token> &tokens_;
   size_t pos_ = 0;
+  int nesting_ = 0;
 };
 
 } // namespace

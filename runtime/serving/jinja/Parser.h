@@ -26,6 +26,12 @@
 
 namespace infer::serving::jinja {
 
+/// How deep blocks (a for in an if ...) and expressions (brackets,
+/// operators, filters, attributes) may nest; deeper is a parse error. The
+/// parser, the evaluator and the tree's destructor recurse along both.
+/// jinja2 templates meet CPython's limits sooner (200 nested brackets).
+constexpr int kMaxNesting = 100;
+
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
@@ -47,6 +53,8 @@ struct Expr {
   };
   Kind kind;
   int line = 0;
+  /// Nodes on the longest path from here to a leaf (at most kMaxNesting).
+  int depth = 1;
   Value value;
   std::string name;
   bool negate = false;

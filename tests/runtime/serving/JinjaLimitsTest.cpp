@@ -64,5 +64,50 @@ TEST(JinjaLimitsTest, RangesAndSlicesWithHugeStepsDoNotOverflow) {
   EXPECT_EQ(*out, "[1, 4611686018427387905] [0] b [3]");
 }
 
+/// `n` copies of `s`.
+std::string repeat(const std::string &s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i)
+    out += s;
+  return out;
+}
+
+TEST(JinjaLimitsTest, NestingDeeperThanTheLimitIsAParseError) {
+  const int over = kMaxNesting + 1;
+  // The parser's recursion: brackets, operators, blocks.
+  for (const std::string &source : std::vector<std::string>{
+           "{{ " + repeat("(", over) + "1" + repeat(")", over) + " }}",
+           "{{ " + repeat("[", over) + repeat("]", over) + " }}",
+           "{{ " + repeat("{'k': ", over) + "1" + repeat("}", over) + " }}",
+           "{{ " + repeat("not ", over) + "x }}",
+           "{{ " + repeat("-", over) + "1 }}",
+           "{{ " + repeat("1 if x else ", over) + "2 }}",
+           "{{ f(" + repeat("g(", over) + repeat(")", over) + ") }}",
+           repeat("{% if x %}", over) + repeat("{% endif %}", over),
+           repeat("{% for x in y %}", over) + repeat("{% endfor %}", over)})
+    expectError(source, "nested more than 100 deep");
+  // The tree's depth, which loops build: chains of operators, attributes,
+  // subscripts, calls, filters and tests, 100,000 long.
+  const int chain = 100000;
+  for (const std::string &source :
+       std::vector<std::string>{"{{ 1" + repeat(" + 1", chain) + " }}",
+                                "{{ x" + repeat(" or x", chain) + " }}",
+                                "{{ x" + repeat(".a", chain) + " }}",
+                                "{{ x" + repeat("[0]", chain) + " }}",
+                                "{{ x" + repeat("()", chain) + " }}",
+                                "{{ x" + repeat(" | trim", chain) + " }}",
+                                "{{ x" + repeat(" is defined", chain) + " }}",
+                                "{{ 'a'" + repeat(" ~ 'a'", chain) + " }}"})
+    expectError(source, "nested more than 100 deep");
+  // At the limit, each renders.
+  const int most = kMaxNesting - 2;
+  StatusOr<std::string> out = render(
+      "{{ " + repeat("(", most) + "1" + repeat(")", most) + " }}" + "{{ 1" +
+      repeat(" + 1", most) + " }}" + repeat("{% if true %}", most) + "in" +
+      repeat("{% endif %}", most));
+  ASSERT_TRUE(out.isOk()) << out.status().message();
+  EXPECT_EQ(*out, "1" + std::to_string(most + 1) + "in");
+}
+
 } // namespace
 } // namespace infer::serving::jinja
