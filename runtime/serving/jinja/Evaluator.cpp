@@ -246,7 +246,8 @@ private:
 
 class Evaluator {
 public:
-  explicit Evaluator(const ValueDict &globals) : scopes_(globals) {
+  Evaluator(const ValueDict &globals, const RenderLimits &limits)
+      : scopes_(globals), limits_(limits) {
     defineGlobals();
   }
 
@@ -326,53 +327,44 @@ private:
         }));
   }
 
+  /// One more level of the evaluator's recursion while it lives.
+  class Level {
+  public:
+    explicit Level(int64_t &depth) : depth_(depth) { ++depth_; }
+    ~Level() { --depth_; }
+    Level(const Level &) = delete;
+    Level &operator=(const Level &) = delete;
+
+  private:
+    int64_t &depth_;
+  };
+  Status checkDepth(int line) const {
+    if (depth_ <= limits_.maxDepth)
+      return Status::ok();
+    return error(line, "statements and expressions evaluated more than " +
+                           std::to_string(limits_.maxDepth) +
+                           " deep (a macro that calls itself?)");
+  }
+
   StatusOr<Flow> execute(const Stmt &s, std::string &out) {
+    Level level(depth_);
+    INFER_RETURN_IF_ERROR(checkDepth(s.line));
+    return executeStatement(s, out);
+  }
+
+  StatusOr<Flow> executeStatement(const Stmt &s, std::string &out) {
     switch (s.kind) {
     case Stmt::Kind::kText:
       out += s.text;
       return Flow::kNormal;
-    case Stmt::Kind::kOutput: {
-      INFER_ASSIGN_OR_RETURN(Value v, eval(*s.expr));
-      out += v.str();
-      return Flow::kNormal;
-    }
+    case Stmt::Kind::kOutput:
+      return executeOutput(s, out);
     case Stmt::Kind::kIf:
-      for (const auto &[cond, body] : s.branches) {
-        bool take = true;
-        if (cond) {
-          INFER_ASSIGN_OR_RETURN(Value c, eval(*cond));
-          take = c.truthy();
-        }
-        if (take)
-          return render(body, out);
-      }
-      return Flow::kNormal;
+      return executeIf(s, out);
     case Stmt::Kind::kFor:
       return executeFor(s, out);
-    case Stmt::Kind::kSet: {
-      Value value;
-      if (s.expr) {
-        INFER_ASSIGN_OR_RETURN(value, eval(*s.expr));
-      } else {
-        std::string captured;
-        INFER_ASSIGN_OR_RETURN(Flow flow, render(s.body, captured));
-        (void)flow;
-        value = Value::string(std::move(captured));
-      }
-      if (!s.attribute.empty()) {
-        Value target = scopes_.lookup(s.targets[0]);
-        if (!target.isNamespace())
-          return error(s.line, "cannot set attribute '" + s.attribute +
-                                   "' of '" + s.targets[0] +
-                                   "', which is not a namespace");
-        target.set(s.attribute, std::move(value));
-      } else if (s.targets.size() == 1) {
-        scopes_.set(s.targets[0], std::move(value));
-      } else {
-        INFER_RETURN_IF_ERROR(unpack(s.line, s.targets, value));
-      }
-      return Flow::kNormal;
-    }
+    case Stmt::Kind::kSet:
+      return executeSet(s);
     case Stmt::Kind::kBreak:
       return Flow::kBreak;
     case Stmt::Kind::kContinue:
@@ -391,8 +383,52 @@ private:
     return Flow::kNormal;
   }
 
-  StatusOr<Value> callMacro(const Stmt &macro, const ValueList &args,
-                            const KwArgs &kw) {
+  [[gnu::noinline]] StatusOr<Flow> executeOutput(const Stmt &s,
+                                                 std::string &out) {
+    INFER_ASSIGN_OR_RETURN(Value v, eval(*s.expr));
+    out += v.str();
+    return Flow::kNormal;
+  }
+
+  [[gnu::noinline]] StatusOr<Flow> executeIf(const Stmt &s, std::string &out) {
+    for (const auto &[cond, body] : s.branches) {
+      bool take = true;
+      if (cond) {
+        INFER_ASSIGN_OR_RETURN(Value c, eval(*cond));
+        take = c.truthy();
+      }
+      if (take)
+        return render(body, out);
+    }
+    return Flow::kNormal;
+  }
+
+  [[gnu::noinline]] StatusOr<Flow> executeSet(const Stmt &s) {
+    Value value;
+    if (s.expr) {
+      INFER_ASSIGN_OR_RETURN(value, eval(*s.expr));
+    } else {
+      std::string captured;
+      INFER_ASSIGN_OR_RETURN(Flow flow, render(s.body, captured));
+      (void)flow;
+      value = Value::string(std::move(captured));
+    }
+    if (!s.attribute.empty()) {
+      Value target = scopes_.lookup(s.targets[0]);
+      if (!target.isNamespace())
+        return error(s.line, "cannot set attribute '" + s.attribute + "' of '" +
+                                 s.targets[0] + "', which is not a namespace");
+      target.set(s.attribute, std::move(value));
+    } else if (s.targets.size() == 1) {
+      scopes_.set(s.targets[0], std::move(value));
+    } else {
+      INFER_RETURN_IF_ERROR(unpack(s.line, s.targets, value));
+    }
+    return Flow::kNormal;
+  }
+
+  [[gnu::noinline]] StatusOr<Value>
+  callMacro(const Stmt &macro, const ValueList &args, const KwArgs &kw) {
     if (args.size() > macro.params.size())
       return invalidArgument("macro '" + macro.text + "' takes " +
                              std::to_string(macro.params.size()) +
@@ -459,7 +495,7 @@ private:
     return error(line, std::string("cannot iterate over ") + v.typeName());
   }
 
-  StatusOr<Flow> executeFor(const Stmt &s, std::string &out) {
+  [[gnu::noinline]] StatusOr<Flow> executeFor(const Stmt &s, std::string &out) {
     INFER_ASSIGN_OR_RETURN(Value iterable, eval(*s.expr));
     INFER_ASSIGN_OR_RETURN(ValueList all, iterate(s.line, iterable));
     ValueList items;
@@ -516,97 +552,123 @@ private:
   }
 
   StatusOr<Value> eval(const Expr &e) {
+    Level level(depth_);
+    INFER_RETURN_IF_ERROR(checkDepth(e.line));
+    return evalExpression(e);
+  }
+
+  // Each kind of node is evaluated by a function of its own, kept out of
+  // line: the recursion then holds only the frames of the kinds on its
+  // path, not one frame with every kind's locals (about 17 KB each under
+  // ASan), and RenderLimits::maxDepth stays within the stack.
+  StatusOr<Value> evalExpression(const Expr &e) {
     switch (e.kind) {
     case Expr::Kind::kLiteral:
       return e.value;
     case Expr::Kind::kName:
       return scopes_.lookup(e.name);
-    case Expr::Kind::kList: {
-      ValueList items;
-      for (const ExprPtr &a : e.args) {
-        INFER_ASSIGN_OR_RETURN(Value v, eval(*a));
-        items.push_back(std::move(v));
-      }
-      return Value::list(std::move(items));
-    }
-    case Expr::Kind::kDict: {
-      Value d = Value::dict();
-      for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-        INFER_ASSIGN_OR_RETURN(Value k, eval(*e.args[i]));
-        INFER_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1]));
-        if (!k.isString())
-          return error(e.line, "dict keys must be strings");
-        d.set(k.asString(), std::move(v));
-      }
-      return d;
-    }
-    case Expr::Kind::kAttribute: {
-      INFER_ASSIGN_OR_RETURN(Value object, eval(*e.args[0]));
-      return attribute(e.line, object, e.name);
-    }
-    case Expr::Kind::kIndex: {
-      INFER_ASSIGN_OR_RETURN(Value object, eval(*e.args[0]));
-      INFER_ASSIGN_OR_RETURN(Value key, eval(*e.args[1]));
-      return index(e.line, object, key);
-    }
+    case Expr::Kind::kList:
+      return evalList(e);
+    case Expr::Kind::kDict:
+      return evalDict(e);
+    case Expr::Kind::kAttribute:
+    case Expr::Kind::kIndex:
+      return evalSubscript(e);
     case Expr::Kind::kSlice:
       return slice(e);
-    case Expr::Kind::kCall: {
-      INFER_ASSIGN_OR_RETURN(Value callee, eval(*e.args[0]));
-      if (callee.kind() != Value::Kind::kFunction)
-        return error(e.line, std::string("cannot call ") +
-                                 (callee.isUndefined() ? "an undefined value"
-                                                       : callee.typeName()));
-      ValueList args;
-      KwArgs kw;
-      INFER_RETURN_IF_ERROR(arguments(e, 1, args, kw));
-      StatusOr<Value> result = callee.callable()(args, kw);
-      if (!result.isOk())
-        return result.status().message().rfind("line ", 0) == 0
-                   ? result.status()
-                   : error(e.line, result.status().message());
-      return result;
-    }
-    case Expr::Kind::kFilter: {
-      INFER_ASSIGN_OR_RETURN(Value value, eval(*e.args[0]));
-      ValueList args;
-      KwArgs kw;
-      INFER_RETURN_IF_ERROR(arguments(e, 1, args, kw));
-      return filter(e.line, e.name, value, args, kw);
-    }
-    case Expr::Kind::kTest: {
-      INFER_ASSIGN_OR_RETURN(Value value, eval(*e.args[0]));
-      ValueList args;
-      KwArgs kw;
-      INFER_RETURN_IF_ERROR(arguments(e, 1, args, kw));
-      INFER_ASSIGN_OR_RETURN(bool result, test(e.line, e.name, value, args));
-      return Value::boolean(result != e.negate);
-    }
-    case Expr::Kind::kUnary: {
-      INFER_ASSIGN_OR_RETURN(Value v, eval(*e.args[0]));
-      if (e.name == "not")
-        return Value::boolean(!v.truthy());
-      if (v.kind() == Value::Kind::kInt) {
-        if (e.name == "-" && v.asInt() == std::numeric_limits<int64_t>::min())
-          return error(e.line, "integer overflow in -" + v.repr());
-        return Value::integer(e.name == "-" ? -v.asInt() : v.asInt());
-      }
-      if (v.kind() == Value::Kind::kFloat)
-        return Value::floating(e.name == "-" ? -v.asDouble() : v.asDouble());
-      return error(e.line, "bad operand type for unary " + e.name + ": " +
-                               v.typeName());
-    }
+    case Expr::Kind::kCall:
+      return evalCall(e);
+    case Expr::Kind::kFilter:
+    case Expr::Kind::kTest:
+      return evalFilterOrTest(e);
+    case Expr::Kind::kUnary:
+      return evalUnary(e);
     case Expr::Kind::kBinary:
       return binary(e);
-    case Expr::Kind::kTernary: {
-      INFER_ASSIGN_OR_RETURN(Value cond, eval(*e.args[1]));
-      if (cond.truthy())
-        return eval(*e.args[0]);
-      if (e.args[2])
-        return eval(*e.args[2]);
-      return Value();
+    case Expr::Kind::kTernary:
+      return evalTernary(e);
     }
+    return Value();
+  }
+
+  [[gnu::noinline]] StatusOr<Value> evalList(const Expr &e) {
+    ValueList items;
+    for (const ExprPtr &a : e.args) {
+      INFER_ASSIGN_OR_RETURN(Value v, eval(*a));
+      items.push_back(std::move(v));
     }
+    return Value::list(std::move(items));
+  }
+
+  [[gnu::noinline]] StatusOr<Value> evalDict(const Expr &e) {
+    Value d = Value::dict();
+    for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+      INFER_ASSIGN_OR_RETURN(Value k, eval(*e.args[i]));
+      INFER_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1]));
+      if (!k.isString())
+        return error(e.line, "dict keys must be strings");
+      d.set(k.asString(), std::move(v));
+    }
+    return d;
+  }
+
+  [[gnu::noinline]] StatusOr<Value> evalSubscript(const Expr &e) {
+    INFER_ASSIGN_OR_RETURN(Value object, eval(*e.args[0]));
+    if (e.kind == Expr::Kind::kAttribute)
+      return attribute(e.line, object, e.name);
+    INFER_ASSIGN_OR_RETURN(Value key, eval(*e.args[1]));
+    return index(e.line, object, key);
+  }
+
+  [[gnu::noinline]] StatusOr<Value> evalCall(const Expr &e) {
+    INFER_ASSIGN_OR_RETURN(Value callee, eval(*e.args[0]));
+    if (callee.kind() != Value::Kind::kFunction)
+      return error(e.line, std::string("cannot call ") +
+                               (callee.isUndefined() ? "an undefined value"
+                                                     : callee.typeName()));
+    ValueList args;
+    KwArgs kw;
+    INFER_RETURN_IF_ERROR(arguments(e, 1, args, kw));
+    StatusOr<Value> result = callee.callable()(args, kw);
+    if (!result.isOk())
+      return result.status().message().rfind("line ", 0) == 0
+                 ? result.status()
+                 : error(e.line, result.status().message());
+    return result;
+  }
+
+  [[gnu::noinline]] StatusOr<Value> evalFilterOrTest(const Expr &e) {
+    INFER_ASSIGN_OR_RETURN(Value value, eval(*e.args[0]));
+    ValueList args;
+    KwArgs kw;
+    INFER_RETURN_IF_ERROR(arguments(e, 1, args, kw));
+    if (e.kind == Expr::Kind::kFilter)
+      return filter(e.line, e.name, value, args, kw);
+    INFER_ASSIGN_OR_RETURN(bool result, test(e.line, e.name, value, args));
+    return Value::boolean(result != e.negate);
+  }
+
+  [[gnu::noinline]] StatusOr<Value> evalUnary(const Expr &e) {
+    INFER_ASSIGN_OR_RETURN(Value v, eval(*e.args[0]));
+    if (e.name == "not")
+      return Value::boolean(!v.truthy());
+    if (v.kind() == Value::Kind::kInt) {
+      if (e.name == "-" && v.asInt() == std::numeric_limits<int64_t>::min())
+        return error(e.line, "integer overflow in -" + v.repr());
+      return Value::integer(e.name == "-" ? -v.asInt() : v.asInt());
+    }
+    if (v.kind() == Value::Kind::kFloat)
+      return Value::floating(e.name == "-" ? -v.asDouble() : v.asDouble());
+    return error(e.line,
+                 "bad operand type for unary " + e.name + ": " + v.typeName());
+  }
+
+  [[gnu::noinline]] StatusOr<Value> evalTernary(const Expr &e) {
+    INFER_ASSIGN_OR_RETURN(Value cond, eval(*e.args[1]));
+    if (cond.truthy())
+      return eval(*e.args[0]);
+    if (e.args[2])
+      return eval(*e.args[2]);
     return Value();
   }
 
@@ -649,7 +711,7 @@ private:
     return Value();
   }
 
-  StatusOr<Value> slice(const Expr &e) {
+  [[gnu::noinline]] StatusOr<Value> slice(const Expr &e) {
     INFER_ASSIGN_OR_RETURN(Value object, eval(*e.args[0]));
     std::optional<int64_t> parts[3];
     for (int i = 0; i < 3; ++i) {
@@ -838,14 +900,20 @@ private:
     return std::nullopt;
   }
 
-  StatusOr<Value> binary(const Expr &e) {
-    const std::string &op = e.name;
+  [[gnu::noinline]] StatusOr<Value> binary(const Expr &e) {
     INFER_ASSIGN_OR_RETURN(Value a, eval(*e.args[0]));
-    if (op == "and")
+    if (e.name == "and")
       return a.truthy() ? eval(*e.args[1]) : StatusOr<Value>(a);
-    if (op == "or")
+    if (e.name == "or")
       return a.truthy() ? StatusOr<Value>(a) : eval(*e.args[1]);
     INFER_ASSIGN_OR_RETURN(Value b, eval(*e.args[1]));
+    return applyBinary(e, a, b);
+  }
+
+  /// `a op b` of evaluated operands.
+  [[gnu::noinline]] StatusOr<Value> applyBinary(const Expr &e, const Value &a,
+                                                const Value &b) {
+    const std::string &op = e.name;
     if (op == "~")
       return Value::string(a.str() + b.str());
     if (op == "==")
@@ -1142,6 +1210,9 @@ private:
   }
 
   Scopes scopes_;
+  const RenderLimits &limits_;
+  /// execute() and eval() calls in progress.
+  int64_t depth_ = 0;
 };
 
 } // namespace
@@ -1161,8 +1232,9 @@ StatusOr<std::unique_ptr<Template>> Template::parse(const std::string &source,
   return t;
 }
 
-StatusOr<std::string> Template::render(const ValueDict &globals) const {
-  Evaluator evaluator(globals);
+StatusOr<std::string> Template::render(const ValueDict &globals,
+                                       const RenderLimits &limits) const {
+  Evaluator evaluator(globals, limits);
   std::string out;
   INFER_ASSIGN_OR_RETURN(Flow flow, evaluator.render(body_, out));
   (void)flow;

@@ -21,13 +21,26 @@
 
 namespace infer::serving::jinja {
 
+/// What one render may spend: past a limit the render fails with an error
+/// that names it. jinja2 trusts its templates (they are Python code); here
+/// the template is a file the server was given and the values are a
+/// client's messages, so neither may take the server's stack.
+struct RenderLimits {
+  /// Statements and expressions being evaluated inside one another, macro
+  /// calls included: the evaluator's recursion, so its stack. Parsing
+  /// bounds a template's own nesting (kMaxNesting); this bounds recursion
+  /// through macros.
+  int64_t maxDepth = 1000;
+};
+
 class Template {
 public:
   static StatusOr<std::unique_ptr<Template>> parse(const std::string &source,
                                                    LexOptions options = {});
 
   /// The output for `globals` (name -> value).
-  StatusOr<std::string> render(const ValueDict &globals) const;
+  StatusOr<std::string> render(const ValueDict &globals,
+                               const RenderLimits &limits = {}) const;
 
 private:
   Body body_;

@@ -109,5 +109,22 @@ TEST(JinjaLimitsTest, NestingDeeperThanTheLimitIsAParseError) {
   EXPECT_EQ(*out, "1" + std::to_string(most + 1) + "in");
 }
 
+TEST(JinjaLimitsTest, MacroRecursionEndsAtTheDepthLimit) {
+  // Unbounded: in the body, in a default argument, through another macro.
+  for (const std::string &source : std::vector<std::string>{
+           "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+           "{% macro f(a=f()) %}{% endmacro %}{{ f() }}",
+           "{% macro f() %}{% for x in [1] %}{% if true %}{% set y %}{{ g() "
+           "}}{% endset %}{% endif %}{% endfor %}{% endmacro %}{% macro g() "
+           "%}{{ (1, f()) }}{% endmacro %}{{ f() }}"})
+    expectError(source, "evaluated more than 1000 deep");
+  // Bounded recursion renders: a countdown of 100 calls.
+  StatusOr<std::string> out =
+      render("{% macro down(n) %}{% if n > 0 %}{{ down(n - 1) }}{% else "
+             "%}done{% endif %}{% endmacro %}{{ down(100) }}");
+  ASSERT_TRUE(out.isOk()) << out.status().message();
+  EXPECT_EQ(*out, "done");
+}
+
 } // namespace
 } // namespace infer::serving::jinja
