@@ -218,6 +218,16 @@ std::optional<int64_t> integerArithmetic(const std::string &op, int64_t x,
   return m;
 }
 
+/// Whether `v` may go into a list, dict or namespace: anything but a
+/// namespace, the one value that changes, so that no value can come to
+/// contain itself (Value.h).
+Status checkStorable(const Value &v) {
+  if (v.isNamespace())
+    return invalidArgument(
+        "a namespace cannot be put in a list, dict or namespace");
+  return Status::ok();
+}
+
 /// Scopes: the globals, then one per loop iteration or macro call.
 class Scopes {
 public:
@@ -302,13 +312,17 @@ private:
                     if (a.isDict())
                       for (const auto &[k, v] : a.entries())
                         items.emplace_back(k, v);
-                  for (const auto &[k, v] : kw)
+                  for (const auto &[k, v] : kw) {
+                    INFER_RETURN_IF_ERROR(checkStorable(v));
                     items.emplace_back(k, v);
+                  }
                   return Value::ns(std::move(items));
                 }));
     scopes_.set("dict",
                 Value::function(
                     [](const ValueList &, const KwArgs &kw) -> StatusOr<Value> {
+                      for (const auto &[k, v] : kw)
+                        INFER_RETURN_IF_ERROR(checkStorable(v));
                       return Value::dict(ValueDict(kw.begin(), kw.end()));
                     }));
     scopes_.set(
@@ -418,6 +432,8 @@ private:
       if (!target.isNamespace())
         return error(s.line, "cannot set attribute '" + s.attribute + "' of '" +
                                  s.targets[0] + "', which is not a namespace");
+      if (Status st = checkStorable(value); !st.isOk())
+        return error(s.line, st.message());
       target.set(s.attribute, std::move(value));
     } else if (s.targets.size() == 1) {
       scopes_.set(s.targets[0], std::move(value));
@@ -554,7 +570,11 @@ private:
   StatusOr<Value> eval(const Expr &e) {
     Level level(depth_);
     INFER_RETURN_IF_ERROR(checkDepth(e.line));
-    return evalExpression(e);
+    StatusOr<Value> v = evalExpression(e);
+    if (v.isOk() && v->depth() > kMaxValueDepth)
+      return error(e.line, "lists and dicts nested more than " +
+                               std::to_string(kMaxValueDepth) + " deep");
+    return v;
   }
 
   // Each kind of node is evaluated by a function of its own, kept out of
@@ -595,6 +615,8 @@ private:
     ValueList items;
     for (const ExprPtr &a : e.args) {
       INFER_ASSIGN_OR_RETURN(Value v, eval(*a));
+      if (Status st = checkStorable(v); !st.isOk())
+        return error(e.line, st.message());
       items.push_back(std::move(v));
     }
     return Value::list(std::move(items));
@@ -607,9 +629,12 @@ private:
       INFER_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1]));
       if (!k.isString())
         return error(e.line, "dict keys must be strings");
+      if (Status st = checkStorable(v); !st.isOk())
+        return error(e.line, st.message());
       d.set(k.asString(), std::move(v));
     }
-    return d;
+    // Made again from its entries: set() leaves the depth as it was.
+    return Value::dict(std::move(d.entries()));
   }
 
   [[gnu::noinline]] StatusOr<Value> evalSubscript(const Expr &e) {

@@ -2,6 +2,7 @@
 
 #include "runtime/serving/jinja/Value.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -37,13 +38,16 @@ Value Value::floating(double f) {
 Value Value::string(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.s_ = std::move(s);
+  v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 
 Value Value::list(ValueList items) {
   Value v;
   v.kind_ = Kind::kList;
+  for (const Value &item : items)
+    v.depth_ = std::max(v.depth_, item.depth_);
+  ++v.depth_;
   v.list_ = std::make_shared<ValueList>(std::move(items));
   return v;
 }
@@ -51,6 +55,9 @@ Value Value::list(ValueList items) {
 Value Value::dict(ValueDict items) {
   Value v;
   v.kind_ = Kind::kDict;
+  for (const auto &[key, item] : items)
+    v.depth_ = std::max(v.depth_, item.depth_);
+  ++v.depth_;
   v.dict_ = std::make_shared<ValueDict>(std::move(items));
   return v;
 }
@@ -98,6 +105,11 @@ Value Value::fromJson(const nlohmann::json &j) {
   }
 }
 
+const std::string &Value::asString() const {
+  static const std::string empty;
+  return s_ ? *s_ : empty;
+}
+
 bool Value::truthy() const {
   switch (kind_) {
   case Kind::kUndefined:
@@ -110,7 +122,7 @@ bool Value::truthy() const {
   case Kind::kFloat:
     return f_ != 0.0;
   case Kind::kString:
-    return !s_.empty();
+    return !s_->empty();
   case Kind::kList:
     return !list_->empty();
   case Kind::kDict:
@@ -156,8 +168,10 @@ bool Value::equals(const Value &other) const {
   case Kind::kBool:
     return b_ == other.b_;
   case Kind::kString:
-    return s_ == other.s_;
+    return s_ == other.s_ || *s_ == *other.s_;
   case Kind::kList:
+    if (list_ == other.list_)
+      return true;
     if (list_->size() != other.list_->size())
       return false;
     for (size_t i = 0; i < list_->size(); ++i)
@@ -165,6 +179,8 @@ bool Value::equals(const Value &other) const {
         return false;
     return true;
   case Kind::kDict:
+    if (dict_ == other.dict_)
+      return true;
     if (dict_->size() != other.dict_->size())
       return false;
     for (const auto &[k, v] : *dict_) {
@@ -272,7 +288,7 @@ std::string Value::str() const {
   case Kind::kUndefined:
     return "";
   case Kind::kString:
-    return s_;
+    return *s_;
   default:
     return repr();
   }
@@ -291,7 +307,7 @@ std::string Value::repr() const {
   case Kind::kFloat:
     return floatText(f_);
   case Kind::kString:
-    return quote(s_);
+    return quote(*s_);
   case Kind::kList: {
     std::string out = "[";
     for (size_t i = 0; i < list_->size(); ++i)
@@ -365,7 +381,7 @@ StatusOr<std::string> Value::toJson(int indent, int depth) const {
                                            : f_ > 0       ? "Infinity"
                                                           : "-Infinity");
   case Kind::kString:
-    jsonString(out, s_);
+    jsonString(out, *s_);
     return out;
   case Kind::kList: {
     if (list_->empty())

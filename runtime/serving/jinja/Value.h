@@ -2,8 +2,14 @@
 //
 // Python's values as Jinja templates see them: undefined, None, booleans,
 // integers, floats, strings, lists and dicts (shared, as Python objects
-// are, so a namespace() assigned in a loop is the same object outside it)
-// and callables. Dicts keep insertion order (tojson and items() follow it).
+// are, so a namespace() assigned in a loop is the same object outside it;
+// a copy of a Value costs the same whatever it holds) and callables. Dicts
+// keep insertion order (tojson and items() follow it).
+//
+// Only a namespace changes after it is made, and a namespace is never
+// inside a list, dict or namespace (the evaluator refuses to put it
+// there): so no value contains itself, and a value's depth, fixed when it
+// is made, bounds the recursion of str(), equals() and toJson() on it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +28,9 @@
 #include <vector>
 
 namespace infer::serving::jinja {
+
+/// How deep lists and dicts may nest in a value (messages included).
+constexpr int kMaxValueDepth = 100;
 
 class Value;
 using ValueList = std::vector<Value>;
@@ -65,13 +74,16 @@ public:
   bool isList() const { return kind_ == Kind::kList; }
   bool isDict() const { return kind_ == Kind::kDict; }
   bool isNamespace() const { return kind_ == Kind::kDict && namespace_; }
+  /// Lists and dicts nested in this value, itself included: 0 for a
+  /// scalar, 1 for [1, 2].
+  int depth() const { return depth_; }
 
   bool asBool() const { return b_; }
   int64_t asInt() const { return i_; }
   double asDouble() const {
     return kind_ == Kind::kInt ? static_cast<double>(i_) : f_;
   }
-  const std::string &asString() const { return s_; }
+  const std::string &asString() const;
   ValueList &items() const { return *list_; }
   ValueDict &entries() const { return *dict_; }
   const Function &callable() const { return *fn_; }
@@ -100,7 +112,8 @@ private:
   bool namespace_ = false;
   int64_t i_ = 0;
   double f_ = 0.0;
-  std::string s_;
+  int depth_ = 0;
+  std::shared_ptr<const std::string> s_;
   std::shared_ptr<ValueList> list_;
   std::shared_ptr<ValueDict> dict_;
   std::shared_ptr<Function> fn_;

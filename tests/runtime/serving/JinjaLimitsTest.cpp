@@ -126,5 +126,37 @@ TEST(JinjaLimitsTest, MacroRecursionEndsAtTheDepthLimit) {
   EXPECT_EQ(*out, "done");
 }
 
+TEST(JinjaLimitsTest, NoValueContainsItselfOrNestsPastTheLimit) {
+  // A namespace inside itself was a reference cycle: leaked, and printing
+  // or comparing it recursed without end.
+  const std::string ns = "{% set ns = namespace(n=1) %}";
+  for (const std::string &source : std::vector<std::string>{
+           ns + "{% set ns.me = ns %}{{ ns }}",
+           ns + "{% set ns.all = [ns] %}{{ ns == ns }}", ns + "{{ {'k': ns} }}",
+           ns + "{{ namespace(inner=ns) }}", ns + "{{ dict(inner=ns) }}"})
+    expectError(source, "a namespace cannot be put in a list, dict or "
+                        "namespace");
+  expectError("{% set ns = namespace(x=[]) %}{% for i in range(200) %}{% set "
+              "ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+              "lists and dicts nested more than 100 deep");
+  // Namespaces still hold anything else, and hand it on.
+  StatusOr<std::string> out =
+      render(ns + "{% set ns.l = [1, {'a': [2]}] %}{% set ns.n = ns.n + 1 "
+                  "%}{{ ns.l | tojson }} {{ ns.n }}");
+  ASSERT_TRUE(out.isOk()) << out.status().message();
+  EXPECT_EQ(*out, "[1, {\"a\": [2]}] 2");
+}
+
+TEST(JinjaLimitsTest, StringsAreSharedNotCopied) {
+  // A megabyte string looked up 50,000 times: 50 GB of copying when
+  // each lookup copied it.
+  StatusOr<std::string> out =
+      render("{% set s = 'x' * 1000000 %}{% set ns = namespace(n=0) %}"
+             "{% for i in range(50000) %}{% if s %}{% set ns.n = ns.n + 1 "
+             "%}{% endif %}{% endfor %}{{ ns.n }} {{ [s, s] == [s, s] }}");
+  ASSERT_TRUE(out.isOk()) << out.status().message();
+  EXPECT_EQ(*out, "50000 True");
+}
+
 } // namespace
 } // namespace infer::serving::jinja
