@@ -9,6 +9,12 @@
 // capitalize endswith find format-free join lower lstrip replace rstrip
 // split startswith strip title upper; dict methods: get items keys values.
 //
+// Every operation pays for its work from RenderLimits::maxSteps before (or,
+// walking a value, while) it does it: a step per statement, expression and
+// loop iteration, per list item or dict entry made, copied or compared,
+// and per kBytesPerStep bytes of text made, copied or searched. Strings
+// the template makes, the output among them, stop at maxStringBytes.
+//
 //===----------------------------------------------------------------------===//
 
 #include "runtime/serving/jinja/Template.h"
@@ -31,6 +37,11 @@ bool isWhitespace(char c) {
          c == '\v';
 }
 
+/// The steps of `bytes` bytes of text.
+int64_t stepsOf(size_t bytes) {
+  return static_cast<int64_t>(bytes / kBytesPerStep) + 1;
+}
+
 std::string strip(const std::string &s, const std::string *chars, bool left,
                   bool right) {
   auto strippable = [&](char c) {
@@ -44,6 +55,31 @@ std::string strip(const std::string &s, const std::string *chars, bool left,
     while (end > begin && strippable(s[end - 1]))
       --end;
   return s.substr(begin, end - begin);
+}
+
+/// How many parts split() makes, counted without making them.
+int64_t splitCount(const std::string &s, const std::string *sep,
+                   int64_t maxSplit) {
+  int64_t n = 0;
+  if (sep) {
+    for (size_t at = s.find(*sep);
+         at != std::string::npos && (maxSplit < 0 || n < maxSplit);
+         at = s.find(*sep, at + sep->size()))
+      ++n;
+    return n + 1;
+  }
+  for (size_t i = 0; i < s.size();) {
+    while (i < s.size() && isWhitespace(s[i]))
+      ++i;
+    if (i >= s.size())
+      break;
+    ++n;
+    if (maxSplit >= 0 && n > maxSplit)
+      break;
+    while (i < s.size() && !isWhitespace(s[i]))
+      ++i;
+  }
+  return n;
 }
 
 std::vector<std::string> split(const std::string &s, const std::string *sep,
@@ -80,19 +116,31 @@ std::vector<std::string> split(const std::string &s, const std::string *sep,
   return parts;
 }
 
-std::string replaceAll(std::string s, const std::string &from,
-                       const std::string &to, int64_t count) {
+/// `s` with the first `count` (< 0: all) `from` replaced by `to`, or
+/// nullopt once it would pass `limit` bytes. One pass: replacing in place
+/// moved the rest of the string each time.
+std::optional<std::string> replaceAll(const std::string &s,
+                                      const std::string &from,
+                                      const std::string &to, int64_t count,
+                                      size_t limit) {
   if (from.empty())
     return s;
-  size_t at = 0;
+  std::string out;
+  size_t start = 0;
   for (int64_t n = 0; count < 0 || n < count; ++n) {
-    at = s.find(from, at);
+    const size_t at = s.find(from, start);
     if (at == std::string::npos)
       break;
-    s.replace(at, from.size(), to);
-    at += to.size();
+    if (out.size() + (at - start) + to.size() > limit)
+      return std::nullopt;
+    out.append(s, start, at - start);
+    out += to;
+    start = at + from.size();
   }
-  return s;
+  if (out.size() + (s.size() - start) > limit)
+    return std::nullopt;
+  out.append(s, start, std::string::npos);
+  return out;
 }
 
 std::string upper(std::string s) {
@@ -130,22 +178,34 @@ std::string title(const std::string &s) {
   return out;
 }
 
-/// The UTF-8 characters of `s` (Python indexes strings by code point).
-std::vector<std::string> characters(const std::string &s) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    size_t len = 1;
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0xF0)
-      len = 4;
-    else if (c >= 0xE0)
-      len = 3;
-    else if (c >= 0xC0)
-      len = 2;
-    out.push_back(s.substr(i, len));
-    i += len;
-  }
-  return out;
+/// The bytes of the UTF-8 character that starts with `lead` (Python
+/// indexes strings by code point; a malformed sequence still counts as
+/// one character of the length its first byte says).
+size_t characterBytes(unsigned char lead) {
+  return lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+}
+
+/// The characters of `s`, counted without making them.
+int64_t characterCount(const std::string &s) {
+  int64_t n = 0;
+  for (size_t i = 0; i < s.size(); i += characterBytes(s[i]))
+    ++n;
+  return n;
+}
+
+/// Where each character of `s` starts, then s.size().
+std::vector<size_t> characterStarts(const std::string &s) {
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < s.size(); i += characterBytes(s[i]))
+    starts.push_back(i);
+  starts.push_back(s.size());
+  return starts;
+}
+
+/// Character `i` of `s`, whose characters start at `starts`.
+std::string character(const std::string &s, const std::vector<size_t> &starts,
+                      size_t i) {
+  return s.substr(starts[i], starts[i + 1] - starts[i]);
 }
 
 /// len(range(start, stop, step)), `step` != 0, without overflow.
@@ -244,6 +304,8 @@ public:
     }
     return Value();
   }
+  /// Frames a lookup may read.
+  int64_t size() const { return static_cast<int64_t>(frames_.size()); }
   void set(const std::string &name, Value value) {
     frames_.back()[name] = std::move(value);
   }
@@ -257,7 +319,7 @@ private:
 class Evaluator {
 public:
   Evaluator(const ValueDict &globals, const RenderLimits &limits)
-      : scopes_(globals), limits_(limits) {
+      : scopes_(globals), limits_(limits), stepsLeft_(limits.maxSteps) {
     defineGlobals();
   }
 
@@ -275,43 +337,102 @@ private:
     return invalidArgument("line " + std::to_string(line) + ": " + message);
   }
 
+  /// `status` with the line where it happened, unless it has one.
+  Status atLine(int line, const Status &status) const {
+    if (status.isOk() || status.message().rfind("line ", 0) == 0)
+      return status;
+    return error(line, status.message());
+  }
+
+  //===--------------------------------------------------------------------===//
+  // What a render may spend (RenderLimits)
+  //===--------------------------------------------------------------------===//
+
+  Status outOfSteps() const {
+    return invalidArgument(
+        "the template takes more than " + std::to_string(limits_.maxSteps) +
+        " steps (RenderLimits::maxSteps: statements, expressions, loop "
+        "iterations, list items, and " +
+        std::to_string(kBytesPerStep) + " bytes of text each)");
+  }
+  Status tooLong() const {
+    return invalidArgument("a string or the output passes " +
+                           std::to_string(limits_.maxStringBytes) +
+                           " bytes (RenderLimits::maxStringBytes)");
+  }
+
+  /// Spends `steps` of the render's work.
+  Status spend(int64_t steps) {
+    stepsLeft_ -= steps;
+    return stepsLeft_ >= 0 ? Status::ok() : outOfSteps();
+  }
+  /// Spends for `bytes` bytes of text made, copied or searched.
+  Status spendBytes(size_t bytes) { return spend(stepsOf(bytes)); }
+  /// For a string of `bytes` bytes about to be made.
+  Status allowString(size_t bytes) {
+    if (bytes > limits_.maxStringBytes)
+      return tooLong();
+    return spendBytes(bytes);
+  }
+  /// Appends `text` to `out`, the output or a string being made.
+  Status append(std::string &out, const std::string &text) {
+    if (text.size() >
+        limits_.maxStringBytes - std::min(out.size(), limits_.maxStringBytes))
+      return tooLong();
+    INFER_RETURN_IF_ERROR(spendBytes(text.size()));
+    out += text;
+    return Status::ok();
+  }
+  /// Appends str(v) (`quoted`: repr(v)) to `out`.
+  Status appendText(std::string &out, const Value &v, bool quoted = false) {
+    if (v.isString() && !quoted)
+      return append(out, v.asString());
+    if (!v.print(out, quoted, limits_.maxStringBytes, &stepsLeft_))
+      return stepsLeft_ < 0 ? outOfSteps() : tooLong();
+    return Status::ok();
+  }
+  /// str(v).
+  StatusOr<std::string> text(const Value &v) {
+    std::string out;
+    INFER_RETURN_IF_ERROR(appendText(out, v));
+    return out;
+  }
+  /// a == b.
+  StatusOr<bool> equal(const Value &a, const Value &b) {
+    const bool same = a.equals(b, &stepsLeft_);
+    if (stepsLeft_ < 0)
+      return outOfSteps();
+    return same;
+  }
+  /// A dict's entry `key`, which find() looks for among all its keys.
+  StatusOr<const Value *> entry(const Value &dict, const std::string &key) {
+    INFER_RETURN_IF_ERROR(
+        spend(static_cast<int64_t>(dict.entries().size()) + 1));
+    return dict.find(key);
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Globals
+  //===--------------------------------------------------------------------===//
+
   void defineGlobals() {
     if (scopes_.lookup("range").isUndefined())
-      scopes_.set(
-          "range", Value::function([](const ValueList &args,
-                                      const KwArgs &) -> StatusOr<Value> {
-            int64_t start = 0, stop = 0, step = 1;
-            for (const Value &a : args)
-              if (a.kind() != Value::Kind::kInt)
-                return invalidArgument("range() needs integers");
-            if (args.size() == 1) {
-              stop = args[0].asInt();
-            } else if (args.size() >= 2) {
-              start = args[0].asInt();
-              stop = args[1].asInt();
-              if (args.size() == 3)
-                step = args[2].asInt();
-            } else {
-              return invalidArgument("range() needs 1 to 3 arguments");
-            }
-            if (step == 0)
-              return invalidArgument("range() step must not be zero");
-            const uint64_t n = rangeLength(start, stop, step);
-            if (n > 1000000)
-              return invalidArgument("range() too large");
-            ValueList items;
-            for (uint64_t i = 0; i < n; ++i)
-              items.push_back(Value::integer(rangeItem(start, step, i)));
-            return Value::list(std::move(items));
-          }));
+      scopes_.set("range", Value::function(
+                               [this](const ValueList &args, const KwArgs &) {
+                                 return range(args);
+                               }));
     scopes_.set("namespace",
-                Value::function([](const ValueList &args,
-                                   const KwArgs &kw) -> StatusOr<Value> {
+                Value::function([this](const ValueList &args,
+                                       const KwArgs &kw) -> StatusOr<Value> {
                   ValueDict items;
                   for (const Value &a : args)
-                    if (a.isDict())
+                    if (a.isDict()) {
+                      INFER_RETURN_IF_ERROR(
+                          spend(static_cast<int64_t>(a.entries().size())));
                       for (const auto &[k, v] : a.entries())
                         items.emplace_back(k, v);
+                    }
+                  INFER_RETURN_IF_ERROR(spend(static_cast<int64_t>(kw.size())));
                   for (const auto &[k, v] : kw) {
                     INFER_RETURN_IF_ERROR(checkStorable(v));
                     items.emplace_back(k, v);
@@ -319,12 +440,13 @@ private:
                   return Value::ns(std::move(items));
                 }));
     scopes_.set("dict",
-                Value::function(
-                    [](const ValueList &, const KwArgs &kw) -> StatusOr<Value> {
-                      for (const auto &[k, v] : kw)
-                        INFER_RETURN_IF_ERROR(checkStorable(v));
-                      return Value::dict(ValueDict(kw.begin(), kw.end()));
-                    }));
+                Value::function([this](const ValueList &,
+                                       const KwArgs &kw) -> StatusOr<Value> {
+                  INFER_RETURN_IF_ERROR(spend(static_cast<int64_t>(kw.size())));
+                  for (const auto &[k, v] : kw)
+                    INFER_RETURN_IF_ERROR(checkStorable(v));
+                  return Value::dict(ValueDict(kw.begin(), kw.end()));
+                }));
     scopes_.set(
         "strftime_now", Value::function([](const ValueList &args,
                                            const KwArgs &) -> StatusOr<Value> {
@@ -340,6 +462,38 @@ private:
           return Value::string(std::string(buf, n));
         }));
   }
+
+  StatusOr<Value> range(const ValueList &args) {
+    int64_t start = 0, stop = 0, step = 1;
+    for (const Value &a : args)
+      if (a.kind() != Value::Kind::kInt)
+        return invalidArgument("range() needs integers");
+    if (args.size() == 1) {
+      stop = args[0].asInt();
+    } else if (args.size() >= 2) {
+      start = args[0].asInt();
+      stop = args[1].asInt();
+      if (args.size() == 3)
+        step = args[2].asInt();
+    } else {
+      return invalidArgument("range() needs 1 to 3 arguments");
+    }
+    if (step == 0)
+      return invalidArgument("range() step must not be zero");
+    const uint64_t n = rangeLength(start, stop, step);
+    if (n > static_cast<uint64_t>(std::max<int64_t>(stepsLeft_, 0)))
+      return outOfSteps();
+    INFER_RETURN_IF_ERROR(spend(static_cast<int64_t>(n)));
+    ValueList items;
+    items.reserve(n);
+    for (uint64_t i = 0; i < n; ++i)
+      items.push_back(Value::integer(rangeItem(start, step, i)));
+    return Value::list(std::move(items));
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Statements
+  //===--------------------------------------------------------------------===//
 
   /// One more level of the evaluator's recursion while it lives.
   class Level {
@@ -363,13 +517,17 @@ private:
   StatusOr<Flow> execute(const Stmt &s, std::string &out) {
     Level level(depth_);
     INFER_RETURN_IF_ERROR(checkDepth(s.line));
-    return executeStatement(s, out);
+    INFER_RETURN_IF_ERROR(atLine(s.line, spend(1)));
+    StatusOr<Flow> flow = executeStatement(s, out);
+    if (!flow.isOk())
+      return atLine(s.line, flow.status());
+    return flow;
   }
 
   StatusOr<Flow> executeStatement(const Stmt &s, std::string &out) {
     switch (s.kind) {
     case Stmt::Kind::kText:
-      out += s.text;
+      INFER_RETURN_IF_ERROR(append(out, s.text));
       return Flow::kNormal;
     case Stmt::Kind::kOutput:
       return executeOutput(s, out);
@@ -400,7 +558,7 @@ private:
   [[gnu::noinline]] StatusOr<Flow> executeOutput(const Stmt &s,
                                                  std::string &out) {
     INFER_ASSIGN_OR_RETURN(Value v, eval(*s.expr));
-    out += v.str();
+    INFER_RETURN_IF_ERROR(appendText(out, v));
     return Flow::kNormal;
   }
 
@@ -432,8 +590,10 @@ private:
       if (!target.isNamespace())
         return error(s.line, "cannot set attribute '" + s.attribute + "' of '" +
                                  s.targets[0] + "', which is not a namespace");
-      if (Status st = checkStorable(value); !st.isOk())
-        return error(s.line, st.message());
+      INFER_RETURN_IF_ERROR(checkStorable(value));
+      // set() looks for the attribute among the namespace's entries.
+      INFER_RETURN_IF_ERROR(
+          spend(static_cast<int64_t>(target.entries().size()) + 1));
       target.set(s.attribute, std::move(value));
     } else if (s.targets.size() == 1) {
       scopes_.set(s.targets[0], std::move(value));
@@ -449,6 +609,8 @@ private:
       return invalidArgument("macro '" + macro.text + "' takes " +
                              std::to_string(macro.params.size()) +
                              " arguments");
+    INFER_RETURN_IF_ERROR(
+        spend(static_cast<int64_t>(macro.params.size() * (kw.size() + 1))));
     scopes_.push();
     for (size_t i = 0; i < macro.params.size(); ++i) {
       const auto &[name, fallback] = macro.params[i];
@@ -490,19 +652,29 @@ private:
     return Status::ok();
   }
 
+  /// The items a for loop (or a filter) walks: a list's items, a dict's
+  /// keys, a string's characters.
   StatusOr<ValueList> iterate(int line, const Value &v) {
-    if (v.isList())
+    if (v.isList()) {
+      INFER_RETURN_IF_ERROR(spend(static_cast<int64_t>(v.items().size())));
       return v.items();
+    }
     if (v.isDict()) {
       ValueList keys;
-      for (const auto &[k, value] : v.entries())
+      for (const auto &[k, value] : v.entries()) {
+        INFER_RETURN_IF_ERROR(spend(1 + stepsOf(k.size())));
         keys.push_back(Value::string(k));
+      }
       return keys;
     }
     if (v.isString()) {
+      const std::string &s = v.asString();
+      INFER_RETURN_IF_ERROR(spend(characterCount(s) + stepsOf(s.size())));
+      const std::vector<size_t> starts = characterStarts(s);
       ValueList chars;
-      for (std::string &c : characters(v.asString()))
-        chars.push_back(Value::string(std::move(c)));
+      chars.reserve(starts.size() - 1);
+      for (size_t i = 0; i + 1 < starts.size(); ++i)
+        chars.push_back(Value::string(character(s, starts, i)));
       return chars;
     }
     if (v.isUndefined() || v.isNone())
@@ -517,6 +689,7 @@ private:
     ValueList items;
     if (s.filter) {
       for (const Value &item : all) {
+        INFER_RETURN_IF_ERROR(spend(1));
         scopes_.push();
         Status st = bind(s, item);
         StatusOr<Value> keep =
@@ -534,6 +707,8 @@ private:
       return render(s.elseBody, out);
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      // The scope and the loop object's nine entries.
+      INFER_RETURN_IF_ERROR(spend(10));
       scopes_.push();
       Value loop = Value::dict(
           {{"index0", Value::integer(i)},
@@ -567,11 +742,18 @@ private:
     return unpack(s.line, s.targets, item);
   }
 
+  //===--------------------------------------------------------------------===//
+  // Expressions
+  //===--------------------------------------------------------------------===//
+
   StatusOr<Value> eval(const Expr &e) {
     Level level(depth_);
     INFER_RETURN_IF_ERROR(checkDepth(e.line));
+    INFER_RETURN_IF_ERROR(atLine(e.line, spend(1)));
     StatusOr<Value> v = evalExpression(e);
-    if (v.isOk() && v->depth() > kMaxValueDepth)
+    if (!v.isOk())
+      return atLine(e.line, v.status());
+    if (v->depth() > kMaxValueDepth)
       return error(e.line, "lists and dicts nested more than " +
                                std::to_string(kMaxValueDepth) + " deep");
     return v;
@@ -586,6 +768,7 @@ private:
     case Expr::Kind::kLiteral:
       return e.value;
     case Expr::Kind::kName:
+      INFER_RETURN_IF_ERROR(spend(scopes_.size()));
       return scopes_.lookup(e.name);
     case Expr::Kind::kList:
       return evalList(e);
@@ -615,8 +798,7 @@ private:
     ValueList items;
     for (const ExprPtr &a : e.args) {
       INFER_ASSIGN_OR_RETURN(Value v, eval(*a));
-      if (Status st = checkStorable(v); !st.isOk())
-        return error(e.line, st.message());
+      INFER_RETURN_IF_ERROR(checkStorable(v));
       items.push_back(std::move(v));
     }
     return Value::list(std::move(items));
@@ -629,8 +811,9 @@ private:
       INFER_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1]));
       if (!k.isString())
         return error(e.line, "dict keys must be strings");
-      if (Status st = checkStorable(v); !st.isOk())
-        return error(e.line, st.message());
+      INFER_RETURN_IF_ERROR(checkStorable(v));
+      INFER_RETURN_IF_ERROR(
+          spend(static_cast<int64_t>(d.entries().size()) + 1));
       d.set(k.asString(), std::move(v));
     }
     // Made again from its entries: set() leaves the depth as it was.
@@ -654,12 +837,7 @@ private:
     ValueList args;
     KwArgs kw;
     INFER_RETURN_IF_ERROR(arguments(e, 1, args, kw));
-    StatusOr<Value> result = callee.callable()(args, kw);
-    if (!result.isOk())
-      return result.status().message().rfind("line ", 0) == 0
-                 ? result.status()
-                 : error(e.line, result.status().message());
-    return result;
+    return callee.callable()(args, kw);
   }
 
   [[gnu::noinline]] StatusOr<Value> evalFilterOrTest(const Expr &e) {
@@ -713,7 +891,7 @@ private:
     if (object.isDict()) {
       if (!key.isString())
         return Value();
-      const Value *v = object.find(key.asString());
+      INFER_ASSIGN_OR_RETURN(const Value *v, entry(object, key.asString()));
       return v ? *v : Value();
     }
     if (key.kind() == Value::Kind::kInt &&
@@ -724,10 +902,17 @@ private:
           return Value();
         return object.items()[static_cast<size_t>(i)];
       }
-      const std::vector<std::string> chars = characters(object.asString());
-      if (!normalizeIndex(i, static_cast<int64_t>(chars.size())))
+      // Walked to, not indexed: characters have different lengths.
+      const std::string &s = object.asString();
+      INFER_RETURN_IF_ERROR(spend(2 * stepsOf(s.size())));
+      if (!normalizeIndex(i, i < 0 ? characterCount(s) : INT64_MAX))
         return Value();
-      return Value::string(chars[static_cast<size_t>(i)]);
+      size_t at = 0;
+      for (; at < s.size() && i > 0; --i)
+        at += characterBytes(s[at]);
+      if (at >= s.size())
+        return Value();
+      return Value::string(s.substr(at, characterBytes(s[at])));
     }
     if (key.isString())
       return attribute(line, object, key.asString());
@@ -753,14 +938,18 @@ private:
     if (step == 0)
       return error(e.line, "slice step cannot be zero");
     int64_t size = 0;
-    std::vector<std::string> chars;
+    std::vector<size_t> starts;
     if (object.isList()) {
       size = static_cast<int64_t>(object.items().size());
     } else if (object.isString()) {
-      chars = characters(object.asString());
-      size = static_cast<int64_t>(chars.size());
-    } else
+      // Where each character starts: 8 bytes a character, paid for.
+      const std::string &s = object.asString();
+      INFER_RETURN_IF_ERROR(spend(characterCount(s) / 8 + stepsOf(s.size())));
+      starts = characterStarts(s);
+      size = static_cast<int64_t>(starts.size() - 1);
+    } else {
       return error(e.line, std::string("cannot slice ") + object.typeName());
+    }
     auto clamp = [&](std::optional<int64_t> v, int64_t fallback) {
       if (!v)
         return fallback;
@@ -771,26 +960,28 @@ private:
     };
     const int64_t start = clamp(parts[0], step > 0 ? 0 : size - 1);
     const int64_t stop = clamp(parts[1], step > 0 ? size : -1);
-    std::vector<int64_t> picks;
     const uint64_t n = rangeLength(start, stop, step);
-    for (uint64_t i = 0; i < n; ++i)
-      picks.push_back(rangeItem(start, step, i));
+    INFER_RETURN_IF_ERROR(spend(static_cast<int64_t>(n)));
     if (object.isList()) {
       ValueList items;
-      for (int64_t i : picks)
-        items.push_back(object.items()[static_cast<size_t>(i)]);
+      items.reserve(n);
+      for (uint64_t i = 0; i < n; ++i)
+        items.push_back(
+            object.items()[static_cast<size_t>(rangeItem(start, step, i))]);
       return Value::list(std::move(items));
     }
     std::string s;
-    for (int64_t i : picks)
-      s += chars[static_cast<size_t>(i)];
+    for (uint64_t i = 0; i < n; ++i)
+      s += character(object.asString(), starts,
+                     static_cast<size_t>(rangeItem(start, step, i)));
     return Value::string(std::move(s));
   }
 
   StatusOr<Value> attribute(int line, const Value &object,
                             const std::string &name) {
     if (object.isDict()) {
-      if (const Value *v = object.find(name))
+      INFER_ASSIGN_OR_RETURN(const Value *v, entry(object, name));
+      if (v)
         return *v;
       if (!object.isNamespace())
         if (std::optional<Value> m = dictMethod(object, name))
@@ -798,20 +989,21 @@ private:
       return Value();
     }
     if (object.isString())
-      if (std::optional<Value> m = stringMethod(object.asString(), name))
+      if (std::optional<Value> m = stringMethod(object, name))
         return *m;
     if (object.isUndefined())
       return error(line, "'" + name + "' of an undefined value");
     return Value();
   }
 
-  static std::optional<Value> dictMethod(const Value &dict,
-                                         const std::string &name) {
+  std::optional<Value> dictMethod(const Value &dict, const std::string &name) {
     if (name == "items" || name == "keys" || name == "values")
       return Value::function(
-          [dict, name](const ValueList &, const KwArgs &) -> StatusOr<Value> {
+          [this, dict, name](const ValueList &,
+                             const KwArgs &) -> StatusOr<Value> {
             ValueList out;
             for (const auto &[k, v] : dict.entries()) {
+              INFER_RETURN_IF_ERROR(spend(1 + stepsOf(k.size())));
               if (name == "items")
                 out.push_back(Value::list({Value::string(k), v}));
               else if (name == "keys")
@@ -822,16 +1014,18 @@ private:
             return Value::list(std::move(out));
           });
     if (name == "get")
-      return Value::function(
-          [dict](const ValueList &args, const KwArgs &) -> StatusOr<Value> {
-            if (args.empty())
-              return invalidArgument("get() needs a key");
-            const Value *v =
-                args[0].isString() ? dict.find(args[0].asString()) : nullptr;
-            if (v)
-              return *v;
-            return args.size() > 1 ? args[1] : Value::none();
-          });
+      return Value::function([this, dict](const ValueList &args,
+                                          const KwArgs &) -> StatusOr<Value> {
+        if (args.empty())
+          return invalidArgument("get() needs a key");
+        const Value *v = nullptr;
+        if (args[0].isString()) {
+          INFER_ASSIGN_OR_RETURN(v, entry(dict, args[0].asString()));
+        }
+        if (v)
+          return *v;
+        return args.size() > 1 ? args[1] : Value::none();
+      });
     return std::nullopt;
   }
 
@@ -840,89 +1034,127 @@ private:
                                                  : nullptr;
   }
 
-  static std::optional<Value> stringMethod(const std::string &s,
-                                           const std::string &name) {
+  /// The string `str`'s method `name`, holding `str` (a shared string).
+  std::optional<Value> stringMethod(const Value &str, const std::string &name) {
     auto method = [](auto body) { return Value::function(body); };
     if (name == "strip" || name == "lstrip" || name == "rstrip")
-      return method(
-          [s, name](const ValueList &args, const KwArgs &) -> StatusOr<Value> {
-            return Value::string(strip(s, optionalString(args, 0),
-                                       name != "rstrip", name != "lstrip"));
-          });
+      return method([this, str, name](const ValueList &args,
+                                      const KwArgs &) -> StatusOr<Value> {
+        INFER_RETURN_IF_ERROR(spendBytes(str.asString().size()));
+        return Value::string(strip(str.asString(), optionalString(args, 0),
+                                   name != "rstrip", name != "lstrip"));
+      });
     if (name == "startswith" || name == "endswith")
-      return method(
-          [s, name](const ValueList &args, const KwArgs &) -> StatusOr<Value> {
-            if (args.empty())
-              return invalidArgument(name + "() needs an argument");
-            ValueList options =
-                args[0].isList() ? args[0].items() : ValueList{args[0]};
-            for (const Value &o : options) {
-              if (!o.isString())
-                return invalidArgument(name + "() needs strings");
-              const std::string &p = o.asString();
-              if (p.size() <= s.size() &&
-                  (name == "startswith"
-                       ? s.compare(0, p.size(), p) == 0
-                       : s.compare(s.size() - p.size(), p.size(), p) == 0))
-                return Value::boolean(true);
-            }
-            return Value::boolean(false);
-          });
+      return method([this, str, name](const ValueList &args,
+                                      const KwArgs &) -> StatusOr<Value> {
+        const std::string &s = str.asString();
+        if (args.empty())
+          return invalidArgument(name + "() needs an argument");
+        const ValueList options =
+            args[0].isList() ? args[0].items() : ValueList{args[0]};
+        for (const Value &o : options) {
+          if (!o.isString())
+            return invalidArgument(name + "() needs strings");
+          const std::string &p = o.asString();
+          INFER_RETURN_IF_ERROR(spendBytes(p.size()));
+          if (p.size() <= s.size() &&
+              (name == "startswith"
+                   ? s.compare(0, p.size(), p) == 0
+                   : s.compare(s.size() - p.size(), p.size(), p) == 0))
+            return Value::boolean(true);
+        }
+        return Value::boolean(false);
+      });
     if (name == "split")
-      return method(
-          [s](const ValueList &args, const KwArgs &kw) -> StatusOr<Value> {
-            int64_t maxSplit = -1;
-            if (args.size() > 1 && args[1].kind() == Value::Kind::kInt)
-              maxSplit = args[1].asInt();
-            for (const auto &[k, v] : kw)
-              if (k == "maxsplit" && v.kind() == Value::Kind::kInt)
-                maxSplit = v.asInt();
-            const std::string *sep = optionalString(args, 0);
-            if (sep && sep->empty())
-              return invalidArgument("empty separator");
-            ValueList parts;
-            for (std::string &p : split(s, sep, maxSplit))
-              parts.push_back(Value::string(std::move(p)));
-            return Value::list(std::move(parts));
-          });
+      return method([this, str](const ValueList &args,
+                                const KwArgs &kw) -> StatusOr<Value> {
+        const std::string &s = str.asString();
+        int64_t maxSplit = -1;
+        if (args.size() > 1 && args[1].kind() == Value::Kind::kInt)
+          maxSplit = args[1].asInt();
+        for (const auto &[k, v] : kw)
+          if (k == "maxsplit" && v.kind() == Value::Kind::kInt)
+            maxSplit = v.asInt();
+        const std::string *sep = optionalString(args, 0);
+        if (sep && sep->empty())
+          return invalidArgument("empty separator");
+        // Counted first, then paid for, then made: the parts are the cost.
+        INFER_RETURN_IF_ERROR(
+            spend(stepsOf(s.size()) * (sep ? stepsOf(sep->size()) : 1)));
+        INFER_RETURN_IF_ERROR(spend(splitCount(s, sep, maxSplit)));
+        std::vector<std::string> pieces = split(s, sep, maxSplit);
+        ValueList parts;
+        for (std::string &p : pieces)
+          parts.push_back(Value::string(std::move(p)));
+        return Value::list(std::move(parts));
+      });
     if (name == "upper" || name == "lower" || name == "title" ||
         name == "capitalize")
-      return method(
-          [s, name](const ValueList &, const KwArgs &) -> StatusOr<Value> {
-            return Value::string(name == "upper"   ? upper(s)
-                                 : name == "lower" ? lower(s)
-                                 : name == "title" ? title(s)
-                                                   : capitalize(s));
-          });
+      return method([this, str, name](const ValueList &,
+                                      const KwArgs &) -> StatusOr<Value> {
+        const std::string &s = str.asString();
+        INFER_RETURN_IF_ERROR(allowString(s.size()));
+        return Value::string(name == "upper"   ? upper(s)
+                             : name == "lower" ? lower(s)
+                             : name == "title" ? title(s)
+                                               : capitalize(s));
+      });
     if (name == "replace")
-      return method(
-          [s](const ValueList &args, const KwArgs &) -> StatusOr<Value> {
-            if (args.size() < 2 || !args[0].isString() || !args[1].isString())
-              return invalidArgument("replace() needs two strings");
-            const int64_t count = args.size() > 2 ? args[2].asInt() : -1;
-            return Value::string(
-                replaceAll(s, args[0].asString(), args[1].asString(), count));
-          });
+      return method([this, str](const ValueList &args,
+                                const KwArgs &) -> StatusOr<Value> {
+        if (args.size() < 2 || !args[0].isString() || !args[1].isString())
+          return invalidArgument("replace() needs two strings");
+        return replace(str.asString(), args[0].asString(), args[1].asString(),
+                       args.size() > 2 ? args[2].asInt() : -1);
+      });
     if (name == "find")
-      return method(
-          [s](const ValueList &args, const KwArgs &) -> StatusOr<Value> {
-            if (args.empty() || !args[0].isString())
-              return invalidArgument("find() needs a string");
-            const size_t at = s.find(args[0].asString());
-            return Value::integer(
-                at == std::string::npos ? -1 : static_cast<int64_t>(at));
-          });
+      return method([this, str](const ValueList &args,
+                                const KwArgs &) -> StatusOr<Value> {
+        const std::string &s = str.asString();
+        if (args.empty() || !args[0].isString())
+          return invalidArgument("find() needs a string");
+        INFER_RETURN_IF_ERROR(search(s, args[0].asString()));
+        const size_t at = s.find(args[0].asString());
+        return Value::integer(
+            at == std::string::npos ? -1 : static_cast<int64_t>(at));
+      });
     if (name == "join")
-      return method(
-          [s](const ValueList &args, const KwArgs &) -> StatusOr<Value> {
-            if (args.empty() || !args[0].isList())
-              return invalidArgument("join() needs a list");
-            std::string out;
-            for (size_t i = 0; i < args[0].items().size(); ++i)
-              out += (i ? s : "") + args[0].items()[i].str();
-            return Value::string(std::move(out));
-          });
+      return method([this, str](const ValueList &args,
+                                const KwArgs &) -> StatusOr<Value> {
+        if (args.empty() || !args[0].isList())
+          return invalidArgument("join() needs a list");
+        return join(args[0].items(), str.asString());
+      });
     return std::nullopt;
+  }
+
+  /// Spends for looking for `needle` in `haystack`, which std::string::find
+  /// does in up to |haystack| * |needle| comparisons.
+  Status search(const std::string &haystack, const std::string &needle) {
+    return spend(stepsOf(haystack.size()) * stepsOf(needle.size()));
+  }
+
+  /// str.replace(from, to, count).
+  StatusOr<Value> replace(const std::string &s, const std::string &from,
+                          const std::string &to, int64_t count) {
+    INFER_RETURN_IF_ERROR(search(s, from));
+    std::optional<std::string> out =
+        replaceAll(s, from, to, count, limits_.maxStringBytes);
+    if (!out)
+      return tooLong();
+    INFER_RETURN_IF_ERROR(spendBytes(out->size()));
+    return Value::string(std::move(*out));
+  }
+
+  /// The str() of `items` joined by `separator`.
+  StatusOr<Value> join(const ValueList &items, const std::string &separator) {
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i)
+        INFER_RETURN_IF_ERROR(append(out, separator));
+      INFER_RETURN_IF_ERROR(appendText(out, items[i]));
+    }
+    return Value::string(std::move(out));
   }
 
   [[gnu::noinline]] StatusOr<Value> binary(const Expr &e) {
@@ -939,56 +1171,73 @@ private:
   [[gnu::noinline]] StatusOr<Value> applyBinary(const Expr &e, const Value &a,
                                                 const Value &b) {
     const std::string &op = e.name;
-    if (op == "~")
-      return Value::string(a.str() + b.str());
-    if (op == "==")
-      return Value::boolean(a.equals(b));
-    if (op == "!=")
-      return Value::boolean(!a.equals(b));
+    if (op == "~") {
+      std::string out;
+      INFER_RETURN_IF_ERROR(appendText(out, a));
+      INFER_RETURN_IF_ERROR(appendText(out, b));
+      return Value::string(std::move(out));
+    }
+    if (op == "==" || op == "!=") {
+      INFER_ASSIGN_OR_RETURN(bool same, equal(a, b));
+      return Value::boolean(same == (op == "=="));
+    }
     if (op == "in" || op == "not in") {
       bool found = false;
-      if (b.isString() && a.isString())
+      if (b.isString() && a.isString()) {
+        INFER_RETURN_IF_ERROR(search(b.asString(), a.asString()));
         found = b.asString().find(a.asString()) != std::string::npos;
-      else if (b.isList())
-        found = std::any_of(b.items().begin(), b.items().end(),
-                            [&](const Value &v) { return v.equals(a); });
-      else if (b.isDict())
-        found = a.isString() && b.find(a.asString());
-      else
+      } else if (b.isList()) {
+        for (const Value &item : b.items()) {
+          INFER_ASSIGN_OR_RETURN(found, equal(item, a));
+          if (found)
+            break;
+        }
+      } else if (b.isDict()) {
+        if (a.isString()) {
+          INFER_ASSIGN_OR_RETURN(const Value *v, entry(b, a.asString()));
+          found = v != nullptr;
+        }
+      } else {
         return error(e.line, std::string("'in' needs a string, list or dict, "
                                          "not ") +
                                  b.typeName());
+      }
       return Value::boolean(found == (op == "in"));
     }
     if (op == "<" || op == ">" || op == "<=" || op == ">=") {
       int cmp = 0;
-      if (a.isNumber() && b.isNumber())
+      if (a.isNumber() && b.isNumber()) {
         cmp = a.asDouble() < b.asDouble() ? -1 : a.asDouble() > b.asDouble();
-      else if (a.isString() && b.isString())
+      } else if (a.isString() && b.isString()) {
+        INFER_RETURN_IF_ERROR(
+            spendBytes(std::min(a.asString().size(), b.asString().size())));
         cmp = a.asString().compare(b.asString());
-      else
+      } else {
         return error(e.line, "cannot compare " + std::string(a.typeName()) +
                                  " and " + b.typeName());
+      }
       return Value::boolean(op == "<"    ? cmp < 0
                             : op == ">"  ? cmp > 0
                             : op == "<=" ? cmp <= 0
                                          : cmp >= 0);
     }
     if (op == "+") {
-      if (a.isString() && b.isString())
-        return Value::string(a.asString() + b.asString());
+      if (a.isString() && b.isString()) {
+        std::string out;
+        INFER_RETURN_IF_ERROR(append(out, a.asString()));
+        INFER_RETURN_IF_ERROR(append(out, b.asString()));
+        return Value::string(std::move(out));
+      }
       if (a.isList() && b.isList()) {
+        INFER_RETURN_IF_ERROR(
+            spend(static_cast<int64_t>(a.items().size() + b.items().size())));
         ValueList items = a.items();
         items.insert(items.end(), b.items().begin(), b.items().end());
         return Value::list(std::move(items));
       }
     }
-    if (op == "*" && a.isString() && b.kind() == Value::Kind::kInt) {
-      std::string out;
-      for (int64_t i = 0; i < b.asInt(); ++i)
-        out += a.asString();
-      return Value::string(std::move(out));
-    }
+    if (op == "*" && a.isString() && b.kind() == Value::Kind::kInt)
+      return repeat(a.asString(), b.asInt());
     auto isNumeric = [](const Value &v) {
       return v.isNumber() || v.kind() == Value::Kind::kBool;
     };
@@ -1037,8 +1286,25 @@ private:
     return error(e.line, "unsupported operator " + op);
   }
 
-  StatusOr<Value> filter(int line, const std::string &name, const Value &v,
-                         const ValueList &args, const KwArgs &kw) {
+  /// `s * times`: its size checked before it is made.
+  StatusOr<Value> repeat(const std::string &s, int64_t times) {
+    if (times <= 0 || s.empty())
+      return Value::string("");
+    if (static_cast<uint64_t>(times) > limits_.maxStringBytes / s.size())
+      return tooLong();
+    const size_t bytes = s.size() * static_cast<size_t>(times);
+    INFER_RETURN_IF_ERROR(allowString(bytes));
+    std::string out;
+    out.reserve(bytes);
+    for (int64_t i = 0; i < times; ++i)
+      out += s;
+    return Value::string(std::move(out));
+  }
+
+  [[gnu::noinline]] StatusOr<Value> filter(int line, const std::string &name,
+                                           const Value &v,
+                                           const ValueList &args,
+                                           const KwArgs &kw) {
     auto kwarg = [&](const char *key, size_t position) -> const Value * {
       for (const auto &[k, value] : kw)
         if (k == key)
@@ -1047,37 +1313,32 @@ private:
     };
     if (name == "trim") {
       const std::string *chars = optionalString(args, 0);
-      return Value::string(strip(v.str(), chars, true, true));
+      INFER_ASSIGN_OR_RETURN(std::string s, text(v));
+      return Value::string(strip(s, chars, true, true));
     }
     if (name == "length" || name == "count") {
-      if (v.isString())
-        return Value::integer(
-            static_cast<int64_t>(characters(v.asString()).size()));
+      if (v.isString()) {
+        INFER_RETURN_IF_ERROR(spendBytes(v.asString().size()));
+        return Value::integer(characterCount(v.asString()));
+      }
       if (v.isList())
         return Value::integer(static_cast<int64_t>(v.items().size()));
       if (v.isDict())
         return Value::integer(static_cast<int64_t>(v.entries().size()));
       return error(line, std::string("length of ") + v.typeName());
     }
-    if (name == "tojson") {
-      int indent = -1;
-      if (const Value *i = kwarg("indent", 0); i && i->isNumber())
-        indent = static_cast<int>(i->asInt());
-      StatusOr<std::string> text = v.toJson(indent);
-      if (!text.isOk())
-        return error(line, text.status().message());
-      return Value::string(*text);
+    if (name == "tojson")
+      return toJson(line, v, kwarg("indent", 0));
+    if (name == "upper" || name == "lower" || name == "capitalize" ||
+        name == "title" || name == "string") {
+      INFER_ASSIGN_OR_RETURN(std::string s, text(v));
+      INFER_RETURN_IF_ERROR(spendBytes(s.size()));
+      return Value::string(name == "upper"        ? upper(std::move(s))
+                           : name == "lower"      ? lower(std::move(s))
+                           : name == "capitalize" ? capitalize(s)
+                           : name == "title"      ? title(s)
+                                                  : std::move(s));
     }
-    if (name == "upper")
-      return Value::string(upper(v.str()));
-    if (name == "lower")
-      return Value::string(lower(v.str()));
-    if (name == "capitalize")
-      return Value::string(capitalize(v.str()));
-    if (name == "title")
-      return Value::string(title(v.str()));
-    if (name == "string")
-      return Value::string(v.str());
     if (name == "safe")
       return v;
     if (name == "int") {
@@ -1094,6 +1355,7 @@ private:
         return Value::integer(static_cast<int64_t>(f));
       }
       if (v.isString()) {
+        INFER_RETURN_IF_ERROR(spendBytes(v.asString().size()));
         char *end = nullptr;
         const long long i = std::strtoll(v.asString().c_str(), &end, 10);
         return Value::integer(end && *end == 0 ? i : 0);
@@ -1103,8 +1365,10 @@ private:
     if (name == "float") {
       if (v.isNumber())
         return Value::floating(v.asDouble());
-      if (v.isString())
+      if (v.isString()) {
+        INFER_RETURN_IF_ERROR(spendBytes(v.asString().size()));
         return Value::floating(std::strtod(v.asString().c_str(), nullptr));
+      }
       return Value::floating(0.0);
     }
     if (name == "abs") {
@@ -1127,12 +1391,12 @@ private:
       return v;
     }
     if (name == "join") {
-      const Value *sep = kwarg("d", 0);
+      std::string separator;
+      if (const Value *sep = kwarg("d", 0)) {
+        INFER_ASSIGN_OR_RETURN(separator, text(*sep));
+      }
       INFER_ASSIGN_OR_RETURN(ValueList items, iterate(line, v));
-      std::string out;
-      for (size_t i = 0; i < items.size(); ++i)
-        out += (i && sep ? sep->str() : "") + items[i].str();
-      return Value::string(std::move(out));
+      return join(items, separator);
     }
     if (name == "first" || name == "last") {
       INFER_ASSIGN_OR_RETURN(ValueList items, iterate(line, v));
@@ -1146,10 +1410,14 @@ private:
     }
     if (name == "reverse") {
       if (v.isString()) {
-        std::vector<std::string> chars = characters(v.asString());
+        const std::string &s = v.asString();
+        INFER_RETURN_IF_ERROR(
+            spend(characterCount(s) / 8 + 2 * stepsOf(s.size())));
+        const std::vector<size_t> starts = characterStarts(s);
         std::string out;
-        for (auto it = chars.rbegin(); it != chars.rend(); ++it)
-          out += *it;
+        out.reserve(s.size());
+        for (size_t i = starts.size() - 1; i > 0; --i)
+          out += character(s, starts, i - 1);
         return Value::string(std::move(out));
       }
       INFER_ASSIGN_OR_RETURN(ValueList items, iterate(line, v));
@@ -1159,10 +1427,16 @@ private:
     if (name == "unique") {
       INFER_ASSIGN_OR_RETURN(ValueList items, iterate(line, v));
       ValueList out;
-      for (const Value &item : items)
-        if (std::none_of(out.begin(), out.end(),
-                         [&](const Value &o) { return o.equals(item); }))
+      for (const Value &item : items) {
+        bool seen = false;
+        for (const Value &o : out) {
+          INFER_ASSIGN_OR_RETURN(seen, equal(o, item));
+          if (seen)
+            break;
+        }
+        if (!seen)
           out.push_back(item);
+      }
       return Value::list(std::move(out));
     }
     if (name == "items") {
@@ -1173,11 +1447,29 @@ private:
     if (name == "replace") {
       if (args.size() < 2 || !args[0].isString() || !args[1].isString())
         return error(line, "replace needs two strings");
-      return Value::string(replaceAll(v.str(), args[0].asString(),
-                                      args[1].asString(),
-                                      args.size() > 2 ? args[2].asInt() : -1));
+      INFER_ASSIGN_OR_RETURN(std::string s, text(v));
+      return replace(s, args[0].asString(), args[1].asString(),
+                     args.size() > 2 ? args[2].asInt() : -1);
     }
     return error(line, "unsupported Jinja filter '" + name + "'");
+  }
+
+  /// v | tojson(indent).
+  StatusOr<Value> toJson(int line, const Value &v, const Value *indentArg) {
+    // Past maxStringBytes an indent could only make too long a text.
+    int indent = -1;
+    if (indentArg && indentArg->isNumber())
+      indent = static_cast<int>(
+          std::clamp<int64_t>(indentArg->asInt(), -1,
+                              static_cast<int64_t>(std::min<size_t>(
+                                  limits_.maxStringBytes, 1 << 30))));
+    std::string out;
+    Status st = v.toJson(out, indent, limits_.maxStringBytes, &stepsLeft_);
+    if (st.code() == StatusCode::kResourceExhausted)
+      return stepsLeft_ < 0 ? outOfSteps() : tooLong();
+    if (!st.isOk())
+      return error(line, st.message());
+    return Value::string(std::move(out));
   }
 
   StatusOr<bool> test(int line, const std::string &name, const Value &v,
@@ -1211,10 +1503,13 @@ private:
       return v.isList() || v.isString() || v.isDict();
     if (name == "callable")
       return v.kind() == K::kFunction;
-    if (name == "lower")
-      return v.isString() && lower(v.asString()) == v.asString();
-    if (name == "upper")
-      return v.isString() && upper(v.asString()) == v.asString();
+    if (name == "lower" || name == "upper") {
+      if (!v.isString())
+        return false;
+      INFER_RETURN_IF_ERROR(spendBytes(v.asString().size()));
+      return (name == "lower" ? lower(v.asString()) : upper(v.asString())) ==
+             v.asString();
+    }
     if (name == "odd" || name == "even") {
       if (v.kind() != K::kInt)
         return error(line, "'" + name + "' needs an integer");
@@ -1229,13 +1524,16 @@ private:
     if (name == "eq" || name == "==" || name == "ne" || name == "!=") {
       if (args.empty())
         return error(line, "'" + name + "' needs an argument");
-      return v.equals(args[0]) == (name == "eq" || name == "==");
+      INFER_ASSIGN_OR_RETURN(bool same, equal(v, args[0]));
+      return same == (name == "eq" || name == "==");
     }
     return error(line, "unsupported Jinja test '" + name + "'");
   }
 
   Scopes scopes_;
   const RenderLimits &limits_;
+  /// What is left of RenderLimits::maxSteps (below zero: spent).
+  int64_t stepsLeft_;
   /// execute() and eval() calls in progress.
   int64_t depth_ = 0;
 };

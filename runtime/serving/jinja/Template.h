@@ -26,6 +26,14 @@ namespace infer::serving::jinja {
 /// the template is a file the server was given and the values are a
 /// client's messages, so neither may take the server's stack.
 struct RenderLimits {
+  /// The work of one render, in steps: one per statement run, expression
+  /// evaluated and loop iteration, per list item or dict entry made, copied
+  /// or compared, and per kBytesPerStep (64) bytes of text made, copied or
+  /// searched. It bounds time, and memory with it: what a render holds it
+  /// made, and paid for.
+  int64_t maxSteps = 2'000'000;
+  /// Bytes of the output and of any one string the template makes.
+  size_t maxStringBytes = 16u << 20;
   /// Statements and expressions being evaluated inside one another, macro
   /// calls included: the evaluator's recursion, so its stack. Parsing
   /// bounds a template's own nesting (kMaxNesting); this bounds recursion

@@ -149,7 +149,26 @@ void Value::set(const std::string &key, Value value) const {
     dict_->emplace_back(key, std::move(value));
 }
 
-bool Value::equals(const Value &other) const {
+namespace {
+
+/// Spends `n` steps from `steps` (when given); whether any are left.
+bool spend(int64_t *steps, int64_t n) {
+  if (!steps)
+    return true;
+  *steps -= n;
+  return *steps >= 0;
+}
+
+/// The steps of `bytes` bytes of text.
+int64_t stepsOf(size_t bytes) {
+  return static_cast<int64_t>(bytes) / kBytesPerStep + 1;
+}
+
+} // namespace
+
+bool Value::equals(const Value &other, int64_t *steps) const {
+  if (!spend(steps, 1))
+    return false;
   if (isNumber() && other.isNumber()) {
     if (kind_ == Kind::kInt && other.kind_ == Kind::kInt)
       return i_ == other.i_;
@@ -168,14 +187,17 @@ bool Value::equals(const Value &other) const {
   case Kind::kBool:
     return b_ == other.b_;
   case Kind::kString:
-    return s_ == other.s_ || *s_ == *other.s_;
+    if (s_ == other.s_)
+      return true;
+    return s_->size() == other.s_->size() &&
+           spend(steps, stepsOf(s_->size())) && *s_ == *other.s_;
   case Kind::kList:
     if (list_ == other.list_)
       return true;
     if (list_->size() != other.list_->size())
       return false;
     for (size_t i = 0; i < list_->size(); ++i)
-      if (!(*list_)[i].equals((*other.list_)[i]))
+      if (!(*list_)[i].equals((*other.list_)[i], steps))
         return false;
     return true;
   case Kind::kDict:
@@ -184,8 +206,11 @@ bool Value::equals(const Value &other) const {
     if (dict_->size() != other.dict_->size())
       return false;
     for (const auto &[k, v] : *dict_) {
+      // find() reads the other dict's keys in order.
+      if (!spend(steps, static_cast<int64_t>(other.dict_->size())))
+        return false;
       const Value *o = other.find(k);
-      if (!o || !v.equals(*o))
+      if (!o || !v.equals(*o, steps))
         return false;
     }
     return true;
@@ -214,12 +239,13 @@ std::string floatText(double f) {
   return s;
 }
 
-std::string quote(const std::string &s) {
+/// Appends Python's repr of string `s`.
+void quote(std::string &out, const std::string &s) {
   // Python prefers single quotes unless the text has one and no double.
   const bool useDouble =
       s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
   const char q = useDouble ? '"' : '\'';
-  std::string out(1, q);
+  out += q;
   for (char c : s) {
     switch (c) {
     case '\\':
@@ -240,7 +266,7 @@ std::string quote(const std::string &s) {
       out += c;
     }
   }
-  return out + q;
+  out += q;
 }
 
 void jsonString(std::string &out, const std::string &s) {
@@ -281,52 +307,94 @@ void jsonString(std::string &out, const std::string &s) {
   out += '"';
 }
 
+/// Appends `piece` unless `out` would pass `limit`; whether it did.
+bool append(std::string &out, const std::string &piece, size_t limit) {
+  if (piece.size() > limit - std::min(limit, out.size()))
+    return false;
+  out += piece;
+  return true;
+}
+
+/// Appends the text `write` produces for string `s` (at most 6 bytes per
+/// byte of `s`, plus quotes) unless `out` would pass `limit`.
+template <typename Write>
+bool appendText(std::string &out, const std::string &s, size_t limit,
+                Write write) {
+  if (s.size() > (limit - std::min(limit, out.size())) / 6) {
+    std::string piece;
+    write(piece, s);
+    return append(out, piece, limit);
+  }
+  write(out, s);
+  return out.size() <= limit;
+}
+
 } // namespace
 
-std::string Value::str() const {
+bool Value::print(std::string &out, bool quoted, size_t limit,
+                  int64_t *steps) const {
+  if (!spend(steps, 1))
+    return false;
   switch (kind_) {
   case Kind::kUndefined:
-    return "";
+    return true;
+  case Kind::kNone:
+    return append(out, "None", limit);
+  case Kind::kBool:
+    return append(out, b_ ? "True" : "False", limit);
+  case Kind::kInt:
+    return append(out, std::to_string(i_), limit);
+  case Kind::kFloat:
+    return append(out, floatText(f_), limit);
   case Kind::kString:
-    return *s_;
-  default:
-    return repr();
+    if (!spend(steps, stepsOf(s_->size())))
+      return false;
+    if (!quoted)
+      return append(out, *s_, limit);
+    return appendText(
+        out, *s_, limit,
+        [](std::string &o, const std::string &t) { quote(o, t); });
+  case Kind::kList: {
+    if (!append(out, "[", limit))
+      return false;
+    for (size_t i = 0; i < list_->size(); ++i)
+      if ((i && !append(out, ", ", limit)) ||
+          !(*list_)[i].print(out, true, limit, steps))
+        return false;
+    return append(out, "]", limit);
   }
+  case Kind::kDict: {
+    if (!append(out, namespace_ ? "<Namespace {" : "{", limit))
+      return false;
+    bool first = true;
+    for (const auto &[k, v] : *dict_) {
+      if (!spend(steps, stepsOf(k.size())) ||
+          (!first && !append(out, ", ", limit)) ||
+          !appendText(
+              out, k, limit,
+              [](std::string &o, const std::string &t) { quote(o, t); }) ||
+          !append(out, ": ", limit) || !v.print(out, true, limit, steps))
+        return false;
+      first = false;
+    }
+    return append(out, namespace_ ? "}>" : "}", limit);
+  }
+  case Kind::kFunction:
+    return append(out, "<function>", limit);
+  }
+  return true;
+}
+
+std::string Value::str() const {
+  std::string out;
+  print(out, false, std::string::npos);
+  return out;
 }
 
 std::string Value::repr() const {
-  switch (kind_) {
-  case Kind::kUndefined:
-    return "";
-  case Kind::kNone:
-    return "None";
-  case Kind::kBool:
-    return b_ ? "True" : "False";
-  case Kind::kInt:
-    return std::to_string(i_);
-  case Kind::kFloat:
-    return floatText(f_);
-  case Kind::kString:
-    return quote(*s_);
-  case Kind::kList: {
-    std::string out = "[";
-    for (size_t i = 0; i < list_->size(); ++i)
-      out += (i ? ", " : "") + (*list_)[i].repr();
-    return out + "]";
-  }
-  case Kind::kDict: {
-    std::string out = namespace_ ? "<Namespace {" : "{";
-    bool first = true;
-    for (const auto &[k, v] : *dict_) {
-      out += (first ? "" : ", ") + quote(k) + ": " + v.repr();
-      first = false;
-    }
-    return out + (namespace_ ? "}>" : "}");
-  }
-  case Kind::kFunction:
-    return "<function>";
-  }
-  return "";
+  std::string out;
+  print(out, true, std::string::npos);
+  return out;
 }
 
 const char *Value::typeName() const {
@@ -353,65 +421,84 @@ const char *Value::typeName() const {
   return "?";
 }
 
-StatusOr<std::string> Value::toJson(int indent, int depth) const {
-  std::string out;
-  const std::string newline =
-      indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent) *
-                                           static_cast<size_t>(depth + 1),
-                                       ' ')
-                  : "";
-  const std::string closing =
-      indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent) *
-                                           static_cast<size_t>(depth),
-                                       ' ')
-                  : "";
+Status Value::toJson(std::string &out, int indent, size_t limit, int64_t *steps,
+                     int depth) const {
+  const Status tooLong = resourceExhausted("the JSON text is too long");
+  if (!spend(steps, 1))
+    return tooLong;
+  auto put = [&](const std::string &piece) {
+    return append(out, piece, limit) ? Status::ok() : tooLong;
+  };
+  // Before an item: a newline and the indent of its level (indent >= 0).
+  auto newline = [&](int level) {
+    if (indent < 0)
+      return Status::ok();
+    const size_t width =
+        static_cast<size_t>(indent) * static_cast<size_t>(level);
+    if (width + 1 > limit - std::min(limit, out.size()) ||
+        !spend(steps, stepsOf(width)))
+      return tooLong;
+    out += '\n';
+    out.append(width, ' ');
+    return Status::ok();
+  };
   const std::string comma = indent >= 0 ? "," : ", ";
   switch (kind_) {
   case Kind::kUndefined:
     return invalidArgument("tojson of an undefined value");
   case Kind::kNone:
-    return std::string("null");
+    return put("null");
   case Kind::kBool:
-    return std::string(b_ ? "true" : "false");
+    return put(b_ ? "true" : "false");
   case Kind::kInt:
-    return std::to_string(i_);
+    return put(std::to_string(i_));
   case Kind::kFloat:
-    return std::isfinite(f_) ? floatText(f_)
-                             : std::string(std::isnan(f_) ? "NaN"
-                                           : f_ > 0       ? "Infinity"
-                                                          : "-Infinity");
+    return put(std::isfinite(f_) ? floatText(f_)
+               : std::isnan(f_)  ? "NaN"
+               : f_ > 0          ? "Infinity"
+                                 : "-Infinity");
   case Kind::kString:
-    jsonString(out, *s_);
-    return out;
+    if (!spend(steps, stepsOf(s_->size())) ||
+        !appendText(out, *s_, limit, jsonString))
+      return tooLong;
+    return Status::ok();
   case Kind::kList: {
     if (list_->empty())
-      return std::string("[]");
-    out = "[";
+      return put("[]");
+    INFER_RETURN_IF_ERROR(put("["));
     for (size_t i = 0; i < list_->size(); ++i) {
-      INFER_ASSIGN_OR_RETURN(std::string item,
-                             (*list_)[i].toJson(indent, depth + 1));
-      out += (i ? comma : "") + newline + item;
+      if (i)
+        INFER_RETURN_IF_ERROR(put(comma));
+      INFER_RETURN_IF_ERROR(newline(depth + 1));
+      INFER_RETURN_IF_ERROR(
+          (*list_)[i].toJson(out, indent, limit, steps, depth + 1));
     }
-    return out + closing + "]";
+    INFER_RETURN_IF_ERROR(newline(depth));
+    return put("]");
   }
   case Kind::kDict: {
     if (dict_->empty())
-      return std::string("{}");
-    out = "{";
+      return put("{}");
+    INFER_RETURN_IF_ERROR(put("{"));
     bool first = true;
     for (const auto &[k, v] : *dict_) {
-      INFER_ASSIGN_OR_RETURN(std::string item, v.toJson(indent, depth + 1));
-      out += (first ? "" : comma) + newline;
-      jsonString(out, k);
-      out += ": " + item;
+      if (!first)
+        INFER_RETURN_IF_ERROR(put(comma));
+      INFER_RETURN_IF_ERROR(newline(depth + 1));
+      if (!spend(steps, stepsOf(k.size())) ||
+          !appendText(out, k, limit, jsonString))
+        return tooLong;
+      INFER_RETURN_IF_ERROR(put(": "));
+      INFER_RETURN_IF_ERROR(v.toJson(out, indent, limit, steps, depth + 1));
       first = false;
     }
-    return out + closing + "}";
+    INFER_RETURN_IF_ERROR(newline(depth));
+    return put("}");
   }
   case Kind::kFunction:
     return invalidArgument("tojson of a function");
   }
-  return std::string();
+  return Status::ok();
 }
 
 } // namespace infer::serving::jinja

@@ -31,6 +31,8 @@ namespace infer::serving::jinja {
 
 /// How deep lists and dicts may nest in a value (messages included).
 constexpr int kMaxValueDepth = 100;
+/// Bytes of text made, copied or searched that cost one step of a render.
+constexpr int64_t kBytesPerStep = 64;
 
 class Value;
 using ValueList = std::vector<Value>;
@@ -94,17 +96,30 @@ public:
   Value *find(const std::string &key) const;
   /// Sets a dict entry, keeping the order of existing keys.
   void set(const std::string &key, Value value) const;
-  /// Python's ==.
-  bool equals(const Value &other) const;
-  /// str(value) as Jinja prints it ("" for undefined).
+  // The operations below that walk a value take `steps`, the work left to
+  // the render (RenderLimits::maxSteps): they spend one step per list item
+  // and dict entry and one per kBytesPerStep bytes, and stop early once it
+  // is below zero (the caller then fails the render). Null: unbounded.
+
+  /// Python's ==; false when stopped early.
+  bool equals(const Value &other, int64_t *steps = nullptr) const;
+  /// Appends str(value) as Jinja prints it ("" for undefined), or with
+  /// `quoted` repr(value) (strings quoted, as inside a printed list);
+  /// false, with `out` cut short, when `out` would pass `limit` bytes or
+  /// the steps ran out.
+  bool print(std::string &out, bool quoted, size_t limit,
+             int64_t *steps = nullptr) const;
+  /// print(), whole.
   std::string str() const;
-  /// repr(value) (strings quoted), as inside a printed list.
   std::string repr() const;
   /// The type's name, for error messages.
   const char *typeName() const;
-  /// JSON as HF's tojson writes it: json.dumps(ensure_ascii=False) with
-  /// `indent` (< 0: one line with ", " and ": ").
-  StatusOr<std::string> toJson(int indent, int depth = 0) const;
+  /// Appends JSON as HF's tojson writes it: json.dumps(ensure_ascii=False)
+  /// with `indent` (< 0: one line with ", " and ": "). An error for
+  /// undefined and functions; kResourceExhausted when `out` would pass
+  /// `limit` bytes or the steps ran out.
+  Status toJson(std::string &out, int indent, size_t limit,
+                int64_t *steps = nullptr, int depth = 0) const;
 
 private:
   Kind kind_ = Kind::kUndefined;

@@ -93,6 +93,30 @@ TEST(ChatTemplateTest, UnsupportedConstructsAreNamed) {
             std::string::npos);
 }
 
+TEST(ChatTemplateTest, LongChatsRenderWithinTheLimits) {
+  // The fixtures' templates take about 80 (Llama 3) to 150 (Qwen3) steps a
+  // message: 4,000 messages (over a megabyte of text) stay well inside
+  // RenderLimits::maxSteps.
+  json messages = json::array({{{"role", "system"}, {"content", "Be brief."}}});
+  for (int i = 0; i < 4000; ++i)
+    messages.push_back(
+        {{"role", i % 2 ? "assistant" : "user"},
+         {"content", std::string(300, 'x') + std::to_string(i)}});
+  int rendered = 0;
+  for (const char *name : {"llama3", "qwen3", "deepseek_v3"}) {
+    if (!fs::exists(configPath(name)))
+      continue;
+    StatusOr<std::unique_ptr<ChatTemplate>> t =
+        ChatTemplate::fromTokenizerConfig(configPath(name));
+    ASSERT_TRUE(t.isOk()) << name << ": " << t.status().message();
+    StatusOr<std::string> text = (*t)->render(messages, true);
+    ASSERT_TRUE(text.isOk()) << name << ": " << text.status().message();
+    EXPECT_GT(text->size(), 4000u * 300u) << name;
+    ++rendered;
+  }
+  EXPECT_GE(rendered, 1);
+}
+
 /// Message lists of many shapes.
 std::vector<json> messageShapes() {
   auto msg = [](const char *role, std::string content) {

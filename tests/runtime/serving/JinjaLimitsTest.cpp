@@ -158,5 +158,57 @@ TEST(JinjaLimitsTest, StringsAreSharedNotCopied) {
   EXPECT_EQ(*out, "50000 True");
 }
 
+TEST(JinjaLimitsTest, WorkPastMaxStepsIsAnError) {
+  // Loops: huge, nested, and over a string made huge.
+  for (const std::string &source : std::vector<std::string>{
+           "{% for i in range(10 ** 9) %}{% endfor %}",
+           "{% for i in range(3000) %}{% for j in range(3000) %}{% endfor "
+           "%}{% endfor %}",
+           "{% for c in 'abcd' * 4000000 %}{% endfor %}",
+           "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set "
+           "ns.l = ns.l + [i] %}{% endfor %}",
+           "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% "
+           "endif %}{% endmacro %}{{ f(40) }}",
+           "{% set s = 'a b ' * 2000000 %}{{ s.split() | length }}",
+           "{% set s = 'a' * 1000000 %}{% for i in range(100000) %}{{ 'b' in "
+           "s }}{% endfor %}"})
+    expectError(source, "takes more than 2000000 steps");
+  // Smaller limits apply as given.
+  RenderLimits limits;
+  limits.maxSteps = 1000;
+  StatusOr<std::unique_ptr<Template>> t =
+      Template::parse("{% for i in range(1000) %}{{ i }}{% endfor %}");
+  ASSERT_TRUE(t.isOk());
+  StatusOr<std::string> small = (*t)->render({}, limits);
+  ASSERT_FALSE(small.isOk());
+  EXPECT_NE(small.status().message().find("more than 1000 steps"),
+            std::string::npos)
+      << small.status().message();
+}
+
+TEST(JinjaLimitsTest, StringsAndTheOutputStopAtMaxStringBytes) {
+  for (const std::string &source : std::vector<std::string>{
+           // Repetition, checked before the string is made.
+           "{{ 'x' * 10 ** 12 }}", "{{ 'xy' * 9223372036854775807 }}",
+           // The output, grown by a loop.
+           "{% for i in range(1000) %}{{ 'x' * 100000 }}{% endfor %}",
+           // Concatenation doubling a string.
+           "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set "
+           "ns.s = ns.s ~ ns.s %}{% endfor %}",
+           // replace() and tojson growing a string each time.
+           "{{ ('a' * 4000000).replace('a', 'aaaaa') }}",
+           "{% set ns = namespace(s='\\\\') %}{% for i in range(40) %}{% "
+           "set ns.s = ns.s | tojson %}{% endfor %}",
+           "{{ {'a': 1} | tojson(indent=1000000000) }}",
+           // str() of a list holding one long string many times.
+           "{% set s = 'x' * 1000000 %}{{ [s, s, s, s, s, s, s, s, s, s, s, s, "
+           "s, s, s, s, s, s] }}"})
+    expectError(source, "passes 16777216 bytes");
+  // Up to the limit, strings are made.
+  StatusOr<std::string> out = render("{{ ('x' * 16000000) | length }}");
+  ASSERT_TRUE(out.isOk()) << out.status().message();
+  EXPECT_EQ(*out, "16000000");
+}
+
 } // namespace
 } // namespace infer::serving::jinja
