@@ -10,12 +10,49 @@ namespace infer::serving {
 
 using nlohmann::json;
 
+namespace {
+
+/// Whether arrays and objects nest in `j` at most `limit` deep (a scalar is
+/// 0 deep), found without recursion: copying a json and turning it into
+/// template values recurse, and a request's messages may nest 100,000 deep.
+bool nestsAtMost(const json &j, int limit) {
+  std::vector<std::pair<const json *, int>> stack{{&j, 0}};
+  while (!stack.empty()) {
+    const auto [node, depth] = stack.back();
+    stack.pop_back();
+    if (!node->is_structured())
+      continue;
+    if (depth + 1 > limit)
+      return false;
+    for (const json &child : *node)
+      stack.emplace_back(&child, depth + 1);
+  }
+  return true;
+}
+
+/// The message of raise_exception(value): str(value), cut at 4 KiB.
+std::string exceptionMessage(const jinja::ValueList &args) {
+  if (args.empty())
+    return "raise_exception()";
+  constexpr size_t kMaxBytes = 4096;
+  std::string message;
+  if (!args[0].print(message, false, kMaxBytes))
+    message += "...";
+  return message;
+}
+
+} // namespace
+
 StatusOr<std::unique_ptr<ChatTemplate>>
 ChatTemplate::create(const std::string &source, const json &specialTokens) {
   StatusOr<std::unique_ptr<jinja::Template>> parsed =
       jinja::Template::parse(source);
   if (!parsed.isOk())
     return parsed.status().withContext("chat template");
+  if (!nestsAtMost(specialTokens, jinja::kMaxValueDepth))
+    return invalidArgument("chat template: the special tokens nest more "
+                           "than " +
+                           std::to_string(jinja::kMaxValueDepth) + " deep");
   auto t = std::unique_ptr<ChatTemplate>(new ChatTemplate());
   t->template_ = std::move(parsed).value();
   t->globals_ = specialTokens.is_object() ? specialTokens : json::object();
@@ -65,6 +102,10 @@ ChatTemplate::~ChatTemplate() = default;
 
 StatusOr<std::string> ChatTemplate::render(const json &messages,
                                            bool addGenerationPrompt) const {
+  if (!nestsAtMost(messages, jinja::kMaxValueDepth))
+    return invalidArgument("the messages nest more than " +
+                           std::to_string(jinja::kMaxValueDepth) +
+                           " deep (lists and objects in lists and objects)");
   // Content given as parts becomes the text of its text parts.
   json flat = messages;
   for (json &m : flat) {
@@ -93,9 +134,7 @@ StatusOr<std::string> ChatTemplate::render(const json &messages,
                        jinja::Value::function(
                            [](const jinja::ValueList &args,
                               const jinja::KwArgs &) -> StatusOr<jinja::Value> {
-                             return invalidArgument(args.empty()
-                                                        ? "raise_exception()"
-                                                        : args[0].str());
+                             return invalidArgument(exceptionMessage(args));
                            }));
   return template_->render(globals);
 }

@@ -40,7 +40,10 @@ public:
 
   /// The prompt text of `messages` (a JSON array of {role, content}); a
   /// content that is a list of parts becomes the text of its "text" parts
-  /// joined by newlines. Errors name the template's complaint.
+  /// joined by newlines. Errors name the template's complaint (its
+  /// raise_exception message, cut at 4 KiB) or the limit it passed:
+  /// messages nested more than jinja::kMaxValueDepth deep, or a
+  /// jinja::RenderLimits limit.
   StatusOr<std::string> render(const nlohmann::json &messages,
                                bool addGenerationPrompt) const;
 

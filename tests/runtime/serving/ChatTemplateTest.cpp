@@ -117,6 +117,53 @@ TEST(ChatTemplateTest, LongChatsRenderWithinTheLimits) {
   EXPECT_GE(rendered, 1);
 }
 
+TEST(ChatTemplateTest, DeeplyNestedMessagesAreRefusedNotRecursedInto) {
+  // A request's message may carry any JSON; 100,000 nested lists made the
+  // copy and the conversion to template values overflow the stack.
+  StatusOr<std::unique_ptr<ChatTemplate>> t =
+      ChatTemplate::create("{{ messages[0].role }}", json::object());
+  ASSERT_TRUE(t.isOk());
+  json deep = json::array();
+  for (int i = 0; i < 100000; ++i)
+    deep = json::array({std::move(deep)});
+  json messages = json::array(
+      {{{"role", "user"}, {"content", "hi"}, {"extra", std::move(deep)}}});
+  StatusOr<std::string> text = (*t)->render(messages, true);
+  ASSERT_FALSE(text.isOk());
+  EXPECT_NE(text.status().message().find("the messages nest more than 100 "
+                                         "deep"),
+            std::string::npos)
+      << text.status().message();
+  // At the limit they render.
+  json atLimit = "leaf";
+  for (int i = 0; i < 97; ++i)
+    atLimit = json::array({std::move(atLimit)});
+  text = (*t)->render(json::array({{{"role", "user"}, {"x", atLimit}}}), true);
+  ASSERT_TRUE(text.isOk()) << text.status().message();
+  EXPECT_EQ(*text, "user");
+  // Special tokens are checked when the template is made.
+  json deepToken = json::array();
+  for (int i = 0; i < 200; ++i)
+    deepToken = json::array({std::move(deepToken)});
+  EXPECT_FALSE(
+      ChatTemplate::create("x", json{{"bos_token", std::move(deepToken)}})
+          .isOk());
+}
+
+TEST(ChatTemplateTest, RaiseExceptionMessagesAreCut) {
+  StatusOr<std::unique_ptr<ChatTemplate>> t =
+      ChatTemplate::create("{{ raise_exception(messages) }}", json::object());
+  ASSERT_TRUE(t.isOk());
+  json messages = json::array();
+  for (int i = 0; i < 1000; ++i)
+    messages.push_back({{"role", "user"}, {"content", std::string(1000, 'x')}});
+  StatusOr<std::string> text = (*t)->render(messages, true);
+  ASSERT_FALSE(text.isOk());
+  EXPECT_LT(text.status().message().size(), 4200u);
+  EXPECT_EQ(text.status().message().substr(text.status().message().size() - 3),
+            "...");
+}
+
 /// Message lists of many shapes.
 std::vector<json> messageShapes() {
   auto msg = [](const char *role, std::string content) {
