@@ -85,8 +85,27 @@ private:
   const json &body_;
 };
 
+/// A token id of `field`, checked before it becomes an int32: in
+/// [0, vocabSize), or [0, 2^31) when the vocabulary is not known.
+std::optional<ApiError> tokenId(const json &id, const std::string &field,
+                                int64_t vocabSize, int32_t &out) {
+  const int64_t end = vocabSize > 0 ? vocabSize : int64_t(1) << 31;
+  // An integer past int64 reads as unsigned; any such id is out of range.
+  const bool inRange = !id.is_number_unsigned()
+                           ? id.get<int64_t>() >= 0 && id.get<int64_t>() < end
+                           : id.get<uint64_t>() < static_cast<uint64_t>(end);
+  if (!inRange)
+    return badField(field, "token id " + id.dump() +
+                               (vocabSize > 0
+                                    ? " is outside the vocabulary of " +
+                                          std::to_string(vocabSize) + " tokens"
+                                    : " is not in [0, 2^31)"));
+  out = static_cast<int32_t>(id.get<int64_t>());
+  return std::nullopt;
+}
+
 /// Sampling fields shared by both endpoints.
-void readSampling(Fields &f, SamplingParams &p, bool chat) {
+void readSampling(Fields &f, SamplingParams &p, bool chat, int64_t vocabSize) {
   p.temperature = 1.0;
   f.number("temperature", p.temperature, 0.0, 100.0);
   f.number("top_p", p.topP, 1e-9, 1.0);
@@ -126,12 +145,18 @@ void readSampling(Fields &f, SamplingParams &p, bool chat) {
       f.fail("stop_token_ids", "'stop_token_ids' must be a list of integers");
     else
       for (const json &id : *ids) {
+        int32_t token = 0;
         if (!id.is_number_integer()) {
           f.fail("stop_token_ids",
                  "'stop_token_ids' must be a list of integers");
           break;
         }
-        p.stopTokenIds.push_back(id.get<int32_t>());
+        if (std::optional<ApiError> e =
+                tokenId(id, "stop_token_ids", vocabSize, token)) {
+          f.fail(e->param, e->message);
+          break;
+        }
+        p.stopTokenIds.push_back(token);
       }
   }
   if (const json *bestOf = f.find("best_of"))
@@ -187,13 +212,18 @@ std::optional<ApiError> readPrompts(json &body, const ServedModel &model,
   const ApiError badPrompt =
       badField("prompt", "'prompt' must be a string, a list of strings, a "
                          "list of token ids or a list of lists of token ids");
-  auto ids = [&](const json &list, std::vector<int32_t> &ids) {
+  auto ids = [&](const json &list,
+                 std::vector<int32_t> &ids) -> std::optional<ApiError> {
     for (const json &id : list) {
+      int32_t token = 0;
       if (!id.is_number_integer())
-        return false;
-      ids.push_back(id.get<int32_t>());
+        return badPrompt;
+      if (std::optional<ApiError> e =
+              tokenId(id, "prompt", model.vocabSize, token))
+        return e;
+      ids.push_back(token);
     }
-    return true;
+    return std::nullopt;
   };
   if (!prompt || prompt->is_null())
     return badField("prompt", "'prompt' is required");
@@ -205,16 +235,16 @@ std::optional<ApiError> readPrompts(json &body, const ServedModel &model,
   } else if (prompt->is_array() && !prompt->empty() &&
              (*prompt)[0].is_number_integer()) {
     out.emplace_back();
-    if (!ids(*prompt, out.back()))
-      return badPrompt;
+    if (std::optional<ApiError> e = ids(*prompt, out.back()))
+      return e;
   } else if (prompt->is_array() && !prompt->empty()) {
     for (const json &p : *prompt) {
       if (p.is_string() && model.tokenizer) {
         out.push_back(model.tokenizer->encode(p.get<std::string>(), true));
       } else if (p.is_array()) {
         out.emplace_back();
-        if (!ids(p, out.back()))
-          return badPrompt;
+        if (std::optional<ApiError> e = ids(p, out.back()))
+          return e;
       } else {
         return badPrompt;
       }
@@ -300,7 +330,7 @@ std::optional<ApiError> readCompletionRequest(const std::string &text,
   // Sampling.
   Fields f(body);
   SamplingParams sampling;
-  readSampling(f, sampling, chat);
+  readSampling(f, sampling, chat, model.vocabSize);
   int64_t maxTokens = -1;
   const int64_t maxAllowed = std::numeric_limits<int32_t>::max();
   if (chat && f.find("max_completion_tokens"))

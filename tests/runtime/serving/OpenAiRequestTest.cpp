@@ -1,0 +1,73 @@
+//===- OpenAiRequestTest.cpp - Reading OpenAI request bodies --------------===//
+//
+// Bodies infer-fuzz-openai-request found the reader accepting wrongly, and
+// what it must answer instead. tests/serving/serve_test.py covers the
+// endpoints end to end.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/serving/OpenAiRequest.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace infer::serving {
+namespace {
+
+/// A model of 4,096 tokens and a context of 2,048, without a tokenizer
+/// (token-id prompts only) unless a test gives one.
+ServedModel tinyModel() {
+  ServedModel model;
+  model.name = "tiny";
+  model.maxModelLen = 2048;
+  model.vocabSize = 4096;
+  return model;
+}
+
+/// The error `body` gets from /v1/completions, or "" when it is accepted.
+std::string errorOf(const std::string &body,
+                    const ServedModel &model = tinyModel(),
+                    CompletionCall *accepted = nullptr) {
+  CompletionCall call;
+  std::optional<ApiError> e = readCompletionRequest(body, false, model, call);
+  if (accepted)
+    *accepted = call;
+  if (!e)
+    return "";
+  EXPECT_EQ(e->status, 400) << e->message;
+  return e->param + ": " + e->message;
+}
+
+TEST(OpenAiRequestTest, TokenIdsAreCheckedBeforeTheyBecomeInt32) {
+  // 2^32 + 5 was read as token 5, and accepted.
+  EXPECT_EQ(errorOf(R"({"prompt": [4294967301]})"),
+            "prompt: token id 4294967301 is outside the vocabulary of 4096 "
+            "tokens");
+  EXPECT_EQ(errorOf(R"({"prompt": [[1, 2], [18446744073709551615]]})"),
+            "prompt: token id 18446744073709551615 is outside the vocabulary "
+            "of 4096 tokens");
+  EXPECT_EQ(errorOf(R"({"prompt": [1], "stop_token_ids": [4294967298]})"),
+            "stop_token_ids: token id 4294967298 is outside the vocabulary of "
+            "4096 tokens");
+  // Without a known vocabulary: int32's range, and never negative (the
+  // engine refuses a negative id).
+  ServedModel unknown = tinyModel();
+  unknown.vocabSize = 0;
+  EXPECT_EQ(errorOf(R"({"prompt": [-5]})", unknown),
+            "prompt: token id -5 is not in [0, 2^31)");
+  EXPECT_EQ(errorOf(R"({"prompt": [77777777777777775, 0]})", unknown),
+            "prompt: token id 77777777777777775 is not in [0, 2^31)");
+  CompletionCall call;
+  EXPECT_EQ(errorOf(R"({"prompt": [[0, 4095], [2147483647]],
+                        "stop_token_ids": [7]})",
+                    unknown, &call),
+            "");
+  ASSERT_EQ(call.requests.size(), 2u);
+  EXPECT_EQ(call.requests[1].promptTokenIds,
+            std::vector<int32_t>({2147483647}));
+  EXPECT_EQ(call.requests[0].sampling.stopTokenIds, std::vector<int32_t>({7}));
+}
+
+} // namespace
+} // namespace infer::serving
