@@ -331,6 +331,10 @@ std::optional<ApiError> readCompletionRequest(const std::string &text,
   Fields f(body);
   SamplingParams sampling;
   readSampling(f, sampling, chat, model.vocabSize);
+  // The engine matches stop strings on detokenized text.
+  if (!sampling.stopStrings.empty() && !model.tokenizer)
+    f.fail("stop", "'stop' strings need the model's tokenizer (send "
+                   "'stop_token_ids')");
   int64_t maxTokens = -1;
   const int64_t maxAllowed = std::numeric_limits<int32_t>::max();
   if (chat && f.find("max_completion_tokens"))

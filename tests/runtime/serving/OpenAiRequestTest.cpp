@@ -69,5 +69,15 @@ TEST(OpenAiRequestTest, TokenIdsAreCheckedBeforeTheyBecomeInt32) {
   EXPECT_EQ(call.requests[0].sampling.stopTokenIds, std::vector<int32_t>({7}));
 }
 
+TEST(OpenAiRequestTest, StopStringsNeedATokenizer) {
+  // The engine refuses them without one, after the server had answered
+  // 200 (a stream then ended in an error event).
+  ServedModel model = tinyModel();
+  EXPECT_EQ(errorOf(R"({"prompt": [5], "stop": "x"})", model),
+            "stop: 'stop' strings need the model's tokenizer (send "
+            "'stop_token_ids')");
+  EXPECT_EQ(errorOf(R"({"prompt": [5], "stop_token_ids": [2]})", model), "");
+}
+
 } // namespace
 } // namespace infer::serving
