@@ -238,6 +238,12 @@ std::optional<ApiError> readPrompts(json &body, const ServedModel &model,
     if (std::optional<ApiError> e = ids(*prompt, out.back()))
       return e;
   } else if (prompt->is_array() && !prompt->empty()) {
+    // Counted before any is tokenized.
+    if (static_cast<int64_t>(prompt->size()) > kMaxCompletionsPerCall)
+      return badField("prompt", "a request may hold at most " +
+                                    std::to_string(kMaxCompletionsPerCall) +
+                                    " prompts; this one holds " +
+                                    std::to_string(prompt->size()));
     for (const json &p : *prompt) {
       if (p.is_string() && model.tokenizer) {
         out.push_back(model.tokenizer->encode(p.get<std::string>(), true));
@@ -373,6 +379,14 @@ std::optional<ApiError> readCompletionRequest(const std::string &text,
   }
   if (f.error)
     return f.error;
+  const int64_t completions = static_cast<int64_t>(prompts.size()) * sampling.n;
+  if (completions > kMaxCompletionsPerCall)
+    return badField("n",
+                    "a request may ask for at most " +
+                        std::to_string(kMaxCompletionsPerCall) +
+                        " completions; this one asks for " +
+                        std::to_string(prompts.size()) +
+                        " prompts times n = " + std::to_string(completions));
   sampling.logprobs =
       call.logprobs >= 0 ? std::max<int64_t>(call.logprobs, 1) : 0;
 

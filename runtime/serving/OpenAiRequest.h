@@ -29,6 +29,10 @@
 
 namespace infer::serving {
 
+/// Completions one call may ask for, prompts times n: each is an engine
+/// request's worth of state, and a 4 MiB body holds a million prompts.
+constexpr int64_t kMaxCompletionsPerCall = 2048;
+
 /// OpenAI's error object, with the HTTP status that carries it.
 struct ApiError {
   int status = 400;

@@ -79,5 +79,24 @@ TEST(OpenAiRequestTest, StopStringsNeedATokenizer) {
   EXPECT_EQ(errorOf(R"({"prompt": [5], "stop_token_ids": [2]})", model), "");
 }
 
+TEST(OpenAiRequestTest, ACallAsksForAtMost2048Completions) {
+  // 6 KB of '[1],' made a call of 1,500 prompts times n = 128: 192,000
+  // completions, each an engine request's state; a 4 MiB body held a
+  // million prompts.
+  std::string many = "[1]";
+  for (int i = 1; i < 1500; ++i)
+    many += ",[1]";
+  EXPECT_EQ(errorOf(R"({"prompt": [)" + many + R"(], "n": 128})"),
+            "n: a request may ask for at most 2048 completions; this one asks "
+            "for 1500 prompts times n = 192000");
+  EXPECT_EQ(errorOf(R"({"prompt": [)" + many + "," + many + "]}"),
+            "prompt: a request may hold at most 2048 prompts; this one holds "
+            "3000");
+  CompletionCall call;
+  EXPECT_EQ(errorOf(R"({"prompt": [)" + many + "]}", tinyModel(), &call), "");
+  EXPECT_EQ(call.requests.size(), 1500u);
+  EXPECT_EQ(errorOf(R"({"prompt": [1], "n": 128})"), "");
+}
+
 } // namespace
 } // namespace infer::serving
