@@ -205,6 +205,21 @@ std::optional<ApiError> checkMessages(const json &messages) {
   return std::nullopt;
 }
 
+/// `text` as token ids, or a 400 for `field` when the tokenizer gave up on
+/// it (a cost limit, a regex's match limit): encode() would return the ids
+/// up to there, a prompt silently cut.
+std::optional<ApiError> encode(const Tokenizer &tokenizer,
+                               const std::string &text, bool addSpecialTokens,
+                               const char *field, std::vector<int32_t> &out) {
+  StatusOr<std::vector<int32_t>> ids =
+      tokenizer.tryEncode(text, addSpecialTokens);
+  if (!ids.isOk())
+    return badField(field, "the tokenizer gave up on the text: " +
+                               ids.status().message());
+  out = std::move(ids).value();
+  return std::nullopt;
+}
+
 /// The prompts of a completions body, as token ids.
 std::optional<ApiError> readPrompts(json &body, const ServedModel &model,
                                     std::vector<std::vector<int32_t>> &out) {
@@ -231,7 +246,11 @@ std::optional<ApiError> readPrompts(json &body, const ServedModel &model,
     if (!model.tokenizer)
       return badField("prompt", "the model has no tokenizer: send "
                                 "token ids");
-    out.push_back(model.tokenizer->encode(prompt->get<std::string>(), true));
+    out.emplace_back();
+    if (std::optional<ApiError> e =
+            encode(*model.tokenizer, prompt->get<std::string>(), true, "prompt",
+                   out.back()))
+      return e;
   } else if (prompt->is_array() && !prompt->empty() &&
              (*prompt)[0].is_number_integer()) {
     out.emplace_back();
@@ -246,7 +265,11 @@ std::optional<ApiError> readPrompts(json &body, const ServedModel &model,
                                     std::to_string(prompt->size()));
     for (const json &p : *prompt) {
       if (p.is_string() && model.tokenizer) {
-        out.push_back(model.tokenizer->encode(p.get<std::string>(), true));
+        out.emplace_back();
+        if (std::optional<ApiError> e =
+                encode(*model.tokenizer, p.get<std::string>(), true, "prompt",
+                       out.back()))
+          return e;
       } else if (p.is_array()) {
         out.emplace_back();
         if (std::optional<ApiError> e = ids(p, out.back()))
@@ -279,8 +302,7 @@ std::optional<ApiError> readMessages(json &body, const ServedModel &model,
       model.chatTemplate->render(body["messages"], addGenerationPrompt);
   if (!text.isOk())
     return badField("messages", "chat template: " + text.status().message());
-  out = model.tokenizer->encode(*text, false);
-  return std::nullopt;
+  return encode(*model.tokenizer, *text, false, "messages", out);
 }
 
 } // namespace
@@ -456,9 +478,8 @@ std::optional<ApiError> readTokenizeRequest(const std::string &text,
   f.boolean("add_special_tokens", addSpecialTokens);
   if (f.error)
     return f.error;
-  tokens =
-      model.tokenizer->encode(prompt->get<std::string>(), addSpecialTokens);
-  return std::nullopt;
+  return encode(*model.tokenizer, prompt->get<std::string>(), addSpecialTokens,
+                "prompt", tokens);
 }
 
 std::optional<ApiError> readDetokenizeRequest(const std::string &text,

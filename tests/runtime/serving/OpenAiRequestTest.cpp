@@ -98,5 +98,31 @@ TEST(OpenAiRequestTest, ACallAsksForAtMost2048Completions) {
   EXPECT_EQ(errorOf(R"({"prompt": [1], "n": 128})"), "");
 }
 
+TEST(OpenAiRequestTest, TextTheTokenizerGivesUpOnIsRefusedNotCut) {
+  // A backtracking pre-tokenizer regex hits PCRE2's match limit on a long
+  // run of 'a's: encode() returned the ids before that point, a prompt
+  // silently cut; the server now says so.
+  StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::fromJson(R"({
+    "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a+)+$"},
+                      "behavior": "Isolated"},
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}})");
+  ASSERT_TRUE(tokenizer.isOk()) << tokenizer.status().message();
+  ServedModel model = tinyModel();
+  model.tokenizer = tokenizer->get();
+  const std::string hostile = std::string(5000, 'a') + "b";
+  ASSERT_FALSE((*tokenizer)->tryEncode(hostile, true).isOk())
+      << "the regex no longer gives up; pick a harder text";
+  const std::string error =
+      errorOf(R"({"prompt": ")" + hostile + R"("})", model);
+  EXPECT_EQ(error.rfind("prompt: the tokenizer gave up on the text: ", 0), 0u)
+      << error;
+  std::vector<int32_t> tokens;
+  std::optional<ApiError> e =
+      readTokenizeRequest(R"({"prompt": ")" + hostile + R"("})", model, tokens);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->param, "prompt");
+  EXPECT_EQ(errorOf(R"({"prompt": "ab"})", model), "");
+}
+
 } // namespace
 } // namespace infer::serving
