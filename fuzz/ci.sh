@@ -6,10 +6,11 @@
 # coverage (INFER_ENABLE_FUZZ, INFER_ENABLE_COMPILER=OFF, no CUDA) in
 # BUILD_DIR. Every runtime harness runs for INFER_FUZZ_SECONDS (default 30)
 # and the GoogleTest suites of the parsers, the plan verifier, the sampler,
-# the engine and speculation run under the sanitizers, as many at a time as
-# there are cores. Phase 2: a compiler-enabled build of the same kind in
-# BUILD_DIR-cc, only the HF config and infer-opt harnesses and what they
-# link, each run for INFER_FUZZ_SECONDS. A crash, leak or sanitizer report
+# the engine, speculation, OpenAI request bodies and chat templates run
+# under the sanitizers, as many at a time as there are cores. Phase 2: a
+# compiler-enabled build of the same kind in BUILD_DIR-cc, only the HF
+# config and infer-opt harnesses and what they link, each run for
+# INFER_FUZZ_SECONDS. A crash, leak or sanitizer report
 # fails it; every run replays fuzz/regressions/ first. On Debian it installs
 # clang-19 and its libFuzzer runtime when they are missing (INFER_SKIP_APT=1
 # skips that); phase 2 uses the MLIR 19 that scripts/bootstrap.sh installs.
@@ -28,7 +29,9 @@ start=$(date +%s)
 # would take most of the CI budget, while the kept engine and speculation
 # tests (fault injection, abort, fork, stop strings, invalid requests,
 # sampled speculation through the engine; abort, fork and failed launches
-# with a step in flight) take the same code paths with fewer tokens.
+# with a step in flight) take the same code paths with fewer tokens. Of the
+# serving suite, the request reader, chat template, Jinja limit and metrics
+# tests run; the AsyncEngine tests, which run the model, do not.
 suites=(
   "TokenizerTest:*"
   "InferPlanTests:*"
@@ -36,9 +39,11 @@ suites=(
   "InferSamplerTests:*"
   "InferEngineTests:-Fp8/QuantizeFp8Numerics.*:Fixtures/HfParityTest.*:QuantizeFp8Threads.*:TinyPycode.MixedBatch*:TinyPycode.RepeatedPrompt*:TinyPycode.TooSmallAPool*:TinyPycode.CompletionsOfOne*:TinyPycode.SpeculativeVerification*:AsyncScheduling.MixedArrivals*:AsyncScheduling.PreemptionKeeps*:AsyncScheduling.LogprobsAndCompletions*"
   "InferSpecTests:-SpecDecodingTest.*:SpecEngineTest.*:Transforms/SpecDistributionTest.SampledSpeculationFollowsTheTarget/*"
+  "InferServingTests:ChatTemplateTest.*:JinjaLimitsTest.*:OpenAiRequestTest.*:MetricsTest.*"
 )
 fuzzers=(infer-fuzz-safetensors infer-fuzz-tokenizer infer-fuzz-plan
-         infer-fuzz-cpu-plan)
+         infer-fuzz-cpu-plan infer-fuzz-openai-request
+         infer-fuzz-chat-template)
 
 if [ "${INFER_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null &&
    ! { command -v clang++-19 >/dev/null &&
