@@ -667,6 +667,16 @@ int main(int argc, char **argv) {
                 t.second, t.both, t.serial, t.both / t.serial);
   };
 
+  auto release = [&] {
+    cudaEventDestroy(ready);
+    cudaEventDestroy(done);
+    cudaStreamDestroy(stream);
+    cudaStreamDestroy(second);
+    cudaFree(x);
+    cudaFree(w);
+    cudaFree(y);
+  };
+
   if (o.powerSeconds > 0) {
     Nvml nvml(0);
     LayerGemms full(o.rows, 1, 0, x, w, y);
@@ -733,13 +743,7 @@ int main(int argc, char **argv) {
                 decode.kvBytes(o.context) / (a.msPerLayer * 1e-3) / 1e9,
                 s.msPerLayer, g.msPerLayer + a.msPerLayer, bound,
                 bound / s.msPerLayer);
-    cudaEventDestroy(ready);
-    cudaEventDestroy(done);
-    cudaStreamDestroy(stream);
-    cudaStreamDestroy(second);
-    cudaFree(x);
-    cudaFree(w);
-    cudaFree(y);
+    release();
     return 0;
   }
 
@@ -801,12 +805,6 @@ int main(int argc, char **argv) {
     if (pieces == 1 && o.lanes)
       measureLanes(serialLayer, 0, stream, second, "all", "all");
   }
-  cudaEventDestroy(ready);
-  cudaEventDestroy(done);
-  cudaStreamDestroy(stream);
-  cudaStreamDestroy(second);
-  cudaFree(x);
-  cudaFree(w);
-  cudaFree(y);
+  release();
   return 0;
 }
