@@ -29,9 +29,10 @@ start=$(date +%s)
 # would take most of the CI budget, while the kept engine and speculation
 # tests (fault injection, abort, fork, stop strings, invalid requests,
 # sampled speculation through the engine; abort, fork and failed launches
-# with a step in flight) take the same code paths with fewer tokens. Of the
-# serving suite, the request reader, chat template, Jinja limit and metrics
-# tests run; the AsyncEngine tests, which run the model, do not.
+# with a step in flight) take the same code paths with fewer tokens. Of
+# serving, the request reader, chat template and Jinja limit tests run
+# (InferServingInputTests, built without HTTP); InferServingTests, which
+# runs the model through the AsyncEngine, does not.
 suites=(
   "TokenizerTest:*"
   "InferPlanTests:*"
@@ -39,7 +40,7 @@ suites=(
   "InferSamplerTests:*"
   "InferEngineTests:-Fp8/QuantizeFp8Numerics.*:Fixtures/HfParityTest.*:QuantizeFp8Threads.*:TinyPycode.MixedBatch*:TinyPycode.RepeatedPrompt*:TinyPycode.TooSmallAPool*:TinyPycode.CompletionsOfOne*:TinyPycode.SpeculativeVerification*:AsyncScheduling.MixedArrivals*:AsyncScheduling.PreemptionKeeps*:AsyncScheduling.LogprobsAndCompletions*"
   "InferSpecTests:-SpecDecodingTest.*:SpecEngineTest.*:Transforms/SpecDistributionTest.SampledSpeculationFollowsTheTarget/*"
-  "InferServingTests:ChatTemplateTest.*:JinjaLimitsTest.*:OpenAiRequestTest.*:MetricsTest.*"
+  "InferServingInputTests:*"
 )
 fuzzers=(infer-fuzz-safetensors infer-fuzz-tokenizer infer-fuzz-plan
          infer-fuzz-cpu-plan infer-fuzz-openai-request
