@@ -110,6 +110,16 @@ StatusOr<RequestId> Engine::addRequest(std::vector<int32_t> promptTokenIds,
     r.status = RequestStatus::kFinished;
     r.finishReason = FinishReason::kLength;
     emit(entry, {}, {}, pending_);
+    // Its other completions are as empty and end with it: each under its
+    // own id, as spawnCompletions would have made it.
+    for (int64_t index = 1; index < sampling.n; ++index) {
+      RequestOutput out = pending_.back();
+      out.id = nextId_++;
+      out.index = index;
+      if (callback_)
+        callback_(out);
+      pending_.push_back(std::move(out));
+    }
     track(entry, -1);
     requests_.erase(id);
     return id;

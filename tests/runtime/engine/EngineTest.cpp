@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <set>
 
 namespace infer::testing {
 namespace {
@@ -471,6 +472,38 @@ TEST_F(LlamaGqaEngine, StopsAtEosUnlessIgnored) {
   ASSERT_TRUE(out.isOk());
   EXPECT_TRUE((*out)[0].outputTokenIds.empty());
   EXPECT_TRUE((*out)[0].finished);
+}
+
+TEST_F(LlamaGqaEngine, NoNewTokensEndsEveryCompletion) {
+  Engine engine(*backend_, config_);
+  std::vector<RequestOutput> seen;
+  engine.setOutputCallback([&](const RequestOutput &o) { seen.push_back(o); });
+  SamplingParams params;
+  params.maxNewTokens = 0;
+  params.n = 3;
+  StatusOr<RequestId> id = engine.addRequest({175, 20}, params);
+  ASSERT_TRUE(id.isOk()) << id.status().message();
+  std::vector<RequestOutput> outputs;
+  while (engine.hasUnfinished()) {
+    auto out = engine.step();
+    ASSERT_TRUE(out.isOk()) << out.status().message();
+    outputs.insert(outputs.end(), out->begin(), out->end());
+  }
+  ASSERT_EQ(outputs.size(), 3u) << "one finished output a completion";
+  std::set<RequestId> ids;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const RequestOutput &o = outputs[i];
+    EXPECT_EQ(o.parentId, *id);
+    EXPECT_EQ(o.index, static_cast<int64_t>(i));
+    EXPECT_TRUE(o.finished);
+    EXPECT_EQ(o.finishReason, FinishReason::kLength);
+    EXPECT_TRUE(o.outputTokenIds.empty());
+    ids.insert(o.id);
+  }
+  EXPECT_EQ(ids.size(), 3u) << "each completion has its own id";
+  EXPECT_EQ(outputs[0].id, *id);
+  EXPECT_EQ(seen.size(), 3u) << "the callback sees each completion";
+  EXPECT_EQ(engine.stats().numComputedTokens, 0);
 }
 
 TEST_F(LlamaGqaEngine, SeededSamplingIsReproducibleAndBatchIndependent) {
