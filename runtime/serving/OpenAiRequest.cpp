@@ -305,6 +305,18 @@ std::optional<ApiError> readMessages(json &body, const ServedModel &model,
   return encode(*model.tokenizer, *text, false, "messages", out);
 }
 
+/// The body of a /tokenize or /detokenize request, for a model that has a
+/// tokenizer.
+std::optional<ApiError> parseTokenizerBody(const std::string &text,
+                                           const ServedModel &model,
+                                           json &body) {
+  if (std::optional<ApiError> e = parseBody(text, body))
+    return e;
+  if (!model.tokenizer)
+    return ApiError{400, "the model has no tokenizer", ""};
+  return std::nullopt;
+}
+
 } // namespace
 
 std::string errorBody(const ApiError &e) {
@@ -463,10 +475,8 @@ std::optional<ApiError> readTokenizeRequest(const std::string &text,
                                             const ServedModel &model,
                                             std::vector<int32_t> &tokens) {
   json body;
-  if (std::optional<ApiError> e = parseBody(text, body))
+  if (std::optional<ApiError> e = parseTokenizerBody(text, model, body))
     return e;
-  if (!model.tokenizer)
-    return ApiError{400, "the model has no tokenizer", ""};
   if (body.contains("messages"))
     return readMessages(body, model, "the model has no chat template", tokens);
   Fields f(body);
@@ -486,10 +496,8 @@ std::optional<ApiError> readDetokenizeRequest(const std::string &text,
                                               const ServedModel &model,
                                               std::vector<int32_t> &tokens) {
   json body;
-  if (std::optional<ApiError> e = parseBody(text, body))
+  if (std::optional<ApiError> e = parseTokenizerBody(text, model, body))
     return e;
-  if (!model.tokenizer)
-    return ApiError{400, "the model has no tokenizer", ""};
   const auto it = body.find("tokens");
   bool ok = it != body.end() && it->is_array();
   if (ok)
