@@ -9,17 +9,27 @@
 //                  budget (chunked prefill), max_num_seqs, chunking on/off,
 //                  prefix caching on/off, FCFS or priority, prefill ratio,
 //                  asynchronous scheduling, speculative decoding (n-gram, or
-//                  the tiny-pycode draft model) with k drafts
+//                  the tiny-pycode draft model) with k drafts, a short
+//                  context (max_model_len) now and then
 //   workload       prompts sharing prefixes (or equal), greedy and seeded
 //                  sampling, penalties, logprobs, n > 1, forks, stop tokens,
-//                  EOS, arrivals, aborts of running and waiting requests
+//                  stop strings (pieces of the request's text alone, often
+//                  across token boundaries, of its prompt's, or none it
+//                  makes), EOS, no new tokens, arrivals (and arrival times
+//                  out of order), aborts of running and waiting requests
 //
 //   - every completion that is not aborted ends exactly as the same request
 //     run alone on a fresh engine with a large pool (the CPU backend is
-//     exact whatever else is in a batch), cut where the pool cannot hold it
-//     even alone (FinishReason::kLength, Scheduler.h);
+//     exact whatever else is in a batch): its tokens, finish reason, text
+//     and log-probabilities, cut where the pool or the context cannot hold
+//     it even alone (FinishReason::kLength, Scheduler.h). Stop strings and
+//     the cut change no token before it: the request runs alone without its
+//     stop strings, and a StopChecker replaying its tokens says where it
+//     ends and what its text is then;
 //   - an aborted one ends with kAbort and a prefix of that, then is silent;
-//   - every step returns no error; every output extends the one before; each
+//   - every step returns no error; every output extends the one before, its
+//     text too but for what a stop string takes back (no more than the
+//     longest one's bytes less one), and no text holds a stop string; each
 //     block's reference count is the number of block tables holding it; a
 //     forward call writes only blocks that one sequence holds unpublished;
 //   - at the end every block is free, no table is left, and the engine's
@@ -33,6 +43,7 @@
 #include "runtime/spec/DraftModelProposer.h"
 #include "runtime/spec/NgramProposer.h"
 #include "runtime/spec/Speculator.h"
+#include "runtime/tokenizer/Tokenizer.h"
 #include "tests/runtime/support/FixtureCases.h"
 #include "tests/runtime/support/Generate.h"
 #include "tests/runtime/support/LlamaPlan.h"
@@ -91,6 +102,9 @@ struct PlannedRequest {
   SamplingParams sampling;
   int64_t priority = 0;
   int64_t arrivalStep = 0;
+  /// The arrival time given to addRequest (none: the order of the calls),
+  /// which orders FCFS scheduling whatever the order of the calls.
+  std::optional<double> arrivalTime;
   /// Aborts completion `abortIndex` at this step (-1: never).
   int64_t abortStep = -1;
   int64_t abortIndex = 0;
@@ -106,11 +120,31 @@ struct Scenario {
   Drafter drafter = Drafter::kNone;
   int64_t ngramMin = 1, ngramMax = 3;
   int64_t draftBlockSize = 16, draftBlocks = 0;
+  /// Speculation whose k follows the acceptance and the load (none: k
+  /// drafts whenever they fit).
+  std::optional<spec::AdaptiveOptions> adaptive;
   std::vector<PlannedRequest> requests;
   /// A prompt longer than the pool (empty: none), added first: addRequest
   /// refuses it.
   std::vector<int32_t> oversized;
 };
+
+/// A stop string in C-like quotes, bytes outside printable ASCII escaped.
+std::string escaped(const std::string &text) {
+  std::ostringstream os;
+  os << '"';
+  for (unsigned char ch : text) {
+    if (ch == '"' || ch == '\\')
+      os << '\\' << ch;
+    else if (ch >= 0x20 && ch < 0x7f)
+      os << ch;
+    else
+      os << "\\x"
+         << "0123456789abcdef"[ch >> 4] << "0123456789abcdef"[ch & 15];
+  }
+  os << '"';
+  return os.str();
+}
 
 std::string describe(const Scenario &s) {
   const EngineConfig &c = s.config;
@@ -122,8 +156,8 @@ std::string describe(const Scenario &s) {
      << ", prefix caching " << c.enablePrefixCaching << ", policy "
      << (c.scheduler.policy == SchedulingPolicy::kPriority ? "priority"
                                                            : "fcfs")
-     << ", prefill ratio " << c.scheduler.prefillRatio << ", async "
-     << c.asyncScheduling << ", eos {";
+     << ", prefill ratio " << c.scheduler.prefillRatio << ", max_model_len "
+     << c.maxModelLen << ", async " << c.asyncScheduling << ", eos {";
   for (int32_t t : c.eosTokenIds)
     os << " " << t;
   os << " }, speculation k=" << c.numSpeculativeTokens;
@@ -132,6 +166,11 @@ std::string describe(const Scenario &s) {
   if (s.drafter == Drafter::kDraftModel)
     os << " draft model (" << s.draftBlocks << " blocks of " << s.draftBlockSize
        << ")";
+  if (s.adaptive)
+    os << " adaptive (max k " << s.adaptive->maxK << ", initial acceptance "
+       << s.adaptive->initialAcceptance << ", per-token cost "
+       << s.adaptive->perTokenCost << ", token budget "
+       << s.adaptive->tokenBudget << ")";
   if (!s.oversized.empty())
     os << "; oversized prompt of " << s.oversized.size();
   os << "\n";
@@ -156,9 +195,13 @@ std::string describe(const Scenario &s) {
       os << ", ignore_eos";
     for (int32_t t : p.stopTokenIds)
       os << ", stop " << t;
+    for (const std::string &stop : p.stopStrings)
+      os << ", stop " << escaped(stop);
     if (p.n > 1)
       os << ", n " << p.n;
     os << ", priority " << r.priority << ", arrives at step " << r.arrivalStep;
+    if (r.arrivalTime)
+      os << " (time " << *r.arrivalTime << ")";
     if (r.abortStep >= 0)
       os << ", abort of completion " << r.abortIndex << " at step "
          << r.abortStep;
@@ -173,18 +216,21 @@ std::string describe(const Scenario &s) {
 struct Outcome {
   std::vector<int32_t> tokens;
   FinishReason reason = FinishReason::kNone;
+  /// RequestOutput::text ("" without a tokenizer).
+  std::string text;
+  /// The log-probabilities of every token (SamplingParams::logprobs > 0).
+  std::vector<TokenLogprobs> logprobs;
 };
 
-/// The outcome of a request run alone, cut where a pool of `capacity` token
-/// slots cannot hold it: it gains its last token when its first `capacity`
-/// tokens are computed, and ends there (Scheduler.h).
-Outcome cutToPool(Outcome alone, int64_t promptLength, int64_t capacity) {
-  const int64_t room = capacity + 1 - promptLength;
-  if (static_cast<int64_t>(alone.tokens.size()) > room) {
-    alone.tokens.resize(room);
-    alone.reason = FinishReason::kLength;
-  }
-  return alone;
+/// How many new tokens the request may have in a pool of `capacity` token
+/// slots and a context of `maxModelLen` (0: none): it gains its last token
+/// when its first `capacity` tokens are computed (Scheduler.h), and at
+/// least one token whatever the context.
+int64_t roomFor(int64_t promptLength, int64_t capacity, int64_t maxModelLen) {
+  int64_t room = capacity + 1 - promptLength;
+  if (maxModelLen > 0)
+    room = std::min(room, std::max<int64_t>(maxModelLen - promptLength, 1));
+  return room;
 }
 
 /// The features the scenarios of one test reached, summed: each must be
@@ -205,17 +251,26 @@ struct Coverage {
   int64_t draftTokens = 0;
   int64_t acceptedTokens = 0;
   int64_t refused = 0;
+  int64_t cutByContext = 0;
+  int64_t stopStrings = 0;
+  int64_t zeroTokenRequests = 0;
+  int64_t zeroTokenCompletions = 0;
 
   void print(std::ostream &os) const {
     os << "[ stress   ] " << scenarios << " scenarios: " << preemptions
        << " preemptions, " << cachedTokens << " prefix-cached tokens, "
        << blockCopies << " block copies, " << chunkedPrefills
-       << " half-computed prompts seen, " << cutByPool << " cut by the pool, "
-       << stoppedEarly << " stopped by EOS or a stop token, " << abortsRunning
-       << " + " << abortsWaiting << " aborts (running + waiting), " << forks
+       << " half-computed prompts seen, " << cutByPool
+       << " cut by the pool or context, " << stoppedEarly
+       << " stopped by EOS or a stop token, " << abortsRunning << " + "
+       << abortsWaiting << " aborts (running + waiting), " << forks
        << " forks, " << completions << " extra completions, " << asyncSteps
        << " async steps, " << acceptedTokens << "/" << draftTokens
-       << " drafts accepted, " << refused << " prompts refused\n";
+       << " drafts accepted, " << refused << " prompts refused, "
+       << cutByContext << " cut by the context, " << stopStrings
+       << " stopped by a stop string, " << zeroTokenRequests
+       << " requests of no new tokens (" << zeroTokenCompletions
+       << " more completions)\n";
   }
 };
 
@@ -289,7 +344,32 @@ struct Seen {
   /// abort() was called on it (and returned ok).
   bool aborted = false;
   int64_t preemptions = 0;
+  /// The text of the last output, and the log-probabilities streamed.
+  std::string text;
+  std::vector<TokenLogprobs> logprobs;
+  /// Output tokens a fork inherited (streamed to its parent).
+  size_t inherited = 0;
 };
+
+/// Bytes at the end of a streamed text that a later stop string may still
+/// take back: one less than the longest stop string's (serving's
+/// AsyncEngine holds them back from its clients).
+size_t holdBack(const SamplingParams &params) {
+  size_t longest = 0;
+  for (const std::string &stop : params.stopStrings)
+    longest = std::max(longest, stop.size());
+  return longest ? longest - 1 : 0;
+}
+
+/// `before` without its last `held` bytes is a prefix of `text`.
+bool extends(const std::string &text, const std::string &before, size_t held) {
+  const size_t keep = before.size() > held ? before.size() - held : 0;
+  return text.compare(0, keep, before, 0, keep) == 0 && text.size() >= keep;
+}
+
+bool sameLogprobs(const TokenLogprobs &a, const TokenLogprobs &b) {
+  return a.token == b.token && a.logprob == b.logprob && a.top == b.top;
+}
 
 /// The target (and draft) model of the scenarios, with the token runs that
 /// prompts are built from.
@@ -297,6 +377,8 @@ struct StressModel {
   std::string dir;
   std::string draftDir;
   std::vector<std::vector<int32_t>> phrases;
+  /// Detokenizes outputs (EngineConfig::tokenizer; null: no stop strings).
+  const Tokenizer *tokenizer = nullptr;
 };
 
 class EngineStress : public ::testing::Test {
@@ -335,6 +417,7 @@ protected:
                        const std::vector<int32_t> &prompt,
                        const SamplingParams &sampling) {
     std::ostringstream key;
+    key.precision(17);
     key << model.dir << "|";
     for (int32_t t : eos)
       key << t << ",";
@@ -348,12 +431,16 @@ protected:
         << sampling.ignoreEos << "," << sampling.logprobs << "|";
     for (int32_t t : sampling.stopTokenIds)
       key << t << ",";
+    key << "|";
+    for (const std::string &stop : sampling.stopStrings)
+      key << stop.size() << ":" << stop;
     auto it = references_.find(key.str());
     if (it != references_.end())
       return it->second;
     const Artifact &a = artifact(model.dir, 16);
     EngineConfig config = engineConfigFor(a);
     config.eosTokenIds = eos;
+    config.tokenizer = model.tokenizer;
     const int64_t blocks = blocksFor(
         static_cast<int64_t>(prompt.size()) + sampling.maxNewTokens + 1, 16);
     auto &backend = referenceBackends_[model.dir];
@@ -364,13 +451,54 @@ protected:
       backend = std::move(b).value();
     }
     Outcome outcome;
-    auto out = generate(*backend, config, {{prompt, sampling}});
+    Engine engine(*backend, config);
+    engine.setOutputCallback([&](const RequestOutput &out) {
+      outcome.logprobs.insert(outcome.logprobs.end(), out.logprobs.begin(),
+                              out.logprobs.end());
+    });
+    auto out = runToCompletion(engine, {{prompt, sampling}});
     EXPECT_TRUE(out.isOk()) << out.status().message();
     if (out.isOk()) {
       outcome.tokens = (*out)[0].outputTokenIds;
       outcome.reason = (*out)[0].finishReason;
+      outcome.text = (*out)[0].text;
     }
     return references_.emplace(key.str(), std::move(outcome)).first->second;
+  }
+
+  /// What a request must produce when it may have `room` new tokens (see
+  /// roomFor): the request alone without its stop strings (which change no
+  /// token), cut where its stop checker ends it, stop strings and `room`
+  /// included. The cut keeps a prefix of the tokens and log-probabilities;
+  /// the text is the checker's.
+  Outcome expectedOf(const StressModel &model, const std::vector<int32_t> &eos,
+                     const std::vector<int32_t> &prompt,
+                     const SamplingParams &params, int64_t room) {
+    SamplingParams free = params;
+    free.stopStrings.clear();
+    const Outcome &whole = alone(model, eos, prompt, free);
+    if (params.stopStrings.empty() &&
+        static_cast<int64_t>(whole.tokens.size()) <= room)
+      return whole;
+    SamplingParams cut = params;
+    cut.maxNewTokens = std::min(params.maxNewTokens, room);
+    StopChecker stop(cut, eos, model.tokenizer, prompt);
+    Outcome out;
+    out.reason = whole.reason;
+    for (int32_t token : whole.tokens) {
+      out.tokens.push_back(token);
+      const StopReason reason = stop.append(token);
+      if (reason != StopReason::kNone) {
+        out.reason = reason == StopReason::kLength ? FinishReason::kLength
+                                                   : FinishReason::kStop;
+        break;
+      }
+    }
+    out.text = stop.text();
+    out.logprobs.assign(whole.logprobs.begin(),
+                        whole.logprobs.begin() +
+                            std::min(whole.logprobs.size(), out.tokens.size()));
+    return out;
   }
 
   Scenario draw(const StressModel &model, uint64_t seed);
@@ -384,6 +512,57 @@ protected:
   std::map<std::string, Outcome> references_;
 };
 
+/// A stop string for a request whose output alone is `free`: now and then
+/// one that never matches, else a piece of that output (often across a
+/// token boundary, or its very end) or of the prompt's text, which it may
+/// or may not produce.
+std::string drawStopString(Rng &rng, const StressModel &model,
+                           const std::vector<int32_t> &prompt,
+                           const Outcome &free) {
+  // Where each token's text ends in the output's text.
+  SamplingParams plain;
+  plain.maxNewTokens = INT64_MAX;
+  plain.ignoreEos = true;
+  StopChecker detokenizer(plain, {}, model.tokenizer, prompt);
+  std::vector<int64_t> ends;
+  for (int32_t t : free.tokens) {
+    (void)detokenizer.append(t);
+    ends.push_back(static_cast<int64_t>(detokenizer.text().size()));
+  }
+  const std::string &text = detokenizer.text();
+  const int64_t length = static_cast<int64_t>(text.size());
+  auto piece = [&](const std::string &from, int64_t at, int64_t size) {
+    at = std::clamp<int64_t>(at, 0, static_cast<int64_t>(from.size()) - 1);
+    return from.substr(at, size);
+  };
+  const double kind = rng.real(0.0, 1.0);
+  if (length > 1 && kind < 0.35) {
+    // Across the end of a token's text.
+    std::vector<int64_t> inner;
+    for (int64_t e : ends)
+      if (e > 0 && e < length)
+        inner.push_back(e);
+    if (!inner.empty()) {
+      const int64_t e = inner[rng.range(0, inner.size() - 1)];
+      const int64_t from = rng.range(std::max<int64_t>(e - 4, 0), e - 1);
+      return text.substr(from,
+                         rng.range(e + 1, std::min(e + 4, length)) - from);
+    }
+  }
+  if (length > 0 && kind < 0.6)
+    return piece(text, rng.range(0, length - 1), rng.range(1, 6));
+  if (length > 0 && kind < 0.7)
+    return text.substr(std::max<int64_t>(length - rng.range(1, 8), 0));
+  const std::string promptText = model.tokenizer->decode(prompt, true);
+  if (!promptText.empty() && kind < 0.85)
+    return piece(promptText, rng.range(0, promptText.size() - 1),
+                 rng.range(2, 6));
+  std::string never = "\x01";
+  for (int64_t n = rng.range(1, 4); n > 0; --n)
+    never.push_back(static_cast<char>('a' + rng.range(0, 25)));
+  return never;
+}
+
 Scenario EngineStress::draw(const StressModel &model, uint64_t seed) {
   Rng rng(seed);
   Scenario s;
@@ -394,6 +573,7 @@ Scenario EngineStress::draw(const StressModel &model, uint64_t seed) {
       rng.chance(0.1) ? 0 : 1, static_cast<int64_t>(blockSizes.size()) - 1)];
   s.config = engineConfigFor(artifact(model.dir, bs));
   EngineConfig &c = s.config;
+  c.tokenizer = model.tokenizer;
   const int64_t vocab = c.vocabSize;
 
   // Speculation first: its requests stay greedy (seeded speculative
@@ -406,6 +586,13 @@ Scenario EngineStress::draw(const StressModel &model, uint64_t seed) {
     s.ngramMin = rng.range(1, 2);
     s.ngramMax = rng.range(s.ngramMin, 4);
     s.draftBlockSize = blockSizes[rng.range(1, 5)];
+    if (rng.chance(0.25)) {
+      spec::AdaptiveOptions a;
+      a.maxK = rng.range(1, 5);
+      a.initialAcceptance = rng.real(0.0, 1.0);
+      a.perTokenCost = rng.real(0.0, 0.1);
+      s.adaptive = a;
+    }
   }
   const bool speculative = s.drafter != Drafter::kNone;
 
@@ -422,9 +609,13 @@ Scenario EngineStress::draw(const StressModel &model, uint64_t seed) {
       prefix.push_back(static_cast<int32_t>(rng.range(0, vocab - 1)));
     prefixes.push_back(prefix);
   }
-  if (rng.chance(0.3))
-    c.eosTokenIds = {static_cast<int32_t>(rng.range(0, vocab - 1))};
+  if (rng.chance(0.3)) {
+    c.eosTokenIds.clear();
+    for (int64_t k = rng.range(1, 2); k > 0; --k)
+      c.eosTokenIds.push_back(static_cast<int32_t>(rng.range(0, vocab - 1)));
+  }
   const bool priority = rng.chance(0.25);
+  const bool arrivalTimes = rng.chance(0.2);
   const int64_t maxNew = hasDraft ? 20 : 40;
   const int64_t numRequests = rng.range(1, hasDraft ? 6 : 10);
   for (int64_t i = 0; i < numRequests; ++i) {
@@ -468,10 +659,18 @@ Scenario EngineStress::draw(const StressModel &model, uint64_t seed) {
         p.stopTokenIds.push_back(
             free.tokens[rng.range(0, free.tokens.size() - 1)]);
     }
-    if (rng.chance(0.15))
+    if (model.tokenizer && rng.chance(0.35)) {
+      const Outcome &free = alone(model, c.eosTokenIds, r.prompt, p);
+      for (int64_t k = rng.range(1, 3); k > 0; --k)
+        p.stopStrings.push_back(drawStopString(rng, model, r.prompt, free));
+    }
+    // A request of no new tokens ends all its completions in addRequest.
+    if (rng.chance(p.maxNewTokens == 0 ? 0.5 : 0.15))
       p.n = rng.range(2, 3);
     r.priority = priority ? rng.range(0, 3) : 0;
     r.arrivalStep = rng.chance(0.4) ? 0 : rng.range(0, 40);
+    if (arrivalTimes)
+      r.arrivalTime = rng.real(0.0, 60.0);
     if (rng.chance(0.2)) {
       r.abortStep = r.arrivalStep + rng.range(0, 30);
       r.abortIndex = rng.range(0, p.n - 1);
@@ -484,9 +683,10 @@ Scenario EngineStress::draw(const StressModel &model, uint64_t seed) {
 
   // The pool: at least the longest prompt; below what the longest request
   // needs whole now and then (it is cut), near it (preemption), or plenty.
-  int64_t longestPrompt = 0, longestRequest = 0, all = 0;
+  int64_t longestPrompt = 0, longestRequest = 0, all = 0, longestTokens = 0;
   for (const PlannedRequest &r : s.requests) {
     const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+    longestTokens = std::max(longestTokens, prompt);
     const int64_t whole = blocksFor(prompt + r.sampling.maxNewTokens, bs);
     longestPrompt = std::max(longestPrompt, blocksFor(prompt, bs));
     longestRequest = std::max(longestRequest, whole);
@@ -499,6 +699,10 @@ Scenario EngineStress::draw(const StressModel &model, uint64_t seed) {
     s.numBlocks = rng.range(longestRequest, longestRequest + 3);
   else
     s.numBlocks = rng.range(longestRequest, all + 4);
+  // A context that cuts requests now and then (kLength), the longest prompt
+  // at least (a prompt as long as the context still gains one token).
+  if (rng.chance(0.1))
+    c.maxModelLen = rng.range(longestTokens, longestTokens + maxNew / 2);
   if (rng.chance(0.15))
     s.oversized.resize(s.numBlocks * bs + rng.range(1, bs),
                        static_cast<int32_t>(rng.range(0, vocab - 1)));
@@ -516,6 +720,8 @@ Scenario EngineStress::draw(const StressModel &model, uint64_t seed) {
     c.scheduler.prefillRatio = rng.real(0.5, 3.0);
   c.asyncScheduling = rng.chance(0.3);
   s.draftBlocks = rng.range(1, 2 * all + 8);
+  if (s.adaptive && rng.chance(0.5))
+    s.adaptive->tokenBudget = c.scheduler.maxNumBatchedTokens;
   return s;
 }
 
@@ -544,10 +750,10 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
   for (const PlannedRequest &r : s.requests) {
     std::vector<Outcome> completions;
     for (int64_t i = 0; i < r.sampling.n; ++i)
-      completions.push_back(cutToPool(alone(model, config.eosTokenIds, r.prompt,
-                                            completionParams(r.sampling, i)),
-                                      static_cast<int64_t>(r.prompt.size()),
-                                      capacity));
+      completions.push_back(expectedOf(
+          model, config.eosTokenIds, r.prompt, completionParams(r.sampling, i),
+          roomFor(static_cast<int64_t>(r.prompt.size()), capacity,
+                  config.maxModelLen)));
     expected.push_back(std::move(completions));
   }
   if (broken())
@@ -574,8 +780,8 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
       drafter = std::make_unique<spec::DraftModelProposer>(
           std::move(draft).value(), s.draftBlockSize);
     }
-    engine.setProposer(std::make_unique<spec::Speculator>(std::move(drafter),
-                                                          config.eosTokenIds));
+    engine.setProposer(std::make_unique<spec::Speculator>(
+        std::move(drafter), config.eosTokenIds, s.adaptive));
   }
 
   if (!s.oversized.empty()) {
@@ -637,6 +843,33 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
                       out.newTokenIds.end());
     ASSERT_EQ(out.outputTokenIds, c.streamed)
         << "request " << out.id << ": the output is not the tokens streamed";
+    // The text grows but for what a stop string takes back, and never
+    // holds one.
+    const SamplingParams &params = s.requests[c.request].sampling;
+    if (!model.tokenizer)
+      EXPECT_EQ(out.text, "");
+    EXPECT_TRUE(extends(out.text, c.text, holdBack(params)))
+        << "request " << out.id << ": text " << escaped(out.text) << " after "
+        << escaped(c.text);
+    for (const std::string &stop : params.stopStrings)
+      EXPECT_EQ(out.text.find(stop), std::string::npos)
+          << "request " << out.id << ": text " << escaped(out.text)
+          << " holds stop string " << escaped(stop);
+    c.text = out.text;
+    // Log-probabilities of each new token; with speculative decoding the
+    // accepted drafts carry none.
+    EXPECT_LE(out.logprobs.size(), out.newTokenIds.size());
+    if (config.numSpeculativeTokens == 0)
+      EXPECT_EQ(out.logprobs.size(),
+                params.logprobs > 0 ? out.newTokenIds.size() : 0u);
+    for (size_t k = 0; k < out.logprobs.size(); ++k) {
+      EXPECT_EQ(static_cast<int64_t>(out.logprobs[k].top.size()),
+                params.logprobs);
+      if (config.numSpeculativeTokens == 0)
+        EXPECT_EQ(out.logprobs[k].token, out.newTokenIds[k]);
+    }
+    c.logprobs.insert(c.logprobs.end(), out.logprobs.begin(),
+                      out.logprobs.end());
     // Whole blocks of the prompt, its last token always computed.
     EXPECT_EQ(out.numCachedTokens % bs, 0);
     EXPECT_LT(out.numCachedTokens,
@@ -717,7 +950,7 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
         continue;
       adding = i;
       StatusOr<RequestId> id =
-          engine.addRequest(r.prompt, r.sampling, r.priority);
+          engine.addRequest(r.prompt, r.sampling, r.priority, r.arrivalTime);
       adding.reset();
       EXPECT_TRUE(id.isOk()) << id.status().message();
       if (!id.isOk())
@@ -762,6 +995,7 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
           const Request *forked = engine.request(*child);
           c.streamed.assign(forked->tokens.begin() + forked->numPromptTokens,
                             forked->tokens.end());
+          c.inherited = c.streamed.size();
           requestOf[*child] = i;
           ++coverage.forks;
         }
@@ -803,6 +1037,14 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
     const Outcome &want =
         c.isFork ? expected[c.request][0] : expected[c.request][c.index];
     const std::vector<int32_t> &got = c.final.outputTokenIds;
+    const SamplingParams params =
+        completionParams(r.sampling, c.isFork ? 0 : c.index);
+    // A fork's inherited log-probabilities went to its parent.
+    const size_t from = std::min(c.inherited, want.logprobs.size());
+    const bool logprobsMatch =
+        c.logprobs.size() <= want.logprobs.size() - from &&
+        std::equal(c.logprobs.begin(), c.logprobs.end(),
+                   want.logprobs.begin() + from, sameLogprobs);
     if (c.aborted) {
       EXPECT_EQ(c.final.finishReason, FinishReason::kAbort);
       EXPECT_LE(got.size(), want.tokens.size()) << "aborted request " << id;
@@ -811,29 +1053,62 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
           want.tokens.begin()))
           << "aborted request " << id << " (request " << c.request
           << ", completion " << c.index << ") strays from its tokens alone";
+      EXPECT_TRUE(extends(want.text, c.final.text, holdBack(params)))
+          << "aborted request " << id << ": text " << escaped(c.final.text)
+          << " strays from " << escaped(want.text) << " alone";
+      if (config.numSpeculativeTokens == 0)
+        EXPECT_TRUE(logprobsMatch)
+            << "aborted request " << id << ": log-probabilities";
       continue;
     }
     EXPECT_EQ(got, want.tokens)
         << "request " << id << " (request " << c.request << ", completion "
         << c.index << (c.isFork ? ", fork" : "") << ")";
     EXPECT_EQ(c.final.finishReason, want.reason) << "request " << id;
-    const Outcome &uncut =
-        alone(model, config.eosTokenIds, r.prompt,
-              completionParams(r.sampling, c.isFork ? 0 : c.index));
-    coverage.cutByPool += want.tokens.size() < uncut.tokens.size();
+    EXPECT_EQ(c.final.text, want.text)
+        << "request " << id << ": text " << escaped(c.final.text) << " against "
+        << escaped(want.text) << " alone";
+    if (config.numSpeculativeTokens == 0)
+      EXPECT_TRUE(logprobsMatch &&
+                  c.logprobs.size() + from == want.logprobs.size())
+          << "request " << id << ": " << c.logprobs.size()
+          << " log-probabilities against " << want.logprobs.size()
+          << " alone, or other values";
+    const Outcome uncut =
+        expectedOf(model, config.eosTokenIds, r.prompt, params, INT64_MAX);
+    const int64_t promptLength = static_cast<int64_t>(r.prompt.size());
+    if (want.tokens.size() < uncut.tokens.size()) {
+      ++coverage.cutByPool;
+      coverage.cutByContext +=
+          config.maxModelLen > 0 &&
+          static_cast<int64_t>(want.tokens.size()) ==
+              std::max<int64_t>(config.maxModelLen - promptLength, 1);
+    }
     coverage.stoppedEarly += want.reason == FinishReason::kStop;
+    // Stopped by a stop string: its last token is none of the others.
+    if (want.reason == FinishReason::kStop && !params.stopStrings.empty() &&
+        !want.tokens.empty()) {
+      const int32_t last = want.tokens.back();
+      const auto &stops = params.stopTokenIds;
+      coverage.stopStrings +=
+          std::find(stops.begin(), stops.end(), last) == stops.end() &&
+          (params.ignoreEos ||
+           std::find(config.eosTokenIds.begin(), config.eosTokenIds.end(),
+                     last) == config.eosTokenIds.end());
+    }
     if (!config.enablePrefixCaching)
       EXPECT_EQ(c.final.numCachedTokens, 0);
   }
   // Every completion of a request appears, unless completion 0 was aborted
   // before its prompt was computed (the others branch off there). A request
-  // of max_new_tokens 0 ends in addRequest as one completion (which
-  // serving's AsyncEngine counts on).
+  // of max_new_tokens 0 ends all its completions in addRequest.
   for (size_t i = 0; i < s.requests.size(); ++i) {
     const Seen &first = seen.at(ids.at({i, 0}));
     const bool cutShort = first.aborted && first.final.outputTokenIds.empty();
     const SamplingParams &p = s.requests[i].sampling;
-    for (int64_t k = 1; k < (p.maxNewTokens == 0 ? 1 : p.n); ++k)
+    coverage.zeroTokenRequests += p.maxNewTokens == 0;
+    coverage.zeroTokenCompletions += p.maxNewTokens == 0 ? p.n - 1 : 0;
+    for (int64_t k = 1; k < p.n; ++k)
       if (!cutShort)
         EXPECT_EQ(ids.count({i, k}), 1u)
             << "completion " << k << " of request " << i << " never appeared";
@@ -895,9 +1170,11 @@ void EngineStress::runSeeds(const StressModel &model,
 
 /// The ranges drawn from reach every feature over the default seeds (a
 /// replay of chosen seeds need not).
-void expectCovered(const Coverage &c, bool speculative) {
+void expectCovered(const Coverage &c, bool speculative, bool stopStrings) {
   if (std::getenv("INFER_STRESS_SEEDS"))
     return;
+  if (stopStrings)
+    EXPECT_GT(c.stopStrings, 0);
   EXPECT_GT(c.preemptions, 0);
   EXPECT_GT(c.cachedTokens, 0);
   EXPECT_GT(c.blockCopies, 0);
@@ -913,29 +1190,56 @@ void expectCovered(const Coverage &c, bool speculative) {
     EXPECT_GT(c.acceptedTokens, 0);
   else
     EXPECT_GT(c.asyncSteps, 0);
+  // The many scenarios of the random model reach the rarer features.
+  if (!speculative) {
+    EXPECT_GT(c.cutByContext, 0);
+    EXPECT_GT(c.zeroTokenCompletions, 0);
+  }
+}
+
+/// The tiny-pycode tokenizer, or null when its fixture is missing.
+std::unique_ptr<Tokenizer> tinyPycodeTokenizer() {
+  const std::string path = std::string(INFER_FIXTURES_DIR) +
+                           "/models/tiny-pycode-target/tokenizer.json";
+  if (!fs::exists(path))
+    return nullptr;
+  StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::fromFile(path);
+  EXPECT_TRUE(t.isOk()) << t.status().message();
+  return t.isOk() ? std::move(t).value() : nullptr;
 }
 
 TEST_F(EngineStress, RandomModel) {
   const std::string dir = std::string(INFER_FIXTURES_DIR) + "/rand/llama-gqa";
   if (!fs::exists(dir + "/config.json"))
     GTEST_SKIP() << "fixture missing: " << dir;
+  // The random model has no tokenizer: tiny-pycode's, whose vocabulary
+  // holds its 512 ids (mostly single bytes, so its text is often broken
+  // UTF-8), detokenizes its outputs for stop strings.
+  const std::unique_ptr<Tokenizer> tokenizer = tinyPycodeTokenizer();
+  StressModel model;
+  model.dir = dir;
+  model.tokenizer = tokenizer.get();
   Coverage coverage;
-  runSeeds({dir, "", {}}, seeds(1, 200), coverage);
-  expectCovered(coverage, /*speculative=*/false);
+  runSeeds(model, seeds(1, 200), coverage);
+  expectCovered(coverage, /*speculative=*/false, tokenizer != nullptr);
 }
 
 TEST_F(EngineStress, TinyPycodeWithDraftModel) {
   const std::string models = std::string(INFER_FIXTURES_DIR) + "/models/";
-  StressModel model{
-      models + "tiny-pycode-target", models + "tiny-pycode-draft", {}};
+  const std::unique_ptr<Tokenizer> tokenizer = tinyPycodeTokenizer();
+  StressModel model;
+  model.dir = models + "tiny-pycode-target";
+  model.draftDir = models + "tiny-pycode-draft";
+  model.tokenizer = tokenizer.get();
   for (const GreedyCase &c :
        loadTinyPycodeGreedy(INFER_FIXTURES_DIR, "tiny-pycode-target"))
     model.phrases.push_back(c.inputIds);
-  if (model.phrases.empty() || !fs::exists(model.draftDir + "/config.json"))
+  if (model.phrases.empty() || !tokenizer ||
+      !fs::exists(model.draftDir + "/config.json"))
     GTEST_SKIP() << "tiny-pycode fixtures missing";
   Coverage coverage;
   runSeeds(model, seeds(1001, 16), coverage);
-  expectCovered(coverage, /*speculative=*/true);
+  expectCovered(coverage, /*speculative=*/true, /*stopStrings=*/true);
 }
 
 } // namespace
