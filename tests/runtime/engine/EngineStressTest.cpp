@@ -504,8 +504,9 @@ protected:
   Scenario draw(const StressModel &model, uint64_t seed);
   /// Runs the scenario; false when a check failed.
   bool run(const StressModel &model, const Scenario &s, Coverage &coverage);
-  void runSeeds(const StressModel &model, const std::vector<uint64_t> &seeds,
-                Coverage &coverage);
+  /// Runs the scenario of each seed on model `seed % models.size()`.
+  void runSeeds(const std::vector<StressModel> &models,
+                const std::vector<uint64_t> &seeds, Coverage &coverage);
 
   std::map<std::pair<std::string, int64_t>, Artifact> artifacts_;
   std::map<std::string, std::unique_ptr<Backend>> referenceBackends_;
@@ -862,7 +863,8 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
     if (config.numSpeculativeTokens == 0)
       EXPECT_EQ(out.logprobs.size(),
                 params.logprobs > 0 ? out.newTokenIds.size() : 0u);
-    for (size_t k = 0; k < out.logprobs.size(); ++k) {
+    for (size_t k = 0;
+         k < std::min(out.logprobs.size(), out.newTokenIds.size()); ++k) {
       EXPECT_EQ(static_cast<int64_t>(out.logprobs[k].top.size()),
                 params.logprobs);
       if (config.numSpeculativeTokens == 0)
@@ -1150,16 +1152,18 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
   return !broken();
 }
 
-void EngineStress::runSeeds(const StressModel &model,
+void EngineStress::runSeeds(const std::vector<StressModel> &models,
                             const std::vector<uint64_t> &seeds,
                             Coverage &coverage) {
   int64_t failed = 0;
   for (uint64_t seed : seeds) {
+    const StressModel &model = models[seed % models.size()];
     const Scenario s = draw(model, seed);
     SCOPED_TRACE("seed " + std::to_string(seed) +
                  " (INFER_STRESS_SEEDS=" + std::to_string(seed) + ")");
     if (!run(model, s, coverage)) {
-      std::cout << describe(s);
+      std::cout << "model " << fs::path(model.dir).filename().string() << ", "
+                << describe(s);
       // A few failing scenarios say enough.
       if (++failed == 300)
         break;
@@ -1208,19 +1212,26 @@ std::unique_ptr<Tokenizer> tinyPycodeTokenizer() {
   return t.isOk() ? std::move(t).value() : nullptr;
 }
 
-TEST_F(EngineStress, RandomModel) {
-  const std::string dir = std::string(INFER_FIXTURES_DIR) + "/rand/llama-gqa";
-  if (!fs::exists(dir + "/config.json"))
-    GTEST_SKIP() << "fixture missing: " << dir;
-  // The random model has no tokenizer: tiny-pycode's, whose vocabulary
-  // holds its 512 ids (mostly single bytes, so its text is often broken
-  // UTF-8), detokenizes its outputs for stop strings.
+/// The random models take turns: grouped-query attention, multi-head
+/// attention with tied embeddings, and sliding-window attention (a window
+/// of 16, which prompts, prefix-cached blocks and chunks cross).
+TEST_F(EngineStress, RandomModels) {
+  // They have no tokenizer: tiny-pycode's, whose vocabulary holds their 512
+  // ids (mostly single bytes, so the text is often broken UTF-8),
+  // detokenizes their outputs for stop strings.
   const std::unique_ptr<Tokenizer> tokenizer = tinyPycodeTokenizer();
-  StressModel model;
-  model.dir = dir;
-  model.tokenizer = tokenizer.get();
+  std::vector<StressModel> models;
+  for (const char *name : {"llama-gqa", "llama-mha-tied", "mistral-swa"}) {
+    StressModel model;
+    model.dir = std::string(INFER_FIXTURES_DIR) + "/rand/" + name;
+    model.tokenizer = tokenizer.get();
+    if (fs::exists(model.dir + "/config.json"))
+      models.push_back(model);
+  }
+  if (models.empty())
+    GTEST_SKIP() << "random model fixtures missing";
   Coverage coverage;
-  runSeeds(model, seeds(1, 200), coverage);
+  runSeeds(models, seeds(1, 200), coverage);
   expectCovered(coverage, /*speculative=*/false, tokenizer != nullptr);
 }
 
@@ -1238,7 +1249,7 @@ TEST_F(EngineStress, TinyPycodeWithDraftModel) {
       !fs::exists(model.draftDir + "/config.json"))
     GTEST_SKIP() << "tiny-pycode fixtures missing";
   Coverage coverage;
-  runSeeds(model, seeds(1001, 16), coverage);
+  runSeeds({model}, seeds(1001, 16), coverage);
   expectCovered(coverage, /*speculative=*/true, /*stopStrings=*/true);
 }
 
