@@ -240,8 +240,9 @@ void AsyncEngine::add(Command &command) {
   Tracked &tracked = tracked_[command.handle];
   tracked.sink = std::move(command.sink);
   tracked.parentId = *id;
-  tracked.numCompletions =
-      request.sampling.maxNewTokens == 0 ? 1 : request.sampling.n;
+  // Every completion ends with its own output, those of a request for no
+  // new tokens included (Engine::addRequest ends all n at once).
+  tracked.numCompletions = request.sampling.n;
   tracked.numPromptTokens = static_cast<int64_t>(request.promptTokenIds.size());
   tracked.arrival = command.arrival;
   size_t longestStop = 0;

@@ -134,6 +134,25 @@ TEST_F(AsyncEngineTest, CompletionsAndStopStringsStreamAsDeltas) {
   EXPECT_FALSE(c.tokens[1].empty());
 }
 
+TEST_F(AsyncEngineTest, NoNewTokensEndsTheStreamAfterEveryCompletion) {
+  std::unique_ptr<Backend> b = backend(16);
+  Engine engine(*b, config_);
+  AsyncEngine async(engine);
+  SamplingParams p = greedy(0);
+  p.n = 3;
+  StatusOr<std::shared_ptr<RequestStream>> stream =
+      async.submit({prompts_[0], p});
+  ASSERT_TRUE(stream.isOk()) << stream.status().message();
+  Collected c = collect(**stream, 3);
+  ASSERT_TRUE(c.status.isOk()) << c.status.message();
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(c.reasons[i], FinishReason::kLength) << "completion " << i;
+    EXPECT_TRUE(c.tokens[i].empty()) << "completion " << i;
+  }
+  EXPECT_EQ(async.numInFlight(), 0);
+  async.shutdown(1.0);
+}
+
 TEST_F(AsyncEngineTest, AbortReturnsBlocksAndTheEngineSleepsWhenIdle) {
   std::unique_ptr<Backend> b = backend(16);
   Engine engine(*b, config_);
