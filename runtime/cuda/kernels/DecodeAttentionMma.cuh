@@ -138,18 +138,9 @@ __device__ __forceinline__ uint4 toBf16x8(const decode::Raw8<T> &raw,
 /// scores and the probabilities instead (kScaleLate).
 template <KVCacheDtype T>
 __device__ __forceinline__ uint4 codesToBf16x8(const decode::Raw8<T> &raw) {
-  const uint32_t words[2] = {raw.x, raw.y};
-  uint32_t packed[4];
-#pragma unroll
-  for (int w = 0; w < 2; ++w)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float2 pair = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h)),
-          KVElement<T>::kFormat)));
-      packed[2 * w + h] = fa2::packBf16(pair.x, pair.y);
-    }
-  return make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  float x[8];
+  decodeFp8x8<T, /*kApplyScale=*/false>(raw, 1.0f, x);
+  return fa2::packBf16x8(x);
 }
 
 /// A step's keys or values as the mma takes them: E4M3 codes unscaled

@@ -83,10 +83,12 @@ __device__ __forceinline__ float loadKV(const void *data, int64_t index,
 }
 
 /// Decodes the 8 codes in `codes` (little-endian, first element lowest) and
-/// multiplies them by `scale` where the format is scaled.
-template <KVCacheDtype T>
+/// multiplies them by `scale` where the format is scaled, unless
+/// kApplyScale is false (the caller applies E4M3 scales later).
+template <KVCacheDtype T, bool kApplyScale = true>
 __device__ __forceinline__ void decodeFp8x8(uint2 codes, float scale,
                                             float (&out)[8]) {
+  constexpr bool kScale = KVElement<T>::kScaled && kApplyScale;
   const uint32_t words[2] = {codes.x, codes.y};
 #pragma unroll
   for (int w = 0; w < 2; ++w)
@@ -95,8 +97,8 @@ __device__ __forceinline__ void decodeFp8x8(uint2 codes, float scale,
       const float2 pair = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
           static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h)),
           KVElement<T>::kFormat)));
-      out[w * 4 + h * 2] = KVElement<T>::kScaled ? pair.x * scale : pair.x;
-      out[w * 4 + h * 2 + 1] = KVElement<T>::kScaled ? pair.y * scale : pair.y;
+      out[w * 4 + h * 2] = kScale ? pair.x * scale : pair.x;
+      out[w * 4 + h * 2 + 1] = kScale ? pair.y * scale : pair.y;
     }
 }
 
