@@ -55,13 +55,19 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
 /// longFrom, dynamic) whose factors each token takes once; the same bytes as
 /// those two launches. Row r of q starts at q + r * qLd (0: contiguous). A
 /// token whose slot is -1 has its queries rotated and nothing cached.
+///
+/// With `fresh` (room for FreshKV's 2 x t x kvh x head_dim bf16, 16-byte
+/// aligned) and an fp8 pool, the launch also writes FreshKV's rows of the
+/// call's tokens (those of slot -1 tokens stay unwritten) where its rows
+/// are in whole 16-byte packs, and says whether it did in *freshWritten.
 template <typename T>
 cudaError_t launchRopeQKVCacheWrite(
     const T *q, T *qOut, int64_t qHeads, KVCachePool pool, CacheDims dims,
     int layer, const T *k, const T *v, const int64_t *slots,
     const int32_t *positions, int64_t t, int rotaryDim, const float *invFreq,
     cudaStream_t stream, int64_t qLd = 0, int64_t kLd = 0, int64_t vLd = 0,
-    int longFrom = 0, DynamicRope dynamic = {});
+    int longFrom = 0, DynamicRope dynamic = {}, __nv_bfloat16 *fresh = nullptr,
+    bool *freshWritten = nullptr);
 
 } // namespace infer::cuda
 

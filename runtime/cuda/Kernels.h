@@ -285,6 +285,21 @@ struct SplitKVWorkspace {
   size_t bytes = 0;
 };
 
+/// A forward call's new keys and values as an fp8 pool decodes them: row r
+/// of the flat batch (token r of the call), kv head h, element e of its
+/// keys at data[((0 * rows + r) * kvh + h) * head_dim + e], of its values
+/// at kv 1 in place of 0, each the bf16 rounding of code x scale (E4M3) or
+/// of the code (E5M2) that the cache write stored in the pool: the values
+/// the Hopper prefill's staging computes from the pool, so reading these
+/// instead gives the same bits. launchRopeQKVCacheWrite writes it beside an
+/// fp8 pool; launchPrefillAttentionSm90 reads the keys of sequences with
+/// nothing cached before the call from it (plain TMA of bf16, no staging),
+/// and the pool for the others. rows is the call's token count.
+struct FreshKV {
+  const __nv_bfloat16 *data = nullptr;
+  int64_t rows = 0;
+};
+
 /// Writes k and v rows [t, kvh*d] of `layer` to their slots; slot -1 skips.
 /// An fp8 pool stores codes (and E4M3 scales) as KVCachePool says; one warp
 /// per (token, kv head) finds the head vector's amax. Row r of k starts at
@@ -320,6 +335,7 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
 ///   "fallback", else launchPrefillAttention where it supports the shape
 ///   (both bf16 q, K, V and probabilities, ~1e-3 relative error);
 /// - the rest: an fp32 kernel of one block of 16 warps per (row, head).
+/// `fresh` goes to launchPrefillAttentionSm90.
 /// All of them rotate keys (keyRotaryDim > 0) as they read them, in the same
 /// fp32 arithmetic (the tensor-core kernels before rounding them to bf16),
 /// and soft-cap the scaled scores (logitSoftcap > 0) with tanhf before the
@@ -339,7 +355,7 @@ launchPagedAttention(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
                      int64_t maxBlocksPerSeq, const int32_t *contextLens,
                      const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
                      __nv_bfloat16 *out, cudaStream_t stream,
-                     SplitKVWorkspace workspace = {});
+                     SplitKVWorkspace workspace = {}, FreshKV fresh = {});
 
 /// Whether launchSplitKVDecode takes this shape: head_dim 64, 128 or 256
 /// (the cache's), whole groups of query heads per kv head, a key rope or a
@@ -505,19 +521,34 @@ void setDependentLaunches(int mode);
 /// lists the tiles of the sequences with two or more new tokens and the
 /// CTAs work through those alone, where a batch of many decode rows would
 /// leave most tiles of the flat batch empty; the same results either way.
+///
+/// With bf16 q (fp32 q: `fresh` is not read), an fp8 pool without key rope
+/// and `fresh` (FreshKV, rows = t), the sequences with nothing cached
+/// before this call read their keys and values from `fresh` instead, in a
+/// launch of the bf16 pool's kernel, and the others from the pool in a
+/// second launch; each launch has its own tile map, so the workspace must
+/// hold two (else `fresh` is not read). The same bits as without `fresh`:
+/// the staging would compute the same bf16 values from the pool.
 cudaError_t
 launchPrefillAttentionSm90(const float *q, KVCachePool pool, CacheDims dims,
                            AttentionDims attention, const int32_t *blockTables,
                            int64_t maxBlocksPerSeq, const int32_t *contextLens,
                            const int32_t *queryStartLoc, int64_t numSeqs,
                            int64_t t, float *out, cudaStream_t stream,
-                           SplitKVWorkspace workspace = {});
+                           SplitKVWorkspace workspace = {}, FreshKV fresh = {});
 cudaError_t launchPrefillAttentionSm90(
     const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
     AttentionDims attention, const int32_t *blockTables,
     int64_t maxBlocksPerSeq, const int32_t *contextLens,
     const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
-    __nv_bfloat16 *out, cudaStream_t stream, SplitKVWorkspace workspace = {});
+    __nv_bfloat16 *out, cudaStream_t stream, SplitKVWorkspace workspace = {},
+    FreshKV fresh = {});
+
+/// Whether launchPrefillAttentionSm90 reads FreshKV: on unless
+/// INFER_SM90_FRESH_KV is 0 (read once; for comparisons), or
+/// setFreshKVReads' override (0 off, 1 on, < 0 the default).
+bool freshKVReadsOn();
+void setFreshKVReads(int mode);
 
 } // namespace infer::cuda
 

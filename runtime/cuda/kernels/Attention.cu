@@ -330,7 +330,7 @@ cudaError_t pagedAttention(const TQ *q, KVCachePool pool, CacheDims dims,
                            int64_t maxBlocksPerSeq, const int32_t *contextLens,
                            const int32_t *queryStartLoc, int64_t numSeqs,
                            int64_t t, TQ *out, cudaStream_t stream,
-                           SplitKVWorkspace workspace) {
+                           SplitKVWorkspace workspace, FreshKV fresh = {}) {
   if (t <= 0)
     return cudaSuccess;
   if (attention.headDim > kMaxHeadDim || attention.numHeads > 65535 ||
@@ -354,7 +354,7 @@ cudaError_t pagedAttention(const TQ *q, KVCachePool pool, CacheDims dims,
         sm90 ? launchPrefillAttentionSm90(q, pool, dims, attention, blockTables,
                                           maxBlocksPerSeq, contextLens,
                                           queryStartLoc, numSeqs, t, out,
-                                          stream, workspace)
+                                          stream, workspace, fresh)
              : launchPrefillAttention(q, pool, dims, attention, blockTables,
                                       maxBlocksPerSeq, contextLens,
                                       queryStartLoc, numSeqs, t, out, stream);
@@ -440,10 +440,10 @@ launchPagedAttention(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
                      int64_t maxBlocksPerSeq, const int32_t *contextLens,
                      const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
                      __nv_bfloat16 *out, cudaStream_t stream,
-                     SplitKVWorkspace workspace) {
+                     SplitKVWorkspace workspace, FreshKV fresh) {
   return pagedAttention(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
                         contextLens, queryStartLoc, numSeqs, t, out, stream,
-                        workspace);
+                        workspace, fresh);
 }
 
 } // namespace infer::cuda

@@ -147,12 +147,24 @@ __device__ __forceinline__ CacheItem loadCacheItem(const T *row, int item,
   return it;
 }
 
+/// Where rope_qkv_cache_write puts FreshKV's rows (null data: nowhere):
+/// the call's `rows` tokens, key and value planes.
+struct FreshRows {
+  __nv_bfloat16 *data;
+  int64_t rows;
+};
+
 /// Stores 8 values of a head vector at element `offset` of the pool, in the
-/// pool's type (E4M3: the codes of value / scale; 0 codes for scale 0).
-template <KVCacheDtype D>
+/// pool's type (E4M3: the codes of value / scale; 0 codes for scale 0), and
+/// with `fresh` (fp8 pools) their decoded values, the bf16 of code x scale
+/// (decodeFp8x8 and the rounding of the Hopper prefill's staging), at
+/// `freshOffset` of it.
+template <KVCacheDtype D, bool kFresh = false>
 __device__ __forceinline__ void storePack(void *data, int64_t offset,
                                           const float (&x)[kRopePack],
-                                          float scale) {
+                                          float scale,
+                                          __nv_bfloat16 *fresh = nullptr,
+                                          int64_t freshOffset = 0) {
   if constexpr (D == KVCacheDtype::kBf16) {
     __stwb(
         reinterpret_cast<uint4 *>(static_cast<__nv_bfloat16 *>(data) + offset),
@@ -170,6 +182,12 @@ __device__ __forceinline__ void storePack(void *data, int64_t offset,
     }
     __stwb(reinterpret_cast<uint2 *>(static_cast<uint8_t *>(data) + offset),
            make_uint2(w[0], w[1]));
+    if constexpr (kFresh) {
+      float y[kRopePack];
+      decodeFp8x8<D>(make_uint2(w[0], w[1]), scale, y);
+      *reinterpret_cast<uint4 *>(fresh + freshOffset) =
+          packFloats<__nv_bfloat16>(y);
+    }
   }
 }
 
@@ -211,12 +229,14 @@ __device__ __forceinline__ CacheItem firstCacheItem(const T *kt, const T *vt,
 /// Writes a token's key and value rows into `slot` from 16-byte packs, `it`
 /// the thread's first item (firstCacheItem): the keys rotated by the
 /// token's factors when `rotate`, each element stored once in the pool's
-/// type.
-template <KVCacheDtype D, bool rotate, typename T>
+/// type. With kFresh (fp8 pools), also their decoded values into row
+/// `token` of `fresh`.
+template <KVCacheDtype D, bool rotate, typename T, bool kFresh = false>
 __device__ __forceinline__ void
 writeRowsPacked(KVCachePool pool, CacheDims dims, int layer, const T *kt,
                 const T *vt, int64_t slot, CacheItem it, const float *factors,
-                int half, int rowLanes) {
+                int half, int rowLanes, FreshRows fresh = {nullptr, 0},
+                int64_t token = 0) {
   const int d = dims.headDim, kvh = dims.numKVHeads;
   const int packs = (d - half) / kRopePack, rows = 2 * kvh;
   const int lane = threadIdx.x % 32;
@@ -256,9 +276,14 @@ writeRowsPacked(KVCachePool pool, CacheDims dims, int layer, const T *kt,
           kvSlotOffset(dims, slot, layer, kv) + int64_t(head) * d;
       if (KVElement<D>::kScaled && item == 0)
         pool.scales[dst / d] = scale;
-      storePack<D>(pool.data, dst + it.at, x1, scale);
+      // FreshKV's element offset of this row's head vector.
+      const int64_t freshRow =
+          ((int64_t(kv) * fresh.rows + token) * kvh + head) * d;
+      storePack<D, kFresh>(pool.data, dst + it.at, x1, scale, fresh.data,
+                           freshRow + it.at);
       if (it.pair)
-        storePack<D>(pool.data, dst + it.at + half, x2, scale);
+        storePack<D, kFresh>(pool.data, dst + it.at + half, x2, scale,
+                             fresh.data, freshRow + it.at + half);
     }
     row += lanes.step;
     if (row < rows && item < packs)
@@ -389,7 +414,7 @@ template <typename T> struct QueryRows {
 /// bytes around the factors instead. On an H100 the unbounded E4M3 kernel
 /// was slower than rope + rope_kv_cache_write (100.6 against 91.0 us for
 /// 8192 tokens), while bf16 and E5M2 pools, already at 64, were faster.
-template <KVCacheDtype D, typename T>
+template <KVCacheDtype D, typename T, bool kFresh = false>
 __global__ void __launch_bounds__(kThreads, 4)
     ropeQKVCacheWritePackedKernel(QueryRows<T> query, KVCachePool pool,
                                   CacheDims dims, int layer, const T *k,
@@ -397,7 +422,8 @@ __global__ void __launch_bounds__(kThreads, 4)
                                   const int32_t *positions, int rotaryDim,
                                   const float *invFreq, int64_t t, int64_t kLd,
                                   int64_t vLd, int longFrom,
-                                  DynamicRope dynamic, int rowLanes) {
+                                  DynamicRope dynamic, int rowLanes,
+                                  FreshRows fresh) {
   waitForPriorGrids();
   allowDependentGrids();
   __shared__ float factors[kMaxHeadDim]; // [half] cos, [half] sin
@@ -426,8 +452,8 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
     if (slot < 0)
       continue; // a padding token: its queries rotated, nothing cached
-    writeRowsPacked<D, true>(pool, dims, layer, kt, vt, slot, it, factors, half,
-                             rowLanes);
+    writeRowsPacked<D, true, T, kFresh>(pool, dims, layer, kt, vt, slot, it,
+                                        factors, half, rowLanes, fresh, token);
   }
 }
 
@@ -487,7 +513,8 @@ cudaError_t launchQKVWrite(QueryRows<T> query, KVCachePool pool, CacheDims dims,
                            const int64_t *slots, const int32_t *positions,
                            int64_t t, int rotaryDim, const float *invFreq,
                            cudaStream_t stream, int64_t kLd, int64_t vLd,
-                           int longFrom, DynamicRope dynamic) {
+                           int longFrom, DynamicRope dynamic, FreshRows fresh,
+                           bool *freshWritten) {
   const int d = dims.headDim, half = rotaryDim / 2;
   const int64_t blocks = std::min<int64_t>(t, int64_t(1) << 20);
   if (d % kRopePack == 0 && half % kRopePack == 0 &&
@@ -506,10 +533,21 @@ cudaError_t launchQKVWrite(QueryRows<T> query, KVCachePool pool, CacheDims dims,
     const int64_t queryThreads = (int64_t(query.heads) * packs + 31) / 32 * 32;
     const int threads = static_cast<int>(std::clamp<int64_t>(
         std::max(cacheThreads, queryThreads), 32, kThreads));
+    if constexpr (D != KVCacheDtype::kBf16) {
+      if (fresh.data && packAligned(fresh.data)) {
+        *freshWritten = true;
+        return launchDependent(ropeQKVCacheWritePackedKernel<D, T, true>,
+                               static_cast<unsigned>(blocks), threads, 0,
+                               stream, query, pool, dims, layer, k, v, slots,
+                               positions, rotaryDim, invFreq, t, kLd, vLd,
+                               longFrom, dynamic, rowLanes, fresh);
+      }
+    }
     return launchDependent(
         ropeQKVCacheWritePackedKernel<D, T>, static_cast<unsigned>(blocks),
         threads, 0, stream, query, pool, dims, layer, k, v, slots, positions,
-        rotaryDim, invFreq, t, kLd, vLd, longFrom, dynamic, rowLanes);
+        rotaryDim, invFreq, t, kLd, vLd, longFrom, dynamic, rowLanes,
+        FreshRows{nullptr, 0});
   }
   return launchDependent(ropeQKVCacheWriteKernel<D, T>,
                          static_cast<unsigned>(blocks), kThreads, 0, stream,
@@ -547,7 +585,11 @@ launchRopeQKVCacheWrite(const T *q, T *qOut, int64_t qHeads, KVCachePool pool,
                         const int64_t *slots, const int32_t *positions,
                         int64_t t, int rotaryDim, const float *invFreq,
                         cudaStream_t stream, int64_t qLd, int64_t kLd,
-                        int64_t vLd, int longFrom, DynamicRope dynamic) {
+                        int64_t vLd, int longFrom, DynamicRope dynamic,
+                        __nv_bfloat16 *fresh, bool *freshWritten) {
+  bool unused = false;
+  bool &written = freshWritten ? *freshWritten : unused;
+  written = false;
   if (t <= 0 || qHeads <= 0 || dims.numKVHeads <= 0)
     return cudaSuccess;
   const int64_t width = int64_t(dims.numKVHeads) * dims.headDim;
@@ -563,19 +605,20 @@ launchRopeQKVCacheWrite(const T *q, T *qOut, int64_t qHeads, KVCachePool pool,
                                  dynamic.originalMaxPositionEmbeddings <= 0)))
     return cudaErrorInvalidValue;
   const QueryRows<T> query{q, qOut, qLd, static_cast<int>(qHeads)};
+  const FreshRows rows{fresh, t};
   switch (pool.dtype) {
   case KVCacheDtype::kBf16:
     return launchQKVWrite<KVCacheDtype::kBf16>(
         query, pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom, dynamic);
+        stream, kLd, vLd, longFrom, dynamic, rows, &written);
   case KVCacheDtype::kF8E5M2:
     return launchQKVWrite<KVCacheDtype::kF8E5M2>(
         query, pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom, dynamic);
+        stream, kLd, vLd, longFrom, dynamic, rows, &written);
   case KVCacheDtype::kF8E4M3:
     return launchQKVWrite<KVCacheDtype::kF8E4M3>(
         query, pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom, dynamic);
+        stream, kLd, vLd, longFrom, dynamic, rows, &written);
   }
   return cudaErrorInvalidValue;
 }
@@ -592,7 +635,7 @@ launchRopeQKVCacheWrite(const T *q, T *qOut, int64_t qHeads, KVCachePool pool,
       const T *, T *, int64_t, KVCachePool, CacheDims, int, const T *,         \
       const T *, const int64_t *, const int32_t *, int64_t, int,               \
       const float *, cudaStream_t, int64_t, int64_t, int64_t, int,             \
-      DynamicRope);
+      DynamicRope, __nv_bfloat16 *, bool *);
 INFER_CACHE_WRITE_KERNELS(__nv_bfloat16)
 INFER_CACHE_WRITE_KERNELS(__half)
 #undef INFER_CACHE_WRITE_KERNELS

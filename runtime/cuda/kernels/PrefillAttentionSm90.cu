@@ -134,7 +134,48 @@ cudaError_t encodePoolMap(CUtensorMap *map, const void *pool,
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+cudaError_t encodeFreshMap(CUtensorMap *map, const FreshKV &fresh,
+                           const CacheDims &dims) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
+  if (!encode)
+    return cudaErrorNotSupported;
+  const cuuint64_t e = 2;
+  const cuuint64_t globalDim[4] = {cuuint64_t(dims.headDim),
+                                   cuuint64_t(dims.numKVHeads),
+                                   cuuint64_t(fresh.rows), 2};
+  const cuuint64_t globalStrides[3] = {
+      e * dims.headDim, e * dims.headDim * dims.numKVHeads,
+      e * dims.headDim * dims.numKVHeads * cuuint64_t(fresh.rows)};
+  const cuuint32_t box[4] = {64, 1, cuuint32_t(kKeys), 1};
+  const cuuint32_t elementStrides[4] = {1, 1, 1, 1};
+  const CUresult result = encode(
+      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
+      const_cast<__nv_bfloat16 *>(fresh.data), globalDim, globalStrides, box,
+      elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+namespace {
+/// setFreshKVReads' value (< 0: the default).
+std::atomic<int> freshOverride{-1};
+} // namespace
+
+bool freshReadsOn() {
+  const int override = freshOverride.load(std::memory_order_relaxed);
+  if (override >= 0)
+    return override != 0;
+  static const bool on = envSwitchOn("INFER_SM90_FRESH_KV");
+  return on;
+}
+
 } // namespace sm90
+
+bool freshKVReadsOn() { return sm90::freshReadsOn(); }
+
+void setFreshKVReads(int mode) {
+  sm90::freshOverride.store(mode < 0 ? -1 : mode, std::memory_order_relaxed);
+}
 
 bool prefillAttentionSm90Enabled() {
   static const bool enabled = [] {
@@ -169,10 +210,11 @@ cudaError_t launchPrefillAttentionSm90(
     AttentionDims attention, const int32_t *blockTables,
     int64_t maxBlocksPerSeq, const int32_t *contextLens,
     const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
-    __nv_bfloat16 *out, cudaStream_t stream, SplitKVWorkspace workspace) {
+    __nv_bfloat16 *out, cudaStream_t stream, SplitKVWorkspace workspace,
+    FreshKV fresh) {
   return sm90::launch(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
                       contextLens, queryStartLoc, numSeqs, t, out, stream,
-                      workspace);
+                      workspace, fresh);
 }
 
 } // namespace infer::cuda

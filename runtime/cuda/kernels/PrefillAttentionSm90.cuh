@@ -207,6 +207,9 @@ struct Sm90Params {
   /// those of decode rows empty): count [0] = items (tiles x kv heads),
   /// tiles (sequence, tile of the sequence) from [2] as int2.
   const int32_t *tileMap;
+  /// Which sequences tileMapKernel lists: 0 all, 1 those with nothing
+  /// cached before the call (FreshKV's), 2 the others.
+  int freshFilter;
 };
 
 /// Bytes of a tile map of `numWork` items at most.
@@ -335,8 +338,11 @@ static __global__ void __launch_bounds__(1024)
     for (int64_t s = begin; s < end; ++s) {
       TileGeometry g;
       g.group = group;
-      for (int j = 0; tileGeometryOf(p, s, int64_t(j) * kRows, g); ++j)
+      for (int j = 0; tileGeometryOf(p, s, int64_t(j) * kRows, g); ++j) {
+        if (p.freshFilter != 0 && (g.firstPos == 0) != (p.freshFilter == 1))
+          break; // the other launch's sequence
         f(s, j, g.numTiles < kCostBins ? g.numTiles : kCostBins - 1);
+      }
     }
   };
   forTiles([&](int64_t, int, int bin) { atomicAdd(&bins[bin], 1); });
@@ -441,10 +447,12 @@ __device__ __forceinline__ int planeOf(const CacheDims &dims, int layer,
   return (block * dims.numLayers + layer) * 2 + kv;
 }
 
-/// What the producer of the bf16 variant keeps of an item's geometry.
+/// What the producer of the bf16 variant keeps of an item's geometry;
+/// rowBase is the flat row of the sequence's key 0 (FreshKV's rows: keys
+/// of a sequence with nothing cached are its new tokens).
 struct ProducerItem {
   const int32_t *table;
-  int tileBegin, keyBegin, keyEnd, numTiles, kvHead;
+  int tileBegin, keyBegin, keyEnd, numTiles, kvHead, rowBase;
 };
 
 __device__ __forceinline__ ProducerItem producerItemOf(const TileGeometry &g) {
@@ -453,11 +461,13 @@ __device__ __forceinline__ ProducerItem producerItemOf(const TileGeometry &g) {
           static_cast<int>(g.keyBegin),
           static_cast<int>(g.keyEnd),
           g.numTiles,
-          g.kvHead};
+          g.kvHead,
+          static_cast<int>(g.seqStart - g.firstPos)};
 }
 
-/// The TMA box of lane `lane` in tile `tileStart` of `item` (boxOf).
-template <int kHalves>
+/// The TMA box of lane `lane` in tile `tileStart` of `item` (boxOf); with
+/// kFresh no block (FreshKV's rows are the flat batch's).
+template <int kHalves, bool kFresh = false>
 __device__ __forceinline__ Box boxOfItem(const ProducerItem &item,
                                          int blockSize, int rows, int tileStart,
                                          int lane) {
@@ -467,7 +477,7 @@ __device__ __forceinline__ Box boxOfItem(const ProducerItem &item,
   b.key0 = tileStart + box * rows;
   b.valid = box < kKeys / rows && b.key0 + rows > item.keyBegin &&
             b.key0 < item.keyEnd;
-  b.block = b.valid ? item.table[b.key0 / blockSize] : 0;
+  b.block = b.valid && !kFresh ? item.table[b.key0 / blockSize] : 0;
   return b;
 }
 
@@ -483,8 +493,10 @@ __device__ __forceinline__ Box boxOfItem(const ProducerItem &item,
 /// at an item's last tile it locates the next item (the work list, the
 /// sequence's lengths) and loads its first tile's entries then, so that
 /// their latency passes while the ring is full rather than when the
-/// consumers reach the item.
-template <int D, int kStages, bool kPersistent, bool kMapped>
+/// consumers reach the item. With kFresh, `map` is FreshKV's (freshMap)
+/// and a tile is one box of kKeys rows per half at the sequence's flat
+/// rows.
+template <int D, int kStages, bool kPersistent, bool kMapped, bool kFresh>
 __device__ __forceinline__ void
 produceDirect(const CUtensorMap &map, const Sm90Params &p, int k,
               const TileGeometry &g, uint8_t *smem, uint64_t *fullK,
@@ -498,10 +510,10 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p, int k,
   uint64_t *full = kv == 0 ? fullK : fullV;
   uint64_t *empty = kv == 0 ? emptyK : emptyV;
   uint8_t *tiles = smem + (kv == 0 ? kOffset : vOffset);
-  const int blockSize = p.dims.blockSize;
+  const int blockSize = kFresh ? kKeys : p.dims.blockSize;
   const int rows = blockSize < kKeys ? blockSize : kKeys;
   ProducerItem item = producerItemOf(g), nextItem = item;
-  Box b = boxOfItem<kHalves>(item, blockSize, rows, item.tileBegin, j);
+  Box b = boxOfItem<kHalves, kFresh>(item, blockSize, rows, item.tileBegin, j);
   for (int it0 = 0;;) {
     bool more = false;
     for (int t = 0; t < item.numTiles; ++t) {
@@ -513,16 +525,16 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p, int k,
                            uint32_t(b.key0 - item.tileBegin - t * kKeys) * 128;
       Box next = b;
       if (t + 1 < item.numTiles) {
-        next = boxOfItem<kHalves>(item, blockSize, rows,
-                                  item.tileBegin + (t + 1) * kKeys, j);
+        next = boxOfItem<kHalves, kFresh>(item, blockSize, rows,
+                                          item.tileBegin + (t + 1) * kKeys, j);
       } else if (kPersistent) {
         TileGeometry n;
         ++k;
         more = nextWork<kMapped>(p, k, n);
         if (more) {
           nextItem = producerItemOf(n);
-          next = boxOfItem<kHalves>(nextItem, blockSize, rows,
-                                    nextItem.tileBegin, j);
+          next = boxOfItem<kHalves, kFresh>(nextItem, blockSize, rows,
+                                            nextItem.tileBegin, j);
         }
       }
       mbarrierWait(&empty[stage], phase ^ 1);
@@ -530,10 +542,15 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p, int k,
       if (lane == 0)
         mbarrierArriveExpectTx(&full[stage], bytes);
       __syncwarp();
-      if (b.valid)
-        tmaLoad4d(tiles + stage * kTileBytes + dst, &map, &full[stage],
-                  b.half * 64, item.kvHead, b.key0 % blockSize,
-                  planeOf(p.dims, p.a.layer, b.block, kv));
+      if (b.valid) {
+        if constexpr (kFresh)
+          tmaLoad4d(tiles + stage * kTileBytes + dst, &map, &full[stage],
+                    b.half * 64, item.kvHead, item.rowBase + b.key0, kv);
+        else
+          tmaLoad4d(tiles + stage * kTileBytes + dst, &map, &full[stage],
+                    b.half * 64, item.kvHead, b.key0 % blockSize,
+                    planeOf(p.dims, p.a.layer, b.block, kv));
+      }
       b = next;
     }
     if (!more)
@@ -1225,7 +1242,7 @@ consume(const Sm90Params &p, int k, const TileGeometry &first, uint8_t *smem,
 }
 
 template <int D, KVCacheDtype T, bool kRope, bool kSoftcap, typename TQ,
-          bool kMapped>
+          bool kMapped, bool kFresh = false>
 __global__ void __launch_bounds__(Variant<T, kRope>::kThreads, 1)
     prefillAttentionSm90Kernel(const __grid_constant__ CUtensorMap direct,
                                const __grid_constant__ CUtensorMap raw,
@@ -1233,6 +1250,7 @@ __global__ void __launch_bounds__(Variant<T, kRope>::kThreads, 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
+  static_assert(!kFresh || !V::kStaged, "FreshKV rows are bf16 tiles");
   constexpr int kStages = V::kStages;
   int k = 0;
   TileGeometry g;
@@ -1295,7 +1313,7 @@ __global__ void __launch_bounds__(Variant<T, kRope>::kThreads, 1)
         mbarrierArrive(&valuesFull[it % 2]);
       }
     } else {
-      produceDirect<D, V::kStages, V::kPersistent, kMapped>(
+      produceDirect<D, V::kStages, V::kPersistent, kMapped, kFresh>(
           direct, p, k, g, smem, fullK, fullV, emptyK, emptyV, L::kK, L::kV);
     }
   } else if (V::kConverter && warpgroup == 1 + kConsumers) {
@@ -1331,6 +1349,12 @@ cudaError_t encodePoolMap(CUtensorMap *map, const void *pool,
                           const CacheDims &dims, int elementBytes,
                           int boxColumns, bool swizzle);
 
+/// FreshKV as a 4-d tensor (head_dim, kv head, flat row, k|v) of bf16,
+/// boxes of (64, 1, kKeys, 1) in the swizzle wgmma reads; rows past
+/// fresh.rows read as zeros.
+cudaError_t encodeFreshMap(CUtensorMap *map, const FreshKV &fresh,
+                           const CacheDims &dims);
+
 /// Whether the consumers ping-pong (Sm90Params::pingPong): on unless
 /// INFER_SM90_PINGPONG is 0 (read once; for comparisons in the benchmark).
 bool pingPongOn();
@@ -1345,18 +1369,24 @@ bool tileMapOn();
 /// once), else the current device's SM count.
 int persistentCtas();
 
-template <int D, KVCacheDtype T, bool kRope, bool kSoftcap, typename TQ>
+/// One launch of the kernel of pool type T; with kFresh (T bf16), K and V
+/// from `fresh` (FreshKV) for the tile map's sequences.
+template <int D, KVCacheDtype T, bool kRope, bool kSoftcap, typename TQ,
+          bool kFresh = false>
 cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, const FreshKV &fresh = {}) {
   using L = SharedLayout<D, T, kRope>;
   using V = Variant<T, kRope>;
   // An sm_90 block takes at most 227 KiB of dynamic shared memory.
   static_assert(L::kBytes <= 227 * 1024, "the stages do not fit");
+  static_assert(!kFresh || T == KVCacheDtype::kBf16, "fresh rows are bf16");
   CUtensorMap direct, raw;
   std::memset(&direct, 0, sizeof(direct));
   std::memset(&raw, 0, sizeof(raw));
   cudaError_t status = cudaSuccess;
-  if (T == KVCacheDtype::kBf16)
+  if (kFresh)
+    status = encodeFreshMap(&direct, fresh, p.dims);
+  else if (T == KVCacheDtype::kBf16)
     status = encodePoolMap(&direct, pool.data, p.dims, 2, 64, true);
   if (status == cudaSuccess && V::kStaged)
     status = encodePoolMap(&raw, pool.data, p.dims, V::kElementBytes, D, false);
@@ -1370,9 +1400,14 @@ cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool,
   const int64_t blocks = ctas > 0 && p.numWork > ctas ? ctas : p.numWork;
   if (blocks > 0x7fffffff)
     return cudaErrorInvalidValue;
+  if (kFresh && !p.tileMap)
+    return cudaErrorInvalidValue;
   auto *kernel =
-      p.tileMap ? prefillAttentionSm90Kernel<D, T, kRope, kSoftcap, TQ, true>
-                : prefillAttentionSm90Kernel<D, T, kRope, kSoftcap, TQ, false>;
+      kFresh ? prefillAttentionSm90Kernel<D, T, kRope, kSoftcap, TQ, true,
+                                          kFresh>
+      : p.tileMap
+          ? prefillAttentionSm90Kernel<D, T, kRope, kSoftcap, TQ, true>
+          : prefillAttentionSm90Kernel<D, T, kRope, kSoftcap, TQ, false>;
   // Above 48 KiB a kernel's dynamic shared memory needs this opt-in (per
   // device, so on every launch; it enqueues nothing and may be captured).
   status = cudaFuncSetAttribute(
@@ -1411,13 +1446,44 @@ cudaError_t launchOfPool(const Sm90Params &p, KVCachePool pool,
   return cudaErrorInvalidValue;
 }
 
+/// Whether launches read FreshKV (Kernels.h's freshKVReadsOn).
+bool freshReadsOn();
+
+/// The two launches of a batch with FreshKV rows (launch): the sequences
+/// with nothing cached from `fresh` on the bf16 pool's kernel, the others
+/// from the pool, each launch with its tile map of those sequences alone.
+template <int D, typename TQ>
+cudaError_t launchWithFresh(Sm90Params p, KVCachePool pool, const FreshKV &fresh,
+                            int32_t *maps[2], cudaStream_t stream) {
+  for (int launch = 0; launch < 2; ++launch) {
+    p.freshFilter = launch + 1;
+    tileMapKernel<<<1, 1024, 0, stream>>>(p, maps[launch]);
+    cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess)
+      return status;
+    p.tileMap = maps[launch];
+    if (launch == 0)
+      status = p.a.logitSoftcap > 0
+                   ? launchVariant<D, KVCacheDtype::kBf16, false, true, TQ,
+                                   true>(p, pool, stream, fresh)
+                   : launchVariant<D, KVCacheDtype::kBf16, false, false, TQ,
+                                   true>(p, pool, stream, fresh);
+    else
+      status = launchOfPool<D, TQ>(p, pool, stream);
+    if (status != cudaSuccess)
+      return status;
+  }
+  return cudaSuccess;
+}
+
 /// launchPrefillAttentionSm90 (Kernels.h) for q and out of type TQ.
 template <typename TQ>
 cudaError_t launch(const TQ *q, KVCachePool pool, CacheDims dims,
                    AttentionDims attention, const int32_t *blockTables,
                    int64_t maxBlocksPerSeq, const int32_t *contextLens,
                    const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
-                   TQ *out, cudaStream_t stream, SplitKVWorkspace workspace) {
+                   TQ *out, cudaStream_t stream, SplitKVWorkspace workspace,
+                   FreshKV fresh = {}) {
   if (t <= 0 || numSeqs <= 0)
     return cudaSuccess;
   if (!prefillAttentionSm90Supports(attention, dims, pool.dtype) ||
@@ -1432,7 +1498,23 @@ cudaError_t launch(const TQ *q, KVCachePool pool, CacheDims dims,
   Sm90Params p{q,           out,           blockTables,  maxBlocksPerSeq,
                contextLens, queryStartLoc, numSeqs,      pool.scales,
                dims,        attention,     pingPongOn(), numWork,
-               nullptr};
+               nullptr,     0};
+  // FreshKV: two maps, the second 256-byte aligned.
+  const size_t mapBytes =
+      (tileMapBytes(numWork, attention.numKVHeads) + 255) / 256 * 256;
+  if constexpr (std::is_same_v<TQ, __nv_bfloat16>) {
+    if (fresh.data && fresh.rows == t && pool.dtype != KVCacheDtype::kBf16 &&
+        attention.keyRotaryDim == 0 && freshReadsOn() && workspace.data &&
+        workspace.bytes >= 2 * mapBytes) {
+      int32_t *maps[2] = {
+          reinterpret_cast<int32_t *>(workspace.data),
+          reinterpret_cast<int32_t *>(reinterpret_cast<char *>(workspace.data) +
+                                      mapBytes)};
+      if (attention.headDim == 64)
+        return launchWithFresh<64, TQ>(p, pool, fresh, maps, stream);
+      return launchWithFresh<128, TQ>(p, pool, fresh, maps, stream);
+    }
+  }
   if (numSeqs > 1 && workspace.data && tileMapOn() &&
       workspace.bytes >= tileMapBytes(numWork, attention.numKVHeads)) {
     int32_t *map = reinterpret_cast<int32_t *>(workspace.data);

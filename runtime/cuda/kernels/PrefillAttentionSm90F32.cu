@@ -13,10 +13,11 @@ cudaError_t launchPrefillAttentionSm90(
     const float *q, KVCachePool pool, CacheDims dims, AttentionDims attention,
     const int32_t *blockTables, int64_t maxBlocksPerSeq,
     const int32_t *contextLens, const int32_t *queryStartLoc, int64_t numSeqs,
-    int64_t t, float *out, cudaStream_t stream, SplitKVWorkspace workspace) {
+    int64_t t, float *out, cudaStream_t stream, SplitKVWorkspace workspace,
+    FreshKV fresh) {
   return sm90::launch(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
                       contextLens, queryStartLoc, numSeqs, t, out, stream,
-                      workspace);
+                      workspace, fresh);
 }
 
 } // namespace infer::cuda

@@ -1041,6 +1041,59 @@ struct QKVRope {
   }
 };
 
+uint16_t bf16Bits(__nv_bfloat16 x) {
+  uint16_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+}
+
+/// FreshKV's rows (Kernels.h) of the tokens with a slot: the bf16 of each
+/// element's code in `pools`' GPU pool times its scale (E4M3), element for
+/// element what the Hopper prefill's staging computes.
+::testing::AssertionResult
+freshRowsDecodePool(const std::vector<__nv_bfloat16> &fresh,
+                    const TwoPools &pools, const std::vector<int64_t> &slots,
+                    const cuda::CacheDims &dims, int layer) {
+  const std::vector<uint8_t> codes = pools.gpuCodes.download();
+  const std::vector<float> scales = pools.gpuScales.download();
+  const Fp8Format format = pools.dtype == KVCacheDtype::kF8E5M2
+                               ? Fp8Format::kE5M2
+                               : Fp8Format::kE4M3;
+  const int64_t t = static_cast<int64_t>(slots.size()), d = dims.headDim,
+                kvh = dims.numKVHeads;
+  for (int64_t token = 0; token < t; ++token) {
+    if (slots[token] < 0)
+      continue;
+    const int64_t block = slots[token] / dims.blockSize,
+                  inBlock = slots[token] % dims.blockSize;
+    for (int kv = 0; kv < 2; ++kv)
+      for (int64_t h = 0; h < kvh; ++h) {
+        const int64_t at =
+            ((((block * dims.numLayers + layer) * 2 + kv) * dims.blockSize +
+              inBlock) *
+                 kvh +
+             h) *
+            d;
+        const float scale =
+            pools.dtype == KVCacheDtype::kF8E4M3 ? scales[at / d] : 1.0f;
+        for (int64_t e = 0; e < d; ++e) {
+          float x = decodeFp8(codes[at + e], format);
+          if (pools.dtype == KVCacheDtype::kF8E4M3)
+            x *= scale;
+          const uint16_t want = bf16Bits(__float2bfloat16_rn(x));
+          const uint16_t got =
+              bf16Bits(fresh[((kv * t + token) * kvh + h) * d + e]);
+          if (want != got)
+            return ::testing::AssertionFailure()
+                   << "token " << token << " kv " << kv << " head " << h
+                   << " element " << e << ": 0x" << std::hex << got
+                   << ", the pool's decode 0x" << want;
+        }
+      }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TYPED_TEST(Bf16KernelsTest, RopeQKVCacheWriteIsRopeAndRopeKVCacheWrite) {
   // One launch rotating q and writing rotated k and v: the same bytes as
   // launchRope of q and launchRopeKVCacheWrite of k and v, for every pool,
@@ -1146,6 +1199,32 @@ TYPED_TEST(Bf16KernelsTest, RopeQKVCacheWriteIsRopeAndRopeKVCacheWrite) {
                                   Bound{0.5, 0x1p-22, 0x1p-21 * maxAbs},
                                   qWidth))
               << path << ": queries against the CPU";
+          // FreshKV beside an fp8 pool: the packed kernel writes it and
+          // says so, the element one (odd views, or a rotary half that is
+          // not whole 16-byte packs) does not; the pool's bytes are the
+          // same either way.
+          if (dtype == KVCacheDtype::kBf16)
+            continue;
+          TwoPools withFresh(dtype, elements, c.headDim);
+          auto qFresh = DeviceArray<T>::poisoned(size_t(c.t) * qWidth);
+          auto fresh =
+              DeviceArray<__nv_bfloat16>::poisoned(size_t(2) * c.t * width);
+          bool written = odd;
+          ASSERT_EQ(cuda::launchRopeQKVCacheWrite(
+                        rows, qFresh.get(), qHeads, withFresh.gpuPool(), dims,
+                        kLayer, rows + qWidth, rows + qWidth + width,
+                        dSlots.get(), dPos.get(), c.t, c.rotaryDim, dFreq.get(),
+                        nullptr, rowLd, rowLd, rowLd, longFrom, dynamic,
+                        fresh.get(), &written),
+                    cudaSuccess);
+          const bool packed =
+              !odd && c.headDim % 8 == 0 && c.rotaryDim / 2 % 8 == 0;
+          EXPECT_EQ(written, packed) << path << ": FreshKV written";
+          EXPECT_TRUE(withFresh.sameGpuBytes(fused)) << path << ": FreshKV cache";
+          if (written)
+            EXPECT_TRUE(freshRowsDecodePool(fresh.download(), withFresh, slots,
+                                            dims, kLayer))
+                << path << ": FreshKV rows";
         }
         if (c.t == 20 && kind == RopeKind::kDefault) {
           TwoPools graphed(dtype, elements, c.headDim);

@@ -21,7 +21,9 @@
 //   the same batches without the cap far from the capped reference;
 // - persistent launches of 1 to 7 CTAs (many work items each) giving the
 //   one-CTA-per-item result bit for bit;
-// - a captured graph replaying the eager result.
+// - a captured graph replaying the eager result;
+// - FreshKV beside fp8 pools: prompts with nothing cached read the decoded
+//   rows instead of the pool, for the same bits.
 // q, K, V and the probabilities are bf16 on the GPU: tolerance 1e-2 of the
 // largest output (and 1/256 more for bf16 outputs). Slots no sequence owns
 // hold NaN, so a read or an unmasked stale key shows.
@@ -30,6 +32,7 @@
 
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Kernels.h"
+#include "runtime/support/Fp8.h"
 #include "tests/runtime/cuda/AttentionTestSupport.h"
 #include "tests/runtime/cuda/DeviceArray.h"
 
@@ -37,8 +40,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <limits>
+#include <optional>
 
 namespace infer::testing {
 namespace {
@@ -310,6 +315,134 @@ TEST_F(PrefillAttentionSm90Test, Fp8PoolsAndKeyRope) {
           << nameOf(type) << " " << what;
     }
   }
+}
+
+/// FreshKV (Kernels.h) of batch `b` over an fp8 pool of `layer`: the rows
+/// of the sequences with nothing cached hold the bf16 of their pool codes
+/// times their scales (E4M3), or 0 with `zeros`; the others' rows NaN, so
+/// a launch that read them would show it.
+std::vector<__nv_bfloat16> freshRowsOf(const PagedBatch &b, KVCacheDtype dtype,
+                                       const CacheDims &dims, int layer,
+                                       bool zeros) {
+  const int64_t d = dims.headDim, kvh = dims.numKVHeads;
+  std::vector<__nv_bfloat16> fresh(size_t(2) * b.t * kvh * d,
+                                   __float2bfloat16_rn(NAN));
+  const Fp8Format format =
+      dtype == KVCacheDtype::kF8E5M2 ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+  for (size_t s = 0; s + 1 < b.qsl.size(); ++s) {
+    const int first = b.qsl[s], count = b.qsl[s + 1] - first;
+    if (b.contextLens[s] != count)
+      continue; // keys cached before the call: the pool's launch
+    for (int i = 0; i < count; ++i) {
+      const int64_t slot = b.slot(s, i);
+      const int64_t block = slot / dims.blockSize,
+                    inBlock = slot % dims.blockSize;
+      for (int kv = 0; kv < 2; ++kv)
+        for (int64_t h = 0; h < kvh; ++h) {
+          const int64_t at =
+              ((((block * dims.numLayers + layer) * 2 + kv) * dims.blockSize +
+                inBlock) *
+                   kvh +
+               h) *
+              d;
+          for (int64_t e = 0; e < d; ++e) {
+            float x = decodeFp8(b.codes[at + e], format);
+            if (dtype == KVCacheDtype::kF8E4M3)
+              x *= b.scales[at / d];
+            fresh[((kv * b.t + first + i) * kvh + h) * d + e] =
+                __float2bfloat16_rn(zeros ? 0.0f : x);
+          }
+        }
+    }
+  }
+  return fresh;
+}
+
+TEST_F(PrefillAttentionSm90Test, FreshKVReadsGiveThePoolsBits) {
+  // Batches of prompts with nothing cached (their keys from FreshKV, on the
+  // bf16 pool's kernel), chunked prompts and verification rows over cached
+  // keys (the fp8 pool's kernel) and decode rows (left to other kernels):
+  // the same bits as the pool alone, which the CPU bounds; and with
+  // FreshKV's rows zeroed, the fresh prompts' outputs are 0 and the
+  // others' unchanged, so each sequence read where it should.
+  const AttentionCase cases[] = {
+      {32, 8, 128, 0, 16, {{0, 300}, {100, 300}, {7, 1}, {0, 129}, {0, 2}}},
+      {8, 2, 64, 40, 8, {{0, 150}, {2000, 9}, {0, 70}}},
+      {10, 2, 128, 0, 256, {{0, 200}, {3000, 200}, {0, 1000}}},
+      {16, 16, 128, 0, 64, {{0, 129}, {127, 2}, {0, 3}}},
+      {8, 4, 64, 0, 32, {{0, 17}}},
+  };
+  const int layer = 1, numLayers = 2;
+  const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(128);
+  DeviceArray<float> workspace(
+      std::vector<float>(workspaceBytes / sizeof(float), 0.0f));
+  const cuda::SplitKVWorkspace ws{workspace.get(), workspaceBytes};
+  ASSERT_TRUE(cuda::freshKVReadsOn());
+  for (KVCacheDtype dtype : {KVCacheDtype::kF8E4M3, KVCacheDtype::kF8E5M2})
+    for (const AttentionCase &c : cases) {
+      const std::string what =
+          std::string(dtype == KVCacheDtype::kF8E5M2 ? "e5m2 " : "e4m3 ") +
+          describe(c);
+      const PagedBatch b = makePagedBatch(
+          c.seqs, dtype,
+          cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize),
+          cpuAttentionParams(layer, c.heads, c.kvHeads, c.headDim, c.window),
+          /*spareBlocks=*/2, /*bf16Queries=*/true);
+      const AttentionDims a =
+          attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window);
+      const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
+      ASSERT_TRUE(cuda::prefillAttentionSm90Supports(a, dims, dtype)) << what;
+      DevicePool pool(b, dtype);
+      DeviceArray<int32_t> tables(b.tables), context(b.contextLens),
+          qsl(b.qsl);
+      const int64_t numSeqs = b.contextLens.size();
+      auto launch = [&](const std::vector<__nv_bfloat16> *fresh) {
+        std::optional<DeviceArray<__nv_bfloat16>> rows;
+        if (fresh)
+          rows.emplace(*fresh);
+        const cuda::FreshKV freshKV{rows ? rows->get() : nullptr,
+                                    rows ? b.t : 0};
+        return runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
+          return cuda::launchPrefillAttentionSm90(
+              q, pool.pool, dims, a, tables.get(), b.maxBlocks, context.get(),
+              qsl.get(), numSeqs, b.t, out, nullptr, ws, freshKV);
+        });
+      };
+      const std::vector<__nv_bfloat16> decoded =
+          freshRowsOf(b, dtype, dims, layer, /*zeros=*/false);
+      const std::vector<__nv_bfloat16> zeroed =
+          freshRowsOf(b, dtype, dims, layer, /*zeros=*/true);
+      const int64_t width = int64_t(c.heads) * c.headDim;
+      const std::vector<float> fromPool = launch(nullptr);
+      const std::vector<float> fromFresh = launch(&decoded);
+      const std::vector<float> fromZeros = launch(&zeroed);
+      for (size_t s = 0; s + 1 < b.qsl.size(); ++s) {
+        const int first = b.qsl[s], count = b.qsl[s + 1] - first;
+        if (count < 2)
+          continue; // a decode row: not this kernel's
+        const bool fresh = b.contextLens[s] == count;
+        for (int64_t i = int64_t(first) * width;
+             i < int64_t(first + count) * width; ++i) {
+          ASSERT_EQ(std::memcmp(&fromFresh[i], &fromPool[i], sizeof(float)),
+                    0)
+              << what << ": sequence " << s << " element " << i << ": "
+              << fromFresh[i] << " from FreshKV, " << fromPool[i]
+              << " from the pool";
+          const float zeroWant = fresh ? 0.0f : fromPool[i];
+          ASSERT_EQ(std::memcmp(&fromZeros[i], &zeroWant, sizeof(float)), 0)
+              << what << ": sequence " << s << " element " << i
+              << (fresh ? " (FreshKV's)" : " (the pool's)") << ": "
+              << fromZeros[i] << " with FreshKV zeroed";
+        }
+      }
+      const std::vector<float> want =
+          rowsOfSequences(b.ref, b.qsl, width, false);
+      const double err =
+          relError(rowsOfSequences(fromFresh, b.qsl, width, false), want);
+      std::cout << "[ kernel   ] sm90_prefill FreshKV " << what
+                << " max rel err " << err << "\n";
+      EXPECT_LT(err, kBf16Tol + outputTolerance(QueryType::kBf16)) << what;
+    }
 }
 
 TEST_F(PrefillAttentionSm90Test, SoftcappedScoresMatchCpuAttention) {
