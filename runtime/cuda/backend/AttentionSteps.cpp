@@ -122,16 +122,32 @@ Status CudaBackend::runRopeQKVCacheWrite(const PreparedStep &s,
   const plan::RopeConfig &rope = s.step.rope;
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, q.rows, q.cols, q.dtype));
-  return withCacheInputType(k.dtype, [&](auto tag) -> Status {
+  // FreshKV for the layer's Hopper prefill, where the call has prompt rows
+  // (a decode-only call's attention reads none).
+  void *fresh = nullptr;
+  if (s.writesFreshKV && batch.numTokens() > batch.numSeqs() &&
+      freshKVReadsOn())
+    INFER_RETURN_IF_ERROR(allocateBytes(
+        size_t(2 * t) * dims_.numKVHeads * dims_.headDim * 2, &fresh));
+  bool written = false;
+  Status status = withCacheInputType(k.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     INFER_CUDA_RETURN_IF_ERROR(launchRopeQKVCacheWrite(
         q.as<const T>(), y.as<T>(), q.cols / rope.headDim, kvPool(), dims_,
         static_cast<int>(s.step.layer), k.as<const T>(), v.as<const T>(), slots,
         positions, t, static_cast<int>(rope.rotaryDim),
         s.ropeInvFreq.as<float>(), stream_, q.stride(), k.stride(), v.stride(),
-        static_cast<int>(rope.longFrom()), dynamicRope(s, 6, batch)));
+        static_cast<int>(rope.longFrom()), dynamicRope(s, 6, batch),
+        static_cast<__nv_bfloat16 *>(fresh), &written));
     return Status::ok();
   });
+  if (written) {
+    freshKV_ = FreshKV{static_cast<const __nv_bfloat16 *>(fresh), t};
+    freshKVLayer_ = static_cast<int>(s.step.layer);
+  } else if (fresh) {
+    freeBytes(fresh);
+  }
+  return status;
 }
 
 Status CudaBackend::runPagedAttention(const PreparedStep &s,
@@ -142,13 +158,26 @@ Status CudaBackend::runPagedAttention(const PreparedStep &s,
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, q.rows, q.cols, DType::kBF16));
   int64_t unused;
-  INFER_CUDA_RETURN_IF_ERROR(launchPagedAttention(
+  FreshKV fresh;
+  if (s.readsFreshKV && freshKV_.data &&
+      freshKVLayer_ == s.attention.layer && freshKV_.rows == q.rows)
+    fresh = freshKV_;
+  const cudaError_t launched = launchPagedAttention(
       q.as<const __nv_bfloat16>(), kvPool(), dims_, s.attention,
       static_cast<const int32_t *>(input(s.step.operands[2], &unused, batch)),
       paddedBlocksPerSeq_,
       static_cast<const int32_t *>(input(s.step.operands[3], &unused, batch)),
       static_cast<const int32_t *>(input(s.step.operands[4], &unused, batch)),
-      batch.numSeqs(), q.rows, y.as<__nv_bfloat16>(), stream_, splitKV_));
+      batch.numSeqs(), q.rows, y.as<__nv_bfloat16>(), stream_, splitKV_,
+      fresh);
+  // The range is done with once the attention is enqueued (the arena hands
+  // out host-side ranges in stream order).
+  if (freshKV_.data && s.readsFreshKV) {
+    freeBytes(const_cast<__nv_bfloat16 *>(freshKV_.data));
+    freshKV_ = FreshKV();
+    freshKVLayer_ = -1;
+  }
+  INFER_CUDA_RETURN_IF_ERROR(launched);
   return Status::ok();
 }
 

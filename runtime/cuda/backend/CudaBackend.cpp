@@ -179,6 +179,7 @@ Status CudaBackend::init(const plan::RankPlan &plan, const ParamTable &params,
   }
   markViewSplits(steps_, rank_, output_, lastUse);
   markFp8QuantizeFusions();
+  markFreshKV();
   for (size_t id = 0; id < lastUse.size(); ++id)
     if (lastUse[id] >= 0 && rank_.values[id].kind == ValueKind::kActivation &&
         static_cast<int>(id) != output_)
@@ -444,9 +445,39 @@ Status CudaBackend::runStep(size_t index, const Batch &batch) {
   return status;
 }
 
+void CudaBackend::markFreshKV() {
+  if (kvDtype_ == KVCacheDtype::kBf16 || !prefillAttentionSm90Enabled())
+    return;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    PreparedStep &writer = steps_[i];
+    if (writer.step.op != StepOp::kRopeQKVCacheWrite)
+      continue;
+    // The layer's attention: the next paged_attention, with no other write
+    // to the cache of that layer before it.
+    for (size_t j = i + 1; j < steps_.size(); ++j) {
+      PreparedStep &reader = steps_[j];
+      const StepOp op = reader.step.op;
+      if (op == StepOp::kKVCacheWrite || op == StepOp::kRopeKVCacheWrite ||
+          op == StepOp::kRopeQKVCacheWrite)
+        break;
+      if (op != StepOp::kPagedAttention)
+        continue;
+      if (reader.attention.layer == writer.step.layer &&
+          reader.attention.keyRotaryDim == 0 &&
+          prefillAttentionSm90Supports(reader.attention, dims_, kvDtype_)) {
+        writer.writesFreshKV = true;
+        reader.readsFreshKV = true;
+      }
+      break;
+    }
+  }
+}
+
 Status CudaBackend::runSteps(const Batch &batch) {
   gatherRows_.clear();
   fp8Quantized_ = nullptr;
+  freshKV_ = FreshKV();
+  freshKVLayer_ = -1;
   for (size_t i = 0; i < steps_.size(); ++i) {
     if (profileSteps_)
       INFER_RETURN_IF_ERROR(recordStepStart(i));

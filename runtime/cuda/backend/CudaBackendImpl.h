@@ -164,6 +164,12 @@ struct PreparedStep {
   /// linear or linear_residual and its only reader (markFp8QuantizeFusions),
   /// so this step may quantize it for that GEMM.
   bool quantizesForNext = false;
+  /// rope_qkv_cache_write whose layer's paged_attention reads FreshKV
+  /// (markFreshKV): in calls with prompt rows it also writes the decoded
+  /// keys and values of the call's tokens into an arena range for that step
+  /// (freshKV_), which frees it.
+  bool writesFreshKV = false;
+  bool readsFreshKV = false;
 };
 
 class CudaBackend final : public Backend {
@@ -223,6 +229,10 @@ private:
   /// Sets PreparedStep::quantizesForNext (CudaBackendOptions::
   /// fuseFp8Quantize).
   void markFp8QuantizeFusions();
+  /// Sets PreparedStep::writesFreshKV / readsFreshKV: an fp8 pool, the
+  /// Hopper prefill for its attention, and a rope_qkv_cache_write of the
+  /// layer before its paged_attention.
+  void markFreshKV();
   /// Where step `s` (quantizesForNext, output [rows, cols]) writes the
   /// codes and scales of the next step's GEMM: nullopt where the fusion is
   /// off or that GEMM does not take fp8 cuBLASLt in one chunk.
@@ -376,6 +386,10 @@ private:
   /// batch (splitKVWorkspaceBytes).
   DeviceBuffer splitKVBuffer_;
   SplitKVWorkspace splitKV_;
+  /// The FreshKV a rope_qkv_cache_write step wrote in this run for its
+  /// layer's paged_attention (an arena range; null data: none).
+  FreshKV freshKV_;
+  int freshKVLayer_ = -1;
 
   plan::RankPlan rank_;
   std::vector<std::optional<InputKind>> inputOf_;

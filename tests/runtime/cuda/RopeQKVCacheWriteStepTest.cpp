@@ -7,9 +7,17 @@
 // replaces. A prefill and decode steps that read the cached keys back, in a
 // bf16 pool and an fp8 E4M3 one, for the repository's Llama fixtures.
 //
+// With an fp8 pool the fused step also writes FreshKV (runtime/cuda/
+// Kernels.h) in calls with prompt rows, which the Hopper prefill reads for
+// prompts with nothing cached: tiny-pycode-target (head_dim 64, which that
+// kernel takes) gives the same logits bit for bit with those reads on and
+// off, over a call of two fresh prompts, a chunk after cached keys and a
+// decode row, and the decode call after it.
+//
 //===----------------------------------------------------------------------===//
 
 #include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/Kernels.h"
 #include "tests/runtime/support/LlamaPlan.h"
 
 #include <gtest/gtest.h>
@@ -87,6 +95,78 @@ TEST(CudaRopeQKVCacheWriteStep, SameLogitsAsRopeAndRopeKVCacheWrite) {
             << batch.tokenIds.size() << " new tokens after "
             << batch.contextLens[0] - batch.tokenIds.size();
       }
+    }
+  }
+}
+
+TEST(CudaRopeQKVCacheWriteStep, FreshKVReadsGiveTheSameLogits) {
+  std::string why;
+  if (!cuda::cudaDeviceAvailable(&why))
+    GTEST_SKIP() << "CUDA backend tests need a GPU: " << why;
+  const std::string model =
+      std::string(INFER_FIXTURES_DIR) + "/models/tiny-pycode-target";
+  if (!fs::exists(model + "/config.json"))
+    GTEST_SKIP() << "tiny-pycode fixtures not found";
+  StatusOr<Artifact> artifact =
+      buildLlamaArtifact(model, 16, plan::DType::kBF16);
+  ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
+  StatusOr<ParamTable> params = loadParams(*artifact, 0, model);
+  ASSERT_TRUE(params.isOk()) << params.status().message();
+  // Sequence s owns blocks [8 s, 8 s + 8). Each call's shape is (cached,
+  // new tokens) a sequence: first the cached keys of sequences 2 and 3
+  // (and a token of 0 and 1, which the next call writes again), then the
+  // mixed call (two prompts with nothing cached, a chunk after 30 cached
+  // keys, a decode row), then a decode row of each.
+  constexpr int32_t kBlocks = 8;
+  auto batchOf = [&](const std::vector<std::pair<int32_t, int32_t>> &shape) {
+    Batch b;
+    b.maxBlocksPerSeq = kBlocks;
+    b.queryStartLoc = {0};
+    int32_t token = 1;
+    for (size_t s = 0; s < shape.size(); ++s) {
+      const auto [cached, fresh] = shape[s];
+      for (int32_t i = 0; i < fresh; ++i) {
+        const int32_t p = cached + i;
+        b.tokenIds.push_back(token++ % 200 + 1);
+        b.positions.push_back(p);
+        b.slotMapping.push_back(int64_t(s * kBlocks + p / 16) * 16 + p % 16);
+      }
+      b.queryStartLoc.push_back(b.queryStartLoc.back() + fresh);
+      b.contextLens.push_back(cached + fresh);
+      for (int32_t j = 0; j < kBlocks; ++j)
+        b.blockTables.push_back(static_cast<int32_t>(s) * kBlocks + j);
+      b.logitsIndices.push_back(b.queryStartLoc.back() - 1);
+    }
+    return b;
+  };
+  const std::vector<Batch> calls = {
+      batchOf({{0, 1}, {0, 1}, {0, 30}, {0, 70}}),
+      batchOf({{0, 40}, {0, 120}, {30, 60}, {70, 1}}),
+      batchOf({{40, 1}, {120, 1}, {90, 1}, {71, 1}})};
+  for (plan::DType pool : {plan::DType::kF8E4M3, plan::DType::kF8E5M2}) {
+    plan::Plan fused = withFusedRopes(artifact->plan, true);
+    fused.kvCache.dtype = pool;
+    std::vector<std::vector<float>> logits[2];
+    for (int reads : {0, 1}) {
+      cuda::setFreshKVReads(reads);
+      cuda::CudaBackendOptions options;
+      options.numBlocks = 4 * kBlocks;
+      StatusOr<std::unique_ptr<Backend>> backend =
+          cuda::createCudaBackend(fused, 0, *params, options);
+      ASSERT_TRUE(backend.isOk()) << backend.status().message();
+      for (const Batch &call : calls) {
+        StatusOr<Logits> out = (*backend)->forward(call);
+        ASSERT_TRUE(out.isOk()) << out.status().message();
+        logits[reads].push_back(out->data);
+      }
+    }
+    cuda::setFreshKVReads(-1);
+    for (size_t c = 0; c < calls.size(); ++c) {
+      ASSERT_EQ(logits[0][c].size(), logits[1][c].size());
+      EXPECT_EQ(std::memcmp(logits[0][c].data(), logits[1][c].data(),
+                            logits[0][c].size() * sizeof(float)),
+                0)
+          << plan::dtypeName(pool) << " pool, call " << c;
     }
   }
 }
