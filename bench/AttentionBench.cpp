@@ -38,7 +38,11 @@
 //            them: launchPagedAttention of the whole batch (the prefill
 //            kernel on the prompts' rows, then the decode kernel), of the
 //            prompts alone (prefill_us, and prefill_mma_us on the mma.sync
-//            kernel) and of the decode rows alone (decode_us).
+//            kernel) and of the decode rows alone (decode_us); fp8 pools
+//            also with the prompts' keys and values read from FreshKV
+//            (fresh_us, prefill_fresh_us), as the backend's calls with
+//            prompt rows read them. The prefill mode's kernel=sm90-fresh
+//            rows are those reads too.
 // Beside them the ceilings measured in the same run: the device-to-device
 // copy bandwidth (1 GiB cudaMemcpy, read + write) and a bf16 GEMM of
 // 8192^3 through cuBLASLt (fp32 accumulation). Each figure is the median of
@@ -295,6 +299,9 @@ struct Batch {
   float *scales = nullptr;
   int32_t *tables = nullptr, *contextLens = nullptr, *qsl = nullptr;
   __nv_bfloat16 *q = nullptr, *out = nullptr;
+  /// FreshKV's rows of the batch's new tokens (fp8 pools): random bf16 as
+  /// the pool's values are.
+  __nv_bfloat16 *fresh = nullptr;
   int64_t maxBlocks = 0, numSeqs = 0, t = 0;
 
   Batch(const Options &o, KVCacheDtype dtype, int64_t seqs, int context,
@@ -366,12 +373,22 @@ struct Batch {
     check(cudaMalloc(&out, qElements * 2), "out");
     check(cudaMemcpy(q, hq.data(), qElements * 2, cudaMemcpyHostToDevice),
           "q upload");
+    if (dtype != KVCacheDtype::kBf16) {
+      std::vector<__nv_bfloat16> hf(2 * t * o.kvHeads * o.headDim);
+      for (auto &x : hf)
+        x = __float2bfloat16_rn(0.5f * normal(rng));
+      check(cudaMalloc(&fresh, hf.size() * 2), "fresh");
+      check(cudaMemcpy(fresh, hf.data(), hf.size() * 2, cudaMemcpyHostToDevice),
+            "fresh upload");
+    }
   }
+  FreshKV freshKV() const { return FreshKV{fresh, fresh ? t : 0}; }
   ~Batch() {
     for (void *p :
          {data, static_cast<void *>(scales), static_cast<void *>(tables),
           static_cast<void *>(contextLens), static_cast<void *>(qsl),
-          static_cast<void *>(q), static_cast<void *>(out)})
+          static_cast<void *>(q), static_cast<void *>(out),
+          static_cast<void *>(fresh)})
       if (p)
         cudaFree(p);
   }
@@ -547,25 +564,38 @@ int main(int argc, char **argv) {
   std::mt19937 rng(1);
   const AttentionDims a = attentionOf(o);
 
+  const size_t workspaceBytes = splitKVWorkspaceBytes(o.headDim);
   for (const std::string &name : o.pools) {
     const KVCacheDtype dtype = dtypeOf(name);
+    float *workspace = nullptr;
+    check(cudaMalloc(&workspace, workspaceBytes), "workspace");
+    const SplitKVWorkspace ws{workspace, workspaceBytes};
     for (int n : o.prefill) {
       Batch b(o, dtype, 1, n, n, rng);
       const double flops =
           4.0 * (double(n) * (n + 1) / 2) * o.headDim * o.heads;
-      for (const char *kernel : {"sm90", "mma"}) {
-        const bool sm90 = std::strcmp(kernel, "sm90") == 0;
+      // sm90-fresh: the Hopper kernel reading FreshKV (fp8 pools; the
+      // sequence has nothing cached before the call).
+      for (const char *kernel : {"sm90", "sm90-fresh", "mma"}) {
+        const bool sm90 = std::strncmp(kernel, "sm90", 4) == 0;
+        const bool fresh = std::strcmp(kernel, "sm90-fresh") == 0;
         if (sm90 && !(prefillAttentionSm90Enabled() &&
                       prefillAttentionSm90Supports(a, b.dims, dtype)))
           continue;
+        if (fresh && !(b.fresh && freshKVReadsOn()))
+          continue;
         const double ms = timeLaunches(
             [&](cudaStream_t s) {
-              return sm90 ? launchPrefillAttentionSm90(
-                                b.q, b.pool, b.dims, a, b.tables, b.maxBlocks,
-                                b.contextLens, b.qsl, 1, b.t, b.out, s)
-                          : launchPrefillAttention(
-                                b.q, b.pool, b.dims, a, b.tables, b.maxBlocks,
-                                b.contextLens, b.qsl, 1, b.t, b.out, s);
+              return fresh ? launchPrefillAttentionSm90(
+                                 b.q, b.pool, b.dims, a, b.tables, b.maxBlocks,
+                                 b.contextLens, b.qsl, 1, b.t, b.out, s, ws,
+                                 b.freshKV())
+                     : sm90 ? launchPrefillAttentionSm90(
+                                  b.q, b.pool, b.dims, a, b.tables, b.maxBlocks,
+                                  b.contextLens, b.qsl, 1, b.t, b.out, s)
+                            : launchPrefillAttention(
+                                  b.q, b.pool, b.dims, a, b.tables, b.maxBlocks,
+                                  b.contextLens, b.qsl, 1, b.t, b.out, s);
             },
             o.repeats);
         const double tflops = flops / (ms * 1e-3) / 1e12;
@@ -574,9 +604,6 @@ int main(int argc, char **argv) {
                     kernel, name.c_str(), n, ms, tflops, 100 * tflops / gemm);
       }
     }
-    const size_t workspaceBytes = splitKVWorkspaceBytes(o.headDim);
-    float *workspace = nullptr;
-    check(cudaMalloc(&workspace, workspaceBytes), "workspace");
     for (auto [batch, context] : o.decode) {
       Batch b(o, dtype, batch, context, 1, rng);
       const double bytes = double(batch) * context * o.kvHeads * 2 *
@@ -613,12 +640,13 @@ int main(int argc, char **argv) {
       Batch whole(o, dtype, all, rng), prefill(o, dtype, prompts, rng),
           decode(o, dtype, decodes, rng);
       const SplitKVWorkspace ws{workspace, workspaceBytes};
-      auto paged = [&](Batch &b) {
+      auto paged = [&](Batch &b, bool fresh = false) {
         return timeLaunches(
             [&](cudaStream_t s) {
-              return launchPagedAttention(b.q, b.pool, b.dims, a, b.tables,
-                                          b.maxBlocks, b.contextLens, b.qsl,
-                                          b.numSeqs, b.t, b.out, s, ws);
+              return launchPagedAttention(
+                  b.q, b.pool, b.dims, a, b.tables, b.maxBlocks, b.contextLens,
+                  b.qsl, b.numSeqs, b.t, b.out, s, ws,
+                  fresh ? b.freshKV() : FreshKV());
             },
             o.repeats);
       };
@@ -632,11 +660,15 @@ int main(int argc, char **argv) {
                 prefill.numSeqs, prefill.t, prefill.out, s);
           },
           o.repeats);
+      // fresh_us / prefill_fresh_us: the same launches reading FreshKV
+      // for the prompts (fp8 pools; a bf16 pool's launch ignores it).
       std::printf("result mixed pool=%s prompts=%d prompt_len=%d decodes=%d "
-                  "context=%d us=%.1f prefill_us=%.1f prefill_kernel=%s "
+                  "context=%d us=%.1f fresh_us=%.1f prefill_us=%.1f "
+                  "prefill_fresh_us=%.1f prefill_kernel=%s "
                   "prefill_mma_us=%.1f decode_us=%.1f\n",
                   name.c_str(), m.prompts, m.promptLen, m.decodes, m.context,
-                  paged(whole) * 1e3, paged(prefill) * 1e3,
+                  paged(whole) * 1e3, paged(whole, true) * 1e3,
+                  paged(prefill) * 1e3, paged(prefill, true) * 1e3,
                   sm90 ? "sm90" : "mma", prefillMma * 1e3, paged(decode) * 1e3);
     }
     cudaFree(workspace);
