@@ -130,6 +130,12 @@ StatusOr<RequestId> Engine::addRequest(std::vector<int32_t> promptTokenIds,
 
 StatusOr<RequestId> Engine::fork(RequestId parentId,
                                  const SamplingParams &sampling) {
+  INFER_RETURN_IF_ERROR(sampling.validate());
+  if (sampling.n != 1)
+    return invalidArgument("a fork is one completion: n must be 1, not " +
+                           std::to_string(sampling.n));
+  if (!sampling.stopStrings.empty() && !config_.tokenizer)
+    return invalidArgument("stop strings need the model's tokenizer");
   // The child copies the parent's tokens: the last must be known.
   if (inflight_)
     collectInFlight(pending_);
@@ -152,8 +158,8 @@ StatusOr<RequestId> Engine::fork(RequestId parentId,
       saturatingAdd(parent.numPromptTokens, sampling.maxNewTokens);
   if (config_.maxModelLen > 0)
     r.maxTotalTokens = std::min(r.maxTotalTokens, config_.maxModelLen);
-  r.maxTotalTokens = std::max(r.maxTotalTokens, r.numTokens());
   r.numPreemptions = 0;
+  r.finishReason = FinishReason::kNone;
   entry.parentId = id;
   entry.baseSampling = sampling;
   const std::vector<int32_t> prompt(r.tokens.begin(),
@@ -164,10 +170,27 @@ StatusOr<RequestId> Engine::fork(RequestId parentId,
                                              config_.tokenizer, prompt);
   entry.deviceSamplable = deviceSamplable(entry);
   track(entry, +1);
-  // The child's sampler and stop checker see the output it inherits.
-  for (int64_t i = r.numPromptTokens; i < r.numTokens(); ++i) {
+  // The child's sampler and stop checker see the output it inherits, under
+  // its own parameters, as appendTokens would have seen it: a stop token or
+  // string, or a max_new_tokens already reached, ends the child there, at
+  // once, its output cut after that token (a fork of max_new_tokens 0 has
+  // none).
+  const std::vector<int32_t> inherited(r.tokens.begin() + r.numPromptTokens,
+                                       r.tokens.end());
+  r.tokens.resize(r.numPromptTokens);
+  const bool spent = r.numTokens() >= r.maxTotalTokens;
+  if (spent)
+    r.finishReason = FinishReason::kLength;
+  else
+    appendTokens(entry, inherited);
+  for (int64_t i = r.numPromptTokens; i < r.numTokens(); ++i)
     entry.sampler->record(r.tokens[i]);
-    (void)entry.stop->append(r.tokens[i]);
+  if (r.finishReason != FinishReason::kNone) {
+    r.status = RequestStatus::kFinished;
+    emit(entry, {}, {}, pending_);
+    track(entry, -1);
+    requests_.erase(id);
+    return id;
   }
   kvCache_.fork(parentId, id);
   scheduler_.addRunning(&r);

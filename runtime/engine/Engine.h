@@ -152,6 +152,11 @@ public:
 
   /// A copy of a decoding request that shares its blocks (copy-on-write)
   /// and continues with its own sampling parameters (n > 1 completions).
+  /// Those parameters apply to the output it inherits too: where one of its
+  /// stop tokens or strings is in that output, or its max_new_tokens is
+  /// already reached, the fork ends at once, its output cut after that
+  /// token (the finished output comes with the next step). `sampling` must
+  /// be valid, with n 1.
   StatusOr<RequestId> fork(RequestId parent, const SamplingParams &sampling);
 
   /// Called with every RequestOutput as it is produced.

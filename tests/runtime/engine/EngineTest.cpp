@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -206,6 +207,62 @@ TEST_F(TinyPycode, ForkedSequencesShareBlocksUntilTheyWrite) {
   }
   EXPECT_EQ(done[parent], expected);
   EXPECT_EQ(done[*child], expected) << "the copied block holds the prompt";
+}
+
+TEST_F(TinyPycode, ForkEndsWhereItsOwnParametersEndIt) {
+  // A fork replays the output it inherits through its own parameters: a
+  // max_new_tokens already reached or a stop token inside that output ends
+  // it at once, cut after that token, holding no blocks; the parent goes
+  // on as if alone.
+  const std::vector<int32_t> prompt = prompts_[4];
+  const std::vector<int32_t> expected = alone({prompt}, 10)[0];
+  std::unique_ptr<Backend> b = backend(8);
+  Engine engine(*b, config_);
+  RequestId parent = *engine.addRequest(prompt, greedy(10));
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(engine.step().isOk());
+  const int64_t freeBefore = engine.kvCache().numFreeBlocks();
+  StatusOr<RequestId> none = engine.fork(parent, greedy(0));
+  ASSERT_TRUE(none.isOk()) << none.status().message();
+  const int64_t inherited = engine.request(parent)->numOutputTokens();
+  ASSERT_GE(inherited, 2);
+  StatusOr<RequestId> shorter = engine.fork(parent, greedy(inherited - 1));
+  ASSERT_TRUE(shorter.isOk()) << shorter.status().message();
+  SamplingParams stopAt = greedy(10);
+  stopAt.stopTokenIds = {expected[1]};
+  StatusOr<RequestId> stopped = engine.fork(parent, stopAt);
+  ASSERT_TRUE(stopped.isOk()) << stopped.status().message();
+  const size_t stopCut =
+      std::find(expected.begin(), expected.end(), expected[1]) -
+      expected.begin() + 1;
+  // One that goes on: the same parameters as the parent's.
+  StatusOr<RequestId> same = engine.fork(parent, greedy(10));
+  ASSERT_TRUE(same.isOk()) << same.status().message();
+  SamplingParams two = greedy(10);
+  two.n = 2;
+  EXPECT_FALSE(engine.fork(parent, two).isOk()) << "a fork is one completion";
+  EXPECT_EQ(engine.kvCache().numFreeBlocks(), freeBefore)
+      << "the forks that ended hold no blocks";
+  std::map<RequestId, RequestOutput> done;
+  while (engine.hasUnfinished()) {
+    auto out = engine.step();
+    ASSERT_TRUE(out.isOk()) << out.status().message();
+    for (const RequestOutput &o : *out)
+      if (o.finished)
+        done[o.id] = o;
+  }
+  ASSERT_EQ(done.size(), 5u);
+  EXPECT_EQ(done[parent].outputTokenIds, expected);
+  EXPECT_EQ(done[*same].outputTokenIds, expected);
+  EXPECT_TRUE(done[*none].outputTokenIds.empty());
+  EXPECT_EQ(done[*none].finishReason, FinishReason::kLength);
+  EXPECT_EQ(done[*shorter].outputTokenIds,
+            std::vector<int32_t>(expected.begin(),
+                                 expected.begin() + (inherited - 1)));
+  EXPECT_EQ(done[*shorter].finishReason, FinishReason::kLength);
+  EXPECT_EQ(done[*stopped].outputTokenIds,
+            std::vector<int32_t>(expected.begin(), expected.begin() + stopCut));
+  EXPECT_EQ(done[*stopped].finishReason, FinishReason::kStop);
 }
 
 TEST_F(TinyPycode, StopTokensStopStringsAndLogprobs) {
