@@ -29,11 +29,18 @@ namespace infer::cuda {
 /// value / scale with scale = amax / 448 over the head vector (0 and codes
 /// 0 for a zero vector). Row r of k starts at k + r * kLd, of v at
 /// v + r * vLd (0: kvh * d, contiguous). head_dim <= kMaxHeadDim.
+///
+/// With `fresh` (room for FreshKV's 2 x t x kvh x head_dim bf16, 16-byte
+/// aligned) and an fp8 pool, the launch also writes FreshKV's rows of the
+/// call's tokens (runtime/cuda/Kernels.h; those of slot -1 tokens stay
+/// unwritten) where its rows are in whole 16-byte packs, and says whether
+/// it did in *freshWritten. The same holds for the two launchers below.
 template <typename T>
 cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                const T *k, const T *v, const int64_t *slots,
                                int64_t t, cudaStream_t stream, int64_t kLd = 0,
-                               int64_t vLd = 0);
+                               int64_t vLd = 0, __nv_bfloat16 *fresh = nullptr,
+                               bool *freshWritten = nullptr);
 
 /// rope_kv_cache_write: the keys rotated as launchRope rotates them
 /// (head_dim = dims.headDim, rotaryDim <= head_dim, positions[t]), in fp32,
@@ -47,7 +54,9 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                    int rotaryDim, const float *invFreq,
                                    cudaStream_t stream, int64_t kLd = 0,
                                    int64_t vLd = 0, int longFrom = 0,
-                                   DynamicRope dynamic = {});
+                                   DynamicRope dynamic = {},
+                                   __nv_bfloat16 *fresh = nullptr,
+                                   bool *freshWritten = nullptr);
 
 /// rope_qkv_cache_write in one launch: q [t, qHeads * head_dim] rotated into
 /// qOut (contiguous) as launchRope rotates it, and k and v written as
@@ -55,11 +64,7 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
 /// longFrom, dynamic) whose factors each token takes once; the same bytes as
 /// those two launches. Row r of q starts at q + r * qLd (0: contiguous). A
 /// token whose slot is -1 has its queries rotated and nothing cached.
-///
-/// With `fresh` (room for FreshKV's 2 x t x kvh x head_dim bf16, 16-byte
-/// aligned) and an fp8 pool, the launch also writes FreshKV's rows of the
-/// call's tokens (those of slot -1 tokens stay unwritten) where its rows
-/// are in whole 16-byte packs, and says whether it did in *freshWritten.
+/// `fresh` and `freshWritten` as for launchKVCacheWrite.
 template <typename T>
 cudaError_t launchRopeQKVCacheWrite(
     const T *q, T *qOut, int64_t qHeads, KVCachePool pool, CacheDims dims,

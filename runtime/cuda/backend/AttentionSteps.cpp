@@ -3,7 +3,10 @@
 // q/k/v may be column views of the merged q/k/v projection (a view split):
 // rope and the cache writes take their row stride. The cache writes store
 // the layout's dtype (bf16, or fp8 codes and E4M3 scales) exactly as the
-// CPU backend does; attention reads bf16 queries and writes bf16.
+// CPU backend does; attention reads bf16 queries and writes bf16. With an
+// fp8 pool, a cache write paired with its layer's Hopper prefill
+// (markFreshKV) also writes FreshKV in calls with prompt rows, an arena
+// range the attention reads and then frees.
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,6 +72,27 @@ template <typename F> static Status withCacheInputType(DType dtype, F &&f) {
   }
 }
 
+Status CudaBackend::freshRowsFor(const PreparedStep &s, const Batch &batch,
+                                 int64_t t, void **fresh) {
+  *fresh = nullptr;
+  // A decode-only call's attention reads none.
+  if (!s.writesFreshKV || batch.numTokens() <= batch.numSeqs() ||
+      !freshKVReadsOn())
+    return Status::ok();
+  return allocateBytes(size_t(2 * t) * dims_.numKVHeads * dims_.headDim * 2,
+                       fresh);
+}
+
+void CudaBackend::keepFreshRows(const PreparedStep &s, void *fresh,
+                                bool written, int64_t t) {
+  if (written) {
+    freshKV_ = FreshKV{static_cast<const __nv_bfloat16 *>(fresh), t};
+    freshKVLayer_ = static_cast<int>(s.step.layer);
+  } else if (fresh) {
+    freeBytes(fresh);
+  }
+}
+
 Status CudaBackend::runKVCacheWrite(const PreparedStep &s, const Batch &batch) {
   const Tensor &k = operand(s, 1), &v = operand(s, 2);
   int64_t t;
@@ -76,13 +100,19 @@ Status CudaBackend::runKVCacheWrite(const PreparedStep &s, const Batch &batch) {
       static_cast<const int64_t *>(input(s.step.operands[3], &t, batch));
   if (k.rows != t || v.rows != t || k.dtype != v.dtype)
     return mismatch(s, "keys/values do not have a row per token");
-  return withCacheInputType(k.dtype, [&](auto tag) -> Status {
+  void *fresh;
+  INFER_RETURN_IF_ERROR(freshRowsFor(s, batch, t, &fresh));
+  bool written = false;
+  Status status = withCacheInputType(k.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     INFER_CUDA_RETURN_IF_ERROR(launchKVCacheWrite(
         kvPool(), dims_, static_cast<int>(s.step.layer), k.as<const T>(),
-        v.as<const T>(), slots, t, stream_, k.stride(), v.stride()));
+        v.as<const T>(), slots, t, stream_, k.stride(), v.stride(),
+        static_cast<__nv_bfloat16 *>(fresh), &written));
     return Status::ok();
   });
+  keepFreshRows(s, fresh, written, t);
+  return status;
 }
 
 Status CudaBackend::runRopeKVCacheWrite(const PreparedStep &s,
@@ -95,16 +125,22 @@ Status CudaBackend::runRopeKVCacheWrite(const PreparedStep &s,
       input(s.step.operands[4], &numPositions, batch));
   if (k.rows != t || v.rows != t || numPositions != t || k.dtype != v.dtype)
     return mismatch(s, "keys/values do not have a row per token");
-  return withCacheInputType(k.dtype, [&](auto tag) -> Status {
+  void *fresh;
+  INFER_RETURN_IF_ERROR(freshRowsFor(s, batch, t, &fresh));
+  bool written = false;
+  Status status = withCacheInputType(k.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     INFER_CUDA_RETURN_IF_ERROR(launchRopeKVCacheWrite(
         kvPool(), dims_, static_cast<int>(s.step.layer), k.as<const T>(),
         v.as<const T>(), slots, positions, t,
         static_cast<int>(s.step.rope.rotaryDim), s.ropeInvFreq.as<float>(),
         stream_, k.stride(), v.stride(),
-        static_cast<int>(s.step.rope.longFrom()), dynamicRope(s, 5, batch)));
+        static_cast<int>(s.step.rope.longFrom()), dynamicRope(s, 5, batch),
+        static_cast<__nv_bfloat16 *>(fresh), &written));
     return Status::ok();
   });
+  keepFreshRows(s, fresh, written, t);
+  return status;
 }
 
 Status CudaBackend::runRopeQKVCacheWrite(const PreparedStep &s,
@@ -122,13 +158,8 @@ Status CudaBackend::runRopeQKVCacheWrite(const PreparedStep &s,
   const plan::RopeConfig &rope = s.step.rope;
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, q.rows, q.cols, q.dtype));
-  // FreshKV for the layer's Hopper prefill, where the call has prompt rows
-  // (a decode-only call's attention reads none).
-  void *fresh = nullptr;
-  if (s.writesFreshKV && batch.numTokens() > batch.numSeqs() &&
-      freshKVReadsOn())
-    INFER_RETURN_IF_ERROR(allocateBytes(
-        size_t(2 * t) * dims_.numKVHeads * dims_.headDim * 2, &fresh));
+  void *fresh;
+  INFER_RETURN_IF_ERROR(freshRowsFor(s, batch, t, &fresh));
   bool written = false;
   Status status = withCacheInputType(k.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
@@ -141,12 +172,7 @@ Status CudaBackend::runRopeQKVCacheWrite(const PreparedStep &s,
         static_cast<__nv_bfloat16 *>(fresh), &written));
     return Status::ok();
   });
-  if (written) {
-    freshKV_ = FreshKV{static_cast<const __nv_bfloat16 *>(fresh), t};
-    freshKVLayer_ = static_cast<int>(s.step.layer);
-  } else if (fresh) {
-    freeBytes(fresh);
-  }
+  keepFreshRows(s, fresh, written, t);
   return status;
 }
 

@@ -450,7 +450,9 @@ void CudaBackend::markFreshKV() {
     return;
   for (size_t i = 0; i < steps_.size(); ++i) {
     PreparedStep &writer = steps_[i];
-    if (writer.step.op != StepOp::kRopeQKVCacheWrite)
+    const StepOp writes = writer.step.op;
+    if (writes != StepOp::kKVCacheWrite && writes != StepOp::kRopeKVCacheWrite &&
+        writes != StepOp::kRopeQKVCacheWrite)
       continue;
     // The layer's attention: the next paged_attention, with no other write
     // to the cache of that layer before it.

@@ -164,7 +164,8 @@ struct PreparedStep {
   /// linear or linear_residual and its only reader (markFp8QuantizeFusions),
   /// so this step may quantize it for that GEMM.
   bool quantizesForNext = false;
-  /// rope_qkv_cache_write whose layer's paged_attention reads FreshKV
+  /// A cache write (kv_cache_write, rope_kv_cache_write,
+  /// rope_qkv_cache_write) whose layer's paged_attention reads FreshKV
   /// (markFreshKV): in calls with prompt rows it also writes the decoded
   /// keys and values of the call's tokens into an arena range for that step
   /// (freshKV_), which frees it.
@@ -230,9 +231,18 @@ private:
   /// fuseFp8Quantize).
   void markFp8QuantizeFusions();
   /// Sets PreparedStep::writesFreshKV / readsFreshKV: an fp8 pool, the
-  /// Hopper prefill for its attention, and a rope_qkv_cache_write of the
-  /// layer before its paged_attention.
+  /// Hopper prefill for its attention, and a cache write of the layer
+  /// before its paged_attention.
   void markFreshKV();
+  /// The arena range a cache write step `s` of `t` tokens writes FreshKV
+  /// into in this call, or null (not paired, a decode-only call, or reads
+  /// off).
+  Status freshRowsFor(const PreparedStep &s, const Batch &batch, int64_t t,
+                      void **fresh);
+  /// Keeps `fresh` as freshKV_ for the layer's attention where the launch
+  /// wrote it, else frees it.
+  void keepFreshRows(const PreparedStep &s, void *fresh, bool written,
+                     int64_t t);
   /// Where step `s` (quantizesForNext, output [rows, cols]) writes the
   /// codes and scales of the next step's GEMM: nullopt where the fusion is
   /// off or that GEMM does not take fp8 cuBLASLt in one chunk.

@@ -291,14 +291,14 @@ writeRowsPacked(KVCachePool pool, CacheDims dims, int layer, const T *kt,
   }
 }
 
-template <KVCacheDtype D, bool rotate, typename T>
+template <KVCacheDtype D, bool rotate, typename T, bool kFresh = false>
 __global__ void __launch_bounds__(kThreads)
     cacheWritePackedKernel(KVCachePool pool, CacheDims dims, int layer,
                            const T *k, const T *v, const int64_t *slots,
                            const int32_t *positions, int rotaryDim,
                            const float *invFreq, int64_t t, int64_t kLd,
                            int64_t vLd, int longFrom, DynamicRope dynamic,
-                           int rowLanes) {
+                           int rowLanes, FreshRows fresh) {
   __shared__ float factors[kMaxHeadDim]; // [half] cos, [half] sin
   const int half = rotate ? rotaryDim / 2 : 0;
   for (int64_t token = blockIdx.x; token < t; token += gridDim.x) {
@@ -313,8 +313,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (slot < 0)
       continue; // the whole block's token
-    writeRowsPacked<D, rotate>(pool, dims, layer, kt, vt, slot, it, factors,
-                               half, rowLanes);
+    writeRowsPacked<D, rotate, T, kFresh>(pool, dims, layer, kt, vt, slot, it,
+                                          factors, half, rowLanes, fresh,
+                                          token);
   }
 }
 
@@ -323,7 +324,8 @@ cudaError_t launchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
                         const T *v, const int64_t *slots,
                         const int32_t *positions, int64_t t, int rotaryDim,
                         const float *invFreq, cudaStream_t stream, int64_t kLd,
-                        int64_t vLd, int longFrom, DynamicRope dynamic) {
+                        int64_t vLd, int longFrom, DynamicRope dynamic,
+                        FreshRows fresh, bool *freshWritten) {
   const int half = rotate ? rotaryDim / 2 : 0;
   if (dims.headDim % kRopePack == 0 && half % kRopePack == 0 &&
       kLd % kRopePack == 0 && vLd % kRopePack == 0 && packAligned(k) &&
@@ -336,10 +338,20 @@ cudaError_t launchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
     const int warps = std::min(
         kWarpsPerBlock, (2 * dims.numKVHeads + rowsPerWarp - 1) / rowsPerWarp);
     const int64_t blocks = std::min<int64_t>(t, int64_t(1) << 20);
+    if constexpr (D != KVCacheDtype::kBf16) {
+      if (fresh.data && packAligned(fresh.data)) {
+        *freshWritten = true;
+        cacheWritePackedKernel<D, rotate, T, true>
+            <<<static_cast<unsigned>(blocks), 32 * warps, 0, stream>>>(
+                pool, dims, layer, k, v, slots, positions, rotaryDim, invFreq,
+                t, kLd, vLd, longFrom, dynamic, rowLanes, fresh);
+        return cudaGetLastError();
+      }
+    }
     cacheWritePackedKernel<D, rotate>
         <<<static_cast<unsigned>(blocks), 32 * warps, 0, stream>>>(
             pool, dims, layer, k, v, slots, positions, rotaryDim, invFreq, t,
-            kLd, vLd, longFrom, dynamic, rowLanes);
+            kLd, vLd, longFrom, dynamic, rowLanes, FreshRows{nullptr, 0});
     return cudaGetLastError();
   }
   const int64_t tiles = (t + kTokens - 1) / kTokens;
@@ -358,7 +370,13 @@ cudaError_t dispatchWrite(KVCachePool pool, CacheDims dims, int layer,
                           const int32_t *positions, int64_t t, int rotaryDim,
                           const float *invFreq, cudaStream_t stream,
                           int64_t kLd, int64_t vLd, int longFrom = 0,
-                          DynamicRope dynamic = {}) {
+                          DynamicRope dynamic = {},
+                          __nv_bfloat16 *fresh = nullptr,
+                          bool *freshWritten = nullptr) {
+  bool unused = false;
+  bool &written = freshWritten ? *freshWritten : unused;
+  written = false;
+  const FreshRows rows{fresh, t};
   if (t <= 0 || dims.numKVHeads <= 0)
     return cudaSuccess;
   const int64_t width = int64_t(dims.numKVHeads) * dims.headDim;
@@ -379,15 +397,15 @@ cudaError_t dispatchWrite(KVCachePool pool, CacheDims dims, int layer,
   case KVCacheDtype::kBf16:
     return launchWrite<KVCacheDtype::kBf16, rotate>(
         pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom, dynamic);
+        stream, kLd, vLd, longFrom, dynamic, rows, &written);
   case KVCacheDtype::kF8E5M2:
     return launchWrite<KVCacheDtype::kF8E5M2, rotate>(
         pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom, dynamic);
+        stream, kLd, vLd, longFrom, dynamic, rows, &written);
   case KVCacheDtype::kF8E4M3:
     return launchWrite<KVCacheDtype::kF8E4M3, rotate>(
         pool, dims, layer, k, v, slots, positions, t, rotaryDim, invFreq,
-        stream, kLd, vLd, longFrom, dynamic);
+        stream, kLd, vLd, longFrom, dynamic, rows, &written);
   }
   return cudaErrorInvalidValue;
 }
@@ -561,9 +579,11 @@ template <typename T>
 cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                const T *k, const T *v, const int64_t *slots,
                                int64_t t, cudaStream_t stream, int64_t kLd,
-                               int64_t vLd) {
+                               int64_t vLd, __nv_bfloat16 *fresh,
+                               bool *freshWritten) {
   return dispatchWrite<false>(pool, dims, layer, k, v, slots, nullptr, t, 0,
-                              nullptr, stream, kLd, vLd);
+                              nullptr, stream, kLd, vLd, 0, {}, fresh,
+                              freshWritten);
 }
 
 template <typename T>
@@ -572,10 +592,11 @@ launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
                        const T *v, const int64_t *slots,
                        const int32_t *positions, int64_t t, int rotaryDim,
                        const float *invFreq, cudaStream_t stream, int64_t kLd,
-                       int64_t vLd, int longFrom, DynamicRope dynamic) {
+                       int64_t vLd, int longFrom, DynamicRope dynamic,
+                       __nv_bfloat16 *fresh, bool *freshWritten) {
   return dispatchWrite<true>(pool, dims, layer, k, v, slots, positions, t,
                              rotaryDim, invFreq, stream, kLd, vLd, longFrom,
-                             dynamic);
+                             dynamic, fresh, freshWritten);
 }
 
 template <typename T>
@@ -626,11 +647,11 @@ launchRopeQKVCacheWrite(const T *q, T *qOut, int64_t qHeads, KVCachePool pool,
 #define INFER_CACHE_WRITE_KERNELS(T)                                           \
   template cudaError_t launchKVCacheWrite<T>(                                  \
       KVCachePool, CacheDims, int, const T *, const T *, const int64_t *,      \
-      int64_t, cudaStream_t, int64_t, int64_t);                                \
+      int64_t, cudaStream_t, int64_t, int64_t, __nv_bfloat16 *, bool *);      \
   template cudaError_t launchRopeKVCacheWrite<T>(                              \
       KVCachePool, CacheDims, int, const T *, const T *, const int64_t *,      \
       const int32_t *, int64_t, int, const float *, cudaStream_t, int64_t,     \
-      int64_t, int, DynamicRope);                                              \
+      int64_t, int, DynamicRope, __nv_bfloat16 *, bool *);                     \
   template cudaError_t launchRopeQKVCacheWrite<T>(                             \
       const T *, T *, int64_t, KVCachePool, CacheDims, int, const T *,         \
       const T *, const int64_t *, const int32_t *, int64_t, int,               \

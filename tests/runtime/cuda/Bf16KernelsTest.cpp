@@ -1179,6 +1179,50 @@ TYPED_TEST(Bf16KernelsTest, RopeQKVCacheWriteIsRopeAndRopeKVCacheWrite) {
                       c.t, c.rotaryDim, dFreq.get(), nullptr, ld, ld, longFrom,
                       dynamic),
                   cudaSuccess);
+        // FreshKV beside that rope_kv_cache_write and beside a
+        // kv_cache_write of the same rows (no rope): the packed kernels write
+        // it and say so, the rows decode the pool each wrote, and the pool's
+        // bytes are those of a launch without it.
+        if (dtype != KVCacheDtype::kBf16) {
+          for (bool rotate : {true, false}) {
+            TwoPools withFresh(dtype, elements, c.headDim), plain(dtype, elements,
+                                                                  c.headDim);
+            auto fresh =
+                DeviceArray<__nv_bfloat16>::poisoned(size_t(2) * c.t * width);
+            bool written = false;
+            const T *kRows = dQkv.get() + qWidth,
+                    *vRows = dQkv.get() + qWidth + width;
+            if (rotate) {
+              ASSERT_EQ(cuda::launchRopeKVCacheWrite(
+                            withFresh.gpuPool(), dims, kLayer, kRows, vRows,
+                            dSlots.get(), dPos.get(), c.t, c.rotaryDim,
+                            dFreq.get(), nullptr, ld, ld, longFrom, dynamic,
+                            fresh.get(), &written),
+                        cudaSuccess);
+            } else {
+              ASSERT_EQ(cuda::launchKVCacheWrite(withFresh.gpuPool(), dims,
+                                                 kLayer, kRows, vRows,
+                                                 dSlots.get(), c.t, nullptr, ld,
+                                                 ld, fresh.get(), &written),
+                        cudaSuccess);
+              ASSERT_EQ(cuda::launchKVCacheWrite(plain.gpuPool(), dims, kLayer,
+                                                 kRows, vRows, dSlots.get(),
+                                                 c.t, nullptr, ld, ld),
+                        cudaSuccess);
+            }
+            const std::string path =
+                where + (rotate ? ", rope_kv_cache_write" : ", kv_cache_write");
+            const bool packed =
+                c.headDim % 8 == 0 && (!rotate || c.rotaryDim / 2 % 8 == 0);
+            EXPECT_EQ(written, packed) << path << ": FreshKV written";
+            EXPECT_TRUE(withFresh.sameGpuBytes(rotate ? twoLaunches : plain))
+                << path << ": FreshKV cache";
+            if (written)
+              EXPECT_TRUE(freshRowsDecodePool(fresh.download(), withFresh,
+                                              slots, dims, kLayer))
+                  << path << ": FreshKV rows";
+          }
+        }
         // One launch, packed (aligned views) and element-wise (odd views).
         for (bool odd : {false, true}) {
           const T *rows = odd ? dOdd.get() + 1 : dQkv.get();

@@ -7,12 +7,13 @@
 // replaces. A prefill and decode steps that read the cached keys back, in a
 // bf16 pool and an fp8 E4M3 one, for the repository's Llama fixtures.
 //
-// With an fp8 pool the fused step also writes FreshKV (runtime/cuda/
-// Kernels.h) in calls with prompt rows, which the Hopper prefill reads for
-// prompts with nothing cached: tiny-pycode-target (head_dim 64, which that
-// kernel takes) gives the same logits bit for bit with those reads on and
-// off, over a call of two fresh prompts, a chunk after cached keys and a
-// decode row, and the decode call after it.
+// With an fp8 pool every cache write step also writes FreshKV (runtime/
+// cuda/Kernels.h) in calls with prompt rows, which the Hopper prefill reads
+// for prompts with nothing cached: tiny-pycode-target (head_dim 64, which
+// that kernel takes) gives the same logits bit for bit with those reads on
+// and off, with kv_cache_write, rope_kv_cache_write or rope_qkv_cache_write,
+// over a call of two fresh prompts, a chunk after cached keys and a decode
+// row, and the decode call after it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -143,32 +144,40 @@ TEST(CudaRopeQKVCacheWriteStep, FreshKVReadsGiveTheSameLogits) {
       batchOf({{0, 1}, {0, 1}, {0, 30}, {0, 70}}),
       batchOf({{0, 40}, {0, 120}, {30, 60}, {70, 1}}),
       batchOf({{40, 1}, {120, 1}, {90, 1}, {71, 1}})};
-  for (plan::DType pool : {plan::DType::kF8E4M3, plan::DType::kF8E5M2}) {
-    plan::Plan fused = withFusedRopes(artifact->plan, true);
-    fused.kvCache.dtype = pool;
-    std::vector<std::vector<float>> logits[2];
-    for (int reads : {0, 1}) {
-      cuda::setFreshKVReads(reads);
-      cuda::CudaBackendOptions options;
-      options.numBlocks = 4 * kBlocks;
-      StatusOr<std::unique_ptr<Backend>> backend =
-          cuda::createCudaBackend(fused, 0, *params, options);
-      ASSERT_TRUE(backend.isOk()) << backend.status().message();
-      for (const Batch &call : calls) {
-        StatusOr<Logits> out = (*backend)->forward(call);
-        ASSERT_TRUE(out.isOk()) << out.status().message();
-        logits[reads].push_back(out->data);
+  // The plan as built (rope, kv_cache_write), with rope_kv_cache_write, and
+  // with rope_qkv_cache_write: each cache write writes FreshKV.
+  for (int fusion = 0; fusion < 3; ++fusion)
+    for (plan::DType pool : {plan::DType::kF8E4M3, plan::DType::kF8E5M2}) {
+      plan::Plan fused = fusion == 0
+                             ? artifact->plan
+                             : withFusedRopes(artifact->plan, fusion == 2);
+      fused.kvCache.dtype = pool;
+      std::vector<std::vector<float>> logits[2];
+      for (int reads : {0, 1}) {
+        cuda::setFreshKVReads(reads);
+        cuda::CudaBackendOptions options;
+        options.numBlocks = 4 * kBlocks;
+        StatusOr<std::unique_ptr<Backend>> backend =
+            cuda::createCudaBackend(fused, 0, *params, options);
+        ASSERT_TRUE(backend.isOk()) << backend.status().message();
+        for (const Batch &call : calls) {
+          StatusOr<Logits> out = (*backend)->forward(call);
+          ASSERT_TRUE(out.isOk()) << out.status().message();
+          logits[reads].push_back(out->data);
+        }
+      }
+      cuda::setFreshKVReads(-1);
+      for (size_t c = 0; c < calls.size(); ++c) {
+        ASSERT_EQ(logits[0][c].size(), logits[1][c].size());
+        EXPECT_EQ(std::memcmp(logits[0][c].data(), logits[1][c].data(),
+                              logits[0][c].size() * sizeof(float)),
+                  0)
+            << plan::dtypeName(pool) << " pool, call " << c << ", plan "
+            << (fusion == 0   ? "as built"
+                : fusion == 1 ? "with rope_kv_cache_write"
+                              : "with rope_qkv_cache_write");
       }
     }
-    cuda::setFreshKVReads(-1);
-    for (size_t c = 0; c < calls.size(); ++c) {
-      ASSERT_EQ(logits[0][c].size(), logits[1][c].size());
-      EXPECT_EQ(std::memcmp(logits[0][c].data(), logits[1][c].data(),
-                            logits[0][c].size() * sizeof(float)),
-                0)
-          << plan::dtypeName(pool) << " pool, call " << c;
-    }
-  }
 }
 
 } // namespace
