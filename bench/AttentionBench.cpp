@@ -643,10 +643,10 @@ int main(int argc, char **argv) {
       auto paged = [&](Batch &b, bool fresh = false) {
         return timeLaunches(
             [&](cudaStream_t s) {
-              return launchPagedAttention(
-                  b.q, b.pool, b.dims, a, b.tables, b.maxBlocks, b.contextLens,
-                  b.qsl, b.numSeqs, b.t, b.out, s, ws,
-                  fresh ? b.freshKV() : FreshKV());
+              return launchPagedAttention(b.q, b.pool, b.dims, a, b.tables,
+                                          b.maxBlocks, b.contextLens, b.qsl,
+                                          b.numSeqs, b.t, b.out, s, ws,
+                                          fresh ? b.freshKV() : FreshKV());
             },
             o.repeats);
       };

@@ -536,13 +536,14 @@ launchPrefillAttentionSm90(const float *q, KVCachePool pool, CacheDims dims,
                            const int32_t *queryStartLoc, int64_t numSeqs,
                            int64_t t, float *out, cudaStream_t stream,
                            SplitKVWorkspace workspace = {}, FreshKV fresh = {});
-cudaError_t launchPrefillAttentionSm90(
-    const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
-    AttentionDims attention, const int32_t *blockTables,
-    int64_t maxBlocksPerSeq, const int32_t *contextLens,
-    const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
-    __nv_bfloat16 *out, cudaStream_t stream, SplitKVWorkspace workspace = {},
-    FreshKV fresh = {});
+cudaError_t
+launchPrefillAttentionSm90(const __nv_bfloat16 *q, KVCachePool pool,
+                           CacheDims dims, AttentionDims attention,
+                           const int32_t *blockTables, int64_t maxBlocksPerSeq,
+                           const int32_t *contextLens,
+                           const int32_t *queryStartLoc, int64_t numSeqs,
+                           int64_t t, __nv_bfloat16 *out, cudaStream_t stream,
+                           SplitKVWorkspace workspace = {}, FreshKV fresh = {});
 
 /// Whether launchPrefillAttentionSm90 reads FreshKV: on unless
 /// INFER_SM90_FRESH_KV is 0 (read once; for comparisons), or

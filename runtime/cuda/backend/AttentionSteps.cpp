@@ -185,8 +185,8 @@ Status CudaBackend::runPagedAttention(const PreparedStep &s,
   INFER_RETURN_IF_ERROR(allocate(y, q.rows, q.cols, DType::kBF16));
   int64_t unused;
   FreshKV fresh;
-  if (s.readsFreshKV && freshKV_.data &&
-      freshKVLayer_ == s.attention.layer && freshKV_.rows == q.rows)
+  if (s.readsFreshKV && freshKV_.data && freshKVLayer_ == s.attention.layer &&
+      freshKV_.rows == q.rows)
     fresh = freshKV_;
   const cudaError_t launched = launchPagedAttention(
       q.as<const __nv_bfloat16>(), kvPool(), dims_, s.attention,
@@ -194,8 +194,7 @@ Status CudaBackend::runPagedAttention(const PreparedStep &s,
       paddedBlocksPerSeq_,
       static_cast<const int32_t *>(input(s.step.operands[3], &unused, batch)),
       static_cast<const int32_t *>(input(s.step.operands[4], &unused, batch)),
-      batch.numSeqs(), q.rows, y.as<__nv_bfloat16>(), stream_, splitKV_,
-      fresh);
+      batch.numSeqs(), q.rows, y.as<__nv_bfloat16>(), stream_, splitKV_, fresh);
   // The range is done with once the attention is enqueued (the arena hands
   // out host-side ranges in stream order).
   if (freshKV_.data && s.readsFreshKV) {

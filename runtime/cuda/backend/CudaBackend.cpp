@@ -451,7 +451,8 @@ void CudaBackend::markFreshKV() {
   for (size_t i = 0; i < steps_.size(); ++i) {
     PreparedStep &writer = steps_[i];
     const StepOp writes = writer.step.op;
-    if (writes != StepOp::kKVCacheWrite && writes != StepOp::kRopeKVCacheWrite &&
+    if (writes != StepOp::kKVCacheWrite &&
+        writes != StepOp::kRopeKVCacheWrite &&
         writes != StepOp::kRopeQKVCacheWrite)
       continue;
     // The layer's attention: the next paged_attention, with no other write

@@ -160,11 +160,9 @@ struct FreshRows {
 /// (decodeFp8x8 and the rounding of the Hopper prefill's staging), at
 /// `freshOffset` of it.
 template <KVCacheDtype D, bool kFresh = false>
-__device__ __forceinline__ void storePack(void *data, int64_t offset,
-                                          const float (&x)[kRopePack],
-                                          float scale,
-                                          __nv_bfloat16 *fresh = nullptr,
-                                          int64_t freshOffset = 0) {
+__device__ __forceinline__ void
+storePack(void *data, int64_t offset, const float (&x)[kRopePack], float scale,
+          __nv_bfloat16 *fresh = nullptr, int64_t freshOffset = 0) {
   if constexpr (D == KVCacheDtype::kBf16) {
     __stwb(
         reinterpret_cast<uint4 *>(static_cast<__nv_bfloat16 *>(data) + offset),
@@ -365,14 +363,13 @@ cudaError_t launchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
 }
 
 template <bool rotate, typename T>
-cudaError_t dispatchWrite(KVCachePool pool, CacheDims dims, int layer,
-                          const T *k, const T *v, const int64_t *slots,
-                          const int32_t *positions, int64_t t, int rotaryDim,
-                          const float *invFreq, cudaStream_t stream,
-                          int64_t kLd, int64_t vLd, int longFrom = 0,
-                          DynamicRope dynamic = {},
-                          __nv_bfloat16 *fresh = nullptr,
-                          bool *freshWritten = nullptr) {
+cudaError_t
+dispatchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
+              const T *v, const int64_t *slots, const int32_t *positions,
+              int64_t t, int rotaryDim, const float *invFreq,
+              cudaStream_t stream, int64_t kLd, int64_t vLd, int longFrom = 0,
+              DynamicRope dynamic = {}, __nv_bfloat16 *fresh = nullptr,
+              bool *freshWritten = nullptr) {
   bool unused = false;
   bool &written = freshWritten ? *freshWritten : unused;
   written = false;
@@ -433,15 +430,11 @@ template <typename T> struct QueryRows {
 /// was slower than rope + rope_kv_cache_write (100.6 against 91.0 us for
 /// 8192 tokens), while bf16 and E5M2 pools, already at 64, were faster.
 template <KVCacheDtype D, typename T, bool kFresh = false>
-__global__ void __launch_bounds__(kThreads, 4)
-    ropeQKVCacheWritePackedKernel(QueryRows<T> query, KVCachePool pool,
-                                  CacheDims dims, int layer, const T *k,
-                                  const T *v, const int64_t *slots,
-                                  const int32_t *positions, int rotaryDim,
-                                  const float *invFreq, int64_t t, int64_t kLd,
-                                  int64_t vLd, int longFrom,
-                                  DynamicRope dynamic, int rowLanes,
-                                  FreshRows fresh) {
+__global__ void __launch_bounds__(kThreads, 4) ropeQKVCacheWritePackedKernel(
+    QueryRows<T> query, KVCachePool pool, CacheDims dims, int layer, const T *k,
+    const T *v, const int64_t *slots, const int32_t *positions, int rotaryDim,
+    const float *invFreq, int64_t t, int64_t kLd, int64_t vLd, int longFrom,
+    DynamicRope dynamic, int rowLanes, FreshRows fresh) {
   waitForPriorGrids();
   allowDependentGrids();
   __shared__ float factors[kMaxHeadDim]; // [half] cos, [half] sin
@@ -561,11 +554,11 @@ cudaError_t launchQKVWrite(QueryRows<T> query, KVCachePool pool, CacheDims dims,
                                longFrom, dynamic, rowLanes, fresh);
       }
     }
-    return launchDependent(
-        ropeQKVCacheWritePackedKernel<D, T>, static_cast<unsigned>(blocks),
-        threads, 0, stream, query, pool, dims, layer, k, v, slots, positions,
-        rotaryDim, invFreq, t, kLd, vLd, longFrom, dynamic, rowLanes,
-        FreshRows{nullptr, 0});
+    return launchDependent(ropeQKVCacheWritePackedKernel<D, T>,
+                           static_cast<unsigned>(blocks), threads, 0, stream,
+                           query, pool, dims, layer, k, v, slots, positions,
+                           rotaryDim, invFreq, t, kLd, vLd, longFrom, dynamic,
+                           rowLanes, FreshRows{nullptr, 0});
   }
   return launchDependent(ropeQKVCacheWriteKernel<D, T>,
                          static_cast<unsigned>(blocks), kThreads, 0, stream,
@@ -600,14 +593,12 @@ launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
 }
 
 template <typename T>
-cudaError_t
-launchRopeQKVCacheWrite(const T *q, T *qOut, int64_t qHeads, KVCachePool pool,
-                        CacheDims dims, int layer, const T *k, const T *v,
-                        const int64_t *slots, const int32_t *positions,
-                        int64_t t, int rotaryDim, const float *invFreq,
-                        cudaStream_t stream, int64_t qLd, int64_t kLd,
-                        int64_t vLd, int longFrom, DynamicRope dynamic,
-                        __nv_bfloat16 *fresh, bool *freshWritten) {
+cudaError_t launchRopeQKVCacheWrite(
+    const T *q, T *qOut, int64_t qHeads, KVCachePool pool, CacheDims dims,
+    int layer, const T *k, const T *v, const int64_t *slots,
+    const int32_t *positions, int64_t t, int rotaryDim, const float *invFreq,
+    cudaStream_t stream, int64_t qLd, int64_t kLd, int64_t vLd, int longFrom,
+    DynamicRope dynamic, __nv_bfloat16 *fresh, bool *freshWritten) {
   bool unused = false;
   bool &written = freshWritten ? *freshWritten : unused;
   written = false;
@@ -647,7 +638,7 @@ launchRopeQKVCacheWrite(const T *q, T *qOut, int64_t qHeads, KVCachePool pool,
 #define INFER_CACHE_WRITE_KERNELS(T)                                           \
   template cudaError_t launchKVCacheWrite<T>(                                  \
       KVCachePool, CacheDims, int, const T *, const T *, const int64_t *,      \
-      int64_t, cudaStream_t, int64_t, int64_t, __nv_bfloat16 *, bool *);      \
+      int64_t, cudaStream_t, int64_t, int64_t, __nv_bfloat16 *, bool *);       \
   template cudaError_t launchRopeKVCacheWrite<T>(                              \
       KVCachePool, CacheDims, int, const T *, const T *, const int64_t *,      \
       const int32_t *, int64_t, int, const float *, cudaStream_t, int64_t,     \

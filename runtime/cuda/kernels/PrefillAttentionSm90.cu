@@ -205,13 +205,14 @@ bool prefillAttentionSm90Supports(const AttentionDims &attention,
          sm90::kernelRuns();
 }
 
-cudaError_t launchPrefillAttentionSm90(
-    const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
-    AttentionDims attention, const int32_t *blockTables,
-    int64_t maxBlocksPerSeq, const int32_t *contextLens,
-    const int32_t *queryStartLoc, int64_t numSeqs, int64_t t,
-    __nv_bfloat16 *out, cudaStream_t stream, SplitKVWorkspace workspace,
-    FreshKV fresh) {
+cudaError_t
+launchPrefillAttentionSm90(const __nv_bfloat16 *q, KVCachePool pool,
+                           CacheDims dims, AttentionDims attention,
+                           const int32_t *blockTables, int64_t maxBlocksPerSeq,
+                           const int32_t *contextLens,
+                           const int32_t *queryStartLoc, int64_t numSeqs,
+                           int64_t t, __nv_bfloat16 *out, cudaStream_t stream,
+                           SplitKVWorkspace workspace, FreshKV fresh) {
   return sm90::launch(q, pool, dims, attention, blockTables, maxBlocksPerSeq,
                       contextLens, queryStartLoc, numSeqs, t, out, stream,
                       workspace, fresh);

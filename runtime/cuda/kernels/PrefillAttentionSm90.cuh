@@ -209,7 +209,7 @@ struct Sm90Params {
   const int32_t *tileMap;
   /// Which sequences tileMapKernel lists: 0 all, 1 those with nothing
   /// cached before the call (FreshKV's), 2 the others.
-  int freshFilter;
+  int freshFilter = 0;
 };
 
 /// Bytes of a tile map of `numWork` items at most.
@@ -1403,8 +1403,8 @@ cudaError_t launchVariant(const Sm90Params &p, KVCachePool pool,
   if (kFresh && !p.tileMap)
     return cudaErrorInvalidValue;
   auto *kernel =
-      kFresh ? prefillAttentionSm90Kernel<D, T, kRope, kSoftcap, TQ, true,
-                                          kFresh>
+      kFresh
+          ? prefillAttentionSm90Kernel<D, T, kRope, kSoftcap, TQ, true, kFresh>
       : p.tileMap
           ? prefillAttentionSm90Kernel<D, T, kRope, kSoftcap, TQ, true>
           : prefillAttentionSm90Kernel<D, T, kRope, kSoftcap, TQ, false>;
@@ -1453,8 +1453,9 @@ bool freshReadsOn();
 /// with nothing cached from `fresh` on the bf16 pool's kernel, the others
 /// from the pool, each launch with its tile map of those sequences alone.
 template <int D, typename TQ>
-cudaError_t launchWithFresh(Sm90Params p, KVCachePool pool, const FreshKV &fresh,
-                            int32_t *maps[2], cudaStream_t stream) {
+cudaError_t launchWithFresh(Sm90Params p, KVCachePool pool,
+                            const FreshKV &fresh, int32_t *maps[2],
+                            cudaStream_t stream) {
   for (int launch = 0; launch < 2; ++launch) {
     p.freshFilter = launch + 1;
     tileMapKernel<<<1, 1024, 0, stream>>>(p, maps[launch]);
@@ -1463,11 +1464,12 @@ cudaError_t launchWithFresh(Sm90Params p, KVCachePool pool, const FreshKV &fresh
       return status;
     p.tileMap = maps[launch];
     if (launch == 0)
-      status = p.a.logitSoftcap > 0
-                   ? launchVariant<D, KVCacheDtype::kBf16, false, true, TQ,
-                                   true>(p, pool, stream, fresh)
-                   : launchVariant<D, KVCacheDtype::kBf16, false, false, TQ,
-                                   true>(p, pool, stream, fresh);
+      status =
+          p.a.logitSoftcap > 0
+              ? launchVariant<D, KVCacheDtype::kBf16, false, true, TQ, true>(
+                    p, pool, stream, fresh)
+              : launchVariant<D, KVCacheDtype::kBf16, false, false, TQ, true>(
+                    p, pool, stream, fresh);
     else
       status = launchOfPool<D, TQ>(p, pool, stream);
     if (status != cudaSuccess)
@@ -1498,7 +1500,7 @@ cudaError_t launch(const TQ *q, KVCachePool pool, CacheDims dims,
   Sm90Params p{q,           out,           blockTables,  maxBlocksPerSeq,
                contextLens, queryStartLoc, numSeqs,      pool.scales,
                dims,        attention,     pingPongOn(), numWork,
-               nullptr,     0};
+               nullptr};
   // FreshKV: two maps, the second 256-byte aligned.
   const size_t mapBytes =
       (tileMapBytes(numWork, attention.numKVHeads) + 255) / 256 * 256;

@@ -1185,8 +1185,8 @@ TYPED_TEST(Bf16KernelsTest, RopeQKVCacheWriteIsRopeAndRopeKVCacheWrite) {
         // bytes are those of a launch without it.
         if (dtype != KVCacheDtype::kBf16) {
           for (bool rotate : {true, false}) {
-            TwoPools withFresh(dtype, elements, c.headDim), plain(dtype, elements,
-                                                                  c.headDim);
+            TwoPools withFresh(dtype, elements, c.headDim),
+                plain(dtype, elements, c.headDim);
             auto fresh =
                 DeviceArray<__nv_bfloat16>::poisoned(size_t(2) * c.t * width);
             bool written = false;
@@ -1264,7 +1264,8 @@ TYPED_TEST(Bf16KernelsTest, RopeQKVCacheWriteIsRopeAndRopeKVCacheWrite) {
           const bool packed =
               !odd && c.headDim % 8 == 0 && c.rotaryDim / 2 % 8 == 0;
           EXPECT_EQ(written, packed) << path << ": FreshKV written";
-          EXPECT_TRUE(withFresh.sameGpuBytes(fused)) << path << ": FreshKV cache";
+          EXPECT_TRUE(withFresh.sameGpuBytes(fused))
+              << path << ": FreshKV cache";
           if (written)
             EXPECT_TRUE(freshRowsDecodePool(fresh.download(), withFresh, slots,
                                             dims, kLayer))

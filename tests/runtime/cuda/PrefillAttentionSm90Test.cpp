@@ -393,8 +393,7 @@ TEST_F(PrefillAttentionSm90Test, FreshKVReadsGiveThePoolsBits) {
       const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
       ASSERT_TRUE(cuda::prefillAttentionSm90Supports(a, dims, dtype)) << what;
       DevicePool pool(b, dtype);
-      DeviceArray<int32_t> tables(b.tables), context(b.contextLens),
-          qsl(b.qsl);
+      DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
       const int64_t numSeqs = b.contextLens.size();
       auto launch = [&](const std::vector<__nv_bfloat16> *fresh) {
         std::optional<DeviceArray<__nv_bfloat16>> rows;
@@ -423,8 +422,7 @@ TEST_F(PrefillAttentionSm90Test, FreshKVReadsGiveThePoolsBits) {
         const bool fresh = b.contextLens[s] == count;
         for (int64_t i = int64_t(first) * width;
              i < int64_t(first + count) * width; ++i) {
-          ASSERT_EQ(std::memcmp(&fromFresh[i], &fromPool[i], sizeof(float)),
-                    0)
+          ASSERT_EQ(std::memcmp(&fromFresh[i], &fromPool[i], sizeof(float)), 0)
               << what << ": sequence " << s << " element " << i << ": "
               << fromFresh[i] << " from FreshKV, " << fromPool[i]
               << " from the pool";
