@@ -12,11 +12,13 @@
 //                  the tiny-pycode draft model) with k drafts, a short
 //                  context (max_model_len) now and then
 //   workload       prompts sharing prefixes (or equal), greedy and seeded
-//                  sampling, penalties, logprobs, n > 1, forks, stop tokens,
-//                  stop strings (pieces of the request's text alone, often
-//                  across token boundaries, of its prompt's, or none it
-//                  makes), EOS, no new tokens, arrivals (and arrival times
-//                  out of order), aborts of running and waiting requests
+//                  sampling, penalties, logprobs, n > 1, forks (some with
+//                  fewer new tokens or a stop token of their own, some
+//                  aborted), stop tokens, stop strings (pieces of the
+//                  request's text alone, often across token boundaries, of
+//                  its prompt's, or none it makes), EOS, no new tokens,
+//                  arrivals (and arrival times out of order), aborts of
+//                  running and waiting requests
 //
 //   - every completion that is not aborted ends exactly as the same request
 //     run alone on a fresh engine with a large pool (the CPU backend is
@@ -111,6 +113,12 @@ struct PlannedRequest {
   /// Forks completion 0 with its own sampling parameters at this step, if
   /// it is decoding then (-1: never).
   int64_t forkStep = -1;
+  /// The fork's parameters: completion 0's, or those with fewer new tokens
+  /// or a stop token of its output, which may end it inside the output it
+  /// inherits (then inside Engine::fork).
+  SamplingParams forkSampling;
+  /// Aborts the fork at this step, if it is live then (-1: never).
+  int64_t forkAbortStep = -1;
 };
 
 struct Scenario {
@@ -205,8 +213,15 @@ std::string describe(const Scenario &s) {
     if (r.abortStep >= 0)
       os << ", abort of completion " << r.abortIndex << " at step "
          << r.abortStep;
-    if (r.forkStep >= 0)
-      os << ", fork at step " << r.forkStep;
+    if (r.forkStep >= 0) {
+      os << ", fork at step " << r.forkStep << " (max_new_tokens "
+         << r.forkSampling.maxNewTokens;
+      for (int32_t t : r.forkSampling.stopTokenIds)
+        os << ", stop " << t;
+      os << ")";
+    }
+    if (r.forkAbortStep >= 0)
+      os << ", abort of the fork at step " << r.forkAbortStep;
     os << "\n";
   }
   return os.str();
@@ -246,6 +261,8 @@ struct Coverage {
   int64_t abortsRunning = 0;
   int64_t abortsWaiting = 0;
   int64_t forks = 0;
+  int64_t forksEndedAtOnce = 0;
+  int64_t forkAborts = 0;
   int64_t completions = 0;
   int64_t asyncSteps = 0;
   int64_t draftTokens = 0;
@@ -264,7 +281,9 @@ struct Coverage {
        << " cut by the pool or context, " << stoppedEarly
        << " stopped by EOS or a stop token, " << abortsRunning << " + "
        << abortsWaiting << " aborts (running + waiting), " << forks
-       << " forks, " << completions << " extra completions, " << asyncSteps
+       << " forks (" << forksEndedAtOnce << " ended by their own parameters "
+       << "inside what they inherit, " << forkAborts << " aborted), "
+       << completions << " extra completions, " << asyncSteps
        << " async steps, " << acceptedTokens << "/" << draftTokens
        << " drafts accepted, " << refused << " prompts refused, "
        << cutByContext << " cut by the context, " << stopStrings
@@ -676,9 +695,26 @@ Scenario EngineStress::draw(const StressModel &model, uint64_t seed) {
       r.abortStep = r.arrivalStep + rng.range(0, 30);
       r.abortIndex = rng.range(0, p.n - 1);
     }
-    // A greedy fork continues as its parent would alone.
-    if (p.greedy() && rng.chance(0.1))
+    // A greedy fork continues as its parent would alone, under its own
+    // parameters: now and then fewer new tokens or a stop token of that
+    // output, so that it ends sooner, maybe inside what it inherits.
+    if (p.greedy() && rng.chance(0.1)) {
       r.forkStep = r.arrivalStep + rng.range(1, 30);
+      r.forkSampling = completionParams(p, 0);
+      SamplingParams &f = r.forkSampling;
+      if (rng.chance(0.3))
+        f.maxNewTokens = rng.range(0, p.maxNewTokens);
+      if (p.maxNewTokens > 1 && rng.chance(0.3)) {
+        SamplingParams free = completionParams(p, 0);
+        free.stopStrings.clear();
+        const Outcome &out = alone(model, c.eosTokenIds, r.prompt, free);
+        if (!out.tokens.empty())
+          f.stopTokenIds.push_back(
+              out.tokens[rng.range(0, out.tokens.size() - 1)]);
+      }
+      if (rng.chance(0.25))
+        r.forkAbortStep = r.forkStep + rng.range(1, 20);
+    }
     s.requests.push_back(std::move(r));
   }
 
@@ -746,16 +782,22 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
   const int64_t bs = config.blockSize;
   const int64_t capacity = s.numBlocks * bs;
 
-  // What each completion must produce: the request alone, cut by the pool.
+  // What each completion must produce: the request alone, cut by the pool;
+  // a fork, the request alone under the fork's parameters.
   std::vector<std::vector<Outcome>> expected;
+  std::vector<Outcome> forkExpected;
   for (const PlannedRequest &r : s.requests) {
+    const int64_t room = roomFor(static_cast<int64_t>(r.prompt.size()),
+                                 capacity, config.maxModelLen);
     std::vector<Outcome> completions;
     for (int64_t i = 0; i < r.sampling.n; ++i)
-      completions.push_back(expectedOf(
-          model, config.eosTokenIds, r.prompt, completionParams(r.sampling, i),
-          roomFor(static_cast<int64_t>(r.prompt.size()), capacity,
-                  config.maxModelLen)));
+      completions.push_back(expectedOf(model, config.eosTokenIds, r.prompt,
+                                       completionParams(r.sampling, i), room));
     expected.push_back(std::move(completions));
+    forkExpected.push_back(r.forkStep >= 0
+                               ? expectedOf(model, config.eosTokenIds, r.prompt,
+                                            r.forkSampling, room)
+                               : Outcome());
   }
   if (broken())
     return false;
@@ -800,10 +842,13 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
   std::map<RequestId, Seen> seen;
   /// (request, completion index) -> id, once the completion has appeared.
   std::map<std::pair<size_t, int64_t>, RequestId> ids;
+  /// request -> its fork's id, once forked.
+  std::map<size_t, RequestId> forkIds;
   std::map<RequestId, size_t> requestOf;
   /// The request being added: a request of max_new_tokens 0 ends inside
-  /// addRequest, before its id is returned.
-  std::optional<size_t> adding;
+  /// addRequest, before its id is returned. The request being forked: a
+  /// fork its own parameters end at once ends inside Engine::fork.
+  std::optional<size_t> adding, forking;
   std::vector<RequestOutput> delivered;
   int64_t generated = 0;
   // Everything the callback sees, checked as it comes.
@@ -817,6 +862,20 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
       requestOf[out.id] = *adding;
       ids[{*adding, 0}] = out.id;
       it = seen.find(out.id);
+    }
+    if (it == seen.end() && forking && out.parentId == out.id) {
+      // A fork ended by its own parameters: its final output, the part of
+      // its parent's output it keeps and no new tokens.
+      EXPECT_TRUE(out.finished && out.newTokenIds.empty())
+          << "fork " << out.id << " of request " << *forking;
+      Seen &c = seen[out.id];
+      c.request = *forking;
+      c.isFork = true;
+      c.streamed = out.outputTokenIds;
+      c.inherited = c.streamed.size();
+      requestOf[out.id] = *forking;
+      it = seen.find(out.id);
+      ++coverage.forksEndedAtOnce;
     }
     if (it == seen.end()) {
       // A completion branching off its request (index > 0).
@@ -978,27 +1037,46 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
           ++(running ? coverage.abortsRunning : coverage.abortsWaiting);
         EXPECT_TRUE(seen[id].finished) << "abort emits the final output";
       }
+      if (r.forkAbortStep == step && forkIds.count(i)) {
+        const RequestId id = forkIds.at(i);
+        seen[id].aborted = isLive(id);
+        const Status aborted = engine.abort(id);
+        EXPECT_EQ(aborted.isOk(), seen[id].aborted)
+            << "abort of fork " << id << ": " << aborted.message();
+        if (!aborted.isOk())
+          EXPECT_EQ(aborted.code(), StatusCode::kNotFound);
+        else
+          ++coverage.forkAborts;
+        EXPECT_TRUE(seen[id].finished) << "abort emits the final output";
+      }
       if (r.forkStep == step) {
         const RequestId parent = ids.at({i, 0});
         const Request *p = engine.request(parent);
         const bool decoding = p && p->status == RequestStatus::kRunning &&
                               p->numTokens() - p->numComputedTokens == 1;
-        StatusOr<RequestId> child =
-            engine.fork(parent, completionParams(r.sampling, 0));
+        forking = i;
+        StatusOr<RequestId> child = engine.fork(parent, r.forkSampling);
+        forking.reset();
         if (!config.asyncScheduling || config.numSpeculativeTokens > 0)
           EXPECT_EQ(child.isOk(), decoding) << child.status().message();
+        if (child.isOk())
+          forkIds[i] = *child;
         if (!child.isOk()) {
           EXPECT_EQ(child.status().code(), StatusCode::kInvalidArgument);
-        } else {
+        } else if (const Request *forked = engine.request(*child)) {
           Seen &c = seen[*child];
+          EXPECT_FALSE(c.finished) << "fork " << *child << " is live";
           c.request = i;
           c.isFork = true;
           // It starts with its parent's output, streamed to the parent.
-          const Request *forked = engine.request(*child);
           c.streamed.assign(forked->tokens.begin() + forked->numPromptTokens,
                             forked->tokens.end());
           c.inherited = c.streamed.size();
           requestOf[*child] = i;
+          ++coverage.forks;
+        } else {
+          EXPECT_TRUE(seen.count(*child) && seen[*child].finished)
+              << "fork " << *child << " is neither live nor finished";
           ++coverage.forks;
         }
       }
@@ -1037,10 +1115,10 @@ bool EngineStress::run(const StressModel &model, const Scenario &s,
     const PlannedRequest &r = s.requests[c.request];
     EXPECT_TRUE(c.finished) << "request " << id << " never finished";
     const Outcome &want =
-        c.isFork ? expected[c.request][0] : expected[c.request][c.index];
+        c.isFork ? forkExpected[c.request] : expected[c.request][c.index];
     const std::vector<int32_t> &got = c.final.outputTokenIds;
     const SamplingParams params =
-        completionParams(r.sampling, c.isFork ? 0 : c.index);
+        c.isFork ? r.forkSampling : completionParams(r.sampling, c.index);
     // A fork's inherited log-probabilities went to its parent.
     const size_t from = std::min(c.inherited, want.logprobs.size());
     const bool logprobsMatch =
@@ -1196,6 +1274,8 @@ void expectCovered(const Coverage &c, bool speculative, bool stopStrings) {
     EXPECT_GT(c.asyncSteps, 0);
   // The many scenarios of the random model reach the rarer features.
   if (!speculative) {
+    EXPECT_GT(c.forksEndedAtOnce, 0);
+    EXPECT_GT(c.forkAborts, 0);
     EXPECT_GT(c.cutByContext, 0);
     EXPECT_GT(c.zeroTokenCompletions, 0);
   }
