@@ -52,6 +52,29 @@ std::vector<float> fromBf16(const std::vector<__nv_bfloat16> &x) {
   return y;
 }
 
+std::vector<__nv_bfloat16> freshRowsOfPool(const cpu::KVPool &pool,
+                                           const cpu::CacheGeometry &g,
+                                           int layer,
+                                           const std::vector<int64_t> &slots) {
+  const int64_t t = static_cast<int64_t>(slots.size()), d = g.headDim;
+  std::vector<__nv_bfloat16> fresh(size_t(2) * t * g.slotElements(),
+                                   __float2bfloat16_rn(NAN));
+  std::vector<float> head(d);
+  for (int64_t token = 0; token < t; ++token) {
+    if (slots[token] < 0)
+      continue;
+    for (int kv = 0; kv < 2; ++kv)
+      for (int64_t h = 0; h < g.numKVHeads; ++h) {
+        pool.decodeHead(g.offset(slots[token], layer, kv) + h * d, d,
+                        head.data());
+        const int64_t row = ((kv * t + token) * g.numKVHeads + h) * d;
+        for (int64_t e = 0; e < d; ++e)
+          fresh[row + e] = __float2bfloat16_rn(head[e]);
+      }
+  }
+  return fresh;
+}
+
 std::vector<float> rowsOfSequences(const std::vector<float> &rows,
                                    const std::vector<int32_t> &qsl,
                                    int64_t width, bool decode) {

@@ -160,6 +160,15 @@ std::vector<float> runWithQueries(QueryType type, const std::vector<float> &q,
   return fromBf16(out.download());
 }
 
+/// FreshKV's rows (runtime/cuda/Kernels.h) of a call whose token r was
+/// written to slot slots[r] of `layer` in `pool` (geometry `g`): the bf16 of
+/// each element as cpu::KVPool decodes it (code x scale for E4M3); the rows
+/// of tokens whose slot is -1 hold NaN.
+std::vector<__nv_bfloat16> freshRowsOfPool(const cpu::KVPool &pool,
+                                           const cpu::CacheGeometry &g,
+                                           int layer,
+                                           const std::vector<int64_t> &slots);
+
 /// The rows [token, width] of `rows` that belong to the sequences with one
 /// new token (`decode`) or with more, in order (qsl: query_start_loc).
 std::vector<float> rowsOfSequences(const std::vector<float> &rows,

@@ -1048,49 +1048,39 @@ uint16_t bf16Bits(__nv_bfloat16 x) {
 }
 
 /// FreshKV's rows (Kernels.h) of the tokens with a slot: the bf16 of each
-/// element's code in `pools`' GPU pool times its scale (E4M3), element for
-/// element what the Hopper prefill's staging computes.
+/// element of `pools`' GPU pool as the CPU decodes it (code x scale), element
+/// for element what the Hopper prefill's staging computes.
 ::testing::AssertionResult
 freshRowsDecodePool(const std::vector<__nv_bfloat16> &fresh,
                     const TwoPools &pools, const std::vector<int64_t> &slots,
                     const cuda::CacheDims &dims, int layer) {
-  const std::vector<uint8_t> codes = pools.gpuCodes.download();
-  const std::vector<float> scales = pools.gpuScales.download();
-  const Fp8Format format = pools.dtype == KVCacheDtype::kF8E5M2
-                               ? Fp8Format::kE5M2
-                               : Fp8Format::kE4M3;
-  const int64_t t = static_cast<int64_t>(slots.size()), d = dims.headDim,
-                kvh = dims.numKVHeads;
-  for (int64_t token = 0; token < t; ++token) {
-    if (slots[token] < 0)
-      continue;
-    const int64_t block = slots[token] / dims.blockSize,
-                  inBlock = slots[token] % dims.blockSize;
-    for (int kv = 0; kv < 2; ++kv)
-      for (int64_t h = 0; h < kvh; ++h) {
-        const int64_t at =
-            ((((block * dims.numLayers + layer) * 2 + kv) * dims.blockSize +
-              inBlock) *
-                 kvh +
-             h) *
-            d;
-        const float scale =
-            pools.dtype == KVCacheDtype::kF8E4M3 ? scales[at / d] : 1.0f;
-        for (int64_t e = 0; e < d; ++e) {
-          float x = decodeFp8(codes[at + e], format);
-          if (pools.dtype == KVCacheDtype::kF8E4M3)
-            x *= scale;
-          const uint16_t want = bf16Bits(__float2bfloat16_rn(x));
-          const uint16_t got =
-              bf16Bits(fresh[((kv * t + token) * kvh + h) * d + e]);
-          if (want != got)
-            return ::testing::AssertionFailure()
-                   << "token " << token << " kv " << kv << " head " << h
-                   << " element " << e << ": 0x" << std::hex << got
-                   << ", the pool's decode 0x" << want;
-        }
+  std::vector<uint8_t> codes = pools.gpuCodes.download();
+  std::vector<float> scales = pools.gpuScales.download();
+  cpu::KVPool pool;
+  pool.codes = codes.data();
+  pool.scales = scales.data();
+  pool.format = pools.dtype == KVCacheDtype::kF8E5M2 ? Fp8Format::kE5M2
+                                                      : Fp8Format::kE4M3;
+  const std::vector<__nv_bfloat16> want = freshRowsOfPool(
+      pool,
+      cacheGeometry(dims.numLayers, dims.numKVHeads, dims.headDim,
+                    dims.blockSize),
+      layer, slots);
+  const int64_t t = static_cast<int64_t>(slots.size()),
+                width = int64_t(dims.numKVHeads) * dims.headDim;
+  for (int kv = 0; kv < 2; ++kv)
+    for (int64_t token = 0; token < t; ++token) {
+      if (slots[token] < 0)
+        continue;
+      for (int64_t e = 0; e < width; ++e) {
+        const size_t i = size_t((kv * t + token) * width + e);
+        if (bf16Bits(fresh[i]) != bf16Bits(want[i]))
+          return ::testing::AssertionFailure()
+                 << "token " << token << " kv " << kv << " element " << e
+                 << ": 0x" << std::hex << bf16Bits(fresh[i])
+                 << ", the pool's decode 0x" << bf16Bits(want[i]);
       }
-  }
+    }
   return ::testing::AssertionSuccess();
 }
 

@@ -32,7 +32,6 @@
 
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Kernels.h"
-#include "runtime/support/Fp8.h"
 #include "tests/runtime/cuda/AttentionTestSupport.h"
 #include "tests/runtime/cuda/DeviceArray.h"
 
@@ -324,37 +323,30 @@ TEST_F(PrefillAttentionSm90Test, Fp8PoolsAndKeyRope) {
 std::vector<__nv_bfloat16> freshRowsOf(const PagedBatch &b, KVCacheDtype dtype,
                                        const CacheDims &dims, int layer,
                                        bool zeros) {
-  const int64_t d = dims.headDim, kvh = dims.numKVHeads;
-  std::vector<__nv_bfloat16> fresh(size_t(2) * b.t * kvh * d,
-                                   __float2bfloat16_rn(NAN));
-  const Fp8Format format =
-      dtype == KVCacheDtype::kF8E5M2 ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+  std::vector<int64_t> slots(b.t, -1);
   for (size_t s = 0; s + 1 < b.qsl.size(); ++s) {
     const int first = b.qsl[s], count = b.qsl[s + 1] - first;
     if (b.contextLens[s] != count)
       continue; // keys cached before the call: the pool's launch
-    for (int i = 0; i < count; ++i) {
-      const int64_t slot = b.slot(s, i);
-      const int64_t block = slot / dims.blockSize,
-                    inBlock = slot % dims.blockSize;
-      for (int kv = 0; kv < 2; ++kv)
-        for (int64_t h = 0; h < kvh; ++h) {
-          const int64_t at =
-              ((((block * dims.numLayers + layer) * 2 + kv) * dims.blockSize +
-                inBlock) *
-                   kvh +
-               h) *
-              d;
-          for (int64_t e = 0; e < d; ++e) {
-            float x = decodeFp8(b.codes[at + e], format);
-            if (dtype == KVCacheDtype::kF8E4M3)
-              x *= b.scales[at / d];
-            fresh[((kv * b.t + first + i) * kvh + h) * d + e] =
-                __float2bfloat16_rn(zeros ? 0.0f : x);
-          }
-        }
-    }
+    for (int i = 0; i < count; ++i)
+      slots[first + i] = b.slot(s, i);
   }
+  std::vector<uint8_t> codes = b.codes;
+  std::vector<float> scales = b.scales;
+  cpu::KVPool pool;
+  pool.codes = codes.data();
+  pool.scales = scales.data();
+  pool.format =
+      dtype == KVCacheDtype::kF8E5M2 ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+  const cpu::CacheGeometry g = cacheGeometry(dims.numLayers, dims.numKVHeads,
+                                             dims.headDim, dims.blockSize);
+  std::vector<__nv_bfloat16> fresh = freshRowsOfPool(pool, g, layer, slots);
+  if (zeros)
+    for (int kv = 0; kv < 2; ++kv)
+      for (int64_t r = 0; r < b.t; ++r)
+        if (slots[r] >= 0)
+          std::fill_n(fresh.begin() + (kv * b.t + r) * g.slotElements(),
+                      g.slotElements(), __float2bfloat16_rn(0.0f));
   return fresh;
 }
 
