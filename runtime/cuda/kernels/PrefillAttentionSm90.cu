@@ -161,17 +161,15 @@ namespace {
 std::atomic<int> freshOverride{-1};
 } // namespace
 
-bool freshReadsOn() {
-  const int override = freshOverride.load(std::memory_order_relaxed);
+} // namespace sm90
+
+bool freshKVReadsOn() {
+  const int override = sm90::freshOverride.load(std::memory_order_relaxed);
   if (override >= 0)
     return override != 0;
   static const bool on = envSwitchOn("INFER_SM90_FRESH_KV");
   return on;
 }
-
-} // namespace sm90
-
-bool freshKVReadsOn() { return sm90::freshReadsOn(); }
 
 void setFreshKVReads(int mode) {
   sm90::freshOverride.store(mode < 0 ? -1 : mode, std::memory_order_relaxed);

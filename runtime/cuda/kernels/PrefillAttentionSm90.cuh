@@ -1446,9 +1446,6 @@ cudaError_t launchOfPool(const Sm90Params &p, KVCachePool pool,
   return cudaErrorInvalidValue;
 }
 
-/// Whether launches read FreshKV (Kernels.h's freshKVReadsOn).
-bool freshReadsOn();
-
 /// The two launches of a batch with FreshKV rows (launch): the sequences
 /// with nothing cached from `fresh` on the bf16 pool's kernel, the others
 /// from the pool, each launch with its tile map of those sequences alone.
@@ -1506,7 +1503,7 @@ cudaError_t launch(const TQ *q, KVCachePool pool, CacheDims dims,
       (tileMapBytes(numWork, attention.numKVHeads) + 255) / 256 * 256;
   if constexpr (std::is_same_v<TQ, __nv_bfloat16>) {
     if (fresh.data && fresh.rows == t && pool.dtype != KVCacheDtype::kBf16 &&
-        attention.keyRotaryDim == 0 && freshReadsOn() && workspace.data &&
+        attention.keyRotaryDim == 0 && freshKVReadsOn() && workspace.data &&
         workspace.bytes >= 2 * mapBytes) {
       int32_t *maps[2] = {
           reinterpret_cast<int32_t *>(workspace.data),
