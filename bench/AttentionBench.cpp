@@ -1,7 +1,7 @@
 //===- AttentionBench.cpp - Paged attention kernels against ceilings ------===//
 //
 //   infer-attention-bench [--prefill 2048,8192] [--decode 1:32768,256:2048]
-//       [--rope 2048,8192] [--mixed 8x128+1024:192]
+//       [--rope 2048,8192] [--mixed 8x128+1024:192,3x2048+465:2112+1583/465]
 //       [--heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --layers 1]
 //       [--pools bf16,e4m3,e5m2] [--softcap 0] [--repeats 7]
 //
@@ -41,8 +41,11 @@
 //            kernel) and of the decode rows alone (decode_us); fp8 pools
 //            also with the prompts' keys and values read from FreshKV
 //            (fresh_us, prefill_fresh_us), as the backend's calls with
-//            prompt rows read them. The prefill mode's kernel=sm90-fresh
-//            rows are those reads too.
+//            prompt rows read them. A "+K/N" suffix adds, first, the chunk
+//            of a chunked prompt: N new tokens after K cached, whose keys
+//            FreshKV's context rows give (prefill_fresh_us) or the pool
+//            (prefill_fresh0_us: FreshKV without context rows). The prefill
+//            mode's kernel=sm90-fresh rows are those reads too.
 // Beside them the ceilings measured in the same run: the device-to-device
 // copy bandwidth (1 GiB cudaMemcpy, read + write) and a bf16 GEMM of
 // 8192^3 through cuBLASLt (fp32 accumulation). Each figure is the median of
@@ -206,9 +209,10 @@ struct Options {
       {128, 4096}, {256, 1024}, {256, 2048}};
   std::vector<int> rope;
   /// Mixed batches as the engine's chunked prefill makes them: prompts x
-  /// prompt length + decode rows x context.
+  /// prompt length + decode rows x context, and optionally first a chunk
+  /// of chunkNew tokens after chunkCached.
   struct Mixed {
-    int prompts, promptLen, decodes, context;
+    int prompts, promptLen, decodes, context, chunkCached, chunkNew;
   };
   std::vector<Mixed> mixed;
   std::vector<std::string> pools = {"bf16", "e4m3", "e5m2"};
@@ -242,10 +246,13 @@ Options parse(int argc, char **argv) {
     } else if (flag == "--mixed") {
       for (const std::string &m : splitCommas(value)) {
         Options::Mixed x{};
-        if (std::sscanf(m.c_str(), "%dx%d+%d:%d", &x.prompts, &x.promptLen,
-                        &x.decodes, &x.context) != 4 ||
-            x.prompts < 1 || x.promptLen < 2 || x.decodes < 1 || x.context < 1)
-          die("--mixed takes PROMPTSxLENGTH+DECODES:CONTEXT,...");
+        const int fields = std::sscanf(m.c_str(), "%dx%d+%d:%d+%d/%d",
+                                       &x.prompts, &x.promptLen, &x.decodes,
+                                       &x.context, &x.chunkCached, &x.chunkNew);
+        if ((fields != 4 && fields != 6) || x.prompts < 1 || x.promptLen < 2 ||
+            x.decodes < 1 || x.context < 1 ||
+            (fields == 6 && (x.chunkCached < 1 || x.chunkNew < 2)))
+          die("--mixed takes PROMPTSxLENGTH+DECODES:CONTEXT[+CACHED/NEW],...");
         o.mixed.push_back(x);
       }
     } else if (flag == "--rope") {
@@ -300,9 +307,10 @@ struct Batch {
   int32_t *tables = nullptr, *contextLens = nullptr, *qsl = nullptr;
   __nv_bfloat16 *q = nullptr, *out = nullptr;
   /// FreshKV's rows of the batch's new tokens (fp8 pools): random bf16 as
-  /// the pool's values are.
+  /// the pool's values are; then the context rows its chunks take
+  /// (freshContextRows), which the launches fill.
   __nv_bfloat16 *fresh = nullptr;
-  int64_t maxBlocks = 0, numSeqs = 0, t = 0;
+  int64_t maxBlocks = 0, numSeqs = 0, t = 0, contextRows = 0;
 
   Batch(const Options &o, KVCacheDtype dtype, int64_t seqs, int context,
         int newTokens, std::mt19937 &rng)
@@ -374,7 +382,10 @@ struct Batch {
     check(cudaMemcpy(q, hq.data(), qElements * 2, cudaMemcpyHostToDevice),
           "q upload");
     if (dtype != KVCacheDtype::kBf16) {
-      std::vector<__nv_bfloat16> hf(2 * t * o.kvHeads * o.headDim);
+      contextRows = freshContextRows(starts.data(), lens.data(), seqs,
+                                     o.heads / o.kvHeads);
+      std::vector<__nv_bfloat16> hf(2 * (t + contextRows) * o.kvHeads *
+                                    o.headDim);
       for (auto &x : hf)
         x = __float2bfloat16_rn(0.5f * normal(rng));
       check(cudaMalloc(&fresh, hf.size() * 2), "fresh");
@@ -382,7 +393,14 @@ struct Batch {
             "fresh upload");
     }
   }
-  FreshKV freshKV() const { return FreshKV{fresh, fresh ? t : 0}; }
+  /// FreshKV as the backend passes it; withContext false: without context
+  /// rows (the chunks read the pool; planes of t rows of the same random
+  /// values).
+  FreshKV freshKV(bool withContext = true) const {
+    if (!fresh)
+      return FreshKV();
+    return FreshKV{fresh, t, withContext ? contextRows : 0};
+  }
   ~Batch() {
     for (void *p :
          {data, static_cast<void *>(scales), static_cast<void *>(tables),
@@ -632,21 +650,23 @@ int main(int argc, char **argv) {
     // kernel, then the decode rows), against its two parts alone: the
     // prompts on the sm_90 kernel and on the mma.sync one, the decode rows.
     for (const Options::Mixed &m : o.mixed) {
-      std::vector<std::pair<int, int>> prompts(m.prompts,
-                                               {m.promptLen, m.promptLen});
+      std::vector<std::pair<int, int>> prompts;
+      if (m.chunkNew > 0)
+        prompts.push_back({m.chunkCached + m.chunkNew, m.chunkNew});
+      prompts.insert(prompts.end(), m.prompts, {m.promptLen, m.promptLen});
       std::vector<std::pair<int, int>> decodes(m.decodes, {m.context, 1});
       std::vector<std::pair<int, int>> all = prompts;
       all.insert(all.end(), decodes.begin(), decodes.end());
       Batch whole(o, dtype, all, rng), prefill(o, dtype, prompts, rng),
           decode(o, dtype, decodes, rng);
       const SplitKVWorkspace ws{workspace, workspaceBytes};
-      auto paged = [&](Batch &b, bool fresh = false) {
+      auto paged = [&](Batch &b, bool fresh = false, bool context = true) {
         return timeLaunches(
             [&](cudaStream_t s) {
-              return launchPagedAttention(b.q, b.pool, b.dims, a, b.tables,
-                                          b.maxBlocks, b.contextLens, b.qsl,
-                                          b.numSeqs, b.t, b.out, s, ws,
-                                          fresh ? b.freshKV() : FreshKV());
+              return launchPagedAttention(
+                  b.q, b.pool, b.dims, a, b.tables, b.maxBlocks, b.contextLens,
+                  b.qsl, b.numSeqs, b.t, b.out, s, ws,
+                  fresh ? b.freshKV(context) : FreshKV());
             },
             o.repeats);
       };
@@ -663,12 +683,14 @@ int main(int argc, char **argv) {
       // fresh_us / prefill_fresh_us: the same launches reading FreshKV
       // for the prompts (fp8 pools; a bf16 pool's launch ignores it).
       std::printf("result mixed pool=%s prompts=%d prompt_len=%d decodes=%d "
-                  "context=%d us=%.1f fresh_us=%.1f prefill_us=%.1f "
-                  "prefill_fresh_us=%.1f prefill_kernel=%s "
+                  "context=%d chunk=%d/%d us=%.1f fresh_us=%.1f "
+                  "prefill_us=%.1f prefill_fresh_us=%.1f "
+                  "prefill_fresh0_us=%.1f prefill_kernel=%s "
                   "prefill_mma_us=%.1f decode_us=%.1f\n",
                   name.c_str(), m.prompts, m.promptLen, m.decodes, m.context,
-                  paged(whole) * 1e3, paged(whole, true) * 1e3,
-                  paged(prefill) * 1e3, paged(prefill, true) * 1e3,
+                  m.chunkCached, m.chunkNew, paged(whole) * 1e3,
+                  paged(whole, true) * 1e3, paged(prefill) * 1e3,
+                  paged(prefill, true) * 1e3, paged(prefill, true, false) * 1e3,
                   sm90 ? "sm90" : "mma", prefillMma * 1e3, paged(decode) * 1e3);
     }
     cudaFree(workspace);

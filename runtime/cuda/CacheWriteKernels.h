@@ -30,16 +30,16 @@ namespace infer::cuda {
 /// 0 for a zero vector). Row r of k starts at k + r * kLd, of v at
 /// v + r * vLd (0: kvh * d, contiguous). head_dim <= kMaxHeadDim.
 ///
-/// With `fresh` (room for FreshKV's 2 x t x kvh x head_dim bf16, 16-byte
+/// With `fresh` (FreshKV of rows = t, runtime/cuda/Kernels.h; data 16-byte
 /// aligned) and an fp8 pool, the launch also writes FreshKV's rows of the
-/// call's tokens (runtime/cuda/Kernels.h; those of slot -1 tokens stay
-/// unwritten) where its rows are in whole 16-byte packs, and says whether
+/// call's tokens, [0, t) of each plane (those of slot -1 tokens stay
+/// unwritten), where its rows are in whole 16-byte packs, and says whether
 /// it did in *freshWritten. The same holds for the two launchers below.
 template <typename T>
 cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                const T *k, const T *v, const int64_t *slots,
                                int64_t t, cudaStream_t stream, int64_t kLd = 0,
-                               int64_t vLd = 0, __nv_bfloat16 *fresh = nullptr,
+                               int64_t vLd = 0, FreshKV fresh = {},
                                bool *freshWritten = nullptr);
 
 /// rope_kv_cache_write: the keys rotated as launchRope rotates them
@@ -54,8 +54,7 @@ cudaError_t launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                    int rotaryDim, const float *invFreq,
                                    cudaStream_t stream, int64_t kLd = 0,
                                    int64_t vLd = 0, int longFrom = 0,
-                                   DynamicRope dynamic = {},
-                                   __nv_bfloat16 *fresh = nullptr,
+                                   DynamicRope dynamic = {}, FreshKV fresh = {},
                                    bool *freshWritten = nullptr);
 
 /// rope_qkv_cache_write in one launch: q [t, qHeads * head_dim] rotated into
@@ -71,7 +70,7 @@ cudaError_t launchRopeQKVCacheWrite(
     int layer, const T *k, const T *v, const int64_t *slots,
     const int32_t *positions, int64_t t, int rotaryDim, const float *invFreq,
     cudaStream_t stream, int64_t qLd = 0, int64_t kLd = 0, int64_t vLd = 0,
-    int longFrom = 0, DynamicRope dynamic = {}, __nv_bfloat16 *fresh = nullptr,
+    int longFrom = 0, DynamicRope dynamic = {}, FreshKV fresh = {},
     bool *freshWritten = nullptr);
 
 } // namespace infer::cuda

@@ -287,18 +287,45 @@ struct SplitKVWorkspace {
 
 /// A forward call's new keys and values as an fp8 pool decodes them: row r
 /// of the flat batch (token r of the call), kv head h, element e of its
-/// keys at data[((0 * rows + r) * kvh + h) * head_dim + e], of its values
-/// at kv 1 in place of 0, each the bf16 rounding of code x scale (E4M3) or
-/// of the code (E5M2) that the cache write stored in the pool: the values
-/// the Hopper prefill's staging computes from the pool, so reading these
-/// instead gives the same bits. launchRopeQKVCacheWrite writes it beside an
-/// fp8 pool; launchPrefillAttentionSm90 reads the keys of sequences with
-/// nothing cached before the call from it (plain TMA of bf16, no staging),
-/// and the pool for the others. rows is the call's token count.
+/// keys at data[((0 * planeRows() + r) * kvh + h) * head_dim + e], of its
+/// values at kv 1 in place of 0, each the bf16 rounding of code x scale
+/// (E4M3) or of the code (E5M2) that the cache write stored in the pool: the
+/// values the Hopper prefill's staging computes from the pool, so reading
+/// these instead gives the same bits. The cache writes store rows [0, rows)
+/// beside an fp8 pool; launchPrefillAttentionSm90 reads the keys of
+/// sequences with nothing cached before the call from them (plain TMA of
+/// bf16, no staging). rows is the call's token count.
+///
+/// Rows [rows, rows + contextRows) are context rows: launchPrefillAttention-
+/// Sm90 fills them, in the same decoding, with the whole cached context of
+/// sequences that have keys cached before the call and enough new tokens
+/// to repay the copy (freshContextRows; a chunked prompt's later chunks),
+/// in order while they fit, and reads those sequences' keys from them too.
 struct FreshKV {
-  const __nv_bfloat16 *data = nullptr;
+  __nv_bfloat16 *data = nullptr;
   int64_t rows = 0;
+  int64_t contextRows = 0;
+
+  /// The rows of a k or v plane.
+  int64_t planeRows() const { return rows + contextRows; }
 };
+
+/// Query rows (new tokens x group) from which a sequence with cached keys
+/// reads them as context rows. Copying its context moves 6 bytes per key
+/// element pair (an fp8 code read, a bf16 value written, keys and values);
+/// by the H200's rates (the prefill at 413 TFLOP/s from bf16 against 254
+/// from an E4M3 pool, ~3 TB/s for the copy) that is repaid from ~330 query
+/// rows, an estimate: 512 leaves a margin.
+constexpr int64_t kFreshContextMinRows = 512;
+
+/// The context rows a call's FreshKV needs for every sequence that reads
+/// its keys from context rows (host copies of the batch's query_start_loc
+/// and context_lens; group = query heads per kv head): the sum of the
+/// context lengths of the sequences with keys cached before the call and
+/// at least kFreshContextMinRows query rows (new tokens x group).
+int64_t freshContextRows(const int32_t *queryStartLoc,
+                         const int32_t *contextLens, int64_t numSeqs,
+                         int group);
 
 /// Writes k and v rows [t, kvh*d] of `layer` to their slots; slot -1 skips.
 /// An fp8 pool stores codes (and E4M3 scales) as KVCachePool says; one warp
@@ -527,8 +554,11 @@ void setDependentLaunches(int mode);
 /// before this call read their keys and values from `fresh` instead, in a
 /// launch of the bf16 pool's kernel, and the others from the pool in a
 /// second launch; each launch has its own tile map, so the workspace must
-/// hold two (else `fresh` is not read). The same bits as without `fresh`:
-/// the staging would compute the same bf16 values from the pool.
+/// hold two and a row base per sequence (else `fresh` is not read). With
+/// context rows, a first kernel copies the contexts of the sequences that
+/// take them (FreshKV) there, and those join the first launch. The same
+/// bits as without `fresh`: the staging would compute the same bf16 values
+/// from the pool.
 cudaError_t
 launchPrefillAttentionSm90(const float *q, KVCachePool pool, CacheDims dims,
                            AttentionDims attention, const int32_t *blockTables,
@@ -550,6 +580,9 @@ launchPrefillAttentionSm90(const __nv_bfloat16 *q, KVCachePool pool,
 /// setFreshKVReads' override (0 off, 1 on, < 0 the default).
 bool freshKVReadsOn();
 void setFreshKVReads(int mode);
+/// Whether the backend gives FreshKV context rows (freshContextRows): on
+/// unless INFER_SM90_FRESH_CONTEXT is 0 (read once; for comparisons).
+bool freshContextRowsOn();
 
 } // namespace infer::cuda
 

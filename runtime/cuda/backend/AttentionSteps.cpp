@@ -6,7 +6,8 @@
 // CPU backend does; attention reads bf16 queries and writes bf16. With an
 // fp8 pool, a cache write paired with its layer's Hopper prefill
 // (markFreshKV) also writes FreshKV in calls with prompt rows, an arena
-// range the attention reads and then frees.
+// range the attention reads and then frees, with room for the context rows
+// the call's chunked prompts take (the attention fills those).
 //
 //===----------------------------------------------------------------------===//
 
@@ -72,24 +73,40 @@ template <typename F> static Status withCacheInputType(DType dtype, F &&f) {
   }
 }
 
+/// Context rows a call may take per token: a bound on the transient arena
+/// range (Llama-3-8B: 4 KB a row), which a graph's replays of other batches
+/// of the same shape respect too (the kernel fills only what fits).
+constexpr int64_t kMaxFreshContextRowsPerToken = 4;
+
 Status CudaBackend::freshRowsFor(const PreparedStep &s, const Batch &batch,
-                                 int64_t t, void **fresh) {
-  *fresh = nullptr;
+                                 int64_t t, FreshKV *fresh) {
+  *fresh = FreshKV();
   // A decode-only call's attention reads none.
   if (!s.writesFreshKV || batch.numTokens() <= batch.numSeqs() ||
       !freshKVReadsOn())
     return Status::ok();
-  return allocateBytes(size_t(2 * t) * dims_.numKVHeads * dims_.headDim * 2,
-                       fresh);
+  const int64_t contextRows =
+      freshContextRowsOn()
+          ? std::min(freshContextRows(batch.queryStartLoc.data(),
+                                      batch.contextLens.data(), batch.numSeqs(),
+                                      s.freshKVGroup),
+                     kMaxFreshContextRowsPerToken * t)
+          : 0;
+  void *data = nullptr;
+  INFER_RETURN_IF_ERROR(allocateBytes(size_t(2 * (t + contextRows)) *
+                                          dims_.numKVHeads * dims_.headDim * 2,
+                                      &data));
+  *fresh = FreshKV{static_cast<__nv_bfloat16 *>(data), t, contextRows};
+  return Status::ok();
 }
 
-void CudaBackend::keepFreshRows(const PreparedStep &s, void *fresh,
-                                bool written, int64_t t) {
+void CudaBackend::keepFreshRows(const PreparedStep &s, const FreshKV &fresh,
+                                bool written) {
   if (written) {
-    freshKV_ = FreshKV{static_cast<const __nv_bfloat16 *>(fresh), t};
+    freshKV_ = fresh;
     freshKVLayer_ = static_cast<int>(s.step.layer);
-  } else if (fresh) {
-    freeBytes(fresh);
+  } else if (fresh.data) {
+    freeBytes(fresh.data);
   }
 }
 
@@ -100,18 +117,18 @@ Status CudaBackend::runKVCacheWrite(const PreparedStep &s, const Batch &batch) {
       static_cast<const int64_t *>(input(s.step.operands[3], &t, batch));
   if (k.rows != t || v.rows != t || k.dtype != v.dtype)
     return mismatch(s, "keys/values do not have a row per token");
-  void *fresh;
+  FreshKV fresh;
   INFER_RETURN_IF_ERROR(freshRowsFor(s, batch, t, &fresh));
   bool written = false;
   Status status = withCacheInputType(k.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
-    INFER_CUDA_RETURN_IF_ERROR(launchKVCacheWrite(
-        kvPool(), dims_, static_cast<int>(s.step.layer), k.as<const T>(),
-        v.as<const T>(), slots, t, stream_, k.stride(), v.stride(),
-        static_cast<__nv_bfloat16 *>(fresh), &written));
+    INFER_CUDA_RETURN_IF_ERROR(
+        launchKVCacheWrite(kvPool(), dims_, static_cast<int>(s.step.layer),
+                           k.as<const T>(), v.as<const T>(), slots, t, stream_,
+                           k.stride(), v.stride(), fresh, &written));
     return Status::ok();
   });
-  keepFreshRows(s, fresh, written, t);
+  keepFreshRows(s, fresh, written);
   return status;
 }
 
@@ -125,7 +142,7 @@ Status CudaBackend::runRopeKVCacheWrite(const PreparedStep &s,
       input(s.step.operands[4], &numPositions, batch));
   if (k.rows != t || v.rows != t || numPositions != t || k.dtype != v.dtype)
     return mismatch(s, "keys/values do not have a row per token");
-  void *fresh;
+  FreshKV fresh;
   INFER_RETURN_IF_ERROR(freshRowsFor(s, batch, t, &fresh));
   bool written = false;
   Status status = withCacheInputType(k.dtype, [&](auto tag) -> Status {
@@ -136,10 +153,10 @@ Status CudaBackend::runRopeKVCacheWrite(const PreparedStep &s,
         static_cast<int>(s.step.rope.rotaryDim), s.ropeInvFreq.as<float>(),
         stream_, k.stride(), v.stride(),
         static_cast<int>(s.step.rope.longFrom()), dynamicRope(s, 5, batch),
-        static_cast<__nv_bfloat16 *>(fresh), &written));
+        fresh, &written));
     return Status::ok();
   });
-  keepFreshRows(s, fresh, written, t);
+  keepFreshRows(s, fresh, written);
   return status;
 }
 
@@ -158,7 +175,7 @@ Status CudaBackend::runRopeQKVCacheWrite(const PreparedStep &s,
   const plan::RopeConfig &rope = s.step.rope;
   Tensor &y = result(s);
   INFER_RETURN_IF_ERROR(allocate(y, q.rows, q.cols, q.dtype));
-  void *fresh;
+  FreshKV fresh;
   INFER_RETURN_IF_ERROR(freshRowsFor(s, batch, t, &fresh));
   bool written = false;
   Status status = withCacheInputType(k.dtype, [&](auto tag) -> Status {
@@ -168,11 +185,11 @@ Status CudaBackend::runRopeQKVCacheWrite(const PreparedStep &s,
         static_cast<int>(s.step.layer), k.as<const T>(), v.as<const T>(), slots,
         positions, t, static_cast<int>(rope.rotaryDim),
         s.ropeInvFreq.as<float>(), stream_, q.stride(), k.stride(), v.stride(),
-        static_cast<int>(rope.longFrom()), dynamicRope(s, 6, batch),
-        static_cast<__nv_bfloat16 *>(fresh), &written));
+        static_cast<int>(rope.longFrom()), dynamicRope(s, 6, batch), fresh,
+        &written));
     return Status::ok();
   });
-  keepFreshRows(s, fresh, written, t);
+  keepFreshRows(s, fresh, written);
   return status;
 }
 
@@ -198,7 +215,7 @@ Status CudaBackend::runPagedAttention(const PreparedStep &s,
   // The range is done with once the attention is enqueued (the arena hands
   // out host-side ranges in stream order).
   if (freshKV_.data && s.readsFreshKV) {
-    freeBytes(const_cast<__nv_bfloat16 *>(freshKV_.data));
+    freeBytes(freshKV_.data);
     freshKV_ = FreshKV();
     freshKVLayer_ = -1;
   }

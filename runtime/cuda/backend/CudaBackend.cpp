@@ -469,6 +469,8 @@ void CudaBackend::markFreshKV() {
           reader.attention.keyRotaryDim == 0 &&
           prefillAttentionSm90Supports(reader.attention, dims_, kvDtype_)) {
         writer.writesFreshKV = true;
+        writer.freshKVGroup =
+            reader.attention.numHeads / reader.attention.numKVHeads;
         reader.readsFreshKV = true;
       }
       break;

@@ -171,6 +171,9 @@ struct PreparedStep {
   /// (freshKV_), which frees it.
   bool writesFreshKV = false;
   bool readsFreshKV = false;
+  /// A FreshKV writer's: query heads per kv head of the attention reading
+  /// it.
+  int freshKVGroup = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -234,15 +237,15 @@ private:
   /// Hopper prefill for its attention, and a cache write of the layer
   /// before its paged_attention.
   void markFreshKV();
-  /// The arena range a cache write step `s` of `t` tokens writes FreshKV
-  /// into in this call, or null (not paired, a decode-only call, or reads
-  /// off).
+  /// The FreshKV a cache write step `s` of `t` tokens writes in this call,
+  /// an arena range with the context rows the batch's chunked prompts take
+  /// (freshContextRows, at most kMaxFreshContextRowsPerToken a token), or
+  /// none (null data: not paired, a decode-only call, or reads off).
   Status freshRowsFor(const PreparedStep &s, const Batch &batch, int64_t t,
-                      void **fresh);
+                      FreshKV *fresh);
   /// Keeps `fresh` as freshKV_ for the layer's attention where the launch
   /// wrote it, else frees it.
-  void keepFreshRows(const PreparedStep &s, void *fresh, bool written,
-                     int64_t t);
+  void keepFreshRows(const PreparedStep &s, const FreshKV &fresh, bool written);
   /// Where step `s` (quantizesForNext, output [rows, cols]) writes the
   /// codes and scales of the next step's GEMM: nullopt where the fusion is
   /// off or that GEMM does not take fp8 cuBLASLt in one chunk.

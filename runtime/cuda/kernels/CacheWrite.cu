@@ -148,11 +148,19 @@ __device__ __forceinline__ CacheItem loadCacheItem(const T *row, int item,
 }
 
 /// Where rope_qkv_cache_write puts FreshKV's rows (null data: nowhere):
-/// the call's `rows` tokens, key and value planes.
+/// the call's tokens in key and value planes of `rows` rows.
 struct FreshRows {
   __nv_bfloat16 *data;
   int64_t rows;
 };
+
+/// The FreshRows of a launch of `t` tokens: FreshKV's planes, or nowhere
+/// unless `fresh` has a row per token.
+inline FreshRows freshRowsOf(const FreshKV &fresh, int64_t t) {
+  if (!fresh.data || fresh.rows != t || fresh.contextRows < 0)
+    return {nullptr, 0};
+  return {fresh.data, fresh.planeRows()};
+}
 
 /// Stores 8 values of a head vector at element `offset` of the pool, in the
 /// pool's type (E4M3: the codes of value / scale; 0 codes for scale 0), and
@@ -363,17 +371,17 @@ cudaError_t launchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
 }
 
 template <bool rotate, typename T>
-cudaError_t
-dispatchWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
-              const T *v, const int64_t *slots, const int32_t *positions,
-              int64_t t, int rotaryDim, const float *invFreq,
-              cudaStream_t stream, int64_t kLd, int64_t vLd, int longFrom = 0,
-              DynamicRope dynamic = {}, __nv_bfloat16 *fresh = nullptr,
-              bool *freshWritten = nullptr) {
+cudaError_t dispatchWrite(KVCachePool pool, CacheDims dims, int layer,
+                          const T *k, const T *v, const int64_t *slots,
+                          const int32_t *positions, int64_t t, int rotaryDim,
+                          const float *invFreq, cudaStream_t stream,
+                          int64_t kLd, int64_t vLd, int longFrom = 0,
+                          DynamicRope dynamic = {}, FreshKV fresh = {},
+                          bool *freshWritten = nullptr) {
   bool unused = false;
   bool &written = freshWritten ? *freshWritten : unused;
   written = false;
-  const FreshRows rows{fresh, t};
+  const FreshRows rows = freshRowsOf(fresh, t);
   if (t <= 0 || dims.numKVHeads <= 0)
     return cudaSuccess;
   const int64_t width = int64_t(dims.numKVHeads) * dims.headDim;
@@ -572,21 +580,18 @@ template <typename T>
 cudaError_t launchKVCacheWrite(KVCachePool pool, CacheDims dims, int layer,
                                const T *k, const T *v, const int64_t *slots,
                                int64_t t, cudaStream_t stream, int64_t kLd,
-                               int64_t vLd, __nv_bfloat16 *fresh,
-                               bool *freshWritten) {
+                               int64_t vLd, FreshKV fresh, bool *freshWritten) {
   return dispatchWrite<false>(pool, dims, layer, k, v, slots, nullptr, t, 0,
                               nullptr, stream, kLd, vLd, 0, {}, fresh,
                               freshWritten);
 }
 
 template <typename T>
-cudaError_t
-launchRopeKVCacheWrite(KVCachePool pool, CacheDims dims, int layer, const T *k,
-                       const T *v, const int64_t *slots,
-                       const int32_t *positions, int64_t t, int rotaryDim,
-                       const float *invFreq, cudaStream_t stream, int64_t kLd,
-                       int64_t vLd, int longFrom, DynamicRope dynamic,
-                       __nv_bfloat16 *fresh, bool *freshWritten) {
+cudaError_t launchRopeKVCacheWrite(
+    KVCachePool pool, CacheDims dims, int layer, const T *k, const T *v,
+    const int64_t *slots, const int32_t *positions, int64_t t, int rotaryDim,
+    const float *invFreq, cudaStream_t stream, int64_t kLd, int64_t vLd,
+    int longFrom, DynamicRope dynamic, FreshKV fresh, bool *freshWritten) {
   return dispatchWrite<true>(pool, dims, layer, k, v, slots, positions, t,
                              rotaryDim, invFreq, stream, kLd, vLd, longFrom,
                              dynamic, fresh, freshWritten);
@@ -598,7 +603,7 @@ cudaError_t launchRopeQKVCacheWrite(
     int layer, const T *k, const T *v, const int64_t *slots,
     const int32_t *positions, int64_t t, int rotaryDim, const float *invFreq,
     cudaStream_t stream, int64_t qLd, int64_t kLd, int64_t vLd, int longFrom,
-    DynamicRope dynamic, __nv_bfloat16 *fresh, bool *freshWritten) {
+    DynamicRope dynamic, FreshKV fresh, bool *freshWritten) {
   bool unused = false;
   bool &written = freshWritten ? *freshWritten : unused;
   written = false;
@@ -617,7 +622,7 @@ cudaError_t launchRopeQKVCacheWrite(
                                  dynamic.originalMaxPositionEmbeddings <= 0)))
     return cudaErrorInvalidValue;
   const QueryRows<T> query{q, qOut, qLd, static_cast<int>(qHeads)};
-  const FreshRows rows{fresh, t};
+  const FreshRows rows = freshRowsOf(fresh, t);
   switch (pool.dtype) {
   case KVCacheDtype::kBf16:
     return launchQKVWrite<KVCacheDtype::kBf16>(
@@ -638,16 +643,16 @@ cudaError_t launchRopeQKVCacheWrite(
 #define INFER_CACHE_WRITE_KERNELS(T)                                           \
   template cudaError_t launchKVCacheWrite<T>(                                  \
       KVCachePool, CacheDims, int, const T *, const T *, const int64_t *,      \
-      int64_t, cudaStream_t, int64_t, int64_t, __nv_bfloat16 *, bool *);       \
+      int64_t, cudaStream_t, int64_t, int64_t, FreshKV, bool *);               \
   template cudaError_t launchRopeKVCacheWrite<T>(                              \
       KVCachePool, CacheDims, int, const T *, const T *, const int64_t *,      \
       const int32_t *, int64_t, int, const float *, cudaStream_t, int64_t,     \
-      int64_t, int, DynamicRope, __nv_bfloat16 *, bool *);                     \
+      int64_t, int, DynamicRope, FreshKV, bool *);                             \
   template cudaError_t launchRopeQKVCacheWrite<T>(                             \
       const T *, T *, int64_t, KVCachePool, CacheDims, int, const T *,         \
       const T *, const int64_t *, const int32_t *, int64_t, int,               \
       const float *, cudaStream_t, int64_t, int64_t, int64_t, int,             \
-      DynamicRope, __nv_bfloat16 *, bool *);
+      DynamicRope, FreshKV, bool *);
 INFER_CACHE_WRITE_KERNELS(__nv_bfloat16)
 INFER_CACHE_WRITE_KERNELS(__half)
 #undef INFER_CACHE_WRITE_KERNELS

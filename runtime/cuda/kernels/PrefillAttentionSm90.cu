@@ -142,17 +142,17 @@ cudaError_t encodeFreshMap(CUtensorMap *map, const FreshKV &fresh,
   const cuuint64_t e = 2;
   const cuuint64_t globalDim[4] = {cuuint64_t(dims.headDim),
                                    cuuint64_t(dims.numKVHeads),
-                                   cuuint64_t(fresh.rows), 2};
+                                   cuuint64_t(fresh.planeRows()), 2};
   const cuuint64_t globalStrides[3] = {
       e * dims.headDim, e * dims.headDim * dims.numKVHeads,
-      e * dims.headDim * dims.numKVHeads * cuuint64_t(fresh.rows)};
+      e * dims.headDim * dims.numKVHeads * cuuint64_t(fresh.planeRows())};
   const cuuint32_t box[4] = {64, 1, cuuint32_t(kKeys), 1};
   const cuuint32_t elementStrides[4] = {1, 1, 1, 1};
-  const CUresult result = encode(
-      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
-      const_cast<__nv_bfloat16 *>(fresh.data), globalDim, globalStrides, box,
-      elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult result =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, fresh.data, globalDim,
+             globalStrides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
@@ -163,11 +163,28 @@ std::atomic<int> freshOverride{-1};
 
 } // namespace sm90
 
+int64_t freshContextRows(const int32_t *queryStartLoc,
+                         const int32_t *contextLens, int64_t numSeqs,
+                         int group) {
+  int64_t rows = 0;
+  for (int64_t s = 0; s < numSeqs; ++s) {
+    int64_t length;
+    if (sm90::takesContextRows(queryStartLoc, contextLens, s, group, length))
+      rows += length;
+  }
+  return rows;
+}
+
 bool freshKVReadsOn() {
   const int override = sm90::freshOverride.load(std::memory_order_relaxed);
   if (override >= 0)
     return override != 0;
   static const bool on = envSwitchOn("INFER_SM90_FRESH_KV");
+  return on;
+}
+
+bool freshContextRowsOn() {
+  static const bool on = envSwitchOn("INFER_SM90_FRESH_CONTEXT");
   return on;
 }
 

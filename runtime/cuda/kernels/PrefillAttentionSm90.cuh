@@ -90,6 +90,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -207,9 +208,12 @@ struct Sm90Params {
   /// those of decode rows empty): count [0] = items (tiles x kv heads),
   /// tiles (sequence, tile of the sequence) from [2] as int2.
   const int32_t *tileMap;
-  /// Which sequences tileMapKernel lists: 0 all, 1 those with nothing
-  /// cached before the call (FreshKV's), 2 the others.
+  /// Which sequences tileMapKernel lists: 0 all, 1 those that read
+  /// FreshKV (rowBases), 2 the others.
   int freshFilter = 0;
+  /// With FreshKV (rowBasesKernel): per sequence, FreshKV's row of its key
+  /// 0, or -1 for a sequence that reads the pool.
+  const int32_t *rowBases = nullptr;
 };
 
 /// Bytes of a tile map of `numWork` items at most.
@@ -245,7 +249,7 @@ __device__ __forceinline__ uint4 packBf16x8(const float (&x)[8]) {
 struct TileGeometry {
   int64_t seqStart, flatBegin, flatLast, firstPos, posLo, posHi;
   int64_t keyBegin, keyEnd, tileBegin;
-  int numTiles, group, kvHead;
+  int numTiles, group, kvHead, seq;
   const int32_t *table;
 };
 
@@ -276,6 +280,7 @@ __device__ __forceinline__ bool tileGeometryOf(const Sm90Params &p, int64_t seq,
   g.tileBegin = g.keyBegin / kKeys * kKeys;
   g.numTiles = static_cast<int>((g.keyEnd - g.tileBegin + kKeys - 1) / kKeys);
   g.table = p.blockTables + seq * p.maxBlocksPerSeq;
+  g.seq = static_cast<int>(seq);
   return true;
 }
 
@@ -339,7 +344,7 @@ static __global__ void __launch_bounds__(1024)
       TileGeometry g;
       g.group = group;
       for (int j = 0; tileGeometryOf(p, s, int64_t(j) * kRows, g); ++j) {
-        if (p.freshFilter != 0 && (g.firstPos == 0) != (p.freshFilter == 1))
+        if (p.freshFilter != 0 && (p.rowBases[s] >= 0) != (p.freshFilter == 1))
           break; // the other launch's sequence
         f(s, j, g.numTiles < kCostBins ? g.numTiles : kCostBins - 1);
       }
@@ -391,6 +396,160 @@ static __global__ void __launch_bounds__(1024)
   });
   if (tid == 0)
     map[0] = warpTotals[threads / 32 - 1] * p.a.numKVHeads;
+}
+
+/// The exclusive prefix sum over the block's threads (blockDim.x a
+/// multiple of 32, at most 1024) of each thread's `mine`.
+__device__ __forceinline__ long long blockExclusiveSum(long long mine) {
+  __shared__ long long warpTotals[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  long long inclusive = mine;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const long long v = __shfl_up_sync(0xffffffffu, inclusive, d);
+    if (lane >= d)
+      inclusive += v;
+  }
+  if (lane == 31)
+    warpTotals[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    long long total = lane < int(blockDim.x) / 32 ? warpTotals[lane] : 0;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const long long v = __shfl_up_sync(0xffffffffu, total, d);
+      if (lane >= d)
+        total += v;
+    }
+    warpTotals[lane] = total; // inclusive over warps
+  }
+  __syncthreads();
+  return inclusive - mine + (warp > 0 ? warpTotals[warp - 1] : 0);
+}
+
+/// Whether sequence `s` (group query heads per kv head) reads its keys as
+/// FreshKV context rows where they fit, and its context length: keys
+/// cached before the call and kFreshContextMinRows query rows or more
+/// (freshContextRows says the same on the host).
+__host__ __device__ __forceinline__ bool
+takesContextRows(const int32_t *queryStartLoc, const int32_t *contextLens,
+                 int64_t s, int group, int64_t &length) {
+  const int64_t newTokens = queryStartLoc[s + 1] - queryStartLoc[s];
+  length = contextLens[s];
+  return newTokens * group >= kFreshContextMinRows && length > newTokens;
+}
+
+/// Sm90Params::rowBases of a launch whose FreshKV has `rows` rows and
+/// `contextRows` context rows, and the list contextRowsKernel fills them
+/// from: [0] its count of sequences, then (first row, sequence) pairs in
+/// row order. A sequence with nothing cached reads its new tokens' rows;
+/// those that take context rows (takesContextRows) get them in order while
+/// they fit (the first that does not ends them, so the host's count of a
+/// batch is exact); the rest read the pool (-1). One block, each thread a
+/// run of sequences.
+static __global__ void __launch_bounds__(1024)
+    rowBasesKernel(const Sm90Params p, int64_t rows, int64_t contextRows,
+                   int32_t *bases, int32_t *list) {
+  const int threads = blockDim.x, tid = threadIdx.x;
+  const int group = p.a.numHeads / p.a.numKVHeads;
+  const int64_t per = (p.numSeqs + threads - 1) / threads;
+  const int64_t begin = tid * per < p.numSeqs ? tid * per : p.numSeqs;
+  const int64_t end = begin + per < p.numSeqs ? begin + per : p.numSeqs;
+  // This run's sequences that take context rows (high bits) and their
+  // rows (low bits; a batch's contexts sum to less than 2^40).
+  constexpr int kCountShift = 40;
+  constexpr long long kRowsMask = (1ll << kCountShift) - 1;
+  long long mine = 0;
+  for (int64_t s = begin; s < end; ++s) {
+    int64_t length;
+    if (takesContextRows(p.queryStartLoc, p.contextLens, s, group, length))
+      mine += (1ll << kCountShift) + length;
+  }
+  const long long before = blockExclusiveSum(mine);
+  __shared__ int listed;
+  if (tid == 0)
+    listed = 0;
+  __syncthreads();
+  int64_t index = before >> kCountShift, offset = before & kRowsMask;
+  int fits = 0;
+  for (int64_t s = begin; s < end; ++s) {
+    const int32_t first = p.queryStartLoc[s];
+    const int64_t newTokens = p.queryStartLoc[s + 1] - first;
+    int64_t length;
+    int32_t base = -1;
+    if (newTokens >= 2 && p.contextLens[s] == newTokens) {
+      base = first;
+    } else if (takesContextRows(p.queryStartLoc, p.contextLens, s, group,
+                                length)) {
+      if (offset + length <= contextRows) {
+        base = static_cast<int32_t>(rows + offset);
+        list[1 + 2 * index] = base;
+        list[2 + 2 * index] = static_cast<int32_t>(s);
+        ++fits;
+      }
+      offset += length;
+      ++index;
+    }
+    bases[s] = base;
+  }
+  atomicAdd(&listed, fits);
+  __syncthreads();
+  if (tid == 0)
+    list[0] = listed;
+}
+
+/// FreshKV's context rows (rowBasesKernel's list) from an fp8 pool of type
+/// T: each 8 elements of a key or value head vector decoded as the
+/// staging decodes them (loadKV8, packBf16x8), a thread each.
+template <KVCacheDtype T>
+static __global__ void __launch_bounds__(256)
+    contextRowsKernel(KVCachePool pool, const Sm90Params p, const int32_t *list,
+                      __nv_bfloat16 *fresh, int64_t rows, int64_t contextRows) {
+  static_assert(T != KVCacheDtype::kBf16, "fp8 pools");
+  const int count = list[0];
+  const CacheDims &dims = p.dims;
+  const int chunks = dims.headDim / 8, kvh = dims.numKVHeads;
+  const int bs = dims.blockSize;
+  const int64_t perRow = int64_t(2) * kvh * chunks;
+  const int64_t planeRows = rows + contextRows;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       count > 0 && i < contextRows * perRow;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t row = static_cast<int32_t>(rows + i / perRow);
+    int rest = static_cast<int>(i % perRow);
+    const int kv = rest / (kvh * chunks);
+    rest %= kvh * chunks;
+    const int h = rest / chunks, c = rest % chunks;
+    // The listed sequence whose rows hold `row`: the last to start at or
+    // before it.
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (list[1 + 2 * mid] <= row)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const int64_t s = list[2 + 2 * lo];
+    const int key = row - list[1 + 2 * lo];
+    if (key < 0 || key >= p.contextLens[s])
+      continue; // past the last listed context
+    const int block = p.blockTables[s * p.maxBlocksPerSeq + key / bs];
+    const int inBlock = key % bs;
+    float scale = 1.0f;
+    if constexpr (KVElement<T>::kScaled)
+      scale = pool.scales[kvScaleIndex(dims, block, inBlock, p.a.layer, h) +
+                          int64_t(kv) * bs * kvh];
+    const int64_t offset =
+        ((int64_t(block) * dims.numLayers + p.a.layer) * 2 + kv) * bs * kvh *
+            dims.headDim +
+        (int64_t(inBlock) * kvh + h) * dims.headDim + c * 8;
+    float x[8];
+    loadKV8<T>(pool.data, offset, scale, x);
+    *reinterpret_cast<uint4 *>(
+        fresh + ((int64_t(kv) * planeRows + row) * kvh + h) * dims.headDim +
+        c * 8) = packBf16x8(x);
+  }
 }
 
 /// The `k`-th work item of this CTA (k = 0, 1, ...): rounds of gridDim.x
@@ -448,21 +607,23 @@ __device__ __forceinline__ int planeOf(const CacheDims &dims, int layer,
 }
 
 /// What the producer of the bf16 variant keeps of an item's geometry;
-/// rowBase is the flat row of the sequence's key 0 (FreshKV's rows: keys
-/// of a sequence with nothing cached are its new tokens).
+/// with kFresh, rowBase is FreshKV's row of the sequence's key 0
+/// (Sm90Params::rowBases).
 struct ProducerItem {
   const int32_t *table;
   int tileBegin, keyBegin, keyEnd, numTiles, kvHead, rowBase;
 };
 
-__device__ __forceinline__ ProducerItem producerItemOf(const TileGeometry &g) {
+template <bool kFresh>
+__device__ __forceinline__ ProducerItem producerItemOf(const Sm90Params &p,
+                                                       const TileGeometry &g) {
   return {g.table,
           static_cast<int>(g.tileBegin),
           static_cast<int>(g.keyBegin),
           static_cast<int>(g.keyEnd),
           g.numTiles,
           g.kvHead,
-          static_cast<int>(g.seqStart - g.firstPos)};
+          kFresh ? p.rowBases[g.seq] : 0};
 }
 
 /// The TMA box of lane `lane` in tile `tileStart` of `item` (boxOf); with
@@ -512,7 +673,7 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p, int k,
   uint8_t *tiles = smem + (kv == 0 ? kOffset : vOffset);
   const int blockSize = kFresh ? kKeys : p.dims.blockSize;
   const int rows = blockSize < kKeys ? blockSize : kKeys;
-  ProducerItem item = producerItemOf(g), nextItem = item;
+  ProducerItem item = producerItemOf<kFresh>(p, g), nextItem = item;
   Box b = boxOfItem<kHalves, kFresh>(item, blockSize, rows, item.tileBegin, j);
   for (int it0 = 0;;) {
     bool more = false;
@@ -532,7 +693,7 @@ produceDirect(const CUtensorMap &map, const Sm90Params &p, int k,
         ++k;
         more = nextWork<kMapped>(p, k, n);
         if (more) {
-          nextItem = producerItemOf(n);
+          nextItem = producerItemOf<kFresh>(p, n);
           next = boxOfItem<kHalves, kFresh>(nextItem, blockSize, rows,
                                             nextItem.tileBegin, j);
         }
@@ -1446,17 +1607,52 @@ cudaError_t launchOfPool(const Sm90Params &p, KVCachePool pool,
   return cudaErrorInvalidValue;
 }
 
-/// The two launches of a batch with FreshKV rows (launch): the sequences
-/// with nothing cached from `fresh` on the bf16 pool's kernel, the others
-/// from the pool, each launch with its tile map of those sequences alone.
+/// contextRowsKernel's launch for the pool's type.
+inline cudaError_t launchContextRows(const Sm90Params &p, KVCachePool pool,
+                                     const FreshKV &fresh, const int32_t *list,
+                                     cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int64_t threads =
+      fresh.contextRows * 2 * p.dims.numKVHeads * (p.dims.headDim / 8);
+  const int64_t blocks =
+      std::min<int64_t>((threads + kThreads - 1) / kThreads, int64_t(1) << 16);
+  if (blocks <= 0)
+    return cudaSuccess;
+  if (pool.dtype == KVCacheDtype::kF8E4M3)
+    contextRowsKernel<KVCacheDtype::kF8E4M3>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+            pool, p, list, fresh.data, fresh.rows, fresh.contextRows);
+  else if (pool.dtype == KVCacheDtype::kF8E5M2)
+    contextRowsKernel<KVCacheDtype::kF8E5M2>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+            pool, p, list, fresh.data, fresh.rows, fresh.contextRows);
+  else
+    return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+/// The launches of a batch with FreshKV rows (launch): the row bases (and
+/// the context rows they list), then the sequences that read FreshKV on
+/// the bf16 pool's kernel and the others from the pool, each launch with
+/// its tile map of those sequences alone. `scratch` holds the row bases
+/// (numSeqs) and the list (1 + 2 numSeqs).
 template <int D, typename TQ>
 cudaError_t launchWithFresh(Sm90Params p, KVCachePool pool,
                             const FreshKV &fresh, int32_t *maps[2],
-                            cudaStream_t stream) {
+                            int32_t *scratch, cudaStream_t stream) {
+  int32_t *bases = scratch, *list = scratch + p.numSeqs;
+  rowBasesKernel<<<1, 1024, 0, stream>>>(p, fresh.rows, fresh.contextRows,
+                                         bases, list);
+  cudaError_t status = cudaGetLastError();
+  if (status == cudaSuccess && fresh.contextRows > 0)
+    status = launchContextRows(p, pool, fresh, list, stream);
+  if (status != cudaSuccess)
+    return status;
+  p.rowBases = bases;
   for (int launch = 0; launch < 2; ++launch) {
     p.freshFilter = launch + 1;
     tileMapKernel<<<1, 1024, 0, stream>>>(p, maps[launch]);
-    cudaError_t status = cudaGetLastError();
+    status = cudaGetLastError();
     if (status != cudaSuccess)
       return status;
     p.tileMap = maps[launch];
@@ -1498,20 +1694,24 @@ cudaError_t launch(const TQ *q, KVCachePool pool, CacheDims dims,
                contextLens, queryStartLoc, numSeqs,      pool.scales,
                dims,        attention,     pingPongOn(), numWork,
                nullptr};
-  // FreshKV: two maps, the second 256-byte aligned.
+  // FreshKV: two maps, the second 256-byte aligned, then the row bases
+  // and the context rows' list.
   const size_t mapBytes =
       (tileMapBytes(numWork, attention.numKVHeads) + 255) / 256 * 256;
+  const size_t scratchBytes = sizeof(int32_t) * size_t(1 + 3 * numSeqs);
   if constexpr (std::is_same_v<TQ, __nv_bfloat16>) {
-    if (fresh.data && fresh.rows == t && pool.dtype != KVCacheDtype::kBf16 &&
-        attention.keyRotaryDim == 0 && freshKVReadsOn() && workspace.data &&
-        workspace.bytes >= 2 * mapBytes) {
-      int32_t *maps[2] = {
-          reinterpret_cast<int32_t *>(workspace.data),
-          reinterpret_cast<int32_t *>(reinterpret_cast<char *>(workspace.data) +
-                                      mapBytes)};
+    if (fresh.data && fresh.rows == t && fresh.contextRows >= 0 &&
+        fresh.planeRows() < (int64_t(1) << 31) &&
+        pool.dtype != KVCacheDtype::kBf16 && attention.keyRotaryDim == 0 &&
+        freshKVReadsOn() && workspace.data &&
+        workspace.bytes >= 2 * mapBytes + scratchBytes) {
+      auto *base = reinterpret_cast<char *>(workspace.data);
+      int32_t *maps[2] = {reinterpret_cast<int32_t *>(base),
+                          reinterpret_cast<int32_t *>(base + mapBytes)};
+      auto *scratch = reinterpret_cast<int32_t *>(base + 2 * mapBytes);
       if (attention.headDim == 64)
-        return launchWithFresh<64, TQ>(p, pool, fresh, maps, stream);
-      return launchWithFresh<128, TQ>(p, pool, fresh, maps, stream);
+        return launchWithFresh<64, TQ>(p, pool, fresh, maps, scratch, stream);
+      return launchWithFresh<128, TQ>(p, pool, fresh, maps, scratch, stream);
     }
   }
   if (numSeqs > 1 && workspace.data && tileMapOn() &&

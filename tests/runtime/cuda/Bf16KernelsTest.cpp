@@ -1047,13 +1047,15 @@ uint16_t bf16Bits(__nv_bfloat16 x) {
   return bits;
 }
 
-/// FreshKV's rows (Kernels.h) of the tokens with a slot: the bf16 of each
-/// element of `pools`' GPU pool as the CPU decodes it (code x scale), element
-/// for element what the Hopper prefill's staging computes.
+/// FreshKV's rows (Kernels.h) of the tokens with a slot, in planes of
+/// t + contextRows rows: the bf16 of each element of `pools`' GPU pool as
+/// the CPU decodes it (code x scale), element for element what the Hopper
+/// prefill's staging computes.
 ::testing::AssertionResult
 freshRowsDecodePool(const std::vector<__nv_bfloat16> &fresh,
                     const TwoPools &pools, const std::vector<int64_t> &slots,
-                    const cuda::CacheDims &dims, int layer) {
+                    const cuda::CacheDims &dims, int layer,
+                    int64_t contextRows = 0) {
   std::vector<uint8_t> codes = pools.gpuCodes.download();
   std::vector<float> scales = pools.gpuScales.download();
   cpu::KVPool pool;
@@ -1074,10 +1076,11 @@ freshRowsDecodePool(const std::vector<__nv_bfloat16> &fresh,
         continue;
       for (int64_t e = 0; e < width; ++e) {
         const size_t i = size_t((kv * t + token) * width + e);
-        if (bf16Bits(fresh[i]) != bf16Bits(want[i]))
+        const size_t got = size_t((kv * (t + contextRows) + token) * width + e);
+        if (bf16Bits(fresh[got]) != bf16Bits(want[i]))
           return ::testing::AssertionFailure()
                  << "token " << token << " kv " << kv << " element " << e
-                 << ": 0x" << std::hex << bf16Bits(fresh[i])
+                 << ": 0x" << std::hex << bf16Bits(fresh[got])
                  << ", the pool's decode 0x" << bf16Bits(want[i]);
       }
     }
@@ -1170,15 +1173,18 @@ TYPED_TEST(Bf16KernelsTest, RopeQKVCacheWriteIsRopeAndRopeKVCacheWrite) {
                       dynamic),
                   cudaSuccess);
         // FreshKV beside that rope_kv_cache_write and beside a
-        // kv_cache_write of the same rows (no rope): the packed kernels write
-        // it and say so, the rows decode the pool each wrote, and the pool's
-        // bytes are those of a launch without it.
+        // kv_cache_write of the same rows (no rope, planes with context
+        // rows after the call's): the packed kernels write it and say so,
+        // the rows decode the pool each wrote, and the pool's bytes are
+        // those of a launch without it.
         if (dtype != KVCacheDtype::kBf16) {
           for (bool rotate : {true, false}) {
             TwoPools withFresh(dtype, elements, c.headDim),
                 plain(dtype, elements, c.headDim);
-            auto fresh =
-                DeviceArray<__nv_bfloat16>::poisoned(size_t(2) * c.t * width);
+            const int64_t contextRows = rotate ? 0 : 5;
+            auto fresh = DeviceArray<__nv_bfloat16>::poisoned(
+                size_t(2) * (c.t + contextRows) * width);
+            const cuda::FreshKV freshKV{fresh.get(), c.t, contextRows};
             bool written = false;
             const T *kRows = dQkv.get() + qWidth,
                     *vRows = dQkv.get() + qWidth + width;
@@ -1187,13 +1193,13 @@ TYPED_TEST(Bf16KernelsTest, RopeQKVCacheWriteIsRopeAndRopeKVCacheWrite) {
                             withFresh.gpuPool(), dims, kLayer, kRows, vRows,
                             dSlots.get(), dPos.get(), c.t, c.rotaryDim,
                             dFreq.get(), nullptr, ld, ld, longFrom, dynamic,
-                            fresh.get(), &written),
+                            freshKV, &written),
                         cudaSuccess);
             } else {
               ASSERT_EQ(cuda::launchKVCacheWrite(withFresh.gpuPool(), dims,
                                                  kLayer, kRows, vRows,
                                                  dSlots.get(), c.t, nullptr, ld,
-                                                 ld, fresh.get(), &written),
+                                                 ld, freshKV, &written),
                         cudaSuccess);
               ASSERT_EQ(cuda::launchKVCacheWrite(plain.gpuPool(), dims, kLayer,
                                                  kRows, vRows, dSlots.get(),
@@ -1209,7 +1215,7 @@ TYPED_TEST(Bf16KernelsTest, RopeQKVCacheWriteIsRopeAndRopeKVCacheWrite) {
                 << path << ": FreshKV cache";
             if (written)
               EXPECT_TRUE(freshRowsDecodePool(fresh.download(), withFresh,
-                                              slots, dims, kLayer))
+                                              slots, dims, kLayer, contextRows))
                   << path << ": FreshKV rows";
           }
         }
@@ -1249,7 +1255,7 @@ TYPED_TEST(Bf16KernelsTest, RopeQKVCacheWriteIsRopeAndRopeKVCacheWrite) {
                         kLayer, rows + qWidth, rows + qWidth + width,
                         dSlots.get(), dPos.get(), c.t, c.rotaryDim, dFreq.get(),
                         nullptr, rowLd, rowLd, rowLd, longFrom, dynamic,
-                        fresh.get(), &written),
+                        cuda::FreshKV{fresh.get(), c.t}, &written),
                     cudaSuccess);
           const bool packed =
               !odd && c.headDim % 8 == 0 && c.rotaryDim / 2 % 8 == 0;

@@ -316,53 +316,102 @@ TEST_F(PrefillAttentionSm90Test, Fp8PoolsAndKeyRope) {
   }
 }
 
-/// FreshKV (Kernels.h) of batch `b` over an fp8 pool of `layer`: the rows
-/// of the sequences with nothing cached hold the bf16 of their pool codes
-/// times their scales (E4M3), or 0 with `zeros`; the others' rows NaN, so
-/// a launch that read them would show it.
-std::vector<__nv_bfloat16> freshRowsOf(const PagedBatch &b, KVCacheDtype dtype,
-                                       const CacheDims &dims, int layer,
-                                       bool zeros) {
-  std::vector<int64_t> slots(b.t, -1);
-  for (size_t s = 0; s + 1 < b.qsl.size(); ++s) {
-    const int first = b.qsl[s], count = b.qsl[s + 1] - first;
-    if (b.contextLens[s] != count)
-      continue; // keys cached before the call: the pool's launch
-    for (int i = 0; i < count; ++i)
-      slots[first + i] = b.slot(s, i);
-  }
-  std::vector<uint8_t> codes = b.codes;
-  std::vector<float> scales = b.scales;
+/// The CPU pool of batch `b`'s codes (`codes` and `scales` its storage).
+cpu::KVPool cpuPoolOf(const PagedBatch &b, KVCacheDtype dtype,
+                      std::vector<uint8_t> &codes, std::vector<float> &scales) {
+  codes = b.codes;
+  scales = b.scales;
   cpu::KVPool pool;
   pool.codes = codes.data();
   pool.scales = scales.data();
   pool.format =
       dtype == KVCacheDtype::kF8E5M2 ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+  return pool;
+}
+
+/// FreshKV (Kernels.h) of batch `b` over an fp8 pool of `layer`, in planes
+/// of b.t + contextRows rows: the rows of the sequences with nothing cached
+/// hold the bf16 of their pool codes times their scales (E4M3), or 0 with
+/// `zeros`; the others' rows and the context rows NaN, so a launch that
+/// read them without filling them would show it.
+std::vector<__nv_bfloat16> freshRowsOf(const PagedBatch &b, KVCacheDtype dtype,
+                                       const CacheDims &dims, int layer,
+                                       bool zeros, int64_t contextRows) {
+  std::vector<int64_t> slots(b.t, -1);
+  for (size_t s = 0; s + 1 < b.qsl.size(); ++s) {
+    const int first = b.qsl[s], count = b.qsl[s + 1] - first;
+    if (b.contextLens[s] != count)
+      continue; // keys cached before the call: context rows or the pool
+    for (int i = 0; i < count; ++i)
+      slots[first + i] = b.slot(s, i);
+  }
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
   const cpu::CacheGeometry g = cacheGeometry(dims.numLayers, dims.numKVHeads,
                                              dims.headDim, dims.blockSize);
-  std::vector<__nv_bfloat16> fresh = freshRowsOfPool(pool, g, layer, slots);
+  const std::vector<__nv_bfloat16> rows =
+      freshRowsOfPool(cpuPoolOf(b, dtype, codes, scales), g, layer, slots);
+  const int64_t width = g.slotElements();
+  std::vector<__nv_bfloat16> fresh(size_t(2) * (b.t + contextRows) * width,
+                                   __float2bfloat16_rn(NAN));
+  for (int kv = 0; kv < 2; ++kv)
+    for (int64_t r = 0; r < b.t; ++r)
+      std::copy_n(rows.begin() + (kv * b.t + r) * width, width,
+                  fresh.begin() + (kv * (b.t + contextRows) + r) * width);
   if (zeros)
     for (int kv = 0; kv < 2; ++kv)
       for (int64_t r = 0; r < b.t; ++r)
         if (slots[r] >= 0)
-          std::fill_n(fresh.begin() + (kv * b.t + r) * g.slotElements(),
-                      g.slotElements(), __float2bfloat16_rn(0.0f));
+          std::fill_n(fresh.begin() + (kv * (b.t + contextRows) + r) * width,
+                      width, __float2bfloat16_rn(0.0f));
   return fresh;
+}
+
+/// The context rows a launch fills for batch `b` in `contextRows` rows:
+/// the whole contexts, decoded as the CPU decodes them, of the sequences
+/// that take them (freshContextRows' rule) in order while they fit; rows
+/// past them NaN. Planes of `contextRows` rows.
+std::vector<__nv_bfloat16> contextRowsOf(const PagedBatch &b,
+                                         KVCacheDtype dtype,
+                                         const CacheDims &dims, int layer,
+                                         int group, int64_t contextRows) {
+  std::vector<int64_t> slots(contextRows, -1);
+  int64_t next = 0;
+  for (size_t s = 0; s + 1 < b.qsl.size(); ++s) {
+    const int count = b.qsl[s + 1] - b.qsl[s], length = b.contextLens[s];
+    if (int64_t(count) * group < cuda::kFreshContextMinRows || length == count)
+      continue;
+    if (next + length > contextRows)
+      break;
+    for (int pos = 0; pos < length; ++pos)
+      slots[next + pos] = b.slot(s, pos);
+    next += length;
+  }
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  return freshRowsOfPool(cpuPoolOf(b, dtype, codes, scales),
+                         cacheGeometry(dims.numLayers, dims.numKVHeads,
+                                       dims.headDim, dims.blockSize),
+                         layer, slots);
 }
 
 TEST_F(PrefillAttentionSm90Test, FreshKVReadsGiveThePoolsBits) {
   // Batches of prompts with nothing cached (their keys from FreshKV, on the
-  // bf16 pool's kernel), chunked prompts and verification rows over cached
-  // keys (the fp8 pool's kernel) and decode rows (left to other kernels):
-  // the same bits as the pool alone, which the CPU bounds; and with
-  // FreshKV's rows zeroed, the fresh prompts' outputs are 0 and the
+  // bf16 pool's kernel), chunked prompts of kFreshContextMinRows query rows
+  // or more (from context rows the launch fills, on that kernel too, where
+  // FreshKV has room for them), shorter chunks and verification rows over
+  // cached keys (the fp8 pool's kernel) and decode rows (left to other
+  // kernels): the same bits as the pool alone, which the CPU bounds; the
+  // context rows hold the CPU's decoding of those contexts; and with the
+  // call's FreshKV rows zeroed, the fresh prompts' outputs are 0 and the
   // others' unchanged, so each sequence read where it should.
   const AttentionCase cases[] = {
       {32, 8, 128, 0, 16, {{0, 300}, {100, 300}, {7, 1}, {0, 129}, {0, 2}}},
-      {8, 2, 64, 40, 8, {{0, 150}, {2000, 9}, {0, 70}}},
-      {10, 2, 128, 0, 256, {{0, 200}, {3000, 200}, {0, 1000}}},
-      {16, 16, 128, 0, 64, {{0, 129}, {127, 2}, {0, 3}}},
+      {8, 2, 64, 40, 8, {{0, 150}, {2000, 9}, {0, 70}, {500, 200}}},
+      {10, 2, 128, 0, 256, {{0, 200}, {3000, 200}, {0, 1000}, {40, 103}}},
+      {16, 16, 128, 0, 64, {{0, 129}, {127, 2}, {0, 3}, {1000, 600}}},
       {8, 4, 64, 0, 32, {{0, 17}}},
+      {32, 8, 128, 0, 16, {{1583, 465}, {0, 1024}, {50, 1}}},
   };
   const int layer = 1, numLayers = 2;
   const size_t workspaceBytes = cuda::splitKVWorkspaceBytes(128);
@@ -372,9 +421,6 @@ TEST_F(PrefillAttentionSm90Test, FreshKVReadsGiveThePoolsBits) {
   ASSERT_TRUE(cuda::freshKVReadsOn());
   for (KVCacheDtype dtype : {KVCacheDtype::kF8E4M3, KVCacheDtype::kF8E5M2})
     for (const AttentionCase &c : cases) {
-      const std::string what =
-          std::string(dtype == KVCacheDtype::kF8E5M2 ? "e5m2 " : "e4m3 ") +
-          describe(c);
       const PagedBatch b = makePagedBatch(
           c.seqs, dtype,
           cacheGeometry(numLayers, c.kvHeads, c.headDim, c.blockSize),
@@ -383,55 +429,98 @@ TEST_F(PrefillAttentionSm90Test, FreshKVReadsGiveThePoolsBits) {
       const AttentionDims a =
           attentionDims(layer, c.heads, c.kvHeads, c.headDim, c.window);
       const CacheDims dims{numLayers, c.kvHeads, c.headDim, c.blockSize};
-      ASSERT_TRUE(cuda::prefillAttentionSm90Supports(a, dims, dtype)) << what;
+      ASSERT_TRUE(cuda::prefillAttentionSm90Supports(a, dims, dtype))
+          << describe(c);
       DevicePool pool(b, dtype);
       DeviceArray<int32_t> tables(b.tables), context(b.contextLens), qsl(b.qsl);
       const int64_t numSeqs = b.contextLens.size();
-      auto launch = [&](const std::vector<__nv_bfloat16> *fresh) {
+      const int group = c.heads / c.kvHeads;
+      const int64_t width = int64_t(c.heads) * c.headDim;
+      const int64_t slotWidth = int64_t(c.kvHeads) * c.headDim;
+      // The launch's outputs, and FreshKV's planes after it in `after`.
+      auto launch = [&](const std::vector<__nv_bfloat16> *fresh,
+                        int64_t contextRows,
+                        std::vector<__nv_bfloat16> *after = nullptr) {
         std::optional<DeviceArray<__nv_bfloat16>> rows;
         if (fresh)
           rows.emplace(*fresh);
         const cuda::FreshKV freshKV{rows ? rows->get() : nullptr,
-                                    rows ? b.t : 0};
-        return runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
-          return cuda::launchPrefillAttentionSm90(
-              q, pool.pool, dims, a, tables.get(), b.maxBlocks, context.get(),
-              qsl.get(), numSeqs, b.t, out, nullptr, ws, freshKV);
-        });
+                                    rows ? b.t : 0, rows ? contextRows : 0};
+        std::vector<float> out =
+            runWithQueries(QueryType::kBf16, b.q, [&](auto q, auto out) {
+              return cuda::launchPrefillAttentionSm90(
+                  q, pool.pool, dims, a, tables.get(), b.maxBlocks,
+                  context.get(), qsl.get(), numSeqs, b.t, out, nullptr, ws,
+                  freshKV);
+            });
+        if (after && rows)
+          *after = rows->download();
+        return out;
       };
-      const std::vector<__nv_bfloat16> decoded =
-          freshRowsOf(b, dtype, dims, layer, /*zeros=*/false);
-      const std::vector<__nv_bfloat16> zeroed =
-          freshRowsOf(b, dtype, dims, layer, /*zeros=*/true);
-      const int64_t width = int64_t(c.heads) * c.headDim;
-      const std::vector<float> fromPool = launch(nullptr);
-      const std::vector<float> fromFresh = launch(&decoded);
-      const std::vector<float> fromZeros = launch(&zeroed);
-      for (size_t s = 0; s + 1 < b.qsl.size(); ++s) {
-        const int first = b.qsl[s], count = b.qsl[s + 1] - first;
-        if (count < 2)
-          continue; // a decode row: not this kernel's
-        const bool fresh = b.contextLens[s] == count;
-        for (int64_t i = int64_t(first) * width;
-             i < int64_t(first + count) * width; ++i) {
-          ASSERT_EQ(std::memcmp(&fromFresh[i], &fromPool[i], sizeof(float)), 0)
-              << what << ": sequence " << s << " element " << i << ": "
-              << fromFresh[i] << " from FreshKV, " << fromPool[i]
-              << " from the pool";
-          const float zeroWant = fresh ? 0.0f : fromPool[i];
-          ASSERT_EQ(std::memcmp(&fromZeros[i], &zeroWant, sizeof(float)), 0)
-              << what << ": sequence " << s << " element " << i
-              << (fresh ? " (FreshKV's)" : " (the pool's)") << ": "
-              << fromZeros[i] << " with FreshKV zeroed";
+      const int64_t needed = cuda::freshContextRows(
+          b.qsl.data(), b.contextLens.data(), numSeqs, group);
+      const std::vector<float> fromPool = launch(nullptr, 0);
+      // No context rows, room for all, and one row short of it (the last
+      // sequence that takes them reads the pool).
+      std::vector<int64_t> roomy = {0};
+      if (needed > 0)
+        roomy.insert(roomy.end(), {needed, needed - 1});
+      for (int64_t contextRows : roomy) {
+        const std::string what =
+            std::string(dtype == KVCacheDtype::kF8E5M2 ? "e5m2 " : "e4m3 ") +
+            describe(c) + ", " + std::to_string(contextRows) + " of " +
+            std::to_string(needed) + " context rows";
+        const std::vector<__nv_bfloat16> decoded =
+            freshRowsOf(b, dtype, dims, layer, /*zeros=*/false, contextRows);
+        const std::vector<__nv_bfloat16> zeroed =
+            freshRowsOf(b, dtype, dims, layer, /*zeros=*/true, contextRows);
+        std::vector<__nv_bfloat16> planes;
+        const std::vector<float> fromFresh =
+            launch(&decoded, contextRows, &planes);
+        const std::vector<float> fromZeros = launch(&zeroed, contextRows);
+        for (size_t s = 0; s + 1 < b.qsl.size(); ++s) {
+          const int first = b.qsl[s], count = b.qsl[s + 1] - first;
+          if (count < 2)
+            continue; // a decode row: not this kernel's
+          const bool fresh = b.contextLens[s] == count;
+          for (int64_t i = int64_t(first) * width;
+               i < int64_t(first + count) * width; ++i) {
+            ASSERT_EQ(std::memcmp(&fromFresh[i], &fromPool[i], sizeof(float)),
+                      0)
+                << what << ": sequence " << s << " element " << i << ": "
+                << fromFresh[i] << " from FreshKV, " << fromPool[i]
+                << " from the pool";
+            const float zeroWant = fresh ? 0.0f : fromPool[i];
+            ASSERT_EQ(std::memcmp(&fromZeros[i], &zeroWant, sizeof(float)), 0)
+                << what << ": sequence " << s << " element " << i
+                << (fresh ? " (FreshKV's)" : " (context rows or the pool)")
+                << ": " << fromZeros[i] << " with FreshKV zeroed";
+          }
         }
+        // The context rows the launch filled: each element's bits (NaN
+        // past the contexts that fit, untouched).
+        const std::vector<__nv_bfloat16> wantContext =
+            contextRowsOf(b, dtype, dims, layer, group, contextRows);
+        for (int kv = 0; kv < 2; ++kv)
+          for (int64_t r = 0; r < contextRows; ++r)
+            for (int64_t e = 0; e < slotWidth; ++e) {
+              const __nv_bfloat16 got =
+                  planes[(kv * (b.t + contextRows) + b.t + r) * slotWidth + e];
+              const __nv_bfloat16 want =
+                  wantContext[(kv * contextRows + r) * slotWidth + e];
+              ASSERT_EQ(std::memcmp(&got, &want, sizeof(got)), 0)
+                  << what << ": context row " << r << " kv " << kv
+                  << " element " << e << ": " << __bfloat162float(got)
+                  << ", the pool's decode " << __bfloat162float(want);
+            }
+        const std::vector<float> want =
+            rowsOfSequences(b.ref, b.qsl, width, false);
+        const double err =
+            relError(rowsOfSequences(fromFresh, b.qsl, width, false), want);
+        std::cout << "[ kernel   ] sm90_prefill FreshKV " << what
+                  << " max rel err " << err << "\n";
+        EXPECT_LT(err, kBf16Tol + outputTolerance(QueryType::kBf16)) << what;
       }
-      const std::vector<float> want =
-          rowsOfSequences(b.ref, b.qsl, width, false);
-      const double err =
-          relError(rowsOfSequences(fromFresh, b.qsl, width, false), want);
-      std::cout << "[ kernel   ] sm90_prefill FreshKV " << what
-                << " max rel err " << err << "\n";
-      EXPECT_LT(err, kBf16Tol + outputTolerance(QueryType::kBf16)) << what;
     }
 }
 

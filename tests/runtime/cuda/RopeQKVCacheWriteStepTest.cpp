@@ -9,11 +9,12 @@
 //
 // With an fp8 pool every cache write step also writes FreshKV (runtime/
 // cuda/Kernels.h) in calls with prompt rows, which the Hopper prefill reads
-// for prompts with nothing cached: tiny-pycode-target (head_dim 64, which
+// for prompts with nothing cached, and whose context rows it fills for
+// long chunks after cached keys: tiny-pycode-target (head_dim 64, which
 // that kernel takes) gives the same logits bit for bit with those reads on
 // and off, with kv_cache_write, rope_kv_cache_write or rope_qkv_cache_write,
-// over a call of two fresh prompts, a chunk after cached keys and a decode
-// row, and the decode call after it.
+// over a call of two fresh prompts, a long and a short chunk after cached
+// keys and a decode row, and the decode call after it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -113,12 +114,13 @@ TEST(CudaRopeQKVCacheWriteStep, FreshKVReadsGiveTheSameLogits) {
   ASSERT_TRUE(artifact.isOk()) << artifact.status().message();
   StatusOr<ParamTable> params = loadParams(*artifact, 0, model);
   ASSERT_TRUE(params.isOk()) << params.status().message();
-  // Sequence s owns blocks [8 s, 8 s + 8). Each call's shape is (cached,
-  // new tokens) a sequence: first the cached keys of sequences 2 and 3
-  // (and a token of 0 and 1, which the next call writes again), then the
-  // mixed call (two prompts with nothing cached, a chunk after 30 cached
-  // keys, a decode row), then a decode row of each.
-  constexpr int32_t kBlocks = 8;
+  // Sequence s owns blocks [16 s, 16 s + 16). Each call's shape is (cached,
+  // new tokens) a sequence: first the cached keys of sequences 2 to 4 (and
+  // a token of 0 and 1, which the next call writes again), then the mixed
+  // call (two prompts with nothing cached, a chunk of 540 query rows after
+  // 30 cached keys, which takes FreshKV context rows, a decode row, and a
+  // chunk of 180 rows, which reads the pool), then a decode row of each.
+  constexpr int32_t kBlocks = 16;
   auto batchOf = [&](const std::vector<std::pair<int32_t, int32_t>> &shape) {
     Batch b;
     b.maxBlocksPerSeq = kBlocks;
@@ -141,9 +143,15 @@ TEST(CudaRopeQKVCacheWriteStep, FreshKVReadsGiveTheSameLogits) {
     return b;
   };
   const std::vector<Batch> calls = {
-      batchOf({{0, 1}, {0, 1}, {0, 30}, {0, 70}}),
-      batchOf({{0, 40}, {0, 120}, {30, 60}, {70, 1}}),
-      batchOf({{40, 1}, {120, 1}, {90, 1}, {71, 1}})};
+      batchOf({{0, 1}, {0, 1}, {0, 30}, {0, 70}, {0, 20}}),
+      batchOf({{0, 40}, {0, 120}, {30, 180}, {70, 1}, {20, 60}}),
+      batchOf({{40, 1}, {120, 1}, {210, 1}, {71, 1}, {80, 1}})};
+  // tiny-pycode's 6 query heads over 2 kv heads: the long chunk's context
+  // (210 keys) alone takes context rows.
+  ASSERT_EQ(cuda::freshContextRows(calls[1].queryStartLoc.data(),
+                                   calls[1].contextLens.data(),
+                                   calls[1].numSeqs(), /*group=*/3),
+            210);
   // The plan as built (rope, kv_cache_write), with rope_kv_cache_write, and
   // with rope_qkv_cache_write: each cache write writes FreshKV.
   for (int fusion = 0; fusion < 3; ++fusion)
@@ -156,7 +164,7 @@ TEST(CudaRopeQKVCacheWriteStep, FreshKVReadsGiveTheSameLogits) {
       for (int reads : {0, 1}) {
         cuda::setFreshKVReads(reads);
         cuda::CudaBackendOptions options;
-        options.numBlocks = 4 * kBlocks;
+        options.numBlocks = 5 * kBlocks;
         StatusOr<std::unique_ptr<Backend>> backend =
             cuda::createCudaBackend(fused, 0, *params, options);
         ASSERT_TRUE(backend.isOk()) << backend.status().message();
