@@ -36,6 +36,11 @@ Status CudaBackend::allocateBytes(size_t bytes, void **out) {
   return Status::ok();
 }
 
+void *CudaBackend::allocateBytesIfFree(size_t bytes) {
+  std::optional<size_t> offset = arena_.allocate(bytes);
+  return offset ? arenaBuffer_.as<char>() + *offset : nullptr;
+}
+
 void CudaBackend::freeBytes(void *p) {
   arena_.free(
       static_cast<size_t>(static_cast<char *>(p) - arenaBuffer_.as<char>()));

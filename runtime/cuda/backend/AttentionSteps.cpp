@@ -85,6 +85,9 @@ Status CudaBackend::freshRowsFor(const PreparedStep &s, const Batch &batch,
   if (!s.writesFreshKV || batch.numTokens() <= batch.numSeqs() ||
       !freshKVReadsOn())
     return Status::ok();
+  const size_t rowBytes = size_t(2) * dims_.numKVHeads * dims_.headDim * 2;
+  // Context rows are an optimization: they take arena memory that is free
+  // now and never grow the arena (without them the chunks read the pool).
   const int64_t contextRows =
       freshContextRowsOn()
           ? std::min(freshContextRows(batch.queryStartLoc.data(),
@@ -92,11 +95,15 @@ Status CudaBackend::freshRowsFor(const PreparedStep &s, const Batch &batch,
                                       s.freshKVGroup),
                      kMaxFreshContextRowsPerToken * t)
           : 0;
+  if (contextRows > 0) {
+    if (void *data = allocateBytesIfFree(rowBytes * size_t(t + contextRows))) {
+      *fresh = FreshKV{static_cast<__nv_bfloat16 *>(data), t, contextRows};
+      return Status::ok();
+    }
+  }
   void *data = nullptr;
-  INFER_RETURN_IF_ERROR(allocateBytes(size_t(2 * (t + contextRows)) *
-                                          dims_.numKVHeads * dims_.headDim * 2,
-                                      &data));
-  *fresh = FreshKV{static_cast<__nv_bfloat16 *>(data), t, contextRows};
+  INFER_RETURN_IF_ERROR(allocateBytes(rowBytes * size_t(t), &data));
+  *fresh = FreshKV{static_cast<__nv_bfloat16 *>(data), t};
   return Status::ok();
 }
 

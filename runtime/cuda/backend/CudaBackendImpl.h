@@ -239,8 +239,9 @@ private:
   void markFreshKV();
   /// The FreshKV a cache write step `s` of `t` tokens writes in this call,
   /// an arena range with the context rows the batch's chunked prompts take
-  /// (freshContextRows, at most kMaxFreshContextRowsPerToken a token), or
-  /// none (null data: not paired, a decode-only call, or reads off).
+  /// (freshContextRows, at most kMaxFreshContextRowsPerToken a token) where
+  /// the arena has that much free, else without them; or none (null data:
+  /// not paired, a decode-only call, or reads off).
   Status freshRowsFor(const PreparedStep &s, const Batch &batch, int64_t t,
                       FreshKV *fresh);
   /// Keeps `fresh` as freshKV_ for the layer's attention where the launch
@@ -297,6 +298,9 @@ private:
   /// and retries).
   Status allocate(Tensor &t, int64_t rows, int64_t cols, plan::DType dtype);
   Status allocateBytes(size_t bytes, void **out);
+  /// An arena range where one is free now, else null: nothing grows the
+  /// arena for it (optional memory such as FreshKV's context rows).
+  void *allocateBytesIfFree(size_t bytes);
   void freeBytes(void *p);
   Status growArena(size_t atLeast);
   Status release(int id);
