@@ -105,55 +105,54 @@ int persistentCtas() {
   return currentDeviceSms(0);
 }
 
-cudaError_t encodePoolMap(CUtensorMap *map, const void *pool,
-                          const CacheDims &dims, int elementBytes,
-                          int boxColumns, bool swizzle) {
+namespace {
+/// Head vectors in rows of planes as a 4-d tensor (head_dim, kv head, row,
+/// plane) of `elementBytes`-byte elements (bf16 or fp8 codes), boxes of
+/// (boxColumns, 1, boxRows, 1), swizzled or plain: the layout of the pool
+/// (rows the slots of a block, planes (block, layer, k|v)) and of FreshKV
+/// (rows its rows, planes k|v) alike.
+cudaError_t encodeHeadRows(CUtensorMap *map, const void *data, int elementBytes,
+                           const CacheDims &dims, cuuint64_t rows,
+                           cuuint64_t planes, int boxColumns, int boxRows,
+                           bool swizzle) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
   if (!encode)
     return cudaErrorNotSupported;
   const cuuint64_t e = elementBytes;
-  // The planes are as many as the pool has; the map needs a bound, not the
-  // allocation's (boxes are only ever asked for inside it).
   const cuuint64_t globalDim[4] = {cuuint64_t(dims.headDim),
-                                   cuuint64_t(dims.numKVHeads),
-                                   cuuint64_t(dims.blockSize), 1u << 30};
+                                   cuuint64_t(dims.numKVHeads), rows, planes};
   const cuuint64_t globalStrides[3] = {
       e * dims.headDim, e * dims.headDim * dims.numKVHeads,
-      e * dims.headDim * dims.numKVHeads * dims.blockSize};
-  const int rows = dims.blockSize < kKeys ? dims.blockSize : kKeys;
-  const cuuint32_t box[4] = {cuuint32_t(boxColumns), 1, cuuint32_t(rows), 1};
+      e * dims.headDim * dims.numKVHeads * rows};
+  const cuuint32_t box[4] = {cuuint32_t(boxColumns), 1, cuuint32_t(boxRows), 1};
   const cuuint32_t elementStrides[4] = {1, 1, 1, 1};
   const CUresult result = encode(
       map,
       elementBytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                         : CU_TENSOR_MAP_DATA_TYPE_UINT8,
-      4, const_cast<void *>(pool), globalDim, globalStrides, box,
+      4, const_cast<void *>(data), globalDim, globalStrides, box,
       elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
+} // namespace
+
+cudaError_t encodePoolMap(CUtensorMap *map, const void *pool,
+                          const CacheDims &dims, int elementBytes,
+                          int boxColumns, bool swizzle) {
+  // The planes are as many as the pool has; the map needs a bound, not the
+  // allocation's (boxes are only ever asked for inside it).
+  return encodeHeadRows(map, pool, elementBytes, dims,
+                        cuuint64_t(dims.blockSize), cuuint64_t(1) << 30,
+                        boxColumns, std::min(dims.blockSize, kKeys), swizzle);
+}
 
 cudaError_t encodeFreshMap(CUtensorMap *map, const FreshKV &fresh,
                            const CacheDims &dims) {
-  PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
-  if (!encode)
-    return cudaErrorNotSupported;
-  const cuuint64_t e = 2;
-  const cuuint64_t globalDim[4] = {cuuint64_t(dims.headDim),
-                                   cuuint64_t(dims.numKVHeads),
-                                   cuuint64_t(fresh.planeRows()), 2};
-  const cuuint64_t globalStrides[3] = {
-      e * dims.headDim, e * dims.headDim * dims.numKVHeads,
-      e * dims.headDim * dims.numKVHeads * cuuint64_t(fresh.planeRows())};
-  const cuuint32_t box[4] = {64, 1, cuuint32_t(kKeys), 1};
-  const cuuint32_t elementStrides[4] = {1, 1, 1, 1};
-  const CUresult result =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, fresh.data, globalDim,
-             globalStrides, box, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  return encodeHeadRows(map, fresh.data, 2, dims, cuuint64_t(fresh.planeRows()),
+                        2, 64, kKeys,
+                        /*swizzle=*/true);
 }
 
 namespace {

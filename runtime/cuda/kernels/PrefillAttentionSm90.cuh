@@ -1510,9 +1510,9 @@ cudaError_t encodePoolMap(CUtensorMap *map, const void *pool,
                           const CacheDims &dims, int elementBytes,
                           int boxColumns, bool swizzle);
 
-/// FreshKV as a 4-d tensor (head_dim, kv head, flat row, k|v) of bf16,
-/// boxes of (64, 1, kKeys, 1) in the swizzle wgmma reads; rows past
-/// fresh.rows read as zeros.
+/// FreshKV as a 4-d tensor (head_dim, kv head, row, k|v) of bf16, boxes of
+/// (64, 1, kKeys, 1) in the swizzle wgmma reads; rows past
+/// fresh.planeRows() read as zeros.
 cudaError_t encodeFreshMap(CUtensorMap *map, const FreshKV &fresh,
                            const CacheDims &dims);
 
