@@ -319,6 +319,40 @@ __device__ __forceinline__ bool locateTile(const Sm90Params &p, int64_t w,
 /// last.
 constexpr int kCostBins = 4096;
 
+/// The exclusive prefix sum over the block's threads (blockDim.x a
+/// multiple of 32, at most 1024) of each thread's `mine`; the block's total
+/// in *total. Every thread of the block calls it.
+template <typename T>
+__device__ __forceinline__ T blockExclusiveSum(T mine, T *total) {
+  __shared__ T warpTotals[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  T inclusive = mine;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const T v = __shfl_up_sync(0xffffffffu, inclusive, d);
+    if (lane >= d)
+      inclusive += v;
+  }
+  if (lane == 31)
+    warpTotals[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    T sum = lane < int(blockDim.x) / 32 ? warpTotals[lane] : T(0);
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const T v = __shfl_up_sync(0xffffffffu, sum, d);
+      if (lane >= d)
+        sum += v;
+    }
+    warpTotals[lane] = sum; // inclusive over warps
+  }
+  __syncthreads();
+  const T before = inclusive - mine + (warp > 0 ? warpTotals[warp - 1] : T(0));
+  *total = warpTotals[blockDim.x / 32 - 1];
+  __syncthreads(); // warpTotals free for another call
+  return before;
+}
+
 /// The tile map of a launch (Sm90Params::tileMap, p's own null): the row
 /// tiles of the sequences with two or more new tokens, ordered by their
 /// count of key tiles (a counting sort in shared memory; one block, each
@@ -360,30 +394,8 @@ static __global__ void __launch_bounds__(1024)
   int mine = 0;
   for (int i = 0; i < run; ++i)
     mine += bins[tid * run + i];
-  __shared__ int warpTotals[32];
-  const int lane = tid % 32, warp = tid / 32;
-  int inclusive = mine;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
-    if (lane >= d)
-      inclusive += v;
-  }
-  if (lane == 31)
-    warpTotals[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    int total = lane < threads / 32 ? warpTotals[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const int v = __shfl_up_sync(0xffffffffu, total, d);
-      if (lane >= d)
-        total += v;
-    }
-    warpTotals[lane] = total; // inclusive over warps
-  }
-  __syncthreads();
-  int offset = inclusive - mine + (warp > 0 ? warpTotals[warp - 1] : 0);
+  int items;
+  int offset = blockExclusiveSum(mine, &items);
   for (int i = 0; i < run; ++i) {
     const int count = bins[tid * run + i];
     bins[tid * run + i] = offset;
@@ -395,36 +407,7 @@ static __global__ void __launch_bounds__(1024)
     tiles[atomicAdd(&bins[bin], 1)] = make_int2(static_cast<int>(s), j);
   });
   if (tid == 0)
-    map[0] = warpTotals[threads / 32 - 1] * p.a.numKVHeads;
-}
-
-/// The exclusive prefix sum over the block's threads (blockDim.x a
-/// multiple of 32, at most 1024) of each thread's `mine`.
-__device__ __forceinline__ long long blockExclusiveSum(long long mine) {
-  __shared__ long long warpTotals[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  long long inclusive = mine;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const long long v = __shfl_up_sync(0xffffffffu, inclusive, d);
-    if (lane >= d)
-      inclusive += v;
-  }
-  if (lane == 31)
-    warpTotals[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    long long total = lane < int(blockDim.x) / 32 ? warpTotals[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const long long v = __shfl_up_sync(0xffffffffu, total, d);
-      if (lane >= d)
-        total += v;
-    }
-    warpTotals[lane] = total; // inclusive over warps
-  }
-  __syncthreads();
-  return inclusive - mine + (warp > 0 ? warpTotals[warp - 1] : 0);
+    map[0] = items * p.a.numKVHeads;
 }
 
 /// Whether sequence `s` (group query heads per kv head) reads its keys as
@@ -465,7 +448,8 @@ static __global__ void __launch_bounds__(1024)
     if (takesContextRows(p.queryStartLoc, p.contextLens, s, group, length))
       mine += (1ll << kCountShift) + length;
   }
-  const long long before = blockExclusiveSum(mine);
+  long long all;
+  const long long before = blockExclusiveSum(mine, &all);
   __shared__ int listed;
   if (tid == 0)
     listed = 0;
