@@ -384,6 +384,14 @@ launchPagedAttention(const __nv_bfloat16 *q, KVCachePool pool, CacheDims dims,
                      __nv_bfloat16 *out, cudaStream_t stream,
                      SplitKVWorkspace workspace = {}, FreshKV fresh = {});
 
+/// The bf16 operands the tensor-core decode makes of `count` fp8 codes of
+/// `dtype` (count a multiple of 8, 16-byte aligned): each code's unscaled
+/// value, which bf16 holds exactly (codes of NaN and infinity, which the
+/// cache writes never store, excepted). Its tests' hook.
+cudaError_t launchDecodeOperandBf16(const uint8_t *codes, int64_t count,
+                                    KVCacheDtype dtype, __nv_bfloat16 *out,
+                                    cudaStream_t stream);
+
 /// Whether launchSplitKVDecode takes this shape: head_dim 64, 128 or 256
 /// (the cache's), whole groups of query heads per kv head, a key rope or a
 /// soft-cap or neither (specializedScoreOptions).

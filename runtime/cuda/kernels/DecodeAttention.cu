@@ -217,4 +217,34 @@ cudaError_t launchSplitKVDecode(const __nv_bfloat16 *q, KVCachePool pool,
                         stream);
 }
 
+namespace {
+template <KVCacheDtype T>
+__global__ void decodeOperandKernel(const uint8_t *codes, int64_t groups,
+                                    __nv_bfloat16 *out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < groups;
+       i += int64_t(gridDim.x) * blockDim.x)
+    *reinterpret_cast<uint4 *>(out + 8 * i) = decode_mma::codesToBf16x8<T>(
+        *reinterpret_cast<const uint2 *>(codes + 8 * i));
+}
+} // namespace
+
+cudaError_t launchDecodeOperandBf16(const uint8_t *codes, int64_t count,
+                                    KVCacheDtype dtype, __nv_bfloat16 *out,
+                                    cudaStream_t stream) {
+  if (count < 0 || count % 8 != 0 || dtype == KVCacheDtype::kBf16)
+    return cudaErrorInvalidValue;
+  const int64_t groups = count / 8;
+  if (groups == 0)
+    return cudaSuccess;
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<int64_t>((groups + 255) / 256, 1024));
+  if (dtype == KVCacheDtype::kF8E4M3)
+    decodeOperandKernel<KVCacheDtype::kF8E4M3>
+        <<<blocks, 256, 0, stream>>>(codes, groups, out);
+  else
+    decodeOperandKernel<KVCacheDtype::kF8E5M2>
+        <<<blocks, 256, 0, stream>>>(codes, groups, out);
+  return cudaGetLastError();
+}
+
 } // namespace infer::cuda

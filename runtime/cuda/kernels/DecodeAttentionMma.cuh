@@ -121,37 +121,31 @@ __device__ __forceinline__ uint32_t wordOf(const uint4 &x, int i) {
   return i == 0 ? x.x : i == 1 ? x.y : i == 2 ? x.z : x.w;
 }
 
-/// 8 elements of a pool as 8 bf16 in 16 bytes: bf16 as loaded, fp8 codes
-/// decoded (E4M3 times its head vector's scale) and rounded to bf16, as the
-/// tensor-core prefills stage them.
-template <KVCacheDtype T>
-__device__ __forceinline__ uint4 toBf16x8(const decode::Raw8<T> &raw,
-                                          float scale) {
-  if constexpr (T == KVCacheDtype::kBf16)
-    return raw;
-  else
-    return fa2::decodeToBf16x8<T>(raw, scale);
-}
-
 /// 8 fp8 codes as the 8 bf16 of their unscaled values, which bf16 holds
 /// exactly (E4M3 and E5M2 alike): an E4M3 pool's scales are applied to the
-/// scores and the probabilities instead (kScaleLate).
+/// scores and the probabilities instead (kScaleLate). Through the
+/// conversion instructions (fp8 -> f16 -> f32 -> bf16): moving each code's
+/// bits into a bf16's and one bf16 multiply by 2^120 (E4M3) or 2^112
+/// (E5M2) gives the same bits in integer and FMA work, and made the decode
+/// 6% slower (H200, infer-attention-bench, 465 x 2112: E4M3 662 against
+/// 625 us; bench/RESULTS.md, the twentieth session). launchDecodeOperandBf16
+/// is its test's hook.
 template <KVCacheDtype T>
 __device__ __forceinline__ uint4 codesToBf16x8(const decode::Raw8<T> &raw) {
+  static_assert(T != KVCacheDtype::kBf16, "fp8 codes");
   float x[8];
   decodeFp8x8<T, /*kApplyScale=*/false>(raw, 1.0f, x);
   return fa2::packBf16x8(x);
 }
 
-/// A step's keys or values as the mma takes them: E4M3 codes unscaled
-/// (their scales come later), other pools as toBf16x8 gives them.
+/// A step's keys or values as the mma takes them: fp8 codes unscaled (E4M3
+/// scales come later; E5M2 has none), bf16 as loaded.
 template <KVCacheDtype T>
-__device__ __forceinline__ uint4 operandBf16x8(const decode::Raw8<T> &raw,
-                                               float scale) {
-  if constexpr (KVElement<T>::kScaled)
-    return codesToBf16x8<T>(raw);
+__device__ __forceinline__ uint4 operandBf16x8(const decode::Raw8<T> &raw) {
+  if constexpr (T == KVCacheDtype::kBf16)
+    return raw;
   else
-    return toBf16x8<T>(raw, scale);
+    return codesToBf16x8<T>(raw);
 }
 
 /// The raw keys and values of a step: keys j0 + g (half 0) and j0 + 8 + g
@@ -323,7 +317,7 @@ __global__ void __launch_bounds__(kThreads,
                                  {low.z, high.z, low.w, high.w}};
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const uint4 key = operandBf16x8<T>(kv.k[half][i], kv.kScale[half]);
+        const uint4 key = operandBf16x8<T>(kv.k[half][i]);
         fa2::mma(s[half], qa[0], key.x, key.y);
         fa2::mma(s[half], qa[1], key.z, key.w);
       }
@@ -350,8 +344,8 @@ __global__ void __launch_bounds__(kThreads,
     uint32_t vt[kMTiles][4];
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
-      const uint4 low = operandBf16x8<T>(kv.v[0][i], kv.vScale[0]);
-      const uint4 high = operandBf16x8<T>(kv.v[1][i], kv.vScale[1]);
+      const uint4 low = operandBf16x8<T>(kv.v[0][i]);
+      const uint4 high = operandBf16x8<T>(kv.v[1][i]);
 #pragma unroll
       for (int p = 0; p < 2; ++p) {
         vt[2 * i + p][0] = transpose8x8(wordOf(low, 2 * p));

@@ -29,6 +29,7 @@
 
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/Kernels.h"
+#include "runtime/support/Fp8.h"
 #include "tests/runtime/cuda/AttentionTestSupport.h"
 #include "tests/runtime/cuda/DeviceArray.h"
 
@@ -36,6 +37,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <random>
 
@@ -301,6 +303,43 @@ TEST_F(SplitKVDecodeTest, RoutesLaunchesThatFillTheGpuToTensorCores) {
               DecodeKernel::kMma);
     EXPECT_EQ(kernelOf(a, llama, KVCacheDtype::kBf16, false, 128, bigBatch),
               DecodeKernel::kSplitKV);
+  }
+}
+
+TEST_F(SplitKVDecodeTest, TensorCoreOperandsAreTheCodesValues) {
+  // The tensor-core decode makes its mma operands of fp8 codes by moving
+  // their bits into bf16's and one multiply (codesToBf16x8): every code in
+  // every position of its 8 gives the bf16 of the value the CPU decodes,
+  // bit for bit (bf16 holds every fp8 value). Codes of NaN and infinity,
+  // which the cache writes never store, are not asked of it.
+  for (KVCacheDtype dtype : {KVCacheDtype::kF8E4M3, KVCacheDtype::kF8E5M2}) {
+    const Fp8Format format =
+        dtype == KVCacheDtype::kF8E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+    // Each code at each of the 8 positions: 8 rotations of 0 .. 255.
+    std::vector<uint8_t> codes;
+    for (int shift = 0; shift < 8; ++shift)
+      for (int c = 0; c < 256; ++c)
+        codes.push_back(static_cast<uint8_t>((c + shift * 37) % 256));
+    DeviceArray<uint8_t> dCodes(codes);
+    auto out = DeviceArray<__nv_bfloat16>::poisoned(codes.size());
+    ASSERT_EQ(cuda::launchDecodeOperandBf16(dCodes.get(), codes.size(), dtype,
+                                            out.get(), nullptr),
+              cudaSuccess);
+    const std::vector<__nv_bfloat16> got = out.download();
+    int checked = 0;
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const float value = decodeFp8(codes[i], format);
+      if (!std::isfinite(value))
+        continue;
+      const __nv_bfloat16 want = __float2bfloat16_rn(value);
+      ASSERT_EQ(__bfloat162float(want), value) << "bf16 holds fp8 values";
+      ASSERT_EQ(std::memcmp(&got[i], &want, sizeof(want)), 0)
+          << (dtype == KVCacheDtype::kF8E4M3 ? "e4m3" : "e5m2") << " code 0x"
+          << std::hex << int(codes[i]) << " at position " << std::dec << i % 8
+          << ": " << __bfloat162float(got[i]) << ", the CPU decodes " << value;
+      ++checked;
+    }
+    EXPECT_EQ(checked, 8 * (dtype == KVCacheDtype::kF8E4M3 ? 254 : 248));
   }
 }
 
